@@ -1,0 +1,1 @@
+"""The face pipeline on the device: detect -> align -> embed -> match a gallery."""

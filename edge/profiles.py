@@ -1,0 +1,409 @@
+"""Target profiles: one TOML file per board in ``firmware_configs/``, loaded into a frozen dataclass.
+
+Load order: parse TOML -> reject unknown tables and keys -> convert values to enums and numbers -> check
+cross-field rules. Every error names the file and the key, the value found and what is allowed, e.g.::
+
+    firmware_configs/rpi4.toml: quant.weights = 'uint4'; expected one of int8, uint8
+
+Boards differ in data, not code: nothing outside this module branches on a board's name.
+"""
+
+from __future__ import annotations
+
+import enum
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from edge.errors import ProfileError
+
+SCHEMA_VERSION = 1
+
+#: Where the shipped profiles live (the repository's ``firmware_configs/``).
+DEFAULT_PROFILE_DIR = Path(__file__).resolve().parent.parent / "firmware_configs"
+
+
+class Arch(enum.Enum):
+    AARCH64 = "aarch64"
+    X86_64 = "x86_64"
+    WASM32 = "wasm32"
+
+
+class IsaFeature(enum.Enum):
+    """Instruction-set features that change which kernels a runtime can pick."""
+
+    NEON = "neon"
+    DOTPROD = "dotprod"  # SDOT/UDOT (Armv8.2-A, Cortex-A76 and later)
+    FP16 = "fp16"  # half-precision arithmetic (Armv8.2-A)
+    I8MM = "i8mm"
+    SVE = "sve"
+    SSE4_2 = "sse4.2"
+    AVX2 = "avx2"
+    AVX512 = "avx512"
+    VNNI = "vnni"
+    WASM_SIMD = "wasm-simd"
+    WASM_THREADS = "wasm-threads"
+
+
+class Runtime(enum.Enum):
+    ONNXRUNTIME = "onnxruntime"
+    LITERT = "litert"
+    ONNXRUNTIME_WEB = "onnxruntime-web"
+
+
+class Precision(enum.Enum):
+    FP32 = "fp32"
+    FP16 = "fp16"
+    INT8 = "int8"
+    INT4 = "int4"
+
+
+class QuantType(enum.Enum):
+    INT8 = "int8"
+    UINT8 = "uint8"
+
+
+class CalibrationMethod(enum.Enum):
+    MINMAX = "minmax"
+    ENTROPY = "entropy"
+    PERCENTILE = "percentile"
+
+
+@dataclass(frozen=True)
+class CpuSpec:
+    model: str
+    arch: Arch
+    cores: int
+    isa_features: frozenset[IsaFeature]
+    qemu_cpu: str | None = None
+
+
+@dataclass(frozen=True)
+class MemorySpec:
+    min_mb: int
+    max_mb: int
+
+
+@dataclass(frozen=True)
+class RuntimeSpec:
+    default: Runtime
+    precision: Precision
+    threads: int
+
+
+@dataclass(frozen=True)
+class QuantSpec:
+    activations: QuantType
+    weights: QuantType
+    per_channel: bool
+    reduce_range: bool
+    calibration: CalibrationMethod
+    keep_float_ops: tuple[str, ...]
+    int4_block_size: int
+    int4_accuracy_level: int
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """What a build for this target must meet (the accuracy gate)."""
+
+    embed_max_abs_diff_fp32: float
+    embed_mean_cosine: float
+    embed_decision_agreement: float
+    detect_iou: float
+    detect_max_lost: int
+    slm_perplexity_ratio: float
+
+
+@dataclass(frozen=True)
+class TargetProfile:
+    """One target board (or runtime environment), as read from ``firmware_configs/<name>.toml``."""
+
+    name: str
+    description: str
+    source: Path
+    cpu: CpuSpec
+    memory: MemorySpec
+    runtime: RuntimeSpec
+    quant: QuantSpec
+    thresholds: Thresholds
+    device_tree_models: tuple[str, ...] = field(default_factory=tuple)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready view (enums as their values), as written into manifests and ``--json``."""
+        return {
+            "name": self.name,
+            "description": self.description,
+            "source": str(self.source),
+            "cpu": {
+                "model": self.cpu.model,
+                "arch": self.cpu.arch.value,
+                "cores": self.cpu.cores,
+                "isa_features": sorted(f.value for f in self.cpu.isa_features),
+                "qemu_cpu": self.cpu.qemu_cpu,
+            },
+            "memory": {"min_mb": self.memory.min_mb, "max_mb": self.memory.max_mb},
+            "runtime": {
+                "default": self.runtime.default.value,
+                "precision": self.runtime.precision.value,
+                "threads": self.runtime.threads,
+            },
+            "quant": {
+                "activations": self.quant.activations.value,
+                "weights": self.quant.weights.value,
+                "per_channel": self.quant.per_channel,
+                "reduce_range": self.quant.reduce_range,
+                "calibration": self.quant.calibration.value,
+                "keep_float_ops": list(self.quant.keep_float_ops),
+                "int4_block_size": self.quant.int4_block_size,
+                "int4_accuracy_level": self.quant.int4_accuracy_level,
+            },
+            "thresholds": dict(self.thresholds.__dict__),
+            "device_tree_models": list(self.device_tree_models),
+        }
+
+
+# --- the schema: table -> key -> (kind, required) -------------------------------------------------------
+
+_SCHEMA: dict[str, dict[str, tuple[Any, bool]]] = {
+    "": {
+        "schema_version": (int, True),
+        "name": (str, True),
+        "description": (str, True),
+        "device_tree_models": ([str], False),
+    },
+    "cpu": {
+        "model": (str, True),
+        "arch": (Arch, True),
+        "cores": (int, True),
+        "isa_features": ([IsaFeature], True),
+        "qemu_cpu": (str, False),
+    },
+    "memory": {"min_mb": (int, True), "max_mb": (int, True)},
+    "runtime": {"default": (Runtime, True), "precision": (Precision, True), "threads": (int, True)},
+    "quant": {
+        "activations": (QuantType, True),
+        "weights": (QuantType, True),
+        "per_channel": (bool, True),
+        "reduce_range": (bool, True),
+        "calibration": (CalibrationMethod, True),
+        "keep_float_ops": ([str], True),
+        "int4_block_size": (int, True),
+        "int4_accuracy_level": (int, True),
+    },
+    "thresholds": {
+        "embed_max_abs_diff_fp32": (float, True),
+        "embed_mean_cosine": (float, True),
+        "embed_decision_agreement": (float, True),
+        "detect_iou": (float, True),
+        "detect_max_lost": (int, True),
+        "slm_perplexity_ratio": (float, True),
+    },
+}
+
+
+def _display(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
+def _convert(where: str, key: str, value: Any, kind: Any) -> Any:
+    """Convert one TOML value to the schema's kind, or raise naming file, key, value and what is allowed."""
+    if isinstance(kind, list):
+        if not isinstance(value, list):
+            raise ProfileError(f"{where}: {key} = {value!r}; expected a list")
+        return [_convert(where, f"{key}[{i}]", v, kind[0]) for i, v in enumerate(value)]
+    if isinstance(kind, type) and issubclass(kind, enum.Enum):
+        allowed = [m.value for m in kind]
+        if value not in allowed:
+            raise ProfileError(f"{where}: {key} = {value!r}; expected one of {', '.join(allowed)}")
+        return kind(value)
+    if kind is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ProfileError(f"{where}: {key} = {value!r}; expected a number")
+        return float(value)
+    if kind is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ProfileError(f"{where}: {key} = {value!r}; expected a whole number")
+        return value
+    if not isinstance(value, kind):
+        raise ProfileError(f"{where}: {key} = {value!r}; expected a {kind.__name__}")
+    return value
+
+
+def _read_tables(path: Path, data: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    where = _display(path)
+    tables: dict[str, dict[str, Any]] = {"": {}}
+    for key, value in data.items():
+        if isinstance(value, dict):
+            if key not in _SCHEMA or key == "":
+                allowed = ", ".join(sorted(k for k in _SCHEMA if k))
+                raise ProfileError(f"{where}: unknown table [{key}]; expected one of {allowed}")
+            tables[key] = value
+        else:
+            tables[""][key] = value
+    out: dict[str, dict[str, Any]] = {}
+    for table, spec in _SCHEMA.items():
+        raw = tables.get(table)
+        if raw is None:
+            raise ProfileError(f"{where}: missing table [{table}]")
+        prefix = f"{table}." if table else ""
+        for key in raw:
+            if key not in spec:
+                raise ProfileError(
+                    f"{where}: unknown key {prefix}{key}; expected one of {', '.join(sorted(spec))}"
+                )
+        converted: dict[str, Any] = {}
+        for key, (kind, required) in spec.items():
+            if key not in raw:
+                if required:
+                    raise ProfileError(f"{where}: missing key {prefix}{key}")
+                continue
+            converted[key] = _convert(where, prefix + key, raw[key], kind)
+        out[table] = converted
+    return out
+
+
+def _check_rules(where: str, p: TargetProfile) -> None:
+    """Cross-field rules a single value can't show wrong."""
+    if p.cpu.cores < 1:
+        raise ProfileError(f"{where}: cpu.cores = {p.cpu.cores}; expected at least 1")
+    if not 1 <= p.runtime.threads <= p.cpu.cores:
+        raise ProfileError(
+            f"{where}: runtime.threads = {p.runtime.threads}; expected 1 to cpu.cores ({p.cpu.cores})"
+        )
+    if not 0 < p.memory.min_mb <= p.memory.max_mb:
+        raise ProfileError(
+            f"{where}: memory.min_mb = {p.memory.min_mb}, memory.max_mb = {p.memory.max_mb}; "
+            "expected 0 < min_mb <= max_mb"
+        )
+    arm_only = {IsaFeature.NEON, IsaFeature.DOTPROD, IsaFeature.FP16, IsaFeature.I8MM, IsaFeature.SVE}
+    x86_only = {IsaFeature.SSE4_2, IsaFeature.AVX2, IsaFeature.AVX512, IsaFeature.VNNI}
+    wasm_only = {IsaFeature.WASM_SIMD, IsaFeature.WASM_THREADS}
+    foreign = {
+        Arch.AARCH64: x86_only | wasm_only,
+        Arch.X86_64: arm_only | wasm_only,
+        Arch.WASM32: arm_only | x86_only,
+    }[p.cpu.arch]
+    bad = sorted(f.value for f in p.cpu.isa_features & foreign)
+    if bad:
+        raise ProfileError(
+            f"{where}: cpu.isa_features has {', '.join(bad)}, which cpu.arch = '{p.cpu.arch.value}' "
+            "does not have"
+        )
+    if (p.cpu.arch is Arch.WASM32) != (p.runtime.default is Runtime.ONNXRUNTIME_WEB):
+        raise ProfileError(
+            f"{where}: runtime.default = '{p.runtime.default.value}' with cpu.arch = "
+            f"'{p.cpu.arch.value}'; onnxruntime-web is for, and only for, wasm32"
+        )
+    for key in ("embed_mean_cosine", "embed_decision_agreement", "detect_iou"):
+        value = getattr(p.thresholds, key)
+        if not 0.0 < value <= 1.0:
+            raise ProfileError(f"{where}: thresholds.{key} = {value}; expected a number in (0, 1]")
+    if p.thresholds.slm_perplexity_ratio < 1.0:
+        raise ProfileError(
+            f"{where}: thresholds.slm_perplexity_ratio = {p.thresholds.slm_perplexity_ratio}; "
+            "expected at least 1.0"
+        )
+    if p.quant.int4_block_size not in (16, 32, 64, 128, 256):
+        raise ProfileError(
+            f"{where}: quant.int4_block_size = {p.quant.int4_block_size}; expected one of 16, 32, 64, 128, 256"
+        )
+    if p.quant.int4_accuracy_level not in (0, 1, 2, 3, 4):
+        raise ProfileError(
+            f"{where}: quant.int4_accuracy_level = {p.quant.int4_accuracy_level}; expected 0 to 4"
+        )
+
+
+def load_profile_file(path: Path) -> TargetProfile:
+    """Load and validate one profile file.
+
+    Args:
+        path: a ``.toml`` file.
+
+    Returns:
+        The validated profile.
+
+    Raises:
+        ProfileError: naming the file and key when anything is missing, unknown or out of range.
+    """
+    where = _display(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ProfileError(f"{where}: cannot read the profile ({exc.strerror})") from exc
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ProfileError(f"{where}: not valid TOML ({exc})") from exc
+    t = _read_tables(path, data)
+    top = t[""]
+    if top["schema_version"] != SCHEMA_VERSION:
+        raise ProfileError(
+            f"{where}: schema_version = {top['schema_version']}; expected {SCHEMA_VERSION}"
+        )
+    if top["name"] != path.stem:
+        raise ProfileError(f"{where}: name = {top['name']!r}; expected {path.stem!r} (the file's name)")
+    cpu = dict(t["cpu"])
+    cpu["isa_features"] = frozenset(cpu["isa_features"])
+    quant = dict(t["quant"])
+    quant["keep_float_ops"] = tuple(quant["keep_float_ops"])
+    profile = TargetProfile(
+        name=top["name"],
+        description=top["description"],
+        source=path,
+        cpu=CpuSpec(**cpu),
+        memory=MemorySpec(**t["memory"]),
+        runtime=RuntimeSpec(**t["runtime"]),
+        quant=QuantSpec(**quant),
+        thresholds=Thresholds(**t["thresholds"]),
+        device_tree_models=tuple(top.get("device_tree_models", ())),
+    )
+    _check_rules(where, profile)
+    return profile
+
+
+def available_targets(profile_dir: Path = DEFAULT_PROFILE_DIR) -> list[str]:
+    """Names of the profiles in ``profile_dir``, sorted."""
+    return sorted(p.stem for p in profile_dir.glob("*.toml"))
+
+
+def load_profile(name: str, profile_dir: Path = DEFAULT_PROFILE_DIR) -> TargetProfile:
+    """Load the profile called ``name`` (e.g. ``"rpi4"``) from ``profile_dir``.
+
+    Raises:
+        ProfileError: for an unknown target (listing the known ones) or an invalid file.
+    """
+    names = available_targets(profile_dir)
+    if name not in names:
+        raise ProfileError(
+            f"unknown target {name!r}; expected one of {', '.join(names) or '(none found)'} "
+            f"(profiles in {_display(profile_dir)})"
+        )
+    return load_profile_file(profile_dir / f"{name}.toml")
+
+
+def load_all(profile_dir: Path = DEFAULT_PROFILE_DIR) -> list[TargetProfile]:
+    """Every profile in ``profile_dir``, validated."""
+    return [load_profile_file(profile_dir / f"{n}.toml") for n in available_targets(profile_dir)]
+
+
+def detect_target(
+    device_tree_model: Path = Path("/proc/device-tree/model"),
+    profile_dir: Path = DEFAULT_PROFILE_DIR,
+) -> TargetProfile | None:
+    """The profile whose ``device_tree_models`` matches this board's ``/proc/device-tree/model``.
+
+    Returns None when the file is absent (not a device-tree board) or no profile claims the model.
+    """
+    try:
+        model = device_tree_model.read_bytes().rstrip(b"\x00\n").decode("utf-8", "replace")
+    except OSError:
+        return None
+    for profile in load_all(profile_dir):
+        if any(model.startswith(prefix) for prefix in profile.device_tree_models):
+            return profile
+    return None
