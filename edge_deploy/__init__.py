@@ -1,0 +1,1 @@
+"""The ``edge-deploy`` command line (the only module that sees both ``edge`` and ``converters``)."""

@@ -1,0 +1,5 @@
+import sys
+
+from edge_deploy.cli import main
+
+sys.exit(main())

@@ -1,0 +1,170 @@
+"""The one command line: ``edge-deploy``.
+
+Each subcommand is a thin argv adapter in front of a plain library function; this module is the only place
+that prints errors and chooses exit codes. Heavy modules (converters, torch) are imported only by the
+subcommands that need them, so ``edge-deploy targets`` works on a Pi with only the device extra.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from edge import __version__
+from edge.errors import EdgeDeployError
+from edge.profiles import DEFAULT_PROFILE_DIR, available_targets, load_all, load_profile
+
+EPILOG = """\
+examples:
+  edge-deploy targets                      list the target boards
+  edge-deploy targets show rpi5 --json     one profile, as JSON
+  edge-deploy convert face --target rpi4 -o out/face
+                                           export dlib's ResNet embedder and MTCNN to ONNX, prove them
+                                           equal to their sources, write a validation report
+  edge-deploy face enroll out/face gallery_photos/ -o out/gallery.json
+  edge-deploy face recognize out/face photo.jpg --gallery out/gallery.json
+  edge-deploy demo -o out/demo             the whole face job on the photos shipped in packages
+
+Every subcommand has --help. Exit codes: 0 ok, 1 error, 2 bad profile, 3 bad input, 4 conversion failed,
+5 validation/accuracy gate failed, 9 missing optional dependency.
+"""
+
+
+def _print_json(data: object) -> None:
+    print(json.dumps(data, indent=2, sort_keys=False))
+
+
+# --- targets ----------------------------------------------------------------------------------------------
+
+
+def _cmd_targets(args: argparse.Namespace) -> int:
+    profile_dir = Path(args.profiles)
+    if args.action == "show":
+        if not args.name:
+            raise EdgeDeployError(
+                "targets show needs a target name; one of " + ", ".join(available_targets(profile_dir))
+            )
+        profile = load_profile(args.name, profile_dir)
+        if args.json:
+            _print_json(profile.to_dict())
+            return 0
+        d = profile.to_dict()
+        print(f"{profile.name}: {profile.description}")
+        for table in ("cpu", "memory", "runtime", "quant", "thresholds"):
+            print(f"  [{table}]")
+            for key, value in d[table].items():
+                print(f"    {key:26} {value}")
+        return 0
+    profiles = load_all(profile_dir)
+    if args.json:
+        _print_json([p.to_dict() for p in profiles])
+        return 0
+    header = f"{'target':17} {'cpu':11} {'arch':8} {'cores':>5}  {'isa':25} {'runtime':16} {'precision':9} threads"
+    print(header)
+    print("-" * len(header))
+    for p in profiles:
+        isa = ",".join(sorted(f.value for f in p.cpu.isa_features))
+        print(
+            f"{p.name:17} {p.cpu.model:11} {p.cpu.arch.value:8} {p.cpu.cores:>5}  {isa:25} "
+            f"{p.runtime.default.value:16} {p.runtime.precision.value:9} {p.runtime.threads}"
+        )
+    return 0
+
+
+def _add_targets(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "targets",
+        help="list or show target profiles (firmware_configs/*.toml)",
+        description="List the target boards edge-deploy builds for, or show one profile in full. "
+        "Profiles are validated on load: a bad key or value is reported with its file and key.",
+    )
+    p.add_argument("action", nargs="?", choices=["list", "show"], default="list")
+    p.add_argument("name", nargs="?", help="target name for 'show', e.g. rpi4")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--profiles", default=str(DEFAULT_PROFILE_DIR), help="folder of profile TOML files")
+    p.set_defaults(func=_cmd_targets)
+
+
+# --- convert ----------------------------------------------------------------------------------------------
+
+
+def _cmd_convert_face(args: argparse.Namespace) -> int:
+    from converters.face import convert_face
+    from edge.progress import StepProgress
+
+    profile = load_profile(args.target, Path(args.profiles))
+    progress = StepProgress(stream=None if args.json else sys.stderr)
+    build = convert_face(profile, Path(args.output), progress=progress)
+    if args.json:
+        _print_json(build.to_dict())
+    else:
+        print(build.summary())
+    return 0
+
+
+def _add_convert(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "convert",
+        help="convert models for a target (host side)",
+        description="Export real pretrained models to the target's formats, check every converted model "
+        "against its source, and write a validation report next to the models.",
+    )
+    csub = p.add_subparsers(dest="model", required=True, metavar="MODEL")
+    f = csub.add_parser(
+        "face",
+        help="dlib ResNet-29 embedder + MTCNN detector -> ONNX",
+        description="Read dlib's face-recognition ResNet-29 from face-recognition-models (no dlib needed) "
+        "and MTCNN's P/R/O-nets from facenet-pytorch, export them to ONNX fp32, prove the ONNX outputs equal "
+        "the source networks, and write report.json, report.md and models.json (sources and licences).",
+    )
+    f.add_argument("--target", "-t", required=True, help="target profile, e.g. rpi4 (see: edge-deploy targets)")
+    f.add_argument("--output", "-o", required=True, help="output folder")
+    f.add_argument("--json", action="store_true", help="print the build record as JSON")
+    f.add_argument("--profiles", default=str(DEFAULT_PROFILE_DIR), help=argparse.SUPPRESS)
+    f.set_defaults(func=_cmd_convert_face)
+
+
+# --- main -------------------------------------------------------------------------------------------------
+
+_REGISTRARS: list[Callable[[argparse._SubParsersAction], None]] = [_add_targets, _add_convert]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="edge-deploy",
+        description="Take real face-recognition models and small language models from a workstation to "
+        "Raspberry Pi-class ARM boards and the browser: convert, quantize, check, package, run, measure.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"edge-deploy {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for register in _REGISTRARS:
+        register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI; returns the exit code (0 ok). Only this function prints errors."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args))
+    except EdgeDeployError as exc:
+        print(f"Error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("Interrupted.", file=sys.stderr)
+        return 130
+    except BrokenPipeError:  # e.g. `edge-deploy targets | head`: the reader left, not an error of ours
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,111 @@
+"""Target profiles: the shipped ones load, and every kind of mistake names file, key and what is allowed."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from edge.errors import ProfileError
+from edge.profiles import (
+    DEFAULT_PROFILE_DIR,
+    IsaFeature,
+    Precision,
+    Runtime,
+    available_targets,
+    detect_target,
+    load_all,
+    load_profile,
+)
+
+EXPECTED = {"rpi4", "rpi5", "rpi-zero-2w", "aarch64-generic", "x86_64-host", "browser-wasm"}
+
+
+def test_shipped_profiles_load_and_differ_in_data():
+    profiles = {p.name: p for p in load_all()}
+    assert set(profiles) == EXPECTED
+    assert profiles["rpi4"].cpu.model == "Cortex-A72"
+    assert IsaFeature.DOTPROD not in profiles["rpi4"].cpu.isa_features
+    assert {IsaFeature.NEON, IsaFeature.DOTPROD, IsaFeature.FP16} <= profiles["rpi5"].cpu.isa_features
+    assert profiles["rpi-zero-2w"].memory.max_mb == 512
+    assert profiles["browser-wasm"].runtime.default is Runtime.ONNXRUNTIME_WEB
+    assert profiles["x86_64-host"].runtime.precision is Precision.FP32
+    for p in profiles.values():
+        assert 1 <= p.runtime.threads <= p.cpu.cores
+        assert p.to_dict()["name"] == p.name
+
+
+def _copy(tmp_path: Path, name: str = "rpi4") -> Path:
+    d = tmp_path / "profiles"
+    d.mkdir(exist_ok=True)
+    shutil.copy(DEFAULT_PROFILE_DIR / f"{name}.toml", d / f"{name}.toml")
+    return d
+
+
+def _edit(d: Path, name: str, old: str, new: str) -> None:
+    f = d / f"{name}.toml"
+    text = f.read_text()
+    assert old in text, old
+    f.write_text(text.replace(old, new, 1))
+
+
+def test_unknown_target_lists_the_known_ones():
+    with pytest.raises(ProfileError) as exc:
+        load_profile("rpi9")
+    assert str(exc.value).startswith(
+        "unknown target 'rpi9'; expected one of aarch64-generic, browser-wasm, rpi-zero-2w, rpi4, rpi5, x86_64-host"
+    )
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "message"),
+    [
+        ('weights = "int8"', 'weights = "uint4"', "quant.weights = 'uint4'; expected one of int8, uint8"),
+        ("cores = 4", 'cores = "four"', "cpu.cores = 'four'; expected a whole number"),
+        ('isa_features = ["neon"]', 'isa_features = ["neon", "avx2"]',
+         "cpu.isa_features has avx2, which cpu.arch = 'aarch64' does not have"),
+        ("threads = 4", "threads = 8", "runtime.threads = 8; expected 1 to cpu.cores (4)"),
+        ("per_channel = true", "per_channel = true\nbogus = 1",
+         "unknown key quant.bogus; expected one of activations, calibration, int4_accuracy_level"),
+        ('precision = "int8"', "", "missing key runtime.precision"),
+        ("embed_mean_cosine = 0.995", "embed_mean_cosine = 1.5",
+         "thresholds.embed_mean_cosine = 1.5; expected a number in (0, 1]"),
+        ('name = "rpi4"', 'name = "rpi5"', "name = 'rpi5'; expected 'rpi4' (the file's name)"),
+        ("[memory]", "[memroy]", "unknown table [memroy]; expected one of cpu, memory, quant, runtime, thresholds"),
+        ('default = "onnxruntime"', 'default = "onnxruntime-web"',
+         "runtime.default = 'onnxruntime-web' with cpu.arch = 'aarch64'; onnxruntime-web is for, and only for, wasm32"),
+        ("schema_version = 1", "schema_version = 2", "schema_version = 2; expected 1"),
+        ("slm_perplexity_ratio = 1.10", "slm_perplexity_ratio = 0.9",
+         "thresholds.slm_perplexity_ratio = 0.9; expected at least 1.0"),
+    ],
+)
+def test_bad_profile_names_file_key_and_allowed(tmp_path, old, new, message):
+    d = _copy(tmp_path)
+    _edit(d, "rpi4", old, new)
+    with pytest.raises(ProfileError) as exc:
+        load_profile("rpi4", d)
+    assert str(exc.value).endswith("rpi4.toml: " + message) or ("rpi4.toml: " + message) in str(exc.value)
+
+
+def test_not_toml(tmp_path):
+    d = tmp_path / "p"
+    d.mkdir()
+    (d / "rpi4.toml").write_text("this is = = not toml")
+    with pytest.raises(ProfileError, match=r"rpi4\.toml: not valid TOML"):
+        load_profile("rpi4", d)
+
+
+def test_available_targets_sorted():
+    assert available_targets() == sorted(EXPECTED)
+
+
+def test_detect_target_from_device_tree(tmp_path):
+    model = tmp_path / "model"
+    model.write_bytes(b"Raspberry Pi 5 Model B Rev 1.0\x00")
+    assert detect_target(model).name == "rpi5"
+    model.write_bytes(b"Raspberry Pi 4 Model B Rev 1.4\x00")
+    assert detect_target(model).name == "rpi4"
+    model.write_bytes(b"Some Other Board\x00")
+    assert detect_target(model) is None
+    assert detect_target(tmp_path / "absent") is None
