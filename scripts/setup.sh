@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Idempotent set-up on a fresh Debian 12 machine: apt packages, a venv in .venv, the pip extras.
+# Safe to run again: it installs only what is missing, and re-runs pip only when pyproject.toml or this
+# script changed. Usage: bash scripts/setup.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+say() { printf '[setup] %s\n' "$*" >&2; }
+
+# Debian packages the tool and its tests use (a real broker, openssl for TLS tests).
+APT_PACKAGES=(mosquitto openssl)
+PY=${PYTHON:-python3}
+if ! "$PY" -c 'import venv, ensurepip' 2>/dev/null; then
+  APT_PACKAGES+=(python3-venv python3-pip)
+fi
+missing=()
+for pkg in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+done
+if ((${#missing[@]})); then
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  say "installing Debian packages: ${missing[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+"$PY" - <<'PYCHECK'
+import sys
+if sys.version_info < (3, 11):
+    sys.exit(f"edge-deploy needs Python >= 3.11, found {sys.version.split()[0]}; set PYTHON=/path/to/python3.11")
+PYCHECK
+
+if [ ! -x .venv/bin/python ]; then
+  say "creating .venv"
+  "$PY" -m venv .venv
+fi
+
+stamp=.venv/.edge-deploy-setup
+want=$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -c1-16)
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  say "installing Python packages into .venv (first time: a few minutes)"
+  .venv/bin/python -m pip install -q --upgrade pip
+  # torch is pinned in pyproject (2.13.0, CPU): any other spec would pull a multi-GB CUDA build.
+  .venv/bin/python -m pip install -q -e '.[dev]'
+  # Packages whose declared dependencies would drag in torchvision/a second torch or a compiled dlib:
+  # we need only the files they ship (MTCNN weights, face photos) or their pure-Python API over dlib-bin.
+  .venv/bin/python -m pip install -q --no-deps facenet-pytorch==2.6.0 face-recognition==1.3.0 insightface==2.1
+  echo "$want" > "$stamp"
+else
+  say ".venv is up to date"
+fi

@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# The README's test command: set up (idempotent), lint, then run every test. Usage: bash scripts/test.sh [pytest args]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+.venv/bin/ruff check edge converters edge_deploy tests scripts benchmarks
+exec .venv/bin/python -m pytest -q -p no:cacheprovider --timeout=900 "$@"
