@@ -81,6 +81,5 @@ def require(module: str, extra: str, purpose: str):
         return importlib.import_module(module)
     except ImportError as exc:
         raise MissingDependencyError(
-            f"{purpose} needs the Python module '{module}' ({exc}); "
-            f"install it with: pip install 'edge-deploy[{extra}]'"
+            f"{purpose} needs the Python module '{module}' ({exc}); install it with: pip install 'edge-deploy[{extra}]'"
         ) from exc

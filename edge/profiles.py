@@ -253,9 +253,7 @@ def _read_tables(path: Path, data: dict[str, Any]) -> dict[str, dict[str, Any]]:
         prefix = f"{table}." if table else ""
         for key in raw:
             if key not in spec:
-                raise ProfileError(
-                    f"{where}: unknown key {prefix}{key}; expected one of {', '.join(sorted(spec))}"
-                )
+                raise ProfileError(f"{where}: unknown key {prefix}{key}; expected one of {', '.join(sorted(spec))}")
         converted: dict[str, Any] = {}
         for key, (kind, required) in spec.items():
             if key not in raw:
@@ -272,9 +270,7 @@ def _check_rules(where: str, p: TargetProfile) -> None:
     if p.cpu.cores < 1:
         raise ProfileError(f"{where}: cpu.cores = {p.cpu.cores}; expected at least 1")
     if not 1 <= p.runtime.threads <= p.cpu.cores:
-        raise ProfileError(
-            f"{where}: runtime.threads = {p.runtime.threads}; expected 1 to cpu.cores ({p.cpu.cores})"
-        )
+        raise ProfileError(f"{where}: runtime.threads = {p.runtime.threads}; expected 1 to cpu.cores ({p.cpu.cores})")
     if not 0 < p.memory.min_mb <= p.memory.max_mb:
         raise ProfileError(
             f"{where}: memory.min_mb = {p.memory.min_mb}, memory.max_mb = {p.memory.max_mb}; "
@@ -291,8 +287,7 @@ def _check_rules(where: str, p: TargetProfile) -> None:
     bad = sorted(f.value for f in p.cpu.isa_features & foreign)
     if bad:
         raise ProfileError(
-            f"{where}: cpu.isa_features has {', '.join(bad)}, which cpu.arch = '{p.cpu.arch.value}' "
-            "does not have"
+            f"{where}: cpu.isa_features has {', '.join(bad)}, which cpu.arch = '{p.cpu.arch.value}' does not have"
         )
     if (p.cpu.arch is Arch.WASM32) != (p.runtime.default is Runtime.ONNXRUNTIME_WEB):
         raise ProfileError(
@@ -305,17 +300,14 @@ def _check_rules(where: str, p: TargetProfile) -> None:
             raise ProfileError(f"{where}: thresholds.{key} = {value}; expected a number in (0, 1]")
     if p.thresholds.slm_perplexity_ratio < 1.0:
         raise ProfileError(
-            f"{where}: thresholds.slm_perplexity_ratio = {p.thresholds.slm_perplexity_ratio}; "
-            "expected at least 1.0"
+            f"{where}: thresholds.slm_perplexity_ratio = {p.thresholds.slm_perplexity_ratio}; expected at least 1.0"
         )
     if p.quant.int4_block_size not in (16, 32, 64, 128, 256):
         raise ProfileError(
             f"{where}: quant.int4_block_size = {p.quant.int4_block_size}; expected one of 16, 32, 64, 128, 256"
         )
     if p.quant.int4_accuracy_level not in (0, 1, 2, 3, 4):
-        raise ProfileError(
-            f"{where}: quant.int4_accuracy_level = {p.quant.int4_accuracy_level}; expected 0 to 4"
-        )
+        raise ProfileError(f"{where}: quant.int4_accuracy_level = {p.quant.int4_accuracy_level}; expected 0 to 4")
 
 
 def load_profile_file(path: Path) -> TargetProfile:
@@ -342,9 +334,7 @@ def load_profile_file(path: Path) -> TargetProfile:
     t = _read_tables(path, data)
     top = t[""]
     if top["schema_version"] != SCHEMA_VERSION:
-        raise ProfileError(
-            f"{where}: schema_version = {top['schema_version']}; expected {SCHEMA_VERSION}"
-        )
+        raise ProfileError(f"{where}: schema_version = {top['schema_version']}; expected {SCHEMA_VERSION}")
     if top["name"] != path.stem:
         raise ProfileError(f"{where}: name = {top['name']!r}; expected {path.stem!r} (the file's name)")
     cpu = dict(t["cpu"])

@@ -93,6 +93,7 @@ def _add_targets(sub: argparse._SubParsersAction) -> None:
 
 def _cmd_convert_face(args: argparse.Namespace) -> int:
     from converters.face import convert_face
+
     from edge.progress import StepProgress
 
     profile = load_profile(args.target, Path(args.profiles))

@@ -40,12 +40,16 @@ stamp=.venv/.edge-deploy-setup
 want=$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -c1-16)
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   say "installing Python packages into .venv (first time: a few minutes)"
-  .venv/bin/python -m pip install -q --upgrade pip
+  log=.venv/pip-install.log
+  pip_q() { .venv/bin/python -m pip install --disable-pip-version-check "$@" >>"$log" 2>&1 \
+    || { tail -n 40 "$log" >&2; say "pip install $* failed; full log: $log"; exit 1; }; }
+  : >"$log"
+  pip_q --upgrade pip
   # torch is pinned in pyproject (2.13.0, CPU): any other spec would pull a multi-GB CUDA build.
-  .venv/bin/python -m pip install -q -e '.[dev]'
+  pip_q -e '.[dev]'
   # Packages whose declared dependencies would drag in torchvision/a second torch or a compiled dlib:
   # we need only the files they ship (MTCNN weights, face photos) or their pure-Python API over dlib-bin.
-  .venv/bin/python -m pip install -q --no-deps facenet-pytorch==2.6.0 face-recognition==1.3.0 insightface==2.1
+  pip_q --no-deps facenet-pytorch==2.6.0 face-recognition==1.3.0 insightface==2.1
   echo "$want" > "$stamp"
 else
   say ".venv is up to date"

@@ -3,5 +3,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-.venv/bin/ruff check edge converters edge_deploy tests scripts benchmarks
+dirs=()
+for d in edge converters edge_deploy tests scripts benchmarks; do [ -d "$d" ] && dirs+=("$d"); done
+.venv/bin/ruff check "${dirs[@]}"
 exec .venv/bin/python -m pytest -q -p no:cacheprovider --timeout=900 "$@"

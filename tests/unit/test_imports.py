@@ -7,8 +7,19 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-FORBIDDEN = {"converters", "torch", "onnx", "onnxscript", "tensorflow", "tf_keras", "transformers", "dlib",
-             "face_recognition", "skimage", "edge_deploy"}
+FORBIDDEN = {
+    "converters",
+    "torch",
+    "onnx",
+    "onnxscript",
+    "tensorflow",
+    "tf_keras",
+    "transformers",
+    "dlib",
+    "face_recognition",
+    "skimage",
+    "edge_deploy",
+}
 
 EDGE = Path(__file__).resolve().parents[2] / "edge"
 
@@ -21,9 +32,12 @@ def _imports(path: Path) -> set[str]:
             names.update(a.name.split(".")[0] for a in node.names)
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             names.add(node.module.split(".")[0])
-        elif isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", "")) in (
-            "import_module", "__import__", "require"
-        ) and node.args and isinstance(node.args[0], ast.Constant):
+        elif (
+            isinstance(node, ast.Call)
+            and getattr(node.func, "attr", getattr(node.func, "id", "")) in ("import_module", "__import__", "require")
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+        ):
             names.add(str(node.args[0].value).split(".")[0])
     return names
 

@@ -63,21 +63,36 @@ def test_unknown_target_lists_the_known_ones():
     [
         ('weights = "int8"', 'weights = "uint4"', "quant.weights = 'uint4'; expected one of int8, uint8"),
         ("cores = 4", 'cores = "four"', "cpu.cores = 'four'; expected a whole number"),
-        ('isa_features = ["neon"]', 'isa_features = ["neon", "avx2"]',
-         "cpu.isa_features has avx2, which cpu.arch = 'aarch64' does not have"),
+        (
+            'isa_features = ["neon"]',
+            'isa_features = ["neon", "avx2"]',
+            "cpu.isa_features has avx2, which cpu.arch = 'aarch64' does not have",
+        ),
         ("threads = 4", "threads = 8", "runtime.threads = 8; expected 1 to cpu.cores (4)"),
-        ("per_channel = true", "per_channel = true\nbogus = 1",
-         "unknown key quant.bogus; expected one of activations, calibration, int4_accuracy_level"),
+        (
+            "per_channel = true",
+            "per_channel = true\nbogus = 1",
+            "unknown key quant.bogus; expected one of activations, calibration, int4_accuracy_level",
+        ),
         ('precision = "int8"', "", "missing key runtime.precision"),
-        ("embed_mean_cosine = 0.995", "embed_mean_cosine = 1.5",
-         "thresholds.embed_mean_cosine = 1.5; expected a number in (0, 1]"),
+        (
+            "embed_mean_cosine = 0.995",
+            "embed_mean_cosine = 1.5",
+            "thresholds.embed_mean_cosine = 1.5; expected a number in (0, 1]",
+        ),
         ('name = "rpi4"', 'name = "rpi5"', "name = 'rpi5'; expected 'rpi4' (the file's name)"),
         ("[memory]", "[memroy]", "unknown table [memroy]; expected one of cpu, memory, quant, runtime, thresholds"),
-        ('default = "onnxruntime"', 'default = "onnxruntime-web"',
-         "runtime.default = 'onnxruntime-web' with cpu.arch = 'aarch64'; onnxruntime-web is for, and only for, wasm32"),
+        (
+            'default = "onnxruntime"',
+            'default = "onnxruntime-web"',
+            "runtime.default = 'onnxruntime-web' with cpu.arch = 'aarch64'; onnxruntime-web is for, and only for, wasm32",
+        ),
         ("schema_version = 1", "schema_version = 2", "schema_version = 2; expected 1"),
-        ("slm_perplexity_ratio = 1.10", "slm_perplexity_ratio = 0.9",
-         "thresholds.slm_perplexity_ratio = 0.9; expected at least 1.0"),
+        (
+            "slm_perplexity_ratio = 1.10",
+            "slm_perplexity_ratio = 0.9",
+            "thresholds.slm_perplexity_ratio = 0.9; expected at least 1.0",
+        ),
     ],
 )
 def test_bad_profile_names_file_key_and_allowed(tmp_path, old, new, message):
