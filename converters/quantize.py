@@ -1,0 +1,264 @@
+"""Quantization stage: ONNX fp32 -> INT8 QDQ (static), INT8 dynamic, fp16, INT4 weight-only, and ORT format.
+
+The target profile decides what differs between cores (activation/weight types, per-channel, reduce-range,
+which op types stay float, INT4 block size); calibration data is passed in, never picked here.
+"""
+
+from __future__ import annotations
+
+import enum
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from edge.errors import ConversionError, InputError
+from edge.profiles import Arch, CalibrationMethod, QuantType, TargetProfile
+
+
+class QuantMode(enum.Enum):
+    STATIC_QDQ = "static-qdq"
+    DYNAMIC = "dynamic"
+    FP16 = "fp16"
+    INT4_WEIGHT_ONLY = "int4"
+
+
+@dataclass(frozen=True)
+class QuantSettings:
+    """Everything that decides a quantized graph; recorded verbatim in reports and manifests."""
+
+    mode: QuantMode
+    activations: QuantType = QuantType.UINT8
+    weights: QuantType = QuantType.INT8
+    per_channel: bool = True
+    reduce_range: bool = False
+    calibration: CalibrationMethod = CalibrationMethod.MINMAX
+    keep_float_ops: tuple[str, ...] = ()
+    int4_block_size: int = 32
+    int4_accuracy_level: int = 4
+    extra: Mapping[str, object] = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return {
+            "mode": self.mode.value,
+            "activations": self.activations.value,
+            "weights": self.weights.value,
+            "per_channel": self.per_channel,
+            "reduce_range": self.reduce_range,
+            "calibration": self.calibration.value,
+            "keep_float_ops": list(self.keep_float_ops),
+            "int4_block_size": self.int4_block_size,
+            "int4_accuracy_level": self.int4_accuracy_level,
+            "extra": dict(self.extra),
+        }
+
+
+def settings_for(profile: TargetProfile, mode: QuantMode, **overrides) -> QuantSettings:
+    """The profile's quantization settings for ``mode``; keyword overrides win (e.g. ``calibration=...``)."""
+    q = profile.quant
+    base = dict(
+        mode=mode,
+        activations=q.activations,
+        weights=q.weights,
+        per_channel=q.per_channel,
+        reduce_range=q.reduce_range,
+        calibration=q.calibration,
+        keep_float_ops=q.keep_float_ops,
+        int4_block_size=q.int4_block_size,
+        int4_accuracy_level=q.int4_accuracy_level,
+    )
+    base.update(overrides)
+    return QuantSettings(**base)
+
+
+def _ort_quant_type(t: QuantType):
+    from onnxruntime.quantization import QuantType as OrtQuantType
+
+    return {QuantType.INT8: OrtQuantType.QInt8, QuantType.UINT8: OrtQuantType.QUInt8}[t]
+
+
+def _ort_calibration(method: CalibrationMethod):
+    from onnxruntime.quantization import CalibrationMethod as OrtCal
+
+    return {
+        CalibrationMethod.MINMAX: OrtCal.MinMax,
+        CalibrationMethod.ENTROPY: OrtCal.Entropy,
+        CalibrationMethod.PERCENTILE: OrtCal.Percentile,
+    }[method]
+
+
+class _FeedsReader:
+    """onnxruntime's CalibrationDataReader over a list of feed dicts."""
+
+    def __init__(self, feeds: Sequence[Mapping[str, np.ndarray]]) -> None:
+        self._it = iter(list(feeds))
+
+    def get_next(self):
+        return next(self._it, None)
+
+    def rewind(self) -> None:  # not used by the calibrators we call; kept for the protocol
+        raise NotImplementedError
+
+
+def _nodes_of_types(model_path: Path, op_types: Iterable[str]) -> list[str]:
+    import onnx
+
+    wanted = set(op_types)
+    if not wanted:
+        return []
+    model = onnx.load(str(model_path), load_external_data=False)
+    return [n.name for n in model.graph.node if n.op_type in wanted]
+
+
+def _preprocess(model_in: Path, workdir: Path) -> Path:
+    """ORT's recommended pre-processing (shape inference + optimisation) before quantization."""
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    out = workdir / "preprocessed.onnx"
+    try:
+        quant_pre_process(str(model_in), str(out), skip_symbolic_shape=True)
+    except Exception as exc:  # onnxruntime raises untyped errors
+        raise ConversionError(f"{model_in}: quantization pre-processing failed ({exc})") from exc
+    return out
+
+
+def quantize_model(
+    model_in: Path,
+    model_out: Path,
+    settings: QuantSettings,
+    calibration_feeds: Sequence[Mapping[str, np.ndarray]] | None = None,
+) -> Path:
+    """Quantize one ONNX model.
+
+    Args:
+        model_in: fp32 ONNX model.
+        model_out: where to write the quantized model.
+        settings: what to do (see ``settings_for``).
+        calibration_feeds: input dicts for static quantization (required for ``STATIC_QDQ``).
+
+    Returns:
+        ``model_out``.
+
+    Raises:
+        InputError: static quantization without calibration data.
+        ConversionError: onnxruntime's tooling failed (message names the model).
+    """
+    from onnxruntime import quantization as q
+
+    model_out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="edq-") as tmp:
+        try:
+            if settings.mode is QuantMode.STATIC_QDQ:
+                if not calibration_feeds:
+                    raise InputError(f"{model_in}: static INT8 quantization needs calibration inputs; got none")
+                pre = _preprocess(model_in, Path(tmp))
+                q.quantize_static(
+                    str(pre),
+                    str(model_out),
+                    _FeedsReader(calibration_feeds),
+                    quant_format=q.QuantFormat.QDQ,
+                    per_channel=settings.per_channel,
+                    reduce_range=settings.reduce_range,
+                    activation_type=_ort_quant_type(settings.activations),
+                    weight_type=_ort_quant_type(settings.weights),
+                    nodes_to_exclude=_nodes_of_types(pre, settings.keep_float_ops),
+                    calibrate_method=_ort_calibration(settings.calibration),
+                    extra_options=dict(settings.extra),
+                )
+            elif settings.mode is QuantMode.DYNAMIC:
+                pre = _preprocess(model_in, Path(tmp))
+                q.quantize_dynamic(
+                    str(pre),
+                    str(model_out),
+                    per_channel=settings.per_channel,
+                    reduce_range=settings.reduce_range,
+                    weight_type=_ort_quant_type(settings.weights),
+                    nodes_to_exclude=_nodes_of_types(pre, settings.keep_float_ops),
+                )
+            elif settings.mode is QuantMode.FP16:
+                _to_fp16(model_in, model_out)
+            else:
+                _to_int4(model_in, model_out, settings)
+        except (InputError, ConversionError):
+            raise
+        except Exception as exc:  # onnxruntime's tooling raises untyped errors
+            raise ConversionError(f"{model_in}: {settings.mode.value} quantization failed ({exc})") from exc
+    return model_out
+
+
+def _to_fp16(model_in: Path, model_out: Path) -> None:
+    import onnx
+    from onnxruntime.transformers.float16 import convert_float_to_float16
+
+    model = onnx.load(str(model_in))
+    # keep_io_types: callers keep feeding float32 and reading float32.
+    onnx.save(convert_float_to_float16(model, keep_io_types=True), str(model_out))
+
+
+def _to_int4(model_in: Path, model_out: Path, settings: QuantSettings) -> None:
+    import onnx
+    from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
+
+    quant = MatMulNBitsQuantizer(
+        onnx.load(str(model_in)),
+        bits=4,
+        block_size=settings.int4_block_size,
+        is_symmetric=True,
+        accuracy_level=settings.int4_accuracy_level,
+    )
+    quant.process()
+    quant.model.save_model_to_file(str(model_out), use_external_data_format=False)
+
+
+def op_counts(model_path: Path) -> Counter:
+    """How many nodes of each op type a model has (to check the structure of quantized graphs)."""
+    import onnx
+
+    model = onnx.load(str(model_path), load_external_data=False)
+    return Counter(n.op_type for n in model.graph.node)
+
+
+def to_ort_format(model_in: Path, out_dir: Path, profile: TargetProfile) -> Path:
+    """Convert to ORT format with the offline optimisations that are safe for the profile's CPU.
+
+    'Fixed' optimisation bakes platform-specific layouts into the file, so we pass the target platform:
+    an ARM build never gets x86's NCHWc layout. The browser gets no ORT-format model.
+
+    Raises:
+        ConversionError: for the browser profile, or when the converter fails (quoting its output).
+    """
+    platform = {Arch.AARCH64: "arm", Arch.X86_64: "amd64"}.get(profile.cpu.arch)
+    if platform is None:
+        raise ConversionError(
+            f"{profile.source}: cpu.arch = '{profile.cpu.arch.value}' has no ORT-format build; ship the .onnx"
+        )
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="edort-") as tmp:
+        src = Path(tmp) / model_in.name
+        shutil.copy(model_in, src)
+        cmd = [
+            sys.executable,
+            "-m",
+            "onnxruntime.tools.convert_onnx_models_to_ort",
+            "--optimization_style",
+            "Fixed",
+            "--target_platform",
+            platform,
+            "--output_dir",
+            tmp,
+            str(src),
+        ]
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+        produced = Path(tmp) / (src.stem + ".ort")
+        if done.returncode != 0 or not produced.is_file():
+            tail = "\n".join((done.stdout + done.stderr).splitlines()[-15:])
+            raise ConversionError(f"{model_in}: ORT-format conversion for {platform} failed:\n{tail}")
+        target = out_dir / produced.name
+        shutil.copy(produced, target)
+    return target
