@@ -1,0 +1,300 @@
+"""The device's telemetry client: reports go to the durable outbox, a background link drains it.
+
+``TelemetryClient.report`` writes the message to the SQLite outbox and returns at once; it never waits
+for the network. The link thread publishes outbox rows with QoS 1 (at most ``queue_bound`` in flight) and
+deletes a row only when the broker's PUBACK for it arrived. After a reconnect every row still in the
+outbox is sent again, so a message may arrive twice: consumers drop duplicates by (device_id, seq).
+
+On connect the client publishes a retained ``online`` status; its last will (set before connecting) is a
+retained ``offline`` status, and ``close`` publishes ``offline`` itself (a clean disconnect fires no will).
+Bad credentials raise ``TelemetryError`` from ``connect``/``check``/``close`` and stop the retries.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from edge.errors import TelemetryError
+from edge.telemetry.homeassistant import DEFAULT_HA_PREFIX, discovery_messages
+from edge.telemetry.link import BrokerConfig, Link, LinkHooks
+from edge.telemetry.outbox import DEFAULT_CAPACITY, Outbox
+from edge.telemetry.schema import (
+    DeviceState,
+    Message,
+    MessageKind,
+    Status,
+    check_name,
+    check_prefix,
+    to_json,
+    topic_for,
+)
+
+__all__ = ["BrokerConfig", "ClientHealth", "TelemetryClient", "TelemetryConfig"]
+
+
+@dataclass(frozen=True)
+class TelemetryConfig:
+    """Everything the device's telemetry client needs.
+
+    Attributes:
+        device_id: this device's id (one topic level); also numbers the outbox.
+        outbox_path: SQLite outbox file.
+        broker: where to publish, or None: no broker configured, reports wait in the outbox.
+        prefix: topic prefix; topics are ``<prefix>/<device_id>/<kind>``.
+        outbox_capacity: most reports kept unacknowledged; beyond it the oldest are dropped (counted).
+        queue_bound: most messages handed to the MQTT library (in flight, unacknowledged) at once.
+        ack_timeout_s: a PUBACK later than this drops the connection; everything unacked is resent.
+        ha_discovery: publish Home Assistant discovery configs on every connect.
+        ha_prefix: Home Assistant's discovery prefix.
+    """
+
+    device_id: str
+    outbox_path: Path
+    broker: BrokerConfig | None = None
+    prefix: str = "edge-deploy"
+    outbox_capacity: int = DEFAULT_CAPACITY
+    queue_bound: int = 100
+    ack_timeout_s: float = 30.0
+    ha_discovery: bool = False
+    ha_prefix: str = DEFAULT_HA_PREFIX
+
+    def __post_init__(self) -> None:
+        check_name("device_id", self.device_id)
+        check_prefix(self.prefix)
+        for key in ("queue_bound", "outbox_capacity"):
+            value = getattr(self, key)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise TelemetryError(f"telemetry {key} = {value!r}; expected an integer >= 1")
+        if isinstance(self.ack_timeout_s, bool) or not isinstance(self.ack_timeout_s, int | float):
+            raise TelemetryError(f"telemetry ack_timeout_s = {self.ack_timeout_s!r}; expected a number > 0")
+        if self.ack_timeout_s <= 0:
+            raise TelemetryError(f"telemetry ack_timeout_s = {self.ack_timeout_s!r}; expected a number > 0")
+
+    def topic(self, kind: MessageKind) -> str:
+        """This device's topic for ``kind``."""
+        return topic_for(self.prefix, self.device_id, kind)
+
+
+@dataclass(frozen=True)
+class ClientHealth:
+    """A snapshot of the client's state, for logs and the runner's status line."""
+
+    connected: bool
+    pending: int
+    dropped: int
+    last_seq: int
+    attempts: int
+    last_error: str | None
+    fatal_error: str | None
+
+
+class TelemetryClient(LinkHooks):
+    """Durable MQTT telemetry for one device. Use as a context manager or call ``close``.
+
+    Args:
+        config: the client's configuration.
+
+    Raises:
+        TelemetryError: if the outbox can't be opened.
+    """
+
+    def __init__(self, config: TelemetryConfig) -> None:
+        self.config = config
+        self._outbox = Outbox(config.outbox_path, config.device_id, config.outbox_capacity)
+        self._closed = False
+        self._inflight: dict[int, tuple[int, float]] = {}  # mid -> (seq, time sent); link thread only
+        self._acked: list[int] = []
+        self._last_sent = 0
+        self._final_mid: int | None = None
+        self._final_acked = False
+        self._link: Link | None = None
+        self._final_health: ClientHealth | None = None
+        if config.broker is not None:
+            self._link = Link(
+                config.broker,
+                client_id=f"edge-deploy-{config.device_id}",
+                hooks=self,
+                clean_session=True,  # the outbox, not the broker session, makes delivery durable
+                name=f"telemetry-{config.device_id}",
+            )
+
+    # -- the runner's side -------------------------------------------------------------------------
+
+    def connect(self, timeout: float = 10.0) -> bool:
+        """Start the background link and wait up to ``timeout`` seconds for the first connection.
+
+        Returns:
+            True if connected; False if no broker is configured or it isn't reachable yet (the link
+            keeps retrying with backoff; reports wait in the outbox meanwhile).
+
+        Raises:
+            TelemetryError: if the broker refused us for good (e.g. bad username/password) or its TLS
+                certificate does not verify.
+        """
+        if self._link is None:
+            return False
+        self._link.start()
+        return self._link.wait_connected(timeout)
+
+    def report(self, message: Message) -> Message:
+        """Store a report durably for sending; never waits for the network.
+
+        Args:
+            message: a Telemetry, BenchReport or Result; device id, seq and timestamp are filled in.
+
+        Returns:
+            The stored message, with its sequence number.
+
+        Raises:
+            TelemetryError: if the client is closed or the outbox can't store it.
+        """
+        if self._closed:
+            raise TelemetryError(f"telemetry client for {self.config.device_id!r} is closed; cannot report")
+        return self._outbox.add(message)
+
+    def check(self) -> None:
+        """Raise the link's fatal error (e.g. bad credentials), if it stopped on one."""
+        if self._link is not None and self._link.fatal is not None:
+            raise self._link.fatal
+
+    def health(self) -> ClientHealth:
+        """Return a snapshot of connection and outbox state (after ``close``: the state at closing)."""
+        if self._final_health is not None:
+            return self._final_health
+        link = self._link
+        return ClientHealth(
+            connected=bool(link and link.connected.is_set()),
+            pending=self._outbox.count(),
+            dropped=self._outbox.dropped,
+            last_seq=self._outbox.last_seq,
+            attempts=link.attempts if link else 0,
+            last_error=link.last_error if link else "no broker configured",
+            fatal_error=str(link.fatal) if link and link.fatal else None,
+        )
+
+    def wait_drained(self, timeout: float) -> bool:
+        """Wait until the outbox is empty (everything acknowledged) or ``timeout`` seconds passed.
+
+        Returns:
+            True if the outbox is empty.
+        """
+        deadline = time.monotonic() + timeout
+        while self._outbox.count() > 0:
+            link = self._link
+            if link is None or not link.running or time.monotonic() >= deadline:
+                return False
+            time.sleep(0.05)
+        return True
+
+    def close(self, timeout: float = 10.0) -> int:
+        """Flush what the broker can take within ``timeout``, publish ``offline``, disconnect.
+
+        Reports not acknowledged in time stay in the outbox and are sent after the next start.
+
+        Returns:
+            The number of reports still waiting in the outbox.
+
+        Raises:
+            TelemetryError: the link's fatal error (e.g. bad credentials), after closing.
+        """
+        if self._closed:
+            return 0
+        self._closed = True
+        deadline = time.monotonic() + timeout
+        ended = True
+        if self._link is not None:
+            if self._link.connected.is_set():
+                self.wait_drained(max(deadline - time.monotonic(), 0.0))
+            ended = self._link.stop(max(deadline - time.monotonic(), 0.1))
+        self._final_health = self.health()
+        left = self._final_health.pending
+        if ended:  # else the link thread (a daemon) still uses the outbox; the process exit closes it
+            self._outbox.close()
+        self.check()
+        return left
+
+    def __enter__(self) -> TelemetryClient:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # -- the link thread's side (LinkHooks) ---------------------------------------------------------
+
+    def _status(self, state: DeviceState) -> str:
+        return to_json(
+            Status(
+                device_id=self.config.device_id,
+                timestamp=time.time(),
+                state=state,
+                last_seq=self._outbox.last_seq,
+                dropped=self._outbox.dropped,
+                pending=self._outbox.count(),
+            )
+        )
+
+    def configure(self, client: object) -> None:  # noqa: D102
+        client.will_set(self.config.topic(MessageKind.STATUS), self._status(DeviceState.OFFLINE), qos=1, retain=True)
+        client.max_inflight_messages_set(self.config.queue_bound)
+        client.on_publish = self._on_publish
+
+    def on_connected(self, client: object) -> None:  # noqa: D102
+        self._inflight.clear()
+        self._last_sent = 0
+        client.publish(self.config.topic(MessageKind.STATUS), self._status(DeviceState.ONLINE), qos=1, retain=True)
+        if self.config.ha_discovery:
+            for topic, payload in discovery_messages(self.config.prefix, self.config.device_id, self.config.ha_prefix):
+                client.publish(topic, payload, qos=1, retain=True)
+
+    def _on_publish(self, client, userdata, mid, reason_code, properties) -> None:
+        sent = self._inflight.pop(mid, None)
+        if sent is not None:
+            self._acked.append(sent[0])
+        elif mid == self._final_mid:
+            self._final_acked = True
+
+    def tick(self, client: object) -> bool:  # noqa: D102
+        self._flush_acked()
+        now = time.monotonic()
+        if self._inflight and now - min(t for _, t in self._inflight.values()) > self.config.ack_timeout_s:
+            self._link.last_error = (
+                f"no PUBACK from broker {self.config.broker.address} in {self.config.ack_timeout_s} s; "
+                "reconnecting to resend"
+            )
+            return False
+        room = self.config.queue_bound - len(self._inflight)
+        if room <= 0:
+            return True
+        for row in self._outbox.pending(after=self._last_sent, limit=room):
+            info = client.publish(self.config.topic(row.kind), row.payload, qos=1)
+            if info.rc != 0:
+                self._link.last_error = f"publish of seq {row.seq} failed (rc {info.rc})"
+                return False
+            self._inflight[info.mid] = (row.seq, now)
+            self._last_sent = row.seq
+        return True
+
+    def _flush_acked(self) -> None:
+        if self._acked:
+            acked, self._acked = self._acked, []
+            self._outbox.remove(acked)
+
+    def on_lost(self) -> None:  # noqa: D102
+        self._flush_acked()
+        self._inflight.clear()
+        self._last_sent = 0
+
+    def on_stopping(self, client: object) -> None:  # noqa: D102
+        # A clean DISCONNECT fires no last will, so say "offline" ourselves; wait briefly for its PUBACK.
+        self._final_acked = False
+        info = client.publish(
+            self.config.topic(MessageKind.STATUS), self._status(DeviceState.OFFLINE), qos=1, retain=True
+        )
+        self._final_mid = info.mid
+        deadline = time.monotonic() + min(2.0, self.config.broker.connect_timeout_s)
+        while not self._final_acked and time.monotonic() < deadline:
+            if client.loop(0.05) != 0:
+                break
+        self._flush_acked()

@@ -1,0 +1,99 @@
+"""Plot fleet telemetry into a PNG with plain OpenCV drawing (cv2 is already in the device extra).
+
+Three stacked panels share the time axis (seconds since the first report): latency p50 (thick) and p90
+(thin) in milliseconds, frames per second, and SoC temperature. One colour per device, legend on top.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from edge.errors import TelemetryError, require
+
+_W, _H = 1000, 780
+_LEFT, _RIGHT, _TOP, _PANEL_H, _GAP = 80, 20, 50, 200, 40
+#: BGR colours, one per device (cycled).
+_PALETTE = ((180, 119, 31), (14, 127, 255), (44, 160, 44), (40, 39, 214), (189, 103, 148), (75, 86, 140))
+_PANELS = (
+    ("latency ms (p50 thick, p90 thin)", ("latency_p50_ms", "latency_p90_ms")),
+    ("frames per second", ("fps",)),
+    ("temperature C", ("temperature_c",)),
+)
+
+
+def plot_telemetry(rows: list[dict], path: Path) -> Path:
+    """Draw telemetry rows (dicts with ``device_id``, ``timestamp`` and the figures) into ``path``.
+
+    Args:
+        rows: telemetry reports, e.g. ``MonitorStore.telemetry()``; None values are skipped.
+        path: PNG file to write (parent created).
+
+    Returns:
+        ``path``.
+
+    Raises:
+        TelemetryError: if the PNG can't be written.
+        MissingDependencyError: if OpenCV is not installed.
+    """
+    cv2 = require("cv2", "device", "Plotting telemetry")
+    np = require("numpy", "device", "Plotting telemetry")
+    img = np.full((_H, _W, 3), 255, np.uint8)
+    devices = sorted({r["device_id"] for r in rows})
+    t0 = min((r["timestamp"] for r in rows), default=0.0)
+    t1 = max((r["timestamp"] for r in rows), default=1.0)
+    span = max(t1 - t0, 1e-6)
+    for i, device in enumerate(devices):
+        colour = _PALETTE[i % len(_PALETTE)]
+        x = _LEFT + 160 * i
+        cv2.line(img, (x, 22), (x + 24, 22), colour, 3)
+        cv2.putText(img, device[:16], (x + 30, 27), cv2.FONT_HERSHEY_SIMPLEX, 0.45, (0, 0, 0), 1, cv2.LINE_AA)
+    for p, (title, fields) in enumerate(_PANELS):
+        top = _TOP + p * (_PANEL_H + _GAP)
+        values = [r[f] for r in rows for f in fields if r.get(f) is not None]
+        lo, hi = (min(values), max(values)) if values else (0.0, 1.0)
+        if hi - lo < 1e-9:
+            lo, hi = lo - 1.0, hi + 1.0
+        _axes(cv2, img, top, title, lo, hi, t0, span)
+        for i, device in enumerate(devices):
+            mine = [r for r in rows if r["device_id"] == device]
+            for j, f in enumerate(fields):
+                pts = [(_x(r["timestamp"], t0, span), _y(r[f], lo, hi, top)) for r in mine if r.get(f) is not None]
+                if len(pts) >= 2:
+                    arr = np.array(pts, np.int32).reshape(-1, 1, 2)
+                    cv2.polylines(img, [arr], False, _PALETTE[i % len(_PALETTE)], 2 if j == 0 else 1, cv2.LINE_AA)
+                if len(pts) == 1:
+                    cv2.circle(img, pts[0], 3, _PALETTE[i % len(_PALETTE)], -1)
+    path = Path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        ok, buf = cv2.imencode(".png", img)
+        if not ok:
+            raise OSError("cv2.imencode returned False")
+        path.write_bytes(buf.tobytes())
+    except OSError as exc:
+        raise TelemetryError(f"cannot write plot {path}: {exc}") from exc
+    return path
+
+
+def _x(t: float, t0: float, span: float) -> int:
+    return int(round(_LEFT + (t - t0) / span * (_W - _LEFT - _RIGHT)))
+
+
+def _y(v: float, lo: float, hi: float, top: int) -> int:
+    return int(round(top + _PANEL_H - (v - lo) / (hi - lo) * _PANEL_H))
+
+
+def _axes(cv2, img, top: int, title: str, lo: float, hi: float, t0: float, span: float) -> None:
+    black, grey = (0, 0, 0), (200, 200, 200)
+    font = cv2.FONT_HERSHEY_SIMPLEX
+    cv2.rectangle(img, (_LEFT, top), (_W - _RIGHT, top + _PANEL_H), black, 1)
+    cv2.putText(img, title, (_LEFT + 5, top - 6), font, 0.45, black, 1, cv2.LINE_AA)
+    for k in range(5):
+        v = lo + (hi - lo) * k / 4
+        y = _y(v, lo, hi, top)
+        cv2.line(img, (_LEFT, y), (_W - _RIGHT, y), grey, 1)
+        cv2.putText(img, f"{v:.4g}", (5, y + 4), font, 0.4, black, 1, cv2.LINE_AA)
+    for k in range(6):
+        t = t0 + span * k / 5
+        x = _x(t, t0, span)
+        cv2.putText(img, f"{t - t0:.0f}s", (x - 10, top + _PANEL_H + 15), font, 0.4, black, 1, cv2.LINE_AA)

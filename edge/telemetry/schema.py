@@ -1,0 +1,329 @@
+"""The one place that defines telemetry messages, their topics and their JSON form.
+
+Every message is a frozen dataclass with ``schema_version``, ``device_id``, ``seq`` (per-device report
+number, allocated durably by the outbox; 0 for status messages, which are states, not reports) and
+``timestamp`` (Unix seconds, when the message was made). On the wire a message is one JSON object with a
+``type`` key naming its kind; ``to_json`` and ``from_json`` are the only (de)serialisers.
+
+Topics are ``<prefix>/<device_id>/<kind>``, e.g. ``edge-deploy/pi-kitchen/telemetry``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+import math
+import re
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Any
+
+from edge.errors import TelemetryError
+
+#: Bumped whenever a field is added, removed or changes meaning; readers reject other versions.
+SCHEMA_VERSION = 1
+
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$")
+_PREFIX_RE = re.compile(r"^[A-Za-z0-9_.:-]+(/[A-Za-z0-9_.:-]+)*$")
+
+
+class MessageKind(enum.Enum):
+    """The kinds of message; the value is both the JSON ``type`` and the last topic level."""
+
+    STATUS = "status"
+    TELEMETRY = "telemetry"
+    BENCH = "bench"
+    RESULT = "result"
+
+
+class DeviceState(enum.Enum):
+    """What a status message says about its device."""
+
+    ONLINE = "online"
+    OFFLINE = "offline"
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Message:
+    """Fields every message carries. ``device_id``/``seq``/``timestamp`` are filled in by the outbox."""
+
+    device_id: str = ""
+    seq: int = 0
+    timestamp: float = 0.0
+    schema_version: int = SCHEMA_VERSION
+
+
+@dataclass(frozen=True, kw_only=True)
+class Status(_Message):
+    """The device's connection state; published retained (``online`` on connect, ``offline`` as last will).
+
+    Attributes:
+        state: online or offline.
+        last_seq: highest report sequence number the device had allocated when this status was made.
+        dropped: reports the outbox discarded so far because it was full (oldest first).
+        pending: reports waiting in the outbox when this status was made.
+    """
+
+    state: DeviceState
+    last_seq: int = 0
+    dropped: int = 0
+    pending: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class Telemetry(_Message):
+    """Periodic performance figures of the running pipeline.
+
+    Attributes:
+        latency_p50_ms: median end-to-end latency over the reporting window, milliseconds.
+        latency_p90_ms: 90th percentile latency over the window, milliseconds.
+        fps: frames (or requests) processed per second over the window.
+        temperature_c: SoC temperature in degrees Celsius, None where the board does not report it.
+        window_s: length of the reporting window in seconds.
+    """
+
+    latency_p50_ms: float
+    latency_p90_ms: float
+    fps: float
+    temperature_c: float | None = None
+    window_s: float = 0.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class BenchReport(_Message):
+    """One benchmark run; the first inference is reported apart from the steady state.
+
+    Attributes:
+        model: model or bundle name.
+        backend: runtime backend name, e.g. ``onnxruntime``.
+        runs: steady-state runs measured (the first inference excluded).
+        first_ms: latency of the first inference, milliseconds.
+        p50_ms: steady-state median latency, milliseconds.
+        p90_ms: steady-state 90th percentile latency, milliseconds.
+        profile: target profile name, e.g. ``rpi4``.
+    """
+
+    model: str
+    backend: str
+    runs: int
+    first_ms: float
+    p50_ms: float
+    p90_ms: float
+    profile: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Result(_Message):
+    """One application result, e.g. the faces recognised in a frame.
+
+    Attributes:
+        task: what produced it, e.g. ``face.identify``.
+        data: a JSON object with the task's output.
+    """
+
+    task: str
+    data: dict[str, Any] = field(default_factory=dict)
+
+
+Message = Status | Telemetry | BenchReport | Result
+
+_CLASSES: dict[MessageKind, type[_Message]] = {
+    MessageKind.STATUS: Status,
+    MessageKind.TELEMETRY: Telemetry,
+    MessageKind.BENCH: BenchReport,
+    MessageKind.RESULT: Result,
+}
+_KINDS = {cls: kind for kind, cls in _CLASSES.items()}
+#: Fields every message on the wire must carry, although the dataclasses give them defaults.
+_ENVELOPE = ("device_id", "seq", "timestamp", "schema_version")
+
+
+def kind_of(message: Message) -> MessageKind:
+    """Return the kind of a message object.
+
+    Raises:
+        TelemetryError: if ``message`` is not one of the message classes.
+    """
+    kind = _KINDS.get(type(message))
+    if kind is None:
+        raise TelemetryError(
+            f"{type(message).__name__} is not a telemetry message; expected Status, Telemetry, BenchReport or Result"
+        )
+    return kind
+
+
+def check_name(key: str, value: str) -> str:
+    """Check a device id (one topic level: letters, digits, ``_.:-``, at most 64 characters).
+
+    Raises:
+        TelemetryError: naming ``key`` and the value if it is not a valid topic level.
+    """
+    if not isinstance(value, str) or not _NAME_RE.match(value):
+        raise TelemetryError(
+            f"{key} = {value!r}; expected 1-64 characters of letters, digits, '_', '.', ':' or '-' "
+            "(it becomes one MQTT topic level)"
+        )
+    return value
+
+
+def check_prefix(value: str) -> str:
+    """Check a topic prefix (one or more levels separated by ``/``, no wildcards).
+
+    Raises:
+        TelemetryError: naming the prefix if it is empty, has empty levels or wildcards.
+    """
+    if not isinstance(value, str) or not _PREFIX_RE.match(value):
+        raise TelemetryError(
+            f"prefix = {value!r}; expected topic levels of letters, digits, '_', '.', ':' or '-' separated "
+            "by '/', without wildcards or a leading/trailing '/'"
+        )
+    return value
+
+
+def topic_for(prefix: str, device_id: str, kind: MessageKind) -> str:
+    """Return the topic ``<prefix>/<device_id>/<kind>``."""
+    return f"{check_prefix(prefix)}/{check_name('device_id', device_id)}/{kind.value}"
+
+
+def parse_topic(prefix: str, topic: str) -> tuple[str, MessageKind]:
+    """Split a topic under ``prefix`` into (device id, kind).
+
+    Raises:
+        TelemetryError: if the topic is not ``<prefix>/<device_id>/<kind>`` with a known kind.
+    """
+    head = check_prefix(prefix) + "/"
+    parts = topic[len(head) :].split("/") if topic.startswith(head) else []
+    kinds = ", ".join(k.value for k in MessageKind)
+    if len(parts) != 2 or parts[1] not in {k.value for k in MessageKind}:
+        raise TelemetryError(f"topic {topic!r}; expected {prefix}/<device_id>/<kind> with kind one of {kinds}")
+    return check_name("device_id", parts[0]), MessageKind(parts[1])
+
+
+def to_json(message: Message) -> str:
+    """Serialise a message to compact JSON (the wire format).
+
+    Raises:
+        TelemetryError: if a field has a value JSON cannot carry faithfully (e.g. NaN).
+    """
+    kind = kind_of(message)
+    body: dict[str, Any] = {"type": kind.value}
+    for f in dataclasses.fields(message):
+        value = getattr(message, f.name)
+        if isinstance(value, float) and not math.isfinite(value):
+            raise TelemetryError(
+                f"{kind.value} message from {message.device_id!r}: field {f.name!r} = {value!r}; "
+                "expected a finite number"
+            )
+        body[f.name] = value.value if isinstance(value, enum.Enum) else value
+    try:
+        text = json.dumps(body, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise TelemetryError(f"{kind.value} message from {message.device_id!r} cannot be JSON: {exc}") from exc
+    # Never send what a reader would reject: the reader's checks are the schema.
+    from_json(text, source=f"{kind.value} message to send")
+    return text
+
+
+def from_json(data: str | bytes, source: str = "message") -> Message:
+    """Parse and validate one message.
+
+    Args:
+        data: the JSON text (or UTF-8 bytes) of one message.
+        source: where it came from (topic or file), for error messages.
+
+    Returns:
+        The typed message.
+
+    Raises:
+        TelemetryError: naming ``source`` and the field if the JSON is malformed, the type unknown, the
+            schema version different from ``SCHEMA_VERSION``, a field missing, unknown or of the wrong type.
+    """
+    try:
+        body = json.loads(data, parse_constant=_reject_constant)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise TelemetryError(f"{source}: not valid JSON ({exc})") from exc
+    if not isinstance(body, dict):
+        raise TelemetryError(f"{source}: expected a JSON object, got {type(body).__name__}")
+    kinds = ", ".join(k.value for k in MessageKind)
+    raw_kind = body.pop("type", None)
+    if raw_kind not in {k.value for k in MessageKind}:
+        raise TelemetryError(f"{source}: field 'type' = {raw_kind!r}; expected one of {kinds}")
+    version = body.get("schema_version")
+    if version != SCHEMA_VERSION or isinstance(version, bool):
+        raise TelemetryError(
+            f"{source}: field 'schema_version' = {version!r}; expected {SCHEMA_VERSION} "
+            "(sender and reader run different edge-deploy schema versions)"
+        )
+    cls = _CLASSES[MessageKind(raw_kind)]
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in dataclasses.fields(cls)]
+    unknown = sorted(set(body) - set(names))
+    if unknown:
+        raise TelemetryError(f"{source}: unknown field {unknown[0]!r} in a {raw_kind} message")
+    values = {}
+    for f in dataclasses.fields(cls):
+        if f.name not in body:
+            if _required(f):
+                raise TelemetryError(f"{source}: field {f.name!r} is missing from a {raw_kind} message")
+            continue
+        values[f.name] = _convert(source, f.name, body[f.name], hints[f.name])
+    message = cls(**values)
+    check_name(f"{source}: field 'device_id'", message.device_id)
+    return message  # type: ignore[return-value]
+
+
+def _required(f: dataclasses.Field) -> bool:
+    if f.name in _ENVELOPE:
+        return True
+    return f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not allowed")
+
+
+def _convert(source: str, name: str, value: Any, hint: Any) -> Any:
+    """Check one JSON value against a field's type hint and return it as the field's type."""
+    options = typing.get_args(hint) if isinstance(hint, types.UnionType) else (hint,)
+    for option in options:
+        ok, converted = _try_type(value, option)
+        if ok:
+            return converted
+    expected = " or ".join(_describe(o) for o in options)
+    raise TelemetryError(f"{source}: field {name!r} = {value!r}; expected {expected}")
+
+
+def _try_type(value: Any, hint: Any) -> tuple[bool, Any]:
+    if hint is type(None):
+        return value is None, None
+    if isinstance(hint, type) and issubclass(hint, enum.Enum):
+        valid = {m.value: m for m in hint}
+        return (value in valid, valid.get(value)) if isinstance(value, str) else (False, None)
+    if isinstance(value, bool):
+        return False, None
+    if hint is int:
+        return isinstance(value, int) and value >= 0, value
+    if hint is float:
+        ok = isinstance(value, int | float) and math.isfinite(value)
+        return ok, float(value) if ok else None
+    if hint is str:
+        return isinstance(value, str), value
+    if typing.get_origin(hint) is dict:
+        return isinstance(value, dict), value
+    return False, None
+
+
+def _describe(hint: Any) -> str:
+    if hint is type(None):
+        return "null"
+    if isinstance(hint, type) and issubclass(hint, enum.Enum):
+        return "one of " + ", ".join(m.value for m in hint)
+    if hint is int:
+        return "an integer >= 0"
+    if hint is float:
+        return "a finite number"
+    if hint is str:
+        return "a string"
+    return "a JSON object"

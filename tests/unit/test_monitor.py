@@ -1,0 +1,120 @@
+"""The fleet monitor's store, table and exports, fed directly (no broker)."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+
+from edge.errors import TelemetryError
+from edge.monitor import CSV_COLUMNS, DeviceRow, MonitorStore, format_table
+from edge.telemetry.plot import plot_telemetry
+from edge.telemetry.schema import DeviceState, Result, Status, Telemetry, to_json
+
+
+def tele(device: str, seq: int, p50: float, ts: float, temp: float | None = 50.0) -> bytes:
+    message = Telemetry(
+        device_id=device, seq=seq, timestamp=ts, latency_p50_ms=p50, latency_p90_ms=p50 * 2, fps=20.0 + seq,
+        temperature_c=temp,
+    )  # fmt: skip
+    return to_json(message).encode()
+
+
+def status(device: str, state: DeviceState, ts: float, dropped: int = 0) -> bytes:
+    return to_json(Status(device_id=device, timestamp=ts, state=state, dropped=dropped)).encode()
+
+
+@pytest.fixture()
+def store(tmp_path: Path):
+    s = MonitorStore(tmp_path / "m.db")
+    yield s
+    s.close()
+
+
+def test_duplicates_are_dropped_by_device_and_seq(store: MonitorStore) -> None:
+    assert store.handle("edge-deploy/pi-1/telemetry", tele("pi-1", 1, 10.0, 100.0), received=1000.0) == "stored"
+    assert store.handle("edge-deploy/pi-1/telemetry", tele("pi-1", 1, 10.0, 100.0), received=1001.0) == "duplicate"
+    assert store.handle("edge-deploy/pi-2/telemetry", tele("pi-2", 1, 10.0, 100.0), received=1001.0) == "stored"
+    result = to_json(Result(device_id="pi-1", seq=2, timestamp=101.0, task="face", data={}))
+    assert store.handle("edge-deploy/pi-1/result", result) == "stored"
+    assert (store.count(), store.count("pi-1"), store.seqs("pi-1"), store.duplicates) == (3, 2, [1, 2], 1)
+
+
+@pytest.mark.parametrize(
+    ("topic", "payload", "why"),
+    [
+        ("edge-deploy/pi-1/telemetry", b"{oops", "topic edge-deploy/pi-1/telemetry: not valid JSON"),
+        (
+            "edge-deploy/pi-2/telemetry",
+            tele("pi-1", 1, 1.0, 1.0),
+            "topic edge-deploy/pi-2/telemetry: carries a telemetry message from 'pi-1'; expected a telemetry "
+            "message from 'pi-2'",
+        ),
+        (
+            "edge-deploy/pi-1/result",
+            tele("pi-1", 1, 1.0, 1.0),
+            "topic edge-deploy/pi-1/result: carries a telemetry message from 'pi-1'; expected a result message "
+            "from 'pi-1'",
+        ),
+        ("edge-deploy/pi-1/logs", b"{}", "topic 'edge-deploy/pi-1/logs'; expected edge-deploy/<device_id>/<kind>"),
+    ],
+)
+def test_malformed_or_misaddressed_messages_are_rejected(store: MonitorStore, topic: str, payload, why: str) -> None:
+    assert store.handle(topic, payload) == "rejected"
+    assert store.last_rejection.startswith(why)
+    assert (store.rejected, store.count()) == (1, 0)
+
+
+def test_device_table_uses_newest_report_and_last_status(store: MonitorStore) -> None:
+    store.handle("edge-deploy/pi-1/status", status("pi-1", DeviceState.ONLINE, 90.0), received=1000.0)
+    store.handle("edge-deploy/pi-1/telemetry", tele("pi-1", 2, 12.0, 102.0), received=1001.0)
+    store.handle("edge-deploy/pi-1/telemetry", tele("pi-1", 1, 11.0, 101.0, temp=None), received=1002.0)
+    store.handle("edge-deploy/pi-1/status", status("pi-1", DeviceState.OFFLINE, 80.0, dropped=4), received=1003.0)
+    # A retained status replayed on subscribe shows when it was made, not that the device is alive now.
+    store.handle("edge-deploy/pi-2/status", status("pi-2", DeviceState.ONLINE, 500.0), received=1004.0, retained=True)
+    assert store.devices() == [
+        DeviceRow("pi-1", False, 12.0, 24.0, 22.0, 50.0, last_seen=1003.0, reports=2, dropped=4),
+        DeviceRow("pi-2", True, None, None, None, None, last_seen=500.0, reports=0, dropped=0),
+    ]
+    assert format_table(store.devices(), now=1010.0) == (
+        "DEVICE  STATE    P50 ms  P90 ms  FPS   TEMP C  LAST SEEN  REPORTS  DROPPED\n"
+        "pi-1    offline  12.0    24.0    22.0  50.0    7s ago     2        4\n"
+        "pi-2    online   -       -       -     -       510s ago   0        0"
+    )
+
+
+def test_export_csv(store: MonitorStore, tmp_path: Path) -> None:
+    store.handle("edge-deploy/pi-2/telemetry", tele("pi-2", 1, 5.0, 100.0))
+    store.handle("edge-deploy/pi-1/telemetry", tele("pi-1", 2, 7.0, 101.0, temp=None))
+    store.handle("edge-deploy/pi-1/telemetry", tele("pi-1", 1, 6.0, 100.5))
+    assert store.export_csv(tmp_path / "out" / "t.csv") == 3
+    with open(tmp_path / "out" / "t.csv", newline="") as fh:
+        rows = list(csv.reader(fh))
+    assert rows == [
+        list(CSV_COLUMNS),
+        ["pi-1", "1", "100.5", "6.0", "12.0", "21.0", "50.0", "0.0"],
+        ["pi-1", "2", "101.0", "7.0", "14.0", "22.0", "", "0.0"],
+        ["pi-2", "1", "100.0", "5.0", "10.0", "21.0", "50.0", "0.0"],
+    ]
+    with pytest.raises(TelemetryError) as info:
+        store.export_csv(tmp_path)  # a directory
+    assert str(info.value).startswith(f"cannot write CSV {tmp_path}: [Errno 21] Is a directory")
+
+
+def test_png_plot_draws_each_device(tmp_path: Path) -> None:
+    rows = [
+        {"device_id": d, "seq": i, "timestamp": 100.0 + i, "latency_p50_ms": 10.0 + i % 3 + k,
+         "latency_p90_ms": 20.0 + k, "fps": 25.0 - k, "temperature_c": None if i == 3 else 50.0 + i, "window_s": 1.0}
+        for k, d in enumerate(("pi-1", "pi-2")) for i in range(10)
+    ]  # fmt: skip
+    path = plot_telemetry(rows, tmp_path / "p.png")
+    img = cv2.imread(str(path))
+    assert img.shape == (780, 1000, 3)
+    blue = np.all(img == (180, 119, 31), axis=2).sum()  # first device's colour (BGR)
+    orange = np.all(img == (14, 127, 255), axis=2).sum()
+    assert blue > 500 and orange > 500
+    empty = cv2.imread(str(plot_telemetry([], tmp_path / "empty.png")))
+    assert np.all(empty == (180, 119, 31), axis=2).sum() == 0
