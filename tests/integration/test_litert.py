@@ -1,0 +1,164 @@
+"""The LiteRT backend on a real model: BlazeFace short-range from the mediapipe 0.10.21 wheel (Apache-2.0).
+
+The wheel is fetched once per session with pip (PyPI) by converters.blazeface.fetch_blazeface; it finds
+the astronaut's face in skimage's photo, and it runs through run_bench.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+
+from converters.blazeface import OUTPUTS, SHA256, fetch_blazeface, verify_blazeface
+from edge.bench import make_inputs, run_bench
+from edge.errors import ConversionError, InferenceError, InputError
+from edge.profiles import load_profile
+from edge.runtime import ModelFormat, TensorSpec, detect_format, open_model
+
+pytestmark = pytest.mark.integration
+
+NAME = "face_detection_short_range.tflite"
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("blazeface-cache")
+
+
+@pytest.fixture(scope="module")
+def blazeface(cache) -> Path:
+    return fetch_blazeface(cache)
+
+
+@pytest.fixture(scope="module")
+def model(blazeface):
+    with open_model(blazeface, threads=2) as m:
+        yield m
+
+
+def _anchors() -> np.ndarray:
+    """BlazeFace short-range anchor centres (x, y) in [0, 1]: 16x16 cells x 2, then 8x8 cells x 6."""
+    out = []
+    for grid, per_cell in ((16, 2), (8, 6)):
+        for y in range(grid):
+            for x in range(grid):
+                out += [((x + 0.5) / grid, (y + 0.5) / grid)] * per_cell
+    return np.array(out)
+
+
+def _best_face(outputs: dict[str, np.ndarray]) -> tuple[float, float, float, float]:
+    """(score, centre x, centre y, box width) of the best detection, in the 128x128 input's [0, 1] frame."""
+    logits = outputs["classificators"].reshape(-1).astype(np.float64)
+    best = int(logits.argmax())
+    reg = outputs["regressors"][0, best]
+    ax, ay = _anchors()[best]
+    score = 1.0 / (1.0 + np.exp(-np.clip(logits[best], -80, 80)))
+    return float(score), ax + reg[0] / 128, ay + reg[1] / 128, float(reg[2] / 128)
+
+
+def _as_input(rgb: np.ndarray) -> np.ndarray:
+    small = cv2.resize(rgb, (128, 128), interpolation=cv2.INTER_AREA).astype(np.float32)
+    return (small / 127.5 - 1.0)[None]
+
+
+def test_fetch_extracts_the_verified_model_and_its_licence_once(cache, blazeface):
+    assert blazeface == cache / NAME
+    assert hashlib.sha256(blazeface.read_bytes()).hexdigest() == SHA256
+    licence = (cache / "face_detection_short_range.LICENSE").read_text()
+    assert "Apache License" in licence and "Version 2.0" in licence
+    wheels = sorted(cache.glob("mediapipe-0.10.21-*.whl"))
+    assert len(wheels) == 1
+    stamp = blazeface.stat().st_mtime_ns
+    assert fetch_blazeface(cache) == blazeface  # second call: no download, no re-extraction
+    assert sorted(cache.glob("mediapipe-0.10.21-*.whl")) == wheels
+    assert blazeface.stat().st_mtime_ns == stamp
+
+
+def test_litert_is_picked_from_the_bytes_not_the_name(blazeface, tmp_path):
+    disguised = tmp_path / "face.onnx"
+    disguised.write_bytes(blazeface.read_bytes())
+    assert detect_format(disguised) is ModelFormat.TFLITE
+    with open_model(disguised, profile=load_profile("rpi4")) as m:
+        assert (m.backend, m.threads) == ("litert", 4)
+
+
+def test_specs(model):
+    assert model.inputs == (TensorSpec("input", (1, 128, 128, 3), np.dtype(np.float32)),)
+    assert {s.name: s.shape for s in model.outputs} == OUTPUTS
+    assert all(s.dtype == np.float32 for s in model.outputs)
+
+
+def test_it_finds_the_astronauts_face(model):
+    from skimage import data
+
+    photo = data.astronaut()  # 512x512 RGB; Eileen Collins' face is left of centre, in the upper third
+    score, cx, cy, width = _best_face(model.run({"input": _as_input(photo)}))
+    assert score > 0.85
+    assert 180 < cx * 512 < 280 and 80 < cy * 512 < 180
+    assert 60 < width * 512 < 140
+    blank_score, *_ = _best_face(model.run({"input": np.zeros((1, 128, 128, 3), np.float32)}))
+    assert blank_score < 0.2
+
+
+def test_wrong_inputs_name_the_input_and_what_was_expected(model):
+    cases = {
+        "shape": ({"input": np.zeros((1, 64, 64, 3), np.float32)}, "has shape (1, 64, 64, 3)"),
+        "dtype": ({"input": np.zeros((1, 128, 128, 3), np.uint8)}, "has dtype uint8"),
+    }
+    for feeds, what in cases.values():
+        with pytest.raises(InputError) as err:
+            model.run(feeds)
+        assert str(err.value) == f"{NAME}: input 'input' {what}; expected float32 (1, 128, 128, 3)"
+
+
+def test_onnxruntime_cannot_be_forced_on_a_tflite_file(blazeface):
+    with pytest.raises(InputError) as err:
+        open_model(blazeface, backend="onnxruntime")
+    assert str(err.value) == f"{blazeface}: is in TFLite format; backend 'onnxruntime' reads only ONNX and ORT"
+
+
+def test_a_truncated_tflite_is_an_inference_error(blazeface, tmp_path):
+    cut = tmp_path / "cut.tflite"
+    cut.write_bytes(blazeface.read_bytes()[:4096])
+    assert detect_format(cut) is ModelFormat.TFLITE
+    with pytest.raises(InferenceError) as err:
+        open_model(cut)
+    assert str(err.value).startswith(f"{cut}: LiteRT could not load the model (")
+
+
+def test_verification_catches_a_changed_file(blazeface, tmp_path):
+    changed = tmp_path / NAME
+    data = bytearray(blazeface.read_bytes())
+    data[-1] ^= 0xFF
+    changed.write_bytes(bytes(data))
+    digest = hashlib.sha256(bytes(data)).hexdigest()
+    with pytest.raises(ConversionError) as err:
+        verify_blazeface(changed)
+    assert str(err.value) == f"{changed}: sha256 {digest}; expected {SHA256} (mediapipe 0.10.21's file)"
+
+
+def test_a_broken_cached_wheel_is_reported(tmp_path):
+    wheel = tmp_path / "mediapipe-0.10.21-cp311-cp311-manylinux_2_28_x86_64.whl"
+    wheel.write_bytes(b"not a zip")
+    with pytest.raises(ConversionError) as err:
+        fetch_blazeface(tmp_path)
+    assert str(err.value) == (
+        f"{wheel}: cannot extract mediapipe/modules/face_detection/{NAME} (File is not a zip file)"
+    )
+
+
+def test_bench_through_litert(model, tmp_path):
+    result = run_bench(model, make_inputs(model.inputs, seed=3), count=30, warmup=3)
+    assert (result.backend, result.threads, result.runs) == ("litert", 2, 30)
+    s = result.stats
+    assert 0 < s.min <= s.p50 <= s.p90 <= s.p99 <= s.max
+    assert result.model_sha256 == SHA256
+    data = json.loads(json.dumps(result.to_dict()))
+    assert data["inputs"][0]["fed_shape"] == [1, 128, 128, 3]
+    png = result.plot_png(tmp_path / "blazeface.png")
+    assert cv2.imread(str(png)).shape == (600, 1280, 3)
