@@ -157,7 +157,7 @@ FACE_RESNET_V1: tuple[_Spec, ...] = _face_resnet_v1()
 
 
 # ---------------------------------------------------------------------------------------------------------
-class _Cursor:
+class DlibCursor:
     """Reads dlib's primitive encodings from a byte buffer, tracking what it is reading for errors."""
 
     def __init__(self, path: Path, data: bytes) -> None:
@@ -244,7 +244,7 @@ class _Cursor:
 
 
 # ---------------------------------------------------------------------------------------------------------
-def _split(cur: _Cursor, params: np.ndarray, shapes: list[tuple[int, ...]]) -> list[np.ndarray]:
+def _split(cur: DlibCursor, params: np.ndarray, shapes: list[tuple[int, ...]]) -> list[np.ndarray]:
     """Cut a layer's flat params tensor into its alias_tensors, in order."""
     flat = params.reshape(-1)
     sizes = [math.prod(s) for s in shapes]
@@ -257,7 +257,7 @@ def _split(cur: _Cursor, params: np.ndarray, shapes: list[tuple[int, ...]]) -> l
     return out
 
 
-def _read_con(cur: _Cursor) -> tuple[dict, dict]:
+def _read_con(cur: DlibCursor) -> tuple[dict, dict]:
     params = cur.read_tensor()
     num_filters, nr, nc, sy, sx, py, px = cur.read_dims(7)
     filters = cur.read_alias()
@@ -271,7 +271,7 @@ def _read_con(cur: _Cursor) -> tuple[dict, dict]:
     return {"weight": weight, "bias": bias}, hyper
 
 
-def _read_affine(cur: _Cursor) -> tuple[dict, dict]:
+def _read_affine(cur: DlibCursor) -> tuple[dict, dict]:
     params = cur.read_tensor()
     gamma = cur.read_alias()
     beta = cur.read_alias()
@@ -286,12 +286,12 @@ def _read_affine(cur: _Cursor) -> tuple[dict, dict]:
     return {"gamma": g, "beta": b}, {"channels": channels}
 
 
-def _read_pool(cur: _Cursor) -> tuple[dict, dict]:
+def _read_pool(cur: DlibCursor) -> tuple[dict, dict]:
     nr, nc, sy, sx, py, px = cur.read_dims(6)
     return {}, {"kernel": (nr, nc), "stride": (sy, sx), "padding": (py, px)}
 
 
-def _read_fc(cur: _Cursor) -> tuple[dict, dict]:
+def _read_fc(cur: DlibCursor) -> tuple[dict, dict]:
     num_outputs, num_inputs = cur.read_dims(2)
     params = cur.read_tensor()
     weights = cur.read_alias()
@@ -308,7 +308,7 @@ def _read_fc(cur: _Cursor) -> tuple[dict, dict]:
     return {"weight": weight}, {"num_outputs": num_outputs, "num_inputs": num_inputs}
 
 
-def _read_nothing(cur: _Cursor) -> tuple[dict, dict]:
+def _read_nothing(cur: DlibCursor) -> tuple[dict, dict]:
     return {}, {}
 
 
@@ -325,7 +325,7 @@ _DETAIL_READERS = {
 
 
 # ---------------------------------------------------------------------------------------------------------
-def _read_header(cur: _Cursor) -> tuple[float, float]:
+def _read_header(cur: DlibCursor) -> tuple[float, float]:
     cur.what = "the add_loss_layer header"
     cur.expect_int(1, "add_loss_layer version")
     start = cur.pos
@@ -335,7 +335,7 @@ def _read_header(cur: _Cursor) -> tuple[float, float]:
     return cur.read_float(), cur.read_float()
 
 
-def _read_wrapper_versions(cur: _Cursor) -> None:
+def _read_wrapper_versions(cur: DlibCursor) -> None:
     """Check the version of every wrapper from the output down to the input against the architecture."""
     total = len(FACE_RESNET_V1)
     for depth, (kind, tag) in enumerate(reversed(FACE_RESNET_V1)):
@@ -346,7 +346,7 @@ def _read_wrapper_versions(cur: _Cursor) -> None:
         cur.expect_int(expected, f"{name} version")
 
 
-def _read_input(cur: _Cursor) -> tuple[tuple[float, float, float], tuple[int, int]]:
+def _read_input(cur: DlibCursor) -> tuple[tuple[float, float, float], tuple[int, int]]:
     cur.what = f"the input layer {INPUT_NAME}"
     start = cur.pos
     name = cur.read_string()
@@ -357,7 +357,7 @@ def _read_input(cur: _Cursor) -> tuple[tuple[float, float, float], tuple[int, in
     return mean, (rows, cols)
 
 
-def _read_layer_tail(cur: _Cursor, innermost: bool) -> None:
+def _read_layer_tail(cur: DlibCursor, innermost: bool) -> None:
     """Skip the add_layer state after a layer's details (flags and, in a fresh file, empty tensors)."""
     for _ in range(3):
         cur.read_bool()
@@ -367,7 +367,7 @@ def _read_layer_tail(cur: _Cursor, innermost: bool) -> None:
         cur.read_int()  # sample_expansion_factor
 
 
-def _read_layer(cur: _Cursor, kind: LayerKind, tag: int | None, index: int, count: int) -> DlibLayer:
+def _read_layer(cur: DlibCursor, kind: LayerKind, tag: int | None, index: int, count: int) -> DlibLayer:
     cur.what = f"the version string of {kind.value} layer {index} of {count}"
     start = cur.pos
     version = cur.read_string()
@@ -402,7 +402,7 @@ def read_dlib_face_net(path: Path) -> DlibFaceNet:
         raise ConversionError(f"{path}: cannot read the dlib model ({exc.strerror or exc})") from exc
     if not data:
         raise ConversionError(f"{path}: empty file; expected a dlib serialized network ({LOSS_NAME} ...)")
-    cur = _Cursor(path, data)
+    cur = DlibCursor(path, data)
     try:
         margin, threshold = _read_header(cur)
     except ConversionError as exc:

@@ -1,0 +1,231 @@
+"""A gallery of known people: name -> descriptors, enrolment from folders, matching, and a versioned file.
+
+The file is a NumPy ``.npz`` (no pickles) holding ``schema_version`` (int), ``names`` (unicode [P]),
+``owner`` (int64 [N], index into names) and ``descriptors`` (float32 [N, 128]).
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+
+from edge.errors import EdgeDeployError, InputError
+from edge.face.types import DLIB_SAME_PERSON_THRESHOLD
+from edge.imageio import load_image
+
+GALLERY_SCHEMA_VERSION = 1
+DESCRIPTOR_SIZE = 128
+#: Suffixes enrol_folder reads; other files are listed as skipped.
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".webp")
+_KEYS = ("schema_version", "names", "owner", "descriptors")
+
+
+class _Analyzer(Protocol):
+    def analyze(self, rgb: np.ndarray) -> list: ...
+
+
+@dataclass(frozen=True)
+class Match:
+    """Result of a gallery look-up: the nearest person's name, or None when nobody is within threshold."""
+
+    name: str | None
+    distance: float
+
+
+@dataclass
+class EnrollmentReport:
+    """What ``enroll_folder`` did: descriptors added per person, and files skipped with the reason."""
+
+    enrolled: dict[str, int] = field(default_factory=dict)
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+
+
+def _check_descriptors(values: object, what: str) -> np.ndarray:
+    arr = np.asarray(values, dtype=np.float32)
+    if arr.ndim == 1:
+        arr = arr[None, :]
+    if arr.ndim != 2 or arr.shape[1] != DESCRIPTOR_SIZE:
+        raise InputError(f"{what}: descriptors of shape {np.shape(values)}; expected ({DESCRIPTOR_SIZE},) or (N, 128)")
+    if arr.shape[0] == 0:
+        raise InputError(f"{what}: no descriptors; expected at least one of shape ({DESCRIPTOR_SIZE},)")
+    if not np.all(np.isfinite(arr)):
+        raise InputError(f"{what}: descriptors contain NaN or infinity")
+    return arr
+
+
+class Gallery:
+    """Known people and their face descriptors (several per person are kept; the nearest one counts)."""
+
+    def __init__(self) -> None:
+        self._people: dict[str, np.ndarray] = {}
+
+    @property
+    def names(self) -> list[str]:
+        """Enrolled names, sorted."""
+        return sorted(self._people)
+
+    def __len__(self) -> int:
+        return len(self._people)
+
+    def descriptors(self, name: str) -> np.ndarray:
+        """float32 [k, 128] of one person. Raises InputError for an unknown name."""
+        if name not in self._people:
+            raise InputError(f"gallery: no person named '{name}'; enrolled: {', '.join(self.names) or 'none'}")
+        return self._people[name].copy()
+
+    def add(self, name: str, descriptors: np.ndarray, what: str | None = None) -> None:
+        """Add one descriptor [128] or several [N, 128] to a person (created if new).
+
+        Args:
+            name: the person.
+            descriptors: float [128] or [N, 128], N >= 1.
+            what: how to name the source in error messages (default: the person).
+
+        Raises:
+            InputError: for an empty name or descriptors of the wrong shape.
+        """
+        if not isinstance(name, str) or not name.strip():
+            raise InputError(f"gallery: person name {name!r}; expected a non-empty string")
+        arr = _check_descriptors(descriptors, what or f"gallery person '{name}'")
+        old = self._people.get(name, np.zeros((0, DESCRIPTOR_SIZE), np.float32))
+        self._people[name] = np.concatenate([old, arr])
+
+    def match(self, descriptor: np.ndarray, threshold: float = DLIB_SAME_PERSON_THRESHOLD) -> Match:
+        """The nearest enrolled person, if within ``threshold`` (Euclidean, ``<=`` as face_recognition).
+
+        Args:
+            descriptor: float [128].
+            threshold: largest distance still counted as the same person.
+
+        Returns:
+            Match(name, distance); name is None when the nearest person is farther than the threshold
+            or the gallery is empty (distance is then ``inf``).
+
+        Raises:
+            InputError: if the descriptor is not [128].
+        """
+        query = _check_descriptors(descriptor, "gallery.match")
+        if query.shape[0] != 1:
+            raise InputError(f"gallery.match: got {query.shape[0]} descriptors; expected one of shape (128,)")
+        best_name, best = None, math.inf
+        for name, stored in self._people.items():
+            dist = float(np.min(np.linalg.norm(stored - query, axis=1)))
+            if dist < best:
+                best_name, best = name, dist
+        return Match(best_name if best <= threshold else None, best)
+
+    def enroll_folder(self, folder: str | Path, pipeline: _Analyzer) -> EnrollmentReport:
+        """Enrol every person of ``folder``: one sub-folder per person, named after them, holding photos.
+
+        Each photo must show the person; when it shows several faces the largest is taken. Photos with
+        no face, unreadable files and files of other types are skipped and listed in the report.
+
+        Args:
+            folder: the gallery folder.
+            pipeline: anything with ``analyze(rgb) -> list[Face]``, e.g. FacePipeline.
+
+        Returns:
+            EnrollmentReport with descriptors added per person and skipped files with reasons.
+
+        Raises:
+            InputError: if the folder is missing, has no sub-folder, or no photo yielded a face.
+        """
+        root = Path(folder)
+        if not root.is_dir():
+            raise InputError(f"{root}: not a folder; expected one sub-folder of photos per person")
+        people = sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
+        if not people:
+            raise InputError(f"{root}: no sub-folders; expected one sub-folder of photos per person")
+        report = EnrollmentReport()
+        for person in people:
+            for path in sorted(p for p in person.iterdir() if p.is_file() and not p.name.startswith(".")):
+                reason = self._enroll_photo(person.name, path, pipeline)
+                if reason is None:
+                    report.enrolled[person.name] = report.enrolled.get(person.name, 0) + 1
+                else:
+                    report.skipped.append((str(path), reason))
+        if not report.enrolled:
+            raise InputError(f"{root}: no face found in any photo ({len(report.skipped)} files skipped)")
+        return report
+
+    def _enroll_photo(self, name: str, path: Path, pipeline: _Analyzer) -> str | None:
+        if path.suffix.lower() not in IMAGE_SUFFIXES:
+            return f"not an image suffix ({', '.join(IMAGE_SUFFIXES)})"
+        try:
+            faces = pipeline.analyze(load_image(path))
+        except EdgeDeployError as exc:
+            return str(exc)
+        if not faces:
+            return "no face found"
+
+        def area(face) -> float:
+            x1, y1, x2, y2 = face.detection.box
+            return (x2 - x1) * (y2 - y1)
+
+        self.add(name, max(faces, key=area).descriptor)
+        return None
+
+    def save(self, path: str | Path) -> Path:
+        """Write the gallery to ``path`` (.npz content, whatever the suffix). Returns the path."""
+        path = Path(path)
+        names = self.names
+        owner = np.concatenate([np.full(len(self._people[n]), i, np.int64) for i, n in enumerate(names)] or [[]])
+        desc = np.concatenate([self._people[n] for n in names]) if names else np.zeros((0, DESCRIPTOR_SIZE))
+        buf = io.BytesIO()
+        np.savez(
+            buf,
+            schema_version=np.array(GALLERY_SCHEMA_VERSION, np.int64),
+            names=np.array(names, dtype=np.str_),
+            owner=owner.astype(np.int64),
+            descriptors=desc.astype(np.float32),
+        )
+        path.write_bytes(buf.getvalue())
+        return path
+
+    @classmethod
+    def load(cls, path: str | Path) -> Gallery:
+        """Read a gallery written by ``save``.
+
+        Raises:
+            InputError: naming the file (and key) when it is missing, not a gallery, of another schema
+                version, or a key is missing or of the wrong shape.
+        """
+        path = Path(path)
+        if not path.is_file():
+            raise InputError(f"{path}: no such gallery file")
+        try:
+            with np.load(path, allow_pickle=False) as npz:
+                data = {k: npz[k] for k in npz.files}
+        except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
+            raise InputError(f"{path}: not a gallery file (expected NumPy .npz: {exc})") from exc
+        return cls._from_arrays(path, data)
+
+    @classmethod
+    def _from_arrays(cls, path: Path, data: dict[str, np.ndarray]) -> Gallery:
+        for key in _KEYS:
+            if key not in data:
+                raise InputError(f"{path}: key '{key}' missing; a gallery file holds {', '.join(_KEYS)}")
+        version = data["schema_version"]
+        if version.shape != () or not np.issubdtype(version.dtype, np.integer):
+            raise InputError(f"{path}: key 'schema_version' has shape {version.shape}; expected an integer")
+        if int(version) != GALLERY_SCHEMA_VERSION:
+            raise InputError(f"{path}: schema_version = {int(version)}; expected {GALLERY_SCHEMA_VERSION}")
+        names, owner, desc = data["names"], data["owner"], data["descriptors"]
+        if names.ndim != 1 or names.dtype.kind != "U":
+            raise InputError(f"{path}: key 'names' is {names.dtype} {names.shape}; expected 1-D strings")
+        if desc.ndim != 2 or desc.shape[1] != DESCRIPTOR_SIZE:
+            raise InputError(f"{path}: key 'descriptors' has shape {desc.shape}; expected (N, {DESCRIPTOR_SIZE})")
+        if owner.shape != (desc.shape[0],) or owner.dtype.kind not in "iu":
+            raise InputError(f"{path}: key 'owner' has shape {owner.shape}; expected ({desc.shape[0]},) integers")
+        if owner.size and (owner.min() < 0 or owner.max() >= len(names)):
+            raise InputError(f"{path}: key 'owner' has indices outside 0..{len(names) - 1}")
+        gallery = cls()
+        for i, name in enumerate(names.tolist()):
+            gallery.add(name, desc[owner == i], what=f"{path}: person '{name}'")
+        return gallery

@@ -1,0 +1,71 @@
+"""edge.face.align against dlib itself: the same chip, bit for bit, from the same transform."""
+
+from __future__ import annotations
+
+import cv2
+import numpy as np
+import pytest
+
+from converters.facedata import EVAL_PHOTOS
+from converters.reference import dlib_model_path
+from edge.face import align
+
+pytestmark = pytest.mark.integration
+dlib = pytest.importorskip("dlib")
+
+# get_face_chip_details' 68-point branch: points 27..54 and 60..64 of the mean face (no brows, no lower lip)
+_DLIB68_POINTS = [i for i in range(17, 68) if not (55 <= i <= 59 or 65 <= i <= 67 or 17 <= i <= 26)]
+
+
+@pytest.fixture(scope="module")
+def models():
+    return dlib.get_frontal_face_detector(), dlib.shape_predictor(str(dlib_model_path("landmarks68")))
+
+
+@pytest.mark.parametrize("scale", [1.0, 3.0, 6.0])  # no pyramid, one level, two levels
+@pytest.mark.parametrize("photo", ["astronaut", "t1"])
+def test_warp_is_bit_exact_with_dlib_get_face_chip(models, photo, scale):
+    detector, shape68 = models
+    rgb = next(p for p in EVAL_PHOTOS if p.name == photo).load()
+    if scale != 1.0:
+        rgb = cv2.resize(rgb, None, fx=scale, fy=scale, interpolation=cv2.INTER_CUBIC)
+    rects = detector(rgb, 1 if scale == 1.0 else 0)
+    assert len(rects) >= 1
+    mean = np.stack([align._MEAN_FACE_X, align._MEAN_FACE_Y], axis=1)
+    template = (0.25 + mean[[i - 17 for i in _DLIB68_POINTS]]) / 1.5 * 150
+    for rect in rects:
+        shape = shape68(rgb, rect)
+        pts = np.array([[p.x, p.y] for p in shape.parts()], np.float64)[_DLIB68_POINTS]
+        ours = align.warp_chip(rgb, align._chip_to_image(template, pts, 150), 150)
+        theirs = dlib.get_face_chip(rgb, shape, 150, 0.25)
+        assert np.array_equal(ours, theirs), (
+            f"{photo} x{scale} {rect}: max diff {np.abs(ours.astype(int) - theirs).max()}"
+        )
+
+
+def test_five_point_chip_describes_the_face_like_dlibs_own_chip(models):
+    """Our 5-point alignment (from dlib's 68 landmarks) vs dlib's 68-point chip: same person, always."""
+    detector, shape68 = models
+    encoder = dlib.face_recognition_model_v1(str(dlib_model_path("embedder")))
+    rgb = next(p for p in EVAL_PHOTOS if p.name == "t1").load()
+    dists = []
+    for rect in detector(rgb, 1):
+        shape = shape68(rgb, rect)
+        five = align.five_points_from_68(np.array([[p.x, p.y] for p in shape.parts()], np.float64))
+        ours = np.array(encoder.compute_face_descriptor(align.align_chip(rgb, five)))
+        theirs = np.array(encoder.compute_face_descriptor(dlib.get_face_chip(rgb, shape, 150, 0.25)))
+        dists.append(float(np.linalg.norm(ours - theirs)))
+    print("5-point (ours) vs 68-point (dlib) descriptor distances:", np.round(dists, 4))
+    assert len(dists) == 6
+    assert max(dists) < 0.3  # same-person threshold is 0.6
+
+
+def test_dlib5_chip_is_bit_exact_with_dlib(models):
+    detector, _ = models
+    shape5 = dlib.shape_predictor(str(dlib_model_path("landmarks5")))
+    for photo in EVAL_PHOTOS:
+        rgb = photo.load()
+        for rect in detector(rgb, 1):
+            shape = shape5(rgb, rect)
+            pts = np.array([[p.x, p.y] for p in shape.parts()], np.float64)
+            assert np.array_equal(align.align_chip_dlib5(rgb, pts), dlib.get_face_chip(rgb, shape, 150, 0.25))

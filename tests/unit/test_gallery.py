@@ -1,0 +1,166 @@
+"""edge.face.gallery: matching, the versioned file, and folder errors (enrolment itself: integration)."""
+
+from __future__ import annotations
+
+import io
+import math
+
+import numpy as np
+import pytest
+
+from edge.errors import InputError
+from edge.face.gallery import GALLERY_SCHEMA_VERSION, Gallery, Match
+
+
+def _unit(seed: int) -> np.ndarray:
+    v = np.random.default_rng(seed).normal(size=128)
+    return (v / np.linalg.norm(v) * 0.5).astype(np.float32)
+
+
+def _gallery() -> Gallery:
+    g = Gallery()
+    g.add("alice", np.stack([_unit(1), _unit(2)]))
+    g.add("bob", _unit(3))
+    return g
+
+
+def test_match_takes_the_nearest_descriptor_of_the_nearest_person():
+    g = _gallery()
+    q = _unit(2) + 0.01
+    m = g.match(q)
+    assert m.name == "alice"
+    assert m.distance == pytest.approx(float(np.linalg.norm(_unit(2) - q)), rel=1e-6)
+
+
+def test_threshold_is_inclusive_as_face_recognition():
+    g = Gallery()
+    base = np.zeros(128, np.float32)
+    g.add("carol", base)
+    at = base.copy()
+    at[0] = 0.5  # exactly representable: distance 0.5
+    assert g.match(at, threshold=0.5) == Match("carol", 0.5)
+    assert g.match(at, threshold=0.4999) == Match(None, 0.5)
+
+
+def test_unknown_and_empty():
+    assert _gallery().match(-_unit(1)).name is None
+    m = Gallery().match(_unit(1))
+    assert m.name is None and math.isinf(m.distance)
+
+
+def test_add_and_match_reject_bad_shapes():
+    g = Gallery()
+    with pytest.raises(InputError) as err:
+        g.add("dave", np.zeros(64))
+    assert str(err.value) == "gallery person 'dave': descriptors of shape (64,); expected (128,) or (N, 128)"
+    with pytest.raises(InputError) as err:
+        g.add("", np.zeros(128))
+    assert str(err.value) == "gallery: person name ''; expected a non-empty string"
+    with pytest.raises(InputError) as err:
+        g.add("erin", np.zeros((0, 128)))
+    assert str(err.value) == "gallery person 'erin': no descriptors; expected at least one of shape (128,)"
+    with pytest.raises(InputError) as err:
+        _gallery().match(np.zeros((2, 128)))
+    assert str(err.value) == "gallery.match: got 2 descriptors; expected one of shape (128,)"
+    with pytest.raises(InputError) as err:
+        _gallery().descriptors("zed")
+    assert str(err.value) == "gallery: no person named 'zed'; enrolled: alice, bob"
+
+
+def test_save_load_round_trip_is_exact(tmp_path):
+    g = _gallery()
+    path = g.save(tmp_path / "people.gallery")  # the suffix is the caller's: no .npz appended
+    assert path.is_file() and path.name == "people.gallery"
+    back = Gallery.load(path)
+    assert back.names == ["alice", "bob"]
+    assert np.array_equal(back.descriptors("alice"), g.descriptors("alice"))
+    assert back.match(_unit(3)) == Match("bob", 0.0)
+
+
+def _write(path, **arrays):
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)
+    path.write_bytes(buf.getvalue())
+    return path
+
+
+def _valid_arrays() -> dict:
+    return {
+        "schema_version": np.array(GALLERY_SCHEMA_VERSION),
+        "names": np.array(["alice"]),
+        "owner": np.zeros(2, np.int64),
+        "descriptors": np.zeros((2, 128), np.float32),
+    }
+
+
+def test_missing_key(tmp_path):
+    arrays = _valid_arrays()
+    del arrays["owner"]
+    path = _write(tmp_path / "g.npz", **arrays)
+    with pytest.raises(InputError) as err:
+        Gallery.load(path)
+    assert (
+        str(err.value) == f"{path}: key 'owner' missing; a gallery file holds schema_version, names, owner, descriptors"
+    )
+
+
+def test_wrong_descriptor_shape(tmp_path):
+    path = _write(tmp_path / "g.npz", **(_valid_arrays() | {"descriptors": np.zeros((2, 64), np.float32)}))
+    with pytest.raises(InputError) as err:
+        Gallery.load(path)
+    assert str(err.value) == f"{path}: key 'descriptors' has shape (2, 64); expected (N, 128)"
+
+
+def test_owner_shape_and_range(tmp_path):
+    path = _write(tmp_path / "g.npz", **(_valid_arrays() | {"owner": np.zeros(3, np.int64)}))
+    with pytest.raises(InputError) as err:
+        Gallery.load(path)
+    assert str(err.value) == f"{path}: key 'owner' has shape (3,); expected (2,) integers"
+    path = _write(tmp_path / "h.npz", **(_valid_arrays() | {"owner": np.array([0, 5])}))
+    with pytest.raises(InputError) as err:
+        Gallery.load(path)
+    assert str(err.value) == f"{path}: key 'owner' has indices outside 0..0"
+
+
+def test_person_without_descriptors(tmp_path):
+    path = _write(tmp_path / "g.npz", **(_valid_arrays() | {"names": np.array(["alice", "bob"])}))
+    with pytest.raises(InputError) as err:
+        Gallery.load(path)
+    assert str(err.value) == f"{path}: person 'bob': no descriptors; expected at least one of shape (128,)"
+
+
+def test_other_schema_version(tmp_path):
+    path = _write(tmp_path / "g.npz", **(_valid_arrays() | {"schema_version": np.array(99)}))
+    with pytest.raises(InputError) as err:
+        Gallery.load(path)
+    assert str(err.value) == f"{path}: schema_version = 99; expected {GALLERY_SCHEMA_VERSION}"
+
+
+def test_not_a_gallery_file(tmp_path):
+    path = tmp_path / "g.npz"
+    path.write_text("names,descriptors\n")
+    with pytest.raises(InputError) as err:
+        Gallery.load(path)
+    assert str(err.value).startswith(f"{path}: not a gallery file (expected NumPy .npz: ")
+    with pytest.raises(InputError) as err:
+        Gallery.load(tmp_path / "none.npz")
+    assert str(err.value) == f"{tmp_path / 'none.npz'}: no such gallery file"
+
+
+def test_enroll_folder_errors_before_any_model_runs(tmp_path):
+    g = Gallery()
+    with pytest.raises(InputError) as err:
+        g.enroll_folder(tmp_path / "missing", pipeline=None)
+    assert str(err.value) == f"{tmp_path / 'missing'}: not a folder; expected one sub-folder of photos per person"
+    (tmp_path / "loose.jpg").write_bytes(b"x")
+    with pytest.raises(InputError) as err:
+        g.enroll_folder(tmp_path, pipeline=None)
+    assert str(err.value) == f"{tmp_path}: no sub-folders; expected one sub-folder of photos per person"
+
+
+def test_corrupt_zip(tmp_path):
+    path = tmp_path / "g.npz"
+    path.write_bytes(b"PK\x03\x04" + b"\x00" * 40)
+    with pytest.raises(InputError) as err:
+        Gallery.load(path)
+    assert str(err.value).startswith(f"{path}: not a gallery file (expected NumPy .npz: ")

@@ -1,0 +1,108 @@
+"""edge.face.shape5 and converters.dlib_shape on small hand-made models (the real one: integration)."""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pytest
+
+from converters.dlib_shape import read_shape_predictor
+from edge.errors import ConversionError, InputError
+from edge.face.shape5 import SHAPE5_SCHEMA_VERSION, ShapePredictor, hog_like_rect
+
+
+def _tiny_model() -> dict[str, np.ndarray]:
+    """One level, one tree of depth 1: compares two pixels and moves both points by +-0.1 of the box."""
+    return {
+        "schema_version": np.array(SHAPE5_SCHEMA_VERSION),
+        "initial_shape": np.array([[0.25, 0.5], [0.75, 0.5]], np.float32),
+        "split_idx": np.array([[[[0, 1]]]], np.int32),  # feature 0 - feature 1 > thresh -> left leaf
+        "split_thresh": np.array([[[10.0]]], np.float32),
+        "leaf_values": np.array([[[[[0.1, 0.0], [0.1, 0.0]], [[-0.1, 0.0], [-0.1, 0.0]]]]], np.float32),
+        "anchor_idx": np.array([[0, 1]], np.int32),  # feature i sits on point i, no offset
+        "deltas": np.zeros((1, 2, 2), np.float32),
+    }
+
+
+def _save(path, arrays):
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)
+    path.write_bytes(buf.getvalue())
+    return path
+
+
+def test_tree_walk_and_box_mapping(tmp_path):
+    sp = ShapePredictor(_save(tmp_path / "m.npz", _tiny_model()))
+    img = np.zeros((60, 60, 3), np.uint8)
+    rect = (10, 10, 50, 50)  # unit box -> x = 10 + 40 u
+    # point 0 at (20, 30), point 1 at (40, 30): equal pixels, 0 - 0 > 10 is false -> right leaf (-0.1)
+    assert np.array_equal(sp.predict(img, rect), [[16.0, 30.0], [36.0, 30.0]])
+    img[30, 20] = (90, 90, 90)  # intensity (r+g+b)//3 = 90 at point 0: 90 - 0 > 10 -> left leaf (+0.1)
+    assert np.array_equal(sp.predict(img, rect), [[24.0, 30.0], [44.0, 30.0]])
+    assert sp.num_points == 2
+
+
+def test_pixels_outside_the_image_read_as_zero(tmp_path):
+    sp = ShapePredictor(_save(tmp_path / "m.npz", _tiny_model()))
+    img = np.full((20, 20, 3), 200, np.uint8)
+    # point 0 at x 10 inside (200), point 1 at x 30 outside (0): 200 - 0 > 10 -> left leaf
+    assert np.array_equal(sp.predict(img, (0, 0, 40, 20)), [[14.0, 10.0], [34.0, 10.0]])  # x = 40 u
+
+
+def test_hog_like_rect_is_square_and_follows_the_measured_offsets():
+    left, top, right, bottom = hog_like_rect((100.0, 100.0, 200.0, 220.0))
+    assert right - left == bottom - top  # square, as HOG's
+    assert right - left + 1 == round(0.968 * 110)
+    assert (left + right + 1) / 2 == pytest.approx(150 - 0.007 * 110, abs=1)
+    assert (top + bottom + 1) / 2 == pytest.approx(160 + 0.055 * 110, abs=1)
+
+
+def test_load_errors(tmp_path):
+    arrays = _tiny_model()
+    del arrays["deltas"]
+    path = _save(tmp_path / "a.npz", arrays)
+    with pytest.raises(InputError) as err:
+        ShapePredictor(path)
+    assert str(err.value) == (
+        f"{path}: key 'deltas' missing; expected schema_version, initial_shape, split_idx, split_thresh, "
+        "leaf_values, anchor_idx, deltas"
+    )
+    path = _save(tmp_path / "b.npz", _tiny_model() | {"leaf_values": np.zeros((1, 1, 3, 2, 2), np.float32)})
+    with pytest.raises(InputError) as err:
+        ShapePredictor(path)
+    assert str(err.value) == f"{path}: key 'leaf_values' has shape (1, 1, 3, 2, 2); expected (1, 1, 2, 2, 2)"
+    path = _save(tmp_path / "c.npz", _tiny_model() | {"schema_version": np.array(7)})
+    with pytest.raises(InputError) as err:
+        ShapePredictor(path)
+    assert str(err.value) == f"{path}: schema_version = 7; expected {SHAPE5_SCHEMA_VERSION}"
+    with pytest.raises(InputError) as err:
+        ShapePredictor(tmp_path / "none.npz")
+    assert str(err.value) == (
+        f"{tmp_path / 'none.npz'}: shape predictor not found; export it with converters.dlib_shape"
+    )
+
+
+def test_predict_rejects_non_rgb(tmp_path):
+    sp = ShapePredictor(_save(tmp_path / "m.npz", _tiny_model()))
+    with pytest.raises(InputError) as err:
+        sp.predict(np.zeros((5, 5), np.uint8), (0, 0, 4, 4))
+    assert str(err.value) == "shape predictor: image is uint8 (5, 5); expected uint8 array [H, W, 3] (RGB)"
+
+
+def _int(v: int) -> bytes:
+    """dlib's integer encoding: tag byte (size, bit 7 = negative), then little-endian bytes."""
+    mag = abs(v).to_bytes(max(1, (abs(v).bit_length() + 7) // 8), "little") if v else b""
+    return bytes([len(mag) | (0x80 if v < 0 else 0)]) + mag
+
+
+def test_reader_rejects_other_versions_and_truncation(tmp_path):
+    path = tmp_path / "sp.dat"
+    path.write_bytes(_int(2))
+    with pytest.raises(ConversionError) as err:
+        read_shape_predictor(path)
+    assert str(err.value) == f"{path}: version 2; expected 1 while reading the shape predictor header"
+    path.write_bytes(_int(1) + _int(-4) + _int(-1) + _int(3))  # a 4-vector cut after one byte
+    with pytest.raises(ConversionError) as err:
+        read_shape_predictor(path)
+    assert str(err.value).startswith(f"{path}: truncated at byte ")
