@@ -84,6 +84,15 @@ DLIB_RESNET = ModelSource(
     description="dlib face recognition ResNet-29 (128-d descriptor, 150x150 chip; LFW 99.38 %)",
 )
 
+DLIB_SHAPE5 = ModelSource(
+    key="dlib-shape5",
+    package="face-recognition-models",
+    module="face_recognition_models",
+    relpath="models/shape_predictor_5_face_landmarks.dat",
+    licence="CC0-1.0",
+    description="dlib 5-point face landmark model (ensemble of regression trees), run in numpy on the device",
+)
+
 MTCNN_NETS = {
     net: ModelSource(
         key=f"mtcnn-{net}",
@@ -105,4 +114,4 @@ SMOLLM2 = ModelSource(
     description="SmolLM2-135M-Instruct, GGUF Q4_1 (llama architecture, 134.5 M parameters)",
 )
 
-ALL_SOURCES = (DLIB_RESNET, *MTCNN_NETS.values(), SMOLLM2)
+ALL_SOURCES = (DLIB_RESNET, DLIB_SHAPE5, *MTCNN_NETS.values(), SMOLLM2)

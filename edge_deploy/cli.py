@@ -24,8 +24,8 @@ examples:
   edge-deploy convert face --target rpi4 -o out/face
                                            export dlib's ResNet embedder and MTCNN to ONNX, prove them
                                            equal to their sources, write a validation report
-  edge-deploy face enroll out/face gallery_photos/ -o out/gallery.json
-  edge-deploy face recognize out/face photo.jpg --gallery out/gallery.json
+  edge-deploy face enroll out/face gallery_photos/ -o out/gallery.npz
+  edge-deploy face recognize out/face photo.jpg --gallery out/gallery.npz
   edge-deploy demo -o out/demo             the whole face job on the photos shipped in packages
 
 Every subcommand has --help. Exit codes: 0 ok, 1 error, 2 bad profile, 3 bad input, 4 conversion failed,
@@ -93,7 +93,6 @@ def _add_targets(sub: argparse._SubParsersAction) -> None:
 
 def _cmd_convert_face(args: argparse.Namespace) -> int:
     from converters.face import convert_face
-
     from edge.progress import StepProgress
 
     profile = load_profile(args.target, Path(args.profiles))
@@ -130,7 +129,18 @@ def _add_convert(sub: argparse._SubParsersAction) -> None:
 
 # --- main -------------------------------------------------------------------------------------------------
 
-_REGISTRARS: list[Callable[[argparse._SubParsersAction], None]] = [_add_targets, _add_convert]
+
+def _registrars() -> list[Callable[[argparse._SubParsersAction], None]]:
+    from edge_deploy import device_commands, face_commands
+
+    return [
+        _add_targets,
+        _add_convert,
+        face_commands.add_face,
+        face_commands.add_demo,
+        device_commands.add_bench,
+        device_commands.add_monitor,
+    ]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -143,7 +153,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"edge-deploy {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for register in _REGISTRARS:
+    for register in _registrars():
         register(sub)
     return parser
 

@@ -22,6 +22,7 @@ the box, which misaligns boxes and scores), and NMS breaks score ties by index (
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from enum import Enum
 from pathlib import Path
 
@@ -275,7 +276,7 @@ class MtcnnDetector:
 
     def __init__(
         self,
-        model_dir: Path,
+        model_dir: Path | Mapping[str, Path],
         threads: int = 1,
         min_face_size: int = 20,
         thresholds: tuple[float, float, float] = (0.6, 0.7, 0.7),
@@ -284,7 +285,8 @@ class MtcnnDetector:
         """Load the three nets.
 
         Args:
-            model_dir: folder with ``mtcnn_pnet.onnx``, ``mtcnn_rnet.onnx``, ``mtcnn_onet.onnx``.
+            model_dir: folder with ``mtcnn_pnet.onnx``, ``mtcnn_rnet.onnx``, ``mtcnn_onet.onnx``, or a
+                mapping ``{"pnet": path, "rnet": path, "onet": path}`` (e.g. quantized files).
             threads: intra-op threads of each ONNX Runtime session.
             min_face_size: smallest face side to find, in pixels.
             thresholds: face-probability thresholds of PNet, RNet and ONet.
@@ -307,7 +309,7 @@ class MtcnnDetector:
         options.inter_op_num_threads = 1
         sessions = {}
         for name, file in MODEL_FILES.items():
-            path = Path(model_dir) / file
+            path = Path(model_dir[name]) if isinstance(model_dir, Mapping) else Path(model_dir) / file
             if not path.is_file():
                 raise InferenceError(f"{path}: MTCNN model file not found; export it with converters.mtcnn")
             try:

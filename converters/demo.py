@@ -1,0 +1,149 @@
+"""The main job (``edge-deploy demo``): convert the face models, enroll a gallery, recognise, print matches.
+
+Everything comes from photos shipped in Python packages (see converters.facedata): the gallery is one crop
+of each person's original photo; the queries are other views of the same photos (seeded pose, scale, light,
+blur and JPEG changes). One person is held out of the gallery, so the demo shows 'unknown' too.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import cv2
+import numpy as np
+
+from converters.face import FaceBuild, convert_face
+from converters.face_agreement import match_boxes
+from converters.facedata import EVAL_PHOTOS, make_eval_images
+from edge.face.gallery import Gallery
+from edge.face.models import open_face_pipeline
+from edge.face.recognize import recognize_image
+from edge.profiles import TargetProfile
+from edge.progress import ProgressFn, silent
+from edge.runtime import default_threads
+
+#: The person left out of the gallery, to show an unknown face being reported as unknown.
+HELD_OUT = "t1_person6"
+#: Seed of the query views (the evaluation set uses seed 0).
+DEMO_SEED = 1
+#: Margin around the annotated face box when cropping an enrollment photo, as a fraction of the box side.
+CROP_MARGIN = 0.8
+
+
+@dataclass
+class DemoResult:
+    """Counts and per-image matches of one demo run."""
+
+    out_dir: Path
+    build: FaceBuild
+    enrolled: dict[str, int]
+    images: list[dict] = field(default_factory=list)
+
+    def _faces(self) -> list[dict]:
+        return [f for im in self.images for f in im["faces"]]
+
+    @property
+    def counts(self) -> dict[str, int]:
+        faces = self._faces()
+        annotated = [f for f in faces if f["expected"] is not None or f["held_out"]]
+        return {
+            "images": len(self.images),
+            "annotated_faces": sum(im["annotated"] for im in self.images),
+            "found": len(annotated),
+            "named_correctly": sum(f["correct"] for f in annotated),
+            "wrong_name": sum(not f["correct"] for f in annotated),
+            "extra_detections": len(faces) - len(annotated),
+        }
+
+    @property
+    def passed(self) -> bool:
+        return self.counts["wrong_name"] == 0
+
+    def to_dict(self) -> dict:
+        return {
+            "out_dir": str(self.out_dir),
+            "passed": self.passed,
+            "counts": self.counts,
+            "held_out": HELD_OUT,
+            "enrolled": self.enrolled,
+            "conversion": self.build.to_dict(),
+            "images": self.images,
+        }
+
+    def summary(self) -> str:
+        lines = [self.build.summary(), "", f"gallery: {len(self.enrolled)} people ({HELD_OUT} held out)", ""]
+        for im in self.images:
+            lines.append(f"{im['image']}:")
+            for f in im["faces"]:
+                who = f["name"] or "unknown"
+                truth = f["expected"] or ("held out" if f["held_out"] else "not a face")
+                mark = "ok" if f["correct"] else ("--" if f["expected"] is None and not f["held_out"] else "WRONG")
+                lines.append(f"  {who:16} distance {f['distance']:.3f}  (truth: {truth}) {mark}")
+        c = self.counts
+        lines += [
+            "",
+            f"{c['named_correctly']} of {c['found']} found faces named correctly ({c['annotated_faces']} annotated,"
+            f" {c['wrong_name']} wrong, {c['extra_detections']} extra detections) in {c['images']} images",
+            f"results: {self.out_dir / 'results.json'}",
+        ]
+        return "\n".join(lines)
+
+
+def _write_gallery_photos(folder: Path) -> None:
+    """One crop per annotated person of each original photo, except the held-out one."""
+    for photo in EVAL_PHOTOS:
+        rgb = photo.load()
+        h, w = rgb.shape[:2]
+        for face in photo.faces:
+            if face.identity == HELD_OUT:
+                continue
+            x1, y1, x2, y2 = face.box
+            m = CROP_MARGIN * max(x2 - x1, y2 - y1)
+            crop = rgb[max(0, int(y1 - m)) : min(h, int(y2 + m)), max(0, int(x1 - m)) : min(w, int(x2 + m))]
+            person = folder / face.identity
+            person.mkdir(parents=True, exist_ok=True)
+            cv2.imwrite(str(person / f"{photo.name}.png"), cv2.cvtColor(crop, cv2.COLOR_RGB2BGR))
+
+
+def _label(faces: list[dict], image) -> None:
+    """Mark each found face with its annotated identity (by box overlap) and whether the name is right."""
+    matches = {j: i for i, j, _ in match_boxes([a.box for a in image.faces], [f["box"] for f in faces])}
+    for j, f in enumerate(faces):
+        identity = image.faces[matches[j]].identity if j in matches else None
+        f["held_out"] = identity == HELD_OUT
+        f["expected"] = None if identity in (None, HELD_OUT) else identity
+        f["correct"] = (f["name"] == f["expected"]) if identity is not None else f["name"] is None
+
+
+def run_face_demo(
+    profile: TargetProfile, out_dir: Path, progress: ProgressFn = silent, threads: int | None = None
+) -> DemoResult:
+    """Run the whole face job into ``out_dir`` (models/, gallery_photos/, gallery.npz, queries/, results.json).
+
+    Raises:
+        ConversionError / ValidationError: the conversion or its checks failed (report in out_dir/models).
+    """
+    out_dir = Path(out_dir)
+    build = convert_face(profile, out_dir / "models", progress=progress)
+    photos = out_dir / "gallery_photos"
+    _write_gallery_photos(photos)
+    queries = out_dir / "queries"
+    queries.mkdir(parents=True, exist_ok=True)
+    with open_face_pipeline(out_dir / "models", threads or default_threads()) as pipeline:
+        progress(f"enrolling the gallery from {photos}")
+        gallery = Gallery()
+        report = gallery.enroll_folder(photos, pipeline)
+        gallery.save(out_dir / "gallery.npz")
+        result = DemoResult(out_dir, build, report.enrolled)
+        views = [im for im in make_eval_images(seed=DEMO_SEED) if not im.name.endswith("/original")]
+        progress(f"recognising faces in {len(views)} other views of the shipped photos")
+        for image in views:
+            name = image.name.replace("/", "_") + ".jpg"
+            cv2.imwrite(str(queries / name), cv2.cvtColor(image.rgb, cv2.COLOR_RGB2BGR))
+            faces = recognize_image(pipeline, gallery, np.ascontiguousarray(image.rgb), 0.6, 0.9)
+            _label(faces, image)
+            result.images.append({"image": str(queries / name), "annotated": len(image.faces), "faces": faces})
+    (out_dir / "results.json").write_text(json.dumps(result.to_dict(), indent=2) + "\n", encoding="utf-8")
+    return result

@@ -1,0 +1,95 @@
+"""``edge-deploy build`` (host side) and ``edge-deploy verify`` (device or host): argv adapters.
+
+``build`` imports ``converters`` only when it runs, so ``verify`` works on a Pi with only the device extra.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from edge.profiles import DEFAULT_PROFILE_DIR, Precision, available_targets, load_profile
+
+DEFAULT_CACHE = Path.home() / ".cache" / "edge-deploy" / "build"
+
+
+def _print_json(data: object) -> None:
+    print(json.dumps(data, indent=2))
+
+
+def _cmd_build(args: argparse.Namespace) -> int:
+    from converters.package import BuildOptions, build_bundle
+    from edge.progress import StepProgress
+
+    profile = load_profile(args.target, Path(args.profiles))
+    options = BuildOptions(
+        precision=Precision(args.precision) if args.precision else None,
+        wheels=not args.no_wheels,
+        archive=not args.no_archive,
+    )
+    progress = StepProgress(stream=None if args.quiet else sys.stderr)
+    bundle = build_bundle(profile, [args.model], Path(args.output), Path(args.cache), progress, options)
+    if args.json:
+        _print_json(bundle.to_dict())
+    else:
+        print(bundle.summary())
+    return 0
+
+
+def add_build(sub: argparse._SubParsersAction) -> None:
+    """Register ``edge-deploy build``."""
+    p = sub.add_parser(
+        "build",
+        help="build an offline-installable bundle for a Raspberry Pi (host side)",
+        description="Convert (and quantize, and gate) the models for a target, download the device "
+        "extra's wheels for aarch64 / Python 3.11, and write dist/<target>-<models>/ with manifest.json "
+        "(files with sha256 and size, sources, licences, quantization, gate metrics), install.sh and a "
+        "device README, plus a .tar.gz of it. Model stages and wheels are cached: a second build with "
+        "nothing changed reuses them.",
+    )
+    p.add_argument("--target", "-t", required=True, help="target profile: " + ", ".join(available_targets()))
+    p.add_argument("--model", "-m", required=True, choices=["face", "slm", "all"], help="which models to bundle")
+    p.add_argument("--output", "-o", default="dist", help="output folder (default: dist)")
+    p.add_argument(
+        "--precision",
+        choices=[p.value for p in Precision],
+        help="override the profile's runtime.precision for every model",
+    )
+    p.add_argument("--cache", default=str(DEFAULT_CACHE), help=f"build cache (default: {DEFAULT_CACHE})")
+    p.add_argument("--no-wheels", action="store_true", help="leave out the aarch64 wheelhouse (models only)")
+    p.add_argument("--no-archive", action="store_true", help="write the folder only, no .tar.gz")
+    p.add_argument("--json", action="store_true", help="print the bundle record as JSON")
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress lines")
+    p.add_argument("--profiles", default=str(DEFAULT_PROFILE_DIR), help=argparse.SUPPRESS)
+    p.set_defaults(func=_cmd_build)
+
+
+def _cmd_verify(args: argparse.Namespace) -> int:
+    from edge.bundle import verify_bundle
+
+    report = verify_bundle(Path(args.bundle))
+    if args.json:
+        _print_json(report.to_dict())
+    else:
+        models = ", ".join(report.models) or "none"
+        print(
+            f"{report.bundle}: OK — {report.files} files ({report.total_bytes / 1e6:.1f} MB) match manifest.json; "
+            f"target {report.target}, models {models}, built by edge-deploy {report.tool_version}"
+        )
+    return 0
+
+
+def add_verify(sub: argparse._SubParsersAction) -> None:
+    """Register ``edge-deploy verify``."""
+    p = sub.add_parser(
+        "verify",
+        help="check a bundle against its manifest (sha256, sizes, stray files)",
+        description="Check every file of a bundle folder or .tar.gz against manifest.json: present, same "
+        "size, same sha256, nothing unlisted, no links. Exit code 6 and a list of every file at fault "
+        "when it does not match.",
+    )
+    p.add_argument("bundle", help="bundle folder or .tar.gz")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=_cmd_verify)

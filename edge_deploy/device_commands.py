@@ -1,0 +1,157 @@
+"""Device-side subcommands: ``bench`` and ``monitor`` (argv adapters over edge.bench and edge.monitor)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from edge.errors import InputError
+
+
+def add_broker_options(p: argparse.ArgumentParser) -> None:
+    """The options every MQTT-speaking command takes (one flag away from a real broker)."""
+    g = p.add_argument_group("MQTT broker")
+    g.add_argument("--broker", metavar="HOST[:PORT]", help="broker address, e.g. 127.0.0.1:1883")
+    g.add_argument("--username", help="MQTT user name")
+    g.add_argument("--password-file", type=Path, help="file whose first line is the MQTT password")
+    g.add_argument("--tls-ca", type=Path, help="CA certificate (PEM) that signed the broker's certificate")
+    g.add_argument("--tls-cert", type=Path, help="client certificate (PEM), if the broker requires one")
+    g.add_argument("--tls-key", type=Path, help="the client certificate's private key (PEM)")
+    g.add_argument("--prefix", default="edge-deploy", help="topic prefix (default: edge-deploy)")
+
+
+def broker_config(args: argparse.Namespace):
+    """A BrokerConfig from the broker options, or None when --broker is not given."""
+    from edge.telemetry.link import BrokerConfig
+
+    if not args.broker:
+        return None
+    host, _, port = args.broker.rpartition(":") if ":" in args.broker else (args.broker, "", "")
+    try:
+        port_no = int(port) if port else (8883 if args.tls_ca else 1883)
+    except ValueError as exc:
+        raise InputError(f"--broker {args.broker!r}: port {port!r} is not a number; expected HOST[:PORT]") from exc
+    password = None
+    if args.password_file:
+        try:
+            password = args.password_file.read_text(encoding="utf-8").splitlines()[0]
+        except (OSError, IndexError) as exc:
+            raise InputError(f"{args.password_file}: cannot read a password from its first line ({exc})") from exc
+    return BrokerConfig(
+        host=host or "127.0.0.1",
+        port=port_no,
+        username=args.username,
+        password=password,
+        tls=bool(args.tls_ca),
+        tls_ca=args.tls_ca,
+        tls_cert=args.tls_cert,
+        tls_key=args.tls_key,
+    )
+
+
+# --- bench -----------------------------------------------------------------------------------------------
+
+
+def _cmd_bench(args: argparse.Namespace) -> int:
+    from edge.bench import make_inputs, parse_shape_overrides, run_bench
+    from edge.board import detect_board
+    from edge.runtime import open_model
+
+    board = detect_board(override=args.target)
+    with open_model(args.model, threads=args.threads, backend=args.backend, profile=board.profile) as model:
+        feeds = make_inputs(model.inputs, parse_shape_overrides(args.shape or []), seed=args.seed)
+        result = run_bench(
+            model, feeds, count=args.count, min_duration_s=args.min_duration, warmup=args.warmup, board=board
+        )
+    if args.plot:
+        result.plot_png(args.plot)
+    if args.json:
+        print(json.dumps(result.to_dict(), indent=2))
+    else:
+        print(result.to_table())
+        if args.plot:
+            print(f"plot: {args.plot}")
+    return 0
+
+
+def add_bench(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "bench",
+        help="latency of one model on this machine (MLPerf-style SingleStream)",
+        description="Load a model (ONNX, ORT or TFLite, told apart by its bytes), run it once (reported apart: "
+        "the first inference pays for allocation and kernel selection), warm up, then time at least --count "
+        "runs and at least --min-duration seconds. Reports p50/p90/p99/mean/std, throughput, peak RSS and, "
+        "on a Pi, SoC temperature, clock and throttling flags.",
+        epilog="example: edge-deploy bench out/demo/models/face_embedder.onnx --shape chip=1x3x150x150 --plot lat.png",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("model", type=Path, help="model file (.onnx, .ort or .tflite)")
+    p.add_argument("--target", help="profile to use (default: detected from /proc/device-tree/model)")
+    p.add_argument("--backend", choices=["onnxruntime", "litert"], help="default: from the model's format")
+    p.add_argument("--threads", type=int, help="intra-op threads (default: the profile's, else all CPUs)")
+    p.add_argument("--shape", action="append", metavar="NAME=1x3x150x150", help="shape of a dynamic input")
+    p.add_argument("--count", type=int, default=100, help="timed runs at least (default 100)")
+    p.add_argument("--min-duration", type=float, default=0.0, help="timed seconds at least (default 0)")
+    p.add_argument("--warmup", type=int, default=10, help="untimed runs after the first (default 10)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    p.add_argument("--plot", type=Path, help="write a latency histogram + CDF PNG here")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=_cmd_bench)
+
+
+# --- monitor ---------------------------------------------------------------------------------------------
+
+
+def _cmd_monitor(args: argparse.Namespace) -> int:
+    from edge.monitor import MonitorConfig, run_monitor
+
+    broker = broker_config(args)
+    if broker is None:
+        raise InputError("monitor needs --broker HOST[:PORT], e.g. --broker 127.0.0.1:1883")
+    out = Path(args.output)
+    out.mkdir(parents=True, exist_ok=True)
+    config = MonitorConfig(broker=broker, db_path=out / "monitor.db", prefix=args.prefix)
+    live = sys.stdout.isatty() and not args.json
+
+    def show(text: str) -> None:
+        if args.json:
+            return
+        print(("\033[2J\033[H" if live else "") + text, flush=True)
+
+    summary = run_monitor(config, args.duration, out, print_fn=show)
+    data = {
+        "devices": summary.devices,
+        "reports": summary.reports,
+        "duplicates_dropped": summary.duplicates,
+        "rejected": summary.rejected,
+        "csv": str(summary.csv_path),
+        "png": str(summary.png_path),
+    }
+    if args.json:
+        print(json.dumps(data, indent=2))
+    else:
+        print(
+            f"{data['devices']} device(s), {data['reports']} report(s) stored, "
+            f"{data['duplicates_dropped']} duplicate(s) dropped, {data['rejected']} rejected; "
+            f"wrote {data['csv']} and {data['png']}"
+        )
+    return 0
+
+
+def add_monitor(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "monitor",
+        help="watch a fleet's telemetry over MQTT; store, deduplicate, export CSV and PNG",
+        description="Subscribe to PREFIX/#, drop duplicate reports (device id + sequence number), store them "
+        "in SQLite, show a live table of devices (online, p50/p90, fps, temperature, last seen) and export "
+        "telemetry.csv and telemetry.png when done (Ctrl-C or --duration).",
+        epilog="example: edge-deploy monitor --broker 127.0.0.1:1883 --duration 60 -o out/fleet",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_broker_options(p)
+    p.add_argument("--duration", type=float, help="seconds to watch (default: until Ctrl-C)")
+    p.add_argument("--output", "-o", default="out/monitor", help="folder for monitor.db, CSV and PNG")
+    p.add_argument("--json", action="store_true", help="print only a JSON summary at the end")
+    p.set_defaults(func=_cmd_monitor)

@@ -1,0 +1,135 @@
+"""Face subcommands: ``face enroll``, ``face recognize`` (device side) and ``demo`` (host, the main job)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from edge.errors import InputError
+from edge.face.recognize import DEFAULT_MIN_SCORE
+from edge.face.types import DLIB_SAME_PERSON_THRESHOLD
+from edge.profiles import DEFAULT_PROFILE_DIR
+
+
+def _threads(args: argparse.Namespace) -> int:
+    from edge.runtime import default_threads
+
+    if args.threads is not None and args.threads < 1:
+        raise InputError(f"--threads {args.threads}; expected a whole number >= 1")
+    return args.threads or default_threads()
+
+
+def _cmd_enroll(args: argparse.Namespace) -> int:
+    from edge.face.gallery import Gallery
+    from edge.face.models import open_face_pipeline
+
+    gallery = Gallery()
+    with open_face_pipeline(Path(args.models), _threads(args)) as pipeline:
+        report = gallery.enroll_folder(Path(args.photos), pipeline)
+    out = gallery.save(Path(args.output))
+    data = {"gallery": str(out), "enrolled": report.enrolled, "skipped": report.skipped}
+    if args.json:
+        print(json.dumps(data, indent=2))
+        return 0
+    for name, count in report.enrolled.items():
+        print(f"enrolled {name}: {count} photo(s)")
+    for path, reason in report.skipped:
+        print(f"skipped {path}: {reason}")
+    print(f"gallery: {out} ({len(gallery.names)} people)")
+    return 0
+
+
+def _cmd_recognize(args: argparse.Namespace) -> int:
+    from edge.face.gallery import Gallery
+    from edge.face.models import open_face_pipeline
+    from edge.face.recognize import recognize_image
+    from edge.imageio import load_image
+
+    gallery = Gallery.load(Path(args.gallery))
+    results = []
+    with open_face_pipeline(Path(args.models), _threads(args)) as pipeline:
+        for image in args.images:
+            faces = recognize_image(pipeline, gallery, load_image(Path(image)), args.threshold, args.min_score)
+            results.append({"image": str(image), "faces": faces})
+    if args.json:
+        print(json.dumps(results, indent=2))
+        return 0
+    for r in results:
+        print(f"{r['image']}: {len(r['faces'])} face(s)")
+        for f in r["faces"]:
+            x1, y1, x2, y2 = f["box"]
+            who = f["name"] or "unknown"
+            print(f"  {who:20} distance {f['distance']:.3f}  box ({x1:.0f},{y1:.0f})-({x2:.0f},{y2:.0f})")
+    return 0
+
+
+def add_face(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "face",
+        help="enroll people and recognise faces with converted face models (device side)",
+        description="Run the face pipeline (MTCNN detect -> 5-point alignment -> dlib ResNet descriptor -> "
+        "nearest gallery entry) on images, with models written by 'edge-deploy convert face'.",
+    )
+    fsub = p.add_subparsers(dest="action", required=True, metavar="ACTION")
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--threads", type=int, help="intra-op threads (default: all CPUs this process may use)")
+    common.add_argument("--json", action="store_true", help="machine-readable output")
+
+    e = fsub.add_parser(
+        "enroll",
+        parents=[common],
+        help="build a gallery from a folder with one sub-folder of photos per person",
+        description="Enroll every person of PHOTOS (PHOTOS/<name>/*.jpg, the largest face of each photo). "
+        "Photos without a face are listed as skipped, not fatal.",
+        epilog="example: edge-deploy face enroll out/face people/ -o out/gallery.npz",
+    )
+    e.add_argument("models", help="models folder (from: edge-deploy convert face)")
+    e.add_argument("photos", help="folder with one sub-folder per person")
+    e.add_argument("--output", "-o", required=True, help="gallery file to write (.npz)")
+    e.set_defaults(func=_cmd_enroll)
+
+    r = fsub.add_parser(
+        "recognize",
+        parents=[common],
+        help="name every face in images against a gallery",
+        description="Detect, align and describe every face, and name it after the nearest gallery person when "
+        f"the descriptor distance is below --threshold (dlib's {DLIB_SAME_PERSON_THRESHOLD}); else 'unknown'.",
+        epilog="example: edge-deploy face recognize out/face group.jpg --gallery out/gallery.npz --json",
+    )
+    r.add_argument("models", help="models folder (from: edge-deploy convert face)")
+    r.add_argument("images", nargs="+", help="image files (JPEG, PNG, ...)")
+    r.add_argument("--gallery", "-g", required=True, help="gallery file (from: edge-deploy face enroll)")
+    r.add_argument("--threshold", type=float, default=DLIB_SAME_PERSON_THRESHOLD, help="same-person distance")
+    r.add_argument("--min-score", type=float, default=DEFAULT_MIN_SCORE, help="ignore weaker detections (0.9)")
+    r.set_defaults(func=_cmd_recognize)
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from converters.demo import run_face_demo
+    from edge.profiles import load_profile
+    from edge.progress import StepProgress
+
+    profile = load_profile(args.target, Path(args.profiles))
+    progress = StepProgress(stream=None if args.json else sys.stderr)
+    result = run_face_demo(profile, Path(args.output), progress=progress, threads=args.threads)
+    print(json.dumps(result.to_dict(), indent=2) if args.json else result.summary())
+    return 0 if result.passed else 5
+
+
+def add_demo(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "demo",
+        help="the main job: convert the face models, enroll, recognise, print the matches",
+        description="End to end on the real photos shipped in Python packages: convert and check the face "
+        "models for --target, enroll one photo per person into a gallery (one person is held out to show "
+        "'unknown'), then recognise every face in other views of those people (seeded pose, scale, light, "
+        "blur and JPEG changes) and print each match. Writes everything under --output.",
+    )
+    p.add_argument("--target", "-t", default="rpi4", help="target profile (default rpi4)")
+    p.add_argument("--output", "-o", default="out/demo", help="output folder (default out/demo)")
+    p.add_argument("--threads", type=int, help="inference threads on this host (default: all CPUs)")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.add_argument("--profiles", default=str(DEFAULT_PROFILE_DIR), help=argparse.SUPPRESS)
+    p.set_defaults(func=_cmd_demo)

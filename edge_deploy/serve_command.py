@@ -1,0 +1,120 @@
+"""``edge-deploy serve`` (the daemon) and ``edge-deploy command`` (send it a signed command): argv adapters.
+
+Register both in ``edge_deploy.cli._registrars``: ``serve_command.add_serve`` and ``serve_command.add_command``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+
+EXAMPLES = """\
+examples:
+  edge-deploy serve --config /etc/edge-deploy/edge-deploy.toml
+  edge-deploy serve --config edge-deploy.toml --once --json     analyse the folder's photos, then exit
+  edge-deploy serve --config edge-deploy.toml --check           validate the config and exit
+  edge-deploy command --config edge-deploy.toml bench --runs 20 send a signed command to the device
+"""
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    from edge.daemon.config import load_config
+    from edge.daemon.service import Daemon
+
+    config = load_config(Path(args.config))
+    if args.check:
+        print(f"{config.source_file}: ok (device {config.device_id}, source {config.source.kind.value})")
+        return 0
+    level = (args.log_level or config.log_level.value).upper()
+    logging.basicConfig(
+        level=getattr(logging, level), stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    daemon = Daemon(config, once=args.once)
+    daemon.install_signal_handlers()
+    summary = daemon.run()
+    if args.json:
+        print(json.dumps(summary.to_dict(), indent=2))
+    return 0
+
+
+def add_serve(sub: argparse._SubParsersAction) -> None:
+    """Register ``serve``."""
+    p = sub.add_parser(
+        "serve",
+        help="run the device daemon: frames -> face recognition -> MQTT, with commands and telemetry",
+        description="Read frames from a watched folder, a video file or a camera, recognise faces against "
+        "the gallery, and report every result through the durable outbox to MQTT; publish periodic "
+        "telemetry; obey signed commands (bench, reload, enroll) and answer text prompts. SIGTERM/SIGINT "
+        "stop cleanly. See docs/daemon.md.",
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--config", "-c", required=True, help="daemon config (TOML), see edge-deploy.example.toml")
+    p.add_argument("--once", action="store_true", help="stop when the source is exhausted (folder: files there now)")
+    p.add_argument("--check", action="store_true", help="validate the config and exit")
+    p.add_argument("--json", action="store_true", help="print the run summary as JSON at exit")
+    p.add_argument("--log-level", choices=["debug", "info", "warning", "error"], help="override log_level")
+    p.set_defaults(func=_cmd_serve)
+
+
+def _cmd_command(args: argparse.Namespace) -> int:
+    from edge.daemon.commands import load_secret, sign_command
+    from edge.daemon.config import load_config
+    from edge.daemon.listener import command_topic
+    from edge.errors import InputError, require
+
+    config = load_config(Path(args.config))
+    if config.commands.secret_file is None:
+        raise InputError(f"{config.source_file}: commands.secret_file is not set; commands are disabled")
+    if config.broker is None:
+        raise InputError(f"{config.source_file}: no [broker] table; expected the broker the device listens on")
+    cmd_args = {"runs": args.runs} if args.name == "bench" and args.runs else {}
+    payload = sign_command(load_secret(config.commands.secret_file), config.device_id, args.name, cmd_args)
+    publish = require("paho.mqtt.publish", "device", "sending a command")
+    b = config.broker
+    auth = {"username": b.username, "password": b.password} if b.username else None
+    tls = {"ca_certs": str(b.tls_ca)} if b.uses_tls and b.tls_ca else None
+    topic = command_topic(config.telemetry.prefix, config.device_id)
+    try:
+        publish.single(topic, payload, qos=1, hostname=b.host, port=b.port, auth=auth, tls=tls)
+    except OSError as exc:
+        raise InputError(f"cannot publish to broker {b.address}: {exc}") from exc
+    print(f"sent {args.name} to {topic}; the answer arrives as a command.done/command.failed result")
+    return 0
+
+
+def add_command(sub: argparse._SubParsersAction) -> None:
+    """Register ``command``."""
+    p = sub.add_parser(
+        "command",
+        help="send a signed command (bench, reload, enroll) to a device running 'serve'",
+        description="Sign a command with the shared secret named in the config (HMAC-SHA256, timestamp and "
+        "nonce against replay) and publish it on <prefix>/<device_id>/cmd with QoS 1.",
+    )
+    p.add_argument("--config", "-c", required=True, help="the device's daemon config (device_id, broker, secret)")
+    p.add_argument("name", choices=["bench", "reload", "enroll"], help="what the device is to do")
+    p.add_argument("--runs", type=int, help="bench: timed runs")
+    p.set_defaults(func=_cmd_command)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run ``serve``/``command`` without the full CLI (``python -m edge_deploy.serve_command serve ...``)."""
+    from edge.errors import EdgeDeployError
+
+    parser = argparse.ArgumentParser(prog="edge-deploy")
+    sub = parser.add_subparsers(dest="command", required=True)
+    add_serve(sub)
+    add_command(sub)
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args))
+    except EdgeDeployError as exc:
+        print(f"Error: {exc}", file=sys.stderr)
+        return exc.exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
