@@ -54,3 +54,6 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
 else
   say ".venv is up to date"
 fi
+
+# onnx2tf (ONNX -> TFLite) lives in its own venv: it pins tensorflow/onnx/numpy versions that clash with ours.
+bash scripts/setup_onnx2tf.sh
