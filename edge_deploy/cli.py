@@ -131,7 +131,7 @@ def _add_convert(sub: argparse._SubParsersAction) -> None:
 
 
 def _registrars() -> list[Callable[[argparse._SubParsersAction], None]]:
-    from edge_deploy import device_commands, face_commands
+    from edge_deploy import device_commands, face_commands, serve_command
 
     return [
         _add_targets,
@@ -140,6 +140,8 @@ def _registrars() -> list[Callable[[argparse._SubParsersAction], None]]:
         face_commands.add_demo,
         device_commands.add_bench,
         device_commands.add_monitor,
+        serve_command.add_serve,
+        serve_command.add_command,
     ]
 
 

@@ -1,0 +1,1 @@
+"""The device daemon behind ``edge-deploy serve``: config, frame sources, face/text services, the loop."""

@@ -1,0 +1,136 @@
+"""The face service on top of the runner: a gallery kept on disk, enrolment from folders, recognition.
+
+Enrolment reads a folder with one sub-folder per person (named after them) holding their photos; the
+gallery is saved to ``face.gallery`` (NumPy ``.npz``, written to a temporary file and renamed, so a crash
+never leaves half a gallery). Recognition names every face of a frame after the nearest enrolled person
+within ``threshold`` (dlib's 0.6 by default), or reports it as unknown (``name`` null).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from edge.daemon.config import FaceSettings
+from edge.errors import InputError
+from edge.face.gallery import Gallery
+from edge.face.models import open_face_pipeline
+from edge.face.recognize import recognize_image
+
+
+def save_gallery_atomic(gallery: Gallery, path: Path) -> Path:
+    """Write ``gallery`` to ``path`` via a temporary file and an atomic rename (fsynced).
+
+    Raises:
+        InputError: if the file can't be written.
+    """
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        gallery.save(tmp)
+        with open(tmp, "rb") as fh:
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise InputError(f"{path}: cannot write the gallery ({exc.strerror})") from exc
+    return path
+
+
+class FaceService:
+    """Face pipeline + gallery for the daemon. Close it (or use ``with``).
+
+    Args:
+        settings: the ``[face]`` table.
+        threads: onnxruntime threads per model (``face.threads``, or the profile's when that is 0).
+
+    Raises:
+        InputError: if the models folder or the gallery file is invalid, or enrolment finds no face.
+        InferenceError: if a model does not load.
+    """
+
+    def __init__(self, settings: FaceSettings, threads: int) -> None:
+        self.settings = settings
+        self.threads = threads
+        self.pipeline = open_face_pipeline(settings.models, threads)
+        try:
+            self.gallery, self.gallery_origin = self._initial_gallery()
+        except BaseException:
+            self.pipeline.close()
+            raise
+
+    def _initial_gallery(self) -> tuple[Gallery, str]:
+        path = self.settings.gallery
+        if path.is_file():
+            return Gallery.load(path), f"loaded from {path}"
+        if self.settings.enroll_dir is not None:
+            report = self.enroll()
+            return self.gallery, f"enrolled {sum(report['enrolled'].values())} photos from {self.settings.enroll_dir}"
+        return Gallery(), "empty (no gallery file, no face.enroll_dir): every face is reported unknown"
+
+    def recognize(self, rgb: np.ndarray) -> list[dict[str, Any]]:
+        """Every face of a frame: box, score, landmarks, ``name`` (None = unknown) and ``distance``."""
+        faces = recognize_image(self.pipeline, self.gallery, rgb, self.settings.threshold, self.settings.min_score)
+        for face in faces:  # inf (empty gallery) is not JSON
+            if not np.isfinite(face["distance"]):
+                face["distance"] = None
+        return faces
+
+    def enroll(self, folder: Path | None = None) -> dict[str, Any]:
+        """Build a new gallery from ``folder`` (default ``face.enroll_dir``), save it, and use it.
+
+        Returns:
+            ``{"enrolled": {name: photos}, "skipped": [[file, reason], ...], "gallery": path, "seconds": s}``.
+
+        Raises:
+            InputError: if no folder is configured, it has no per-person sub-folders, or no photo has a face.
+        """
+        folder = folder or self.settings.enroll_dir
+        if folder is None:
+            raise InputError(
+                "enroll: face.enroll_dir is not set in the config; expected a folder of per-person folders"
+            )
+        start = time.perf_counter()
+        gallery = Gallery()
+        report = gallery.enroll_folder(folder, self.pipeline)
+        save_gallery_atomic(gallery, self.settings.gallery)
+        self.gallery = gallery
+        return {
+            "enrolled": dict(report.enrolled),
+            "skipped": [list(s) for s in report.skipped],
+            "gallery": str(self.settings.gallery),
+            "seconds": round(time.perf_counter() - start, 3),
+        }
+
+    def reload(self) -> dict[str, Any]:
+        """Re-open the models and re-read the gallery file (after an update on disk).
+
+        The new pipeline and gallery replace the old ones only when both loaded.
+
+        Returns:
+            ``{"people": n, "gallery": origin}``.
+        """
+        pipeline = open_face_pipeline(self.settings.models, self.threads)
+        try:
+            path = self.settings.gallery
+            gallery = Gallery.load(path) if path.is_file() else self.gallery
+        except BaseException:
+            pipeline.close()
+            raise
+        old, self.pipeline, self.gallery = self.pipeline, pipeline, gallery
+        old.close()
+        return {"people": len(gallery), "gallery": str(path) if path.is_file() else "kept (no gallery file)"}
+
+    def close(self) -> None:
+        """Release the models."""
+        self.pipeline.close()
+
+    def __enter__(self) -> FaceService:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,374 @@
+"""The daemon's loop: frames -> face service -> Result reports in the durable outbox; telemetry; commands.
+
+One thread does all the work (frames, commands, text requests, telemetry) so every report is ordered and
+the crash-safety rule holds: a frame's result is in the outbox before the frame is marked processed (see
+``edge.daemon.state``). Background threads only move bytes: the telemetry link drains the outbox, the
+inbound link queues commands and requests. SIGTERM/SIGINT set a flag: the loop finishes the frame in hand,
+stops reading, reports a last telemetry window, and closes the telemetry client, which flushes the outbox
+within ``telemetry.flush_timeout_s`` (what is left is sent after the next start).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from edge.board import detect_board, read_soc_state
+from edge.daemon.commands import Command, CommandRejected, load_secret, verify_command
+from edge.daemon.config import DaemonConfig
+from edge.daemon.face_service import FaceService
+from edge.daemon.listener import Listener, command_topic, text_request_topic
+from edge.daemon.sources import Frame, open_source
+from edge.daemon.state import StateStore
+from edge.daemon.text_service import TextService
+from edge.errors import EdgeDeployError, InputError
+from edge.face.models import ROLE_EMBEDDER, read_models_file
+from edge.telemetry.mqtt import TelemetryClient, TelemetryConfig
+from edge.telemetry.schema import BenchReport, Message, Result, Telemetry
+
+log = logging.getLogger("edge.daemon")
+
+TASK_FACES = "face.identify"
+TASK_FRAME_ERROR = "face.error"
+TASK_REJECTED = "command.rejected"
+TASK_DONE = "command.done"
+TASK_FAILED = "command.failed"
+#: At most this many rejection reports per minute; the rest are logged and counted only.
+REJECTIONS_PER_MINUTE = 20
+_IDLE_WAIT_S = 0.05
+#: models.json formats a runtime backend runs (others, e.g. the npz shape predictor, are not benchmarked).
+RUNTIME_FORMATS = ("onnx", "ort", "tflite")
+#: Dynamic dimensions are benchmarked at batch 1 and this many pixels (MTCNN's P-net takes any image size).
+BENCH_DYNAMIC_SIDE = 96
+
+
+def _bench_shape(shape: tuple) -> tuple[int, ...]:
+    """A concrete shape for a model input: dynamic batch -> 1, other dynamic dims -> BENCH_DYNAMIC_SIDE."""
+    return tuple(
+        d if isinstance(d, int) and d > 0 else (1 if i == 0 else BENCH_DYNAMIC_SIDE) for i, d in enumerate(shape)
+    )
+
+
+@dataclass
+class Window:
+    """Latencies of the current telemetry window."""
+
+    started: float = field(default_factory=time.monotonic)
+    latencies_ms: list[float] = field(default_factory=list)
+
+    def telemetry(self, temperature_c: float | None) -> Telemetry:
+        """The window as a Telemetry report (latencies 0 when no frame was analysed in it)."""
+        span = max(time.monotonic() - self.started, 1e-6)
+        lat = np.asarray(self.latencies_ms or [0.0])
+        p50, p90 = (float(v) for v in np.percentile(lat, [50, 90]))
+        return Telemetry(
+            latency_p50_ms=round(p50, 3),
+            latency_p90_ms=round(p90, 3),
+            fps=round(len(self.latencies_ms) / span, 3),
+            temperature_c=temperature_c,
+            window_s=round(span, 3),
+        )
+
+
+@dataclass
+class RunSummary:
+    """What one ``Daemon.run`` did (logged at exit, printed by ``edge-deploy serve --json``)."""
+
+    frames: int = 0
+    faces: int = 0
+    frame_errors: int = 0
+    commands: int = 0
+    rejected: int = 0
+    text_requests: int = 0
+    recovered: list[dict[str, Any]] = field(default_factory=list)
+    outbox_left: int = 0
+    stopped_by: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready view."""
+        return dict(self.__dict__)
+
+
+class Daemon:
+    """``edge-deploy serve``: run the configured source through the face service until stopped.
+
+    Args:
+        config: the validated daemon config.
+        once: stop when the source is exhausted (a folder: the files present at start).
+    """
+
+    def __init__(self, config: DaemonConfig, once: bool = False) -> None:
+        self.config = config
+        self.once = once
+        self.summary = RunSummary()
+        self._stop = threading.Event()
+        self._stop_reason = ""
+        self._board = detect_board(override=config.target)
+        profile_threads = self._board.profile.runtime.threads if self._board.profile else 0
+        self._threads = config.face.threads or profile_threads or min(4, os.cpu_count() or 1)
+        self._text_threads = config.text.threads or profile_threads or min(4, os.cpu_count() or 1)
+        self._secret = load_secret(config.commands.secret_file) if config.commands.secret_file else None
+        self._rejections: list[float] = []
+        self._suppressed = 0
+        self._announced = False
+
+    # -- control --------------------------------------------------------------------------------------
+
+    def request_stop(self, reason: str = "request") -> None:
+        """Ask the loop to stop after the frame in hand (safe from a signal handler)."""
+        self._stop_reason = self._stop_reason or reason
+        self._stop.set()
+
+    def install_signal_handlers(self) -> None:
+        """SIGTERM and SIGINT stop the loop cleanly (call from the main thread)."""
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda signum, _frame: self.request_stop(signal.Signals(signum).name))
+
+    # -- the run --------------------------------------------------------------------------------------
+
+    def run(self) -> RunSummary:
+        """Serve until stopped (or, with ``once``, until the source is exhausted).
+
+        Returns:
+            The run's summary.
+
+        Raises:
+            InputError: a bad models folder, gallery, source or state file.
+            TelemetryError: the outbox can't be written, or the broker refused us for good.
+        """
+        cfg = self.config
+        self._state = StateStore(cfg.state_db)
+        stack: list[Any] = [self._state]
+        try:
+            self._client = self._open_telemetry()
+            stack.append(self._client)
+            self._recover()
+            self._face = FaceService(cfg.face, self._threads)
+            stack.append(self._face)
+            log.info("gallery: %s (%d people)", self._face.gallery_origin, len(self._face.gallery))
+            self._text = TextService(cfg.text, self._text_threads)
+            stack.append(self._text)
+            self._listener = self._open_listener()
+            self._source = open_source(cfg.source, self._state, self.once)
+            stack.append(self._source)
+            log.info("serving %s as device %s (%d threads)", self._source.name, cfg.device_id, self._threads)
+            self._loop()
+        finally:
+            self._shutdown(stack)
+        return self.summary
+
+    def _open_telemetry(self) -> TelemetryClient:
+        cfg = self.config
+        client = TelemetryClient(
+            TelemetryConfig(
+                device_id=cfg.device_id,
+                outbox_path=cfg.telemetry.outbox,
+                broker=cfg.broker,
+                prefix=cfg.telemetry.prefix,
+                outbox_capacity=cfg.telemetry.outbox_capacity,
+            )
+        )
+        if cfg.broker is None:
+            log.info("no [broker] configured: reports wait in the outbox %s", cfg.telemetry.outbox)
+        elif not client.connect(timeout=min(5.0, cfg.broker.connect_timeout_s)):
+            log.warning("broker %s not reachable yet (%s); retrying in the background, reports wait in the "
+                        "outbox", cfg.broker.address, client.health().last_error)  # fmt: skip
+        return client
+
+    def _open_listener(self) -> Listener | None:
+        cfg = self.config
+        if cfg.broker is None:
+            return None
+        topics = (
+            command_topic(cfg.telemetry.prefix, cfg.device_id),
+            text_request_topic(cfg.telemetry.prefix, cfg.device_id),
+        )
+        listener = Listener(cfg.broker, f"edge-deploy-{cfg.device_id}-inbound", topics)
+        listener.start(timeout=0.0)  # connects in the background; "listening for commands" is logged then
+        return listener
+
+    def _recover(self) -> None:
+        for r in self._state.recover(self._client.health().last_seq):
+            what = "its result was already in the outbox: marked done" if r.stored else "it will be analysed again"
+            log.warning("recovered frame %s of %s interrupted by a crash: %s", r.frame_id, r.source, what)
+            self.summary.recovered.append({"source": r.source, "frame_id": r.frame_id, "stored": r.stored})
+
+    def _loop(self) -> None:
+        cfg = self.config
+        window = Window()
+        next_telemetry = time.monotonic() + cfg.telemetry.interval_s
+        min_gap = 1.0 / cfg.source.max_fps if cfg.source.max_fps > 0 else 0.0
+        next_frame_at = 0.0
+        while not self._stop.is_set():
+            self._client.check()
+            self._handle_inbound()
+            now = time.monotonic()
+            if now >= next_telemetry:
+                self._report(window.telemetry(read_soc_state().temperature_c))
+                window, next_telemetry = Window(), now + cfg.telemetry.interval_s
+            if cfg.source.max_frames and self.summary.frames >= cfg.source.max_frames:
+                self._source.exhausted = True
+            frame = None
+            if now >= next_frame_at and not self._source.exhausted:
+                frame = self._source.next_frame()
+            if frame is None:
+                if self._source.exhausted and self.once:
+                    self.request_stop("source exhausted (--once)")
+                    break
+                self._stop.wait(_IDLE_WAIT_S)
+                continue
+            next_frame_at = now + min_gap
+            window.latencies_ms.append(self._process(frame))
+        self.summary.stopped_by = self._stop_reason
+        if window.latencies_ms:
+            self._report(window.telemetry(read_soc_state().temperature_c))
+
+    def _report(self, message: Message) -> Message:
+        return self._client.report(message)
+
+    def _process(self, frame: Frame) -> float:
+        """Analyse one frame and store its result durably; return the latency in ms."""
+        t0 = time.perf_counter()
+        data: dict[str, Any] = {"frame_id": frame.frame_id, **frame.meta}
+        task = TASK_FACES
+        if frame.rgb is None:
+            task, data["error"] = TASK_FRAME_ERROR, frame.error
+        else:
+            try:
+                faces = self._face.recognize(frame.rgb)
+                data.update(faces=faces, width=int(frame.rgb.shape[1]), height=int(frame.rgb.shape[0]))
+            except EdgeDeployError as exc:  # one bad frame must not stop the daemon
+                task, data["error"] = TASK_FRAME_ERROR, str(exc)
+        if task == TASK_FACES:
+            self.summary.faces += len(data["faces"])
+        else:
+            self.summary.frame_errors += 1
+            log.warning("frame %s: %s", frame.frame_id, data["error"])
+        latency_ms = (time.perf_counter() - t0) * 1000.0
+        data["latency_ms"] = round(latency_ms, 3)
+        if frame.source is None:  # live camera: nothing to remember
+            self._report(Result(task=task, data=data))
+        else:
+            self._state.begin(frame.source, frame.key, frame.frame_id, self._client.health().last_seq)
+            stored = self._report(Result(task=task, data=data))
+            self._state.finish(frame.source, frame.key, frame.frame_id, stored.seq, frame.identity)
+        self.summary.frames += 1
+        log.debug("frame %s: %s", frame.frame_id, task)
+        return latency_ms
+
+    # -- inbound: commands and text requests ---------------------------------------------------------------
+
+    def _handle_inbound(self) -> None:
+        listener = self._listener
+        if listener is None:
+            return
+        listener.check()
+        if listener.subscribed and not self._announced:
+            self._announced = True
+            log.info("listening for commands on %s", ", ".join(listener.topics))
+        for _ in range(10):  # bounded per turn: frames keep flowing during a flood
+            msg = listener.get()
+            if msg is None:
+                return
+            if msg.topic == listener.topics[0]:
+                self._on_command(msg.payload)
+            else:
+                self.summary.text_requests += 1
+                task, data = self._text.answer(msg.payload)
+                if task != "text.reply":
+                    log.warning("text request %s: %s", data.get("id"), data.get("error"))
+                self._report(Result(task=task, data=data))
+
+    def _on_command(self, payload: bytes) -> None:
+        cfg = self.config.commands
+        try:
+            command = verify_command(
+                payload,
+                self._secret,
+                self.config.device_id,
+                cfg.max_skew_s,
+                lambda nonce, ts: self._state.claim_nonce(nonce, ts, 2 * cfg.max_skew_s + 60),
+            )
+        except CommandRejected as exc:
+            self._reject(exc)
+            return
+        self.summary.commands += 1
+        log.info("command %s (nonce %s) accepted", command.name, command.nonce)
+        base = {"cmd": command.name, "nonce": command.nonce}
+        try:
+            data = {**base, **self._execute(command)}
+        except EdgeDeployError as exc:
+            log.error("command %s (nonce %s) failed: %s", command.name, command.nonce, exc)
+            self._report(Result(task=TASK_FAILED, data={**base, "error": str(exc)}))
+            return
+        self._report(Result(task=TASK_DONE, data=data))
+
+    def _reject(self, exc: CommandRejected) -> None:
+        self.summary.rejected += 1
+        log.warning("command rejected: %s", exc.reason)
+        now = time.monotonic()
+        self._rejections = [t for t in self._rejections if now - t < 60.0]
+        if len(self._rejections) >= REJECTIONS_PER_MINUTE:
+            self._suppressed += 1
+            return
+        self._rejections.append(now)
+        data = {"reason": exc.reason, "cmd": exc.cmd, "nonce": exc.nonce, "suppressed_before": self._suppressed}
+        self._suppressed = 0
+        self._report(Result(task=TASK_REJECTED, data=data))
+
+    def _execute(self, command: Command) -> dict[str, Any]:
+        if command.name == "bench":
+            return self._bench(command.args)
+        if command.name == "reload":
+            return self._face.reload()
+        return self._face.enroll()
+
+    def _bench(self, args: dict[str, Any]) -> dict[str, Any]:
+        from edge.bench import make_inputs, run_bench
+        from edge.runtime import open_model
+
+        cfg = self.config.commands
+        runs = args.get("runs", cfg.bench_runs)
+        if isinstance(runs, bool) or not isinstance(runs, int) or not 1 <= runs <= cfg.max_bench_runs:
+            raise InputError(f"bench: runs = {runs!r}; expected a whole number in 1..{cfg.max_bench_runs}")
+        role = args.get("role", ROLE_EMBEDDER)
+        entries = read_models_file(self.config.face.models)
+        runnable = sorted(r for r, e in entries.items() if e.format in RUNTIME_FORMATS)
+        if role not in runnable:
+            raise InputError(f"bench: role = {role!r}; expected one of {', '.join(runnable)}")
+        path = self.config.face.models / entries[role].file
+        with open_model(path, threads=self._threads) as model:
+            shapes = {s.name: _bench_shape(s.shape) for s in model.inputs}
+            result = run_bench(model, make_inputs(model.inputs, shapes), count=runs, warmup=2, board=self._board)
+        stored = self._report(
+            BenchReport(
+                model=f"{role}:{path.name}",
+                backend=result.backend,
+                runs=result.runs,
+                first_ms=round(result.first_ms, 4),
+                p50_ms=round(result.stats.p50, 4),
+                p90_ms=round(result.stats.p90, 4),
+                profile=self._board.profile.name if self._board.profile else "",
+            )
+        )
+        return {"bench_seq": stored.seq, "p50_ms": round(result.stats.p50, 4)}
+
+    # -- shutdown ---------------------------------------------------------------------------------------
+
+    def _shutdown(self, stack: list[Any]) -> None:
+        listener = getattr(self, "_listener", None)
+        if listener is not None:
+            listener.stop(2.0)
+        for part in reversed(stack):
+            if isinstance(part, TelemetryClient):
+                self.summary.outbox_left = part.close(self.config.telemetry.flush_timeout_s)
+                log.info("telemetry closed: %d reports left in the outbox", self.summary.outbox_left)
+            else:
+                part.close()

@@ -1,0 +1,191 @@
+"""The daemon config: defaults for a minimal file, and the exact text of every kind of mistake."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from edge.daemon.config import _SCHEMA, EXAMPLE_CONFIG, SYSTEMD_UNIT, LogLevel, SourceKind, load_config
+from edge.errors import InputError
+
+MINIMAL = '[face]\nmodels = "face"\n[source]\npath = "incoming"\n'
+
+
+@pytest.fixture()
+def folder(tmp_path: Path) -> Path:
+    (tmp_path / "face").mkdir()
+    (tmp_path / "incoming").mkdir()
+    return tmp_path
+
+
+def write(folder: Path, text: str) -> Path:
+    path = folder / "edge-deploy.toml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def error(folder: Path, text: str) -> str:
+    path = write(folder, text)
+    with pytest.raises(InputError) as info:
+        load_config(path)
+    return str(info.value).replace(str(path), "CFG").replace(str(folder), "DIR")
+
+
+def test_a_minimal_config_gets_working_defaults(folder: Path) -> None:
+    c = load_config(write(folder, MINIMAL))
+    assert c.face.models == folder / "face"
+    assert c.source.kind is SourceKind.FOLDER and c.source.path == folder / "incoming"
+    assert c.state_dir == folder / "state"
+    assert c.face.gallery == folder / "state" / "gallery.npz"
+    assert c.telemetry.outbox == folder / "state" / "outbox.sqlite"
+    assert c.state_db == folder / "state" / "state.sqlite"
+    assert c.broker is None  # no broker: telemetry waits in the outbox
+    assert c.commands.secret_file is None  # no secret: every command is rejected
+    assert c.text.model_dir is None
+    assert c.log_level is LogLevel.INFO
+    assert c.telemetry.prefix == "edge-deploy" and c.telemetry.interval_s == 30.0
+    assert c.face.threshold == 0.6 and c.face.min_score == 0.9
+    assert c.device_id  # the host name, as a valid topic level
+
+
+def test_broker_table_with_password_file(folder: Path) -> None:
+    (folder / "pw").write_text("s3cret\n")
+    c = load_config(write(folder, MINIMAL + '[broker]\nhost = "10.0.0.2"\nusername = "pi"\npassword_file = "pw"\n'))
+    assert (c.broker.host, c.broker.port, c.broker.username, c.broker.password) == ("10.0.0.2", 1883, "pi", "s3cret")
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ('colour = "red"\n', "CFG: unknown key colour; expected one of device_id, log_level, state_dir, target"),
+        (
+            "[sources]\nx = 1\n",
+            "CFG: unknown table [sources]; expected one of [broker], [commands], [face], [source], [telemetry], [text]",
+        ),
+        (
+            "[telemetry]\ninterval = 5\n",
+            "CFG: unknown key telemetry.interval; expected one of flush_timeout_s, interval_s, outbox, "
+            "outbox_capacity, prefix",
+        ),
+        ("[telemetry]\ninterval_s = 0\n", "CFG: telemetry.interval_s = 0.0; expected a number > 0.0"),
+        ('[telemetry]\ninterval_s = "5"\n', "CFG: telemetry.interval_s = '5'; expected a number"),
+        (
+            '[telemetry]\nprefix = "a/#"\n',
+            "CFG: telemetry.prefix = 'a/#'; expected topic levels of letters, digits, "
+            "'_', '.', ':' or '-' separated by '/', without wildcards or a leading/trailing '/'",
+        ),  # fmt: skip
+        ("[broker]\nport = 1883\n", "CFG: missing key broker.host"),
+        ('[broker]\nhost = "h"\nport = 70000\n', "CFG: [broker] broker port = 70000; expected an integer in 1..65535"),
+        ('[broker]\nhost = "h"\ntls = "yes"\n', "CFG: broker.tls = 'yes'; expected true or false"),
+        (
+            '[broker]\nhost = "h"\npassword_file = "pw"\n',
+            "CFG: broker.password_file is set but broker.username is not; expected both",
+        ),
+        (
+            "[commands]\nbench_runs = 2000\n",
+            "CFG: commands.bench_runs = 2000; expected at most commands.max_bench_runs (1000)",
+        ),  # fmt: skip
+        ("[text]\nmax_new_tokens = 0\n", "CFG: text.max_new_tokens = 0; expected a whole number >= 1"),
+        (
+            '[text]\nmodel_dir = "nowhere"\n',
+            "CFG: text.model_dir = 'DIR/nowhere'; expected a converted language-model folder",
+        ),  # fmt: skip
+    ],
+)
+def test_mistakes_name_file_key_and_what_is_allowed(folder: Path, extra: str, message: str) -> None:
+    text = (MINIMAL + extra) if extra.startswith("[") else (extra + MINIMAL)  # top-level keys go first
+    assert error(folder, text) == message
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('[source]\npath = "incoming"\n', "CFG: missing table [face]"),
+        ('[face]\nmodels = "face"\n', "CFG: missing table [source]"),
+        ('[face]\n[source]\npath = "incoming"\n', "CFG: missing key face.models"),
+        (
+            '[face]\nmodels = "nope"\n[source]\npath = "incoming"\n',
+            "CFG: face.models = 'DIR/nope'; expected a folder written by 'edge-deploy convert face'",
+        ),
+        (
+            '[face]\nmodels = "face"\n[source]\nstride = 2\n',
+            "CFG: missing key source.path (source.kind = 'folder' needs it)",
+        ),  # fmt: skip
+        (
+            '[face]\nmodels = "face"\n[source]\npath = "gone"\n',
+            "CFG: source.path = 'DIR/gone'; expected an existing folder to watch",
+        ),
+        (
+            '[face]\nmodels = "face"\n[source]\nkind = "video"\npath = "incoming"\n',
+            "CFG: source.path = 'DIR/incoming'; expected an existing video file",
+        ),
+        (
+            '[face]\nmodels = "face"\n[source]\nkind = "camera"\npath = "incoming"\n',
+            "CFG: source.path = 'DIR/incoming' with source.kind = 'camera'; a camera takes camera_index",
+        ),
+        (
+            '[face]\nmodels = "face"\n[source]\nkind = "webcam"\n',
+            "CFG: source.kind = 'webcam'; expected one of folder, video, camera",
+        ),  # fmt: skip
+        (
+            '[face]\nmodels = "face"\n[source]\npath = "incoming"\nstride = 0\n',
+            "CFG: source.stride = 0; expected a whole number >= 1",
+        ),  # fmt: skip
+        (
+            '[face]\nmodels = "face"\n[source]\npath = "incoming"\nstride = 1.5\n',
+            "CFG: source.stride = 1.5; expected a whole number",
+        ),  # fmt: skip
+        (
+            '[face]\nmodels = "face"\nmin_score = 1.5\n[source]\npath = "incoming"\n',
+            "CFG: face.min_score = 1.5; expected a number in [0, 1]",
+        ),  # fmt: skip
+        (
+            '[face]\nmodels = "face"\nthreshold = 0\n[source]\npath = "incoming"\n',
+            "CFG: face.threshold = 0.0; expected a number > 0.0",
+        ),  # fmt: skip
+        ('[face]\nmodels = 7\n[source]\npath = "incoming"\n', "CFG: face.models = 7; expected a path (string)"),
+        (
+            'device_id = "pi kitchen"\n' + MINIMAL,
+            "CFG: device_id = 'pi kitchen'; expected 1-64 characters of "
+            "letters, digits, '_', '.', ':' or '-' (it becomes one MQTT topic level)",
+        ),  # fmt: skip
+        ('log_level = "loud"\n' + MINIMAL, "CFG: log_level = 'loud'; expected one of debug, info, warning, error"),
+        ("[face\n", "CFG: not valid TOML (Expected ']' at the end of a table declaration (at line 1, column 6))"),
+    ],
+)
+def test_structural_mistakes(folder: Path, text: str, message: str) -> None:
+    assert error(folder, text) == message
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(InputError) as info:
+        load_config(tmp_path / "none.toml")
+    assert str(info.value) == f"{tmp_path / 'none.toml'}: cannot read the daemon config (No such file or directory)"
+
+
+def test_the_example_config_documents_every_key() -> None:
+    data = tomllib.loads(EXAMPLE_CONFIG.read_text(encoding="utf-8"))
+    text = EXAMPLE_CONFIG.read_text(encoding="utf-8")
+    for table, spec in _SCHEMA.items():
+        for key in spec:
+            shown = key in (data if not table else data.get(table, {}))
+            commented = f"# {key} = " in text
+            assert shown or commented, f"{table}.{key} is not in {EXAMPLE_CONFIG.name}"
+
+
+def test_the_systemd_unit_is_hardened() -> None:
+    lines = set(SYSTEMD_UNIT.read_text(encoding="utf-8").splitlines())
+    for option in (
+        "User=edge-deploy",
+        "ProtectSystem=strict",
+        "ProtectHome=yes",
+        "PrivateTmp=yes",
+        "NoNewPrivileges=yes",
+        "ReadWritePaths=/var/lib/edge-deploy",
+        "Restart=on-failure",
+        "KillSignal=SIGTERM",
+        "CapabilityBoundingSet=",
+    ):
+        assert option in lines, option

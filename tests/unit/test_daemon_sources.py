@@ -1,0 +1,109 @@
+"""Frame sources: a watched folder and a video file, remembered across restarts through the state store."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+
+from edge.daemon.sources import VideoFile, WatchedFolder
+from edge.daemon.state import StateStore
+from edge.errors import InputError
+
+
+def image(path: Path, value: int, mtime: float) -> None:
+    cv2.imwrite(str(path), np.full((8, 8, 3), value, np.uint8))
+    os.utime(path, (mtime, mtime))
+
+
+def drain(source) -> list:
+    frames = []
+    for _ in range(100):
+        frame = source.next_frame()
+        if frame is None:
+            break
+        frames.append(frame)
+    return frames
+
+
+def test_folder_in_arrival_order_skipping_hidden_and_other_files(tmp_path: Path) -> None:
+    watched = tmp_path / "in"
+    watched.mkdir()
+    old = time.time() - 100
+    image(watched / "b.png", 10, old)
+    image(watched / "a.png", 20, old + 1)
+    image(watched / ".partial.png", 30, old)
+    (watched / "notes.txt").write_text("x")
+    (watched / "broken.jpg").write_bytes(b"not a jpeg")
+    os.utime(watched / "broken.jpg", (old + 2, old + 2))
+    image(watched / "fresh.png", 40, time.time() + 5)  # still being written: too young
+    state = StateStore(tmp_path / "s.db")
+    source = WatchedFolder(watched, state, poll_interval_s=0.01, settle_s=3.0)
+    frames = drain(source)
+    assert [f.frame_id for f in frames] == ["b.png", "a.png", "broken.jpg"]
+    assert int(frames[0].rgb[0, 0, 0]) == 10 and frames[0].rgb.shape == (8, 8, 3)
+    assert (
+        frames[2].rgb is None
+        and frames[2].error == f"{watched / 'broken.jpg'}: not an image (cv2 could not decode 10 bytes)"
+    )
+    assert source.ignored == {"notes.txt"}
+    for f in frames[:2]:  # 'broken.jpg' never marked: a crash before marking repeats it
+        state.finish(f.source, f.key, f.frame_id, 1)
+    time.sleep(0.02)
+    again = WatchedFolder(watched, state, poll_interval_s=0.01, settle_s=3.0)
+    assert [f.frame_id for f in drain(again)] == ["broken.jpg"]
+
+
+def test_a_replaced_file_is_a_new_frame(tmp_path: Path) -> None:
+    watched = tmp_path / "in"
+    watched.mkdir()
+    image(watched / "a.png", 1, time.time() - 50)
+    state = StateStore(tmp_path / "s.db")
+    (frame,) = drain(WatchedFolder(watched, state, 0.01, 0.0, once=True))
+    state.finish(frame.source, frame.key, frame.frame_id, 1)
+    image(watched / "a.png", 2, time.time() - 40)
+    source = WatchedFolder(watched, state, 0.01, 0.0, once=True)
+    (new,) = drain(source)
+    assert new.key != frame.key and int(new.rgb[0, 0, 0]) == 2
+    assert drain(source) == [] and source.exhausted
+
+
+def test_video_stride_and_resume(tmp_path: Path) -> None:
+    path = tmp_path / "v.avi"
+    writer = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*"MJPG"), 10.0, (32, 32))
+    for i in range(7):
+        writer.write(np.full((32, 32, 3), i * 30, np.uint8))
+    writer.release()
+    state = StateStore(tmp_path / "s.db")
+    video = VideoFile(path, state, stride=3)
+    first = video.next_frame()
+    assert (first.frame_id, first.meta) == ("v.avi#0", {"file": "v.avi", "frame_index": 0, "time_s": 0.0})
+    state.finish(first.source, first.key, first.frame_id, 1, first.identity)
+    video.close()
+    resumed = VideoFile(path, state, stride=3)
+    rest = drain(resumed)
+    assert [f.frame_id for f in rest] == ["v.avi#3", "v.avi#6"]
+    assert abs(int(rest[0].rgb[0, 0, 0]) - 90) <= 3  # MJPG is lossy
+    assert resumed.exhausted
+
+
+def test_a_file_that_is_not_a_video(tmp_path: Path) -> None:
+    path = tmp_path / "v.avi"
+    path.write_bytes(b"nothing")
+    with pytest.raises(InputError) as info:
+        VideoFile(path, StateStore(tmp_path / "s.db"))
+    assert str(info.value) == f"{path}: OpenCV cannot open it as a video; expected e.g. an MP4 or AVI file"
+
+
+def test_a_camera_that_is_not_there(tmp_path: Path) -> None:
+    from edge.daemon.sources import Camera
+
+    index = 97  # no such /dev/video97 on a test machine
+    assert not Path(f"/dev/video{index}").exists()
+    with pytest.raises(InputError) as info:
+        Camera(index)
+    assert str(info.value) == f"source.camera_index = {index}: OpenCV cannot open /dev/video{index}"
