@@ -1,0 +1,61 @@
+"""Shared by every benchmark: machine facts, and writing one section of docs/benchmarks.md.
+
+Each benchmark owns one section, delimited by HTML comments, and rewrites only that section, so benchmarks
+can be re-run one at a time without losing the others' results.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import re
+import subprocess
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+DOC = REPO / "docs" / "benchmarks.md"
+IMG = REPO / "docs" / "img"
+
+HEADER = """# Benchmarks
+
+Every number here was measured by a script in `benchmarks/`, whose command is given with its section.
+These machines are shared and noisy: each benchmark runs its contenders side by side in one run, and the
+ratios between them are the point, not the absolute times.
+"""
+
+
+def machine_line() -> str:
+    """One line describing where the numbers were taken."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    try:
+        load = f"load {os.getloadavg()[0]:.1f}"
+    except OSError:
+        load = "load ?"
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True, timeout=10
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        commit = "?"
+    cores = len(os.sched_getaffinity(0))
+    return f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {cpu}, {cores} cores, {load}, commit {commit}"
+
+
+def write_section(name: str, markdown: str) -> Path:
+    """Replace (or append) the section ``name`` of docs/benchmarks.md with ``markdown``."""
+    begin, end = f"<!-- begin:{name} -->", f"<!-- end:{name} -->"
+    text = DOC.read_text(encoding="utf-8") if DOC.is_file() else HEADER
+    block = f"{begin}\n{markdown.rstrip()}\n{end}"
+    pattern = re.compile(re.escape(begin) + r".*?" + re.escape(end), re.S)
+    text = pattern.sub(lambda _m: block, text) if pattern.search(text) else text.rstrip() + "\n\n" + block + "\n"
+    DOC.parent.mkdir(parents=True, exist_ok=True)
+    DOC.write_text(text, encoding="utf-8")
+    return DOC
