@@ -40,6 +40,10 @@ class QuantSettings:
     reduce_range: bool = False
     calibration: CalibrationMethod = CalibrationMethod.MINMAX
     keep_float_ops: tuple[str, ...] = ()
+    #: Keep the output heads float: the last Conv/Gemm/MatMul before each graph output and the
+    #: Softmax/reshaping ops after it (tiny layers whose rounding moves scores and boxes; see
+    #: docs/quantization.md).
+    float_heads: bool = False
     int4_block_size: int = 32
     int4_accuracy_level: int = 4
     extra: Mapping[str, object] = field(default_factory=dict)
@@ -53,15 +57,32 @@ class QuantSettings:
             "reduce_range": self.reduce_range,
             "calibration": self.calibration.value,
             "keep_float_ops": list(self.keep_float_ops),
+            "float_heads": self.float_heads,
             "int4_block_size": self.int4_block_size,
             "int4_accuracy_level": self.int4_accuracy_level,
             "extra": dict(self.extra),
         }
 
 
-def settings_for(profile: TargetProfile, mode: QuantMode, **overrides) -> QuantSettings:
-    """The profile's quantization settings for ``mode``; keyword overrides win (e.g. ``calibration=...``)."""
+def settings_for(profile: TargetProfile, mode: QuantMode, **overrides: object) -> QuantSettings:
+    """The profile's quantization settings for ``mode``; keyword overrides win.
+
+    Args:
+        profile: the target; its ``[quant]`` table gives the defaults.
+        mode: what kind of quantization.
+        **overrides: any QuantSettings field except ``mode`` (e.g. ``calibration=CalibrationMethod.ENTROPY``).
+
+    Returns:
+        The settings.
+
+    Raises:
+        InputError: an override that is not a setting.
+    """
     q = profile.quant
+    unknown = sorted(set(overrides) - (set(QuantSettings.__dataclass_fields__) - {"mode"}))
+    if unknown:
+        allowed = ", ".join(k for k in QuantSettings.__dataclass_fields__ if k != "mode")
+        raise InputError(f"quantization override {', '.join(unknown)} is not a setting; expected one of {allowed}")
     base = dict(
         mode=mode,
         activations=q.activations,
@@ -97,13 +118,14 @@ class _FeedsReader:
     """onnxruntime's CalibrationDataReader over a list of feed dicts."""
 
     def __init__(self, feeds: Sequence[Mapping[str, np.ndarray]]) -> None:
-        self._it = iter(list(feeds))
+        self._feeds = list(feeds)
+        self._it = iter(self._feeds)
 
     def get_next(self):
         return next(self._it, None)
 
-    def rewind(self) -> None:  # not used by the calibrators we call; kept for the protocol
-        raise NotImplementedError
+    def rewind(self) -> None:
+        self._it = iter(self._feeds)
 
 
 def _nodes_of_types(model_path: Path, op_types: Iterable[str]) -> list[str]:
@@ -114,6 +136,39 @@ def _nodes_of_types(model_path: Path, op_types: Iterable[str]) -> list[str]:
         return []
     model = onnx.load(str(model_path), load_external_data=False)
     return [n.name for n in model.graph.node if n.op_type in wanted]
+
+
+#: Ops that only reshape or normalise a head's output: walked through on the way back from a graph output.
+_HEAD_PASS_THROUGH = frozenset({"Softmax", "Sigmoid", "Reshape", "Transpose", "Flatten", "Identity", "Squeeze"})
+_HEAD_COMPUTE = frozenset({"Conv", "Gemm", "MatMul"})
+
+
+def output_head_nodes(model_path: Path) -> list[str]:
+    """Names of the nodes that form each graph output's head.
+
+    From every graph output, walk back through ops that only reshape or normalise (Softmax, Reshape, ...)
+    to the first Conv/Gemm/MatMul; all of those nodes are the head.
+    """
+    import onnx
+
+    model = onnx.load(str(model_path), load_external_data=False)
+    producer = {out: node for node in model.graph.node for out in node.output}
+    names: list[str] = []
+    for output in model.graph.output:
+        node = producer.get(output.name)
+        while node is not None and node.name not in names:
+            names.append(node.name)
+            if node.op_type in _HEAD_COMPUTE or node.op_type not in _HEAD_PASS_THROUGH:
+                break
+            node = producer.get(node.input[0])
+    return names
+
+
+def _excluded_nodes(model_path: Path, settings: QuantSettings) -> list[str]:
+    nodes = _nodes_of_types(model_path, settings.keep_float_ops)
+    if settings.float_heads:
+        nodes += [n for n in output_head_nodes(model_path) if n not in nodes]
+    return nodes
 
 
 def _preprocess(model_in: Path, workdir: Path) -> Path:
@@ -167,7 +222,7 @@ def quantize_model(
                     reduce_range=settings.reduce_range,
                     activation_type=_ort_quant_type(settings.activations),
                     weight_type=_ort_quant_type(settings.weights),
-                    nodes_to_exclude=_nodes_of_types(pre, settings.keep_float_ops),
+                    nodes_to_exclude=_excluded_nodes(pre, settings),
                     calibrate_method=_ort_calibration(settings.calibration),
                     extra_options=dict(settings.extra),
                 )
@@ -179,7 +234,7 @@ def quantize_model(
                     per_channel=settings.per_channel,
                     reduce_range=settings.reduce_range,
                     weight_type=_ort_quant_type(settings.weights),
-                    nodes_to_exclude=_nodes_of_types(pre, settings.keep_float_ops),
+                    nodes_to_exclude=_excluded_nodes(pre, settings),
                 )
             elif settings.mode is QuantMode.FP16:
                 _to_fp16(model_in, model_out)
@@ -225,23 +280,49 @@ def op_counts(model_path: Path) -> Counter:
 
 
 def to_ort_format(model_in: Path, out_dir: Path, profile: TargetProfile) -> Path:
-    """Convert to ORT format with the offline optimisations that are safe for the profile's CPU.
+    """Convert one model to ORT format for the profile's CPU; see ``to_ort_format_all``."""
+    return to_ort_format_all([model_in], out_dir, profile)[0]
 
-    'Fixed' optimisation bakes platform-specific layouts into the file, so we pass the target platform:
-    an ARM build never gets x86's NCHWc layout. The browser gets no ORT-format model.
+
+def ort_target_platform(profile: TargetProfile) -> str:
+    """The ``--target_platform`` of ORT-format builds for ``profile`` ("arm" or "amd64").
 
     Raises:
-        ConversionError: for the browser profile, or when the converter fails (quoting its output).
+        ConversionError: for a profile without ORT-format builds (the browser).
     """
     platform = {Arch.AARCH64: "arm", Arch.X86_64: "amd64"}.get(profile.cpu.arch)
     if platform is None:
         raise ConversionError(
             f"{profile.source}: cpu.arch = '{profile.cpu.arch.value}' has no ORT-format build; ship the .onnx"
         )
+    return platform
+
+
+def to_ort_format_all(models: Sequence[Path], out_dir: Path, profile: TargetProfile) -> list[Path]:
+    """Convert models to ORT format with the offline optimisations that are safe for the profile's CPU.
+
+    'Fixed' optimisation bakes platform-specific layouts into the file, so we pass the target platform:
+    an ARM build never gets x86's NCHWc layout. The browser gets no ORT-format model. One converter run
+    handles all models (its start-up dominates for small nets).
+
+    Args:
+        models: .onnx files (distinct names).
+        out_dir: where the .ort files go (created).
+        profile: decides the target platform.
+
+    Returns:
+        The .ort files, in the order of ``models``.
+
+    Raises:
+        ConversionError: for the browser profile, or when the converter fails (quoting its output).
+    """
+    platform = ort_target_platform(profile)
     out_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="edort-") as tmp:
-        src = Path(tmp) / model_in.name
-        shutil.copy(model_in, src)
+        src_dir = Path(tmp) / "src"
+        src_dir.mkdir()
+        for model in models:
+            shutil.copy(model, src_dir / Path(model).name)
         cmd = [
             sys.executable,
             "-m",
@@ -252,13 +333,15 @@ def to_ort_format(model_in: Path, out_dir: Path, profile: TargetProfile) -> Path
             platform,
             "--output_dir",
             tmp,
-            str(src),
+            str(src_dir),
         ]
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-        produced = Path(tmp) / (src.stem + ".ort")
-        if done.returncode != 0 or not produced.is_file():
-            tail = "\n".join((done.stdout + done.stderr).splitlines()[-15:])
-            raise ConversionError(f"{model_in}: ORT-format conversion for {platform} failed:\n{tail}")
-        target = out_dir / produced.name
-        shutil.copy(produced, target)
-    return target
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+        targets = []
+        for model in models:
+            produced = Path(tmp) / (Path(model).stem + ".ort")
+            if done.returncode != 0 or not produced.is_file():
+                tail = "\n".join((done.stdout + done.stderr).splitlines()[-15:])
+                raise ConversionError(f"{model}: ORT-format conversion for {platform} failed:\n{tail}")
+            targets.append(out_dir / produced.name)
+            shutil.copy(produced, targets[-1])
+    return targets

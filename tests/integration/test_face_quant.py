@@ -1,0 +1,230 @@
+"""Quantized face models and the accuracy gate, on the real nets (dlib's ResNet-29, facenet-pytorch's MTCNN).
+
+One fp32 export, one calibration run and one fp32 pass over the evaluation set are shared by the module.
+Calibration uses TEST_CALIBRATION_COUNT images here (the production default is
+``DEFAULT_CALIBRATION_COUNT``).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+
+pytest.importorskip("torch")
+
+from converters.face_calib import NET_ROLES, chip_landmarks, collect_calibration, constant_calibration  # noqa: E402
+from converters.face_quant import DEFAULT_CALIBRATION_COUNT, quantize_face_models  # noqa: E402
+from converters.face_quant_eval import fp32_reference  # noqa: E402
+from converters.facedata import make_eval_set  # noqa: E402
+from converters.quantize import QuantMode, op_counts, quantize_model, settings_for, to_ort_format  # noqa: E402
+from edge.errors import ValidationError  # noqa: E402
+from edge.face import models as face_models  # noqa: E402
+from edge.face.embed import FaceEmbedder  # noqa: E402
+from edge.profiles import Precision, load_profile  # noqa: E402
+
+pytestmark = pytest.mark.integration
+
+TEST_CALIBRATION_COUNT = 48
+THREADS = 2
+
+
+def _export_fp32(out: Path) -> Path:
+    """The fp32 models folder, as ``convert_face`` writes it (export only, no dlib proof)."""
+    from converters.dlib_resnet import export_dlib_embedder
+    from converters.dlib_shape import export_shape_predictor
+    from converters.mtcnn import export_mtcnn
+    from converters.quiet import quiet_torch_export
+    from converters.sources import DLIB_RESNET, DLIB_SHAPE5, MTCNN_NETS
+
+    with quiet_torch_export():
+        embedder = export_dlib_embedder(DLIB_RESNET.locate(), out / "face_embedder.onnx")
+        mtcnn = export_mtcnn(out)
+    shape5 = export_shape_predictor(DLIB_SHAPE5.locate(), out / "shape5.npz")
+    entries = [
+        face_models.describe(mtcnn[net], role, "onnx", "fp32", MTCNN_NETS[net].provenance())
+        for net, role in NET_ROLES.items()
+        if net != "embedder"
+    ]
+    entries.append(face_models.describe(shape5, face_models.ROLE_LANDMARKS, "npz", "fp32", DLIB_SHAPE5.provenance()))
+    entries.append(face_models.describe(embedder, face_models.ROLE_EMBEDDER, "onnx", "fp32", DLIB_RESNET.provenance()))
+    face_models.write_models_file(out, entries, "rpi4", "test")
+    return out
+
+
+@pytest.fixture(scope="module")
+def fp32_dir(tmp_path_factory) -> Path:
+    return _export_fp32(tmp_path_factory.mktemp("fp32"))
+
+
+@pytest.fixture(scope="module")
+def calib(fp32_dir):
+    return collect_calibration(fp32_dir, TEST_CALIBRATION_COUNT, seed=0, threads=THREADS)
+
+
+@pytest.fixture(scope="module")
+def fp32_paths(fp32_dir) -> dict[str, Path]:
+    return {net: face_models.model_path(fp32_dir, role) for net, role in NET_ROLES.items()}
+
+
+@pytest.fixture(scope="module")
+def reference(fp32_dir, fp32_paths):
+    return fp32_reference(make_eval_set(0), fp32_paths, THREADS, chip_landmarks(fp32_dir))
+
+
+@pytest.fixture(scope="module")
+def rpi4_build(fp32_dir, calib, reference, tmp_path_factory):
+    out = tmp_path_factory.mktemp("rpi4_int8")
+    return quantize_face_models(
+        fp32_dir, out, load_profile("rpi4"), Precision.INT8, calibration=calib, reference=reference
+    )
+
+
+def test_calibration_is_real_and_disjoint(calib):
+    assert TEST_CALIBRATION_COUNT < DEFAULT_CALIBRATION_COUNT
+    assert calib.images == TEST_CALIBRATION_COUNT
+    assert set(calib.sources) == {"lfw_subset", "skimage", "insightface"}
+    assert calib.samples["embedder"] >= 20  # faces the fp32 detector found in the LFW crops
+    assert calib.feeds["pnet"][0]["input"].shape[1:] == (3, 12, 12)
+    assert calib.feeds["rnet"][0]["input"].shape[1:] == (3, 24, 24)
+    assert calib.feeds["onet"][0]["input"].shape[1:] == (3, 48, 48)
+    chips = calib.feeds["embedder"][0]["chip"]
+    assert chips.shape[1:] == (3, 150, 150) and chips.max() > 200 and chips.min() < 50
+
+
+def test_rpi4_int8_passes_the_gate(rpi4_build, reference):
+    b = rpi4_build
+    assert b.passed and b.failures == []
+    assert b.embedder["faces"] == reference.faces_found == 54
+    assert b.embedder["cosine_mean"] >= 0.995 and b.embedder["cosine_min"] > 0.99
+    assert b.embedder["decisions"]["pairs"] == 1431
+    assert b.embedder["decisions"]["agreement"] >= 0.995
+    assert b.detector["lost"] == 0 and b.detector["iou_min"] >= 0.9
+    report = json.loads((b.out_dir / "quant_report.json").read_text())
+    assert report["passed"] is True and report["embedder"]["cosine_mean"] == b.embedder["cosine_mean"]
+    assert (b.out_dir / "cosine_hist.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "Verdict: **PASSED**" in (b.out_dir / "quant_report.md").read_text()
+
+
+def test_models_json_points_at_the_shipped_ort_files(rpi4_build):
+    entries = face_models.read_models_file(rpi4_build.out_dir)
+    assert set(entries) == set(face_models.FACE_ROLES)
+    assert {r: (e.format, e.precision) for r, e in entries.items()} == {
+        face_models.ROLE_EMBEDDER: ("ort", "int8"),
+        face_models.ROLE_PNET: ("ort", "fp32"),
+        face_models.ROLE_RNET: ("ort", "fp32"),
+        face_models.ROLE_ONET: ("ort", "fp32"),
+        face_models.ROLE_LANDMARKS: ("npz", "fp32"),
+    }
+    emb = entries[face_models.ROLE_EMBEDDER]
+    assert emb.file == "face_embedder.int8.ort"
+    assert emb.sha256 == face_models.sha256_of(rpi4_build.out_dir / emb.file)
+    fp32_size = rpi4_build.onnx_files["embedder"]["fp32_size"]
+    assert fp32_size / rpi4_build.onnx_files["embedder"]["size"] > 3.5  # int8 weights: ~4x smaller
+
+
+def test_shipped_folder_runs_on_the_device_pipeline(rpi4_build):
+    from skimage import data
+
+    with face_models.open_face_pipeline(rpi4_build.out_dir, THREADS) as pipeline:
+        faces = pipeline.analyze(data.astronaut())
+    assert len(faces) == 1
+    assert faces[0].descriptor.shape == (128,)
+
+
+def test_embedder_qdq_structure(rpi4_build):
+    path = rpi4_build.out_dir / rpi4_build.onnx_files["embedder"]["file"]
+    counts = op_counts(path)
+    assert counts["Conv"] == 29 and counts["Gemm"] == 1
+    model = onnx.load(str(path))
+    inits = {i.name: i for i in model.graph.initializer}
+    producer = {o: n for n in model.graph.node for o in n.output}
+    dq = [n for n in model.graph.node if n.op_type == "DequantizeLinear"]
+    # Every quantized activation is a Q -> DQ pair; 60 constants (30 weights, 29 biases, 1 more) are stored
+    # quantized and dequantized on load.
+    assert counts["QuantizeLinear"] == 57 == sum(producer.get(n.input[0]) is not None for n in dq)
+    assert sum(n.input[0] in inits for n in dq) == 60 and counts["DequantizeLinear"] == 117
+    for node in (n for n in model.graph.node if n.op_type in ("Conv", "Gemm")):
+        assert producer[node.input[0]].op_type == "DequantizeLinear", node.name
+        w_dq = producer[node.input[1]]
+        assert w_dq.op_type == "DequantizeLinear", node.name
+        weight, scale = inits[w_dq.input[0]], inits[w_dq.input[1]]
+        assert weight.data_type == onnx.TensorProto.INT8, node.name
+        if node.op_type == "Conv":  # per-channel: one scale per output channel, along axis 0
+            assert list(scale.dims) == [weight.dims[0]], node.name
+            assert [a.i for a in w_dq.attribute if a.name == "axis"] in ([], [0])
+        if len(node.input) > 2:  # the final Gemm has no bias
+            assert inits[producer[node.input[2]].input[0]].data_type == onnx.TensorProto.INT32, node.name
+
+
+def test_gate_fails_on_a_broken_quantization(fp32_dir, calib, reference, tmp_path):
+    # The embedder calibrated on flat grey chips: its activation ranges clip every real face.
+    grey = constant_calibration(calib, 127.5)
+    broken = constant_calibration(calib, 127.5)
+    broken.feeds = {**calib.feeds, "embedder": grey.feeds["embedder"]}
+    with pytest.raises(ValidationError) as err:
+        quantize_face_models(
+            fp32_dir, tmp_path, load_profile("rpi4"), Precision.INT8, calibration=broken, reference=reference
+        )
+    report = json.loads((tmp_path / "quant_report.json").read_text())  # written before the error
+    e = report["embedder"]
+    assert report["passed"] is False
+    assert e["cosine_mean"] < 0.98 and e["decisions"]["agreement"] < 0.9
+    dec = e["decisions"]
+    expected = [
+        f"embedder: mean cosine to fp32 {e['cosine_mean']:.5f} < embed_mean_cosine 0.995 "
+        "(rpi4.toml [thresholds]; 54 faces)",
+        f"embedder: same/different decisions agree with fp32 on {dec['agreement']:.4f} of pairs "
+        f"({dec['agree']} of 1431) < embed_decision_agreement 0.995 (rpi4.toml [thresholds])",
+    ]
+    assert report["failures"] == expected
+    assert str(err.value) == (
+        f"int8 face models for rpi4 failed the accuracy gate (see {tmp_path / 'quant_report.md'}):\n  "
+        + "\n  ".join(expected)
+    )
+    assert "Verdict: **FAILED**" in (tmp_path / "quant_report.md").read_text()
+    assert (tmp_path / "cosine_hist.png").is_file()
+
+
+def _cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return np.sum(a * b, axis=1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
+
+
+@pytest.mark.parametrize("mode", [QuantMode.FP16, QuantMode.DYNAMIC])
+def test_fp16_and_dynamic_int8_give_runnable_models(mode, fp32_paths, reference, tmp_path):
+    settings = settings_for(load_profile("rpi4"), mode)
+    out = tmp_path / "embedder.onnx"
+    quantize_model(fp32_paths["embedder"], out, settings)
+    counts = op_counts(out)
+    if mode is QuantMode.FP16:
+        assert counts["Conv"] == 29 and counts["Cast"] >= 2
+        assert onnx.load(str(out)).graph.initializer[0].data_type == onnx.TensorProto.FLOAT16
+    else:
+        assert counts["ConvInteger"] == 29 and counts["DynamicQuantizeLinear"] >= 29
+    with FaceEmbedder(out, threads=THREADS) as embedder:
+        quant = embedder.embed(reference.chips)
+    cos = _cosines(reference.descriptors.astype(np.float64), quant.astype(np.float64))
+    assert cos.mean() > 0.995, cos.mean()
+
+
+def test_ort_format_is_built_for_arm_and_loads(rpi4_build, reference, fp32_paths, tmp_path):
+    assert rpi4_build.ort_platform == "arm"
+    out = rpi4_build.out_dir
+    onnx_file = out / rpi4_build.onnx_files["embedder"]["file"]
+    ort_file = out / rpi4_build.ort_files["embedder"]["file"]
+    feeds = {"chip": reference.chips[:4].transpose(0, 3, 1, 2).astype(np.float32)}
+    from_ort = ort.InferenceSession(str(ort_file), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    from_onnx = ort.InferenceSession(str(onnx_file), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    np.testing.assert_allclose(from_ort, from_onnx, atol=1e-6)
+    # The x86 build of a float net bakes in the NCHWc layout (Reorder nodes around NCHWc convs); the ARM
+    # build never does. (Both files list the com.microsoft.nchwc domain among the opsets ORT knows.)
+    arm = to_ort_format(fp32_paths["pnet"], tmp_path / "arm", load_profile("rpi4"))
+    x86 = to_ort_format(fp32_paths["pnet"], tmp_path / "x86", load_profile("x86_64-host"))
+    assert b"ReorderInput" in x86.read_bytes() and b"reg_nchwc" in x86.read_bytes()
+    for shipped in [arm, *(out / f["file"] for f in rpi4_build.ort_files.values())]:
+        data = shipped.read_bytes()
+        assert b"ReorderInput" not in data and b"ReorderOutput" not in data and b"_nchwc" not in data, shipped
