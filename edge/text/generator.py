@@ -1,0 +1,198 @@
+"""Text generation on the device: tokenizer + ONNX decoder with KV cache + sampler.
+
+Usage::
+
+    with TextGenerator(Path("bundle/slm"), threads=4) as gen:
+        stream = gen.stream("What is the capital of France?", SamplingConfig(max_new_tokens=32))
+        for piece in stream:
+            print(piece, end="", flush=True)
+        print(stream.result.decode_tokens_per_s)
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from edge.errors import InferenceError, InputError, require
+from edge.text.decoder import OnnxDecoder
+from edge.text.sampling import Sampler, SamplingConfig
+from edge.text.spec import GenerationSpec, load_spec
+
+Prompt = str | Sequence[Mapping[str, str]]
+
+
+@dataclass(frozen=True)
+class GenerationResult:
+    """One finished generation.
+
+    Attributes:
+        text: the generated text (stop token excluded).
+        token_ids: the generated token ids (stop token excluded).
+        prompt_tokens: length of the prompt in tokens.
+        stop_reason: ``"stop_token"``, ``"max_tokens"`` or ``"context"``.
+        time_to_first_token_s: prefill plus choosing the first token.
+        decode_tokens_per_s: decode steps (one token each, after the first) per second; 0 if none ran.
+    """
+
+    text: str
+    token_ids: tuple[int, ...]
+    prompt_tokens: int
+    stop_reason: str
+    time_to_first_token_s: float
+    decode_tokens_per_s: float
+
+
+class TextStream:
+    """An iterator of text pieces; :attr:`result` is available once it is exhausted."""
+
+    def __init__(self, pieces: Iterator[str], holder: list[GenerationResult]) -> None:
+        self._pieces = pieces
+        self._holder = holder
+
+    def __iter__(self) -> Iterator[str]:
+        return self._pieces
+
+    @property
+    def result(self) -> GenerationResult:
+        """The finished generation.
+
+        Raises:
+            InferenceError: the stream has not been read to its end.
+        """
+        if not self._holder:
+            raise InferenceError("the text stream has not finished; read it to the end before asking its result")
+        return self._holder[0]
+
+
+class TextGenerator:
+    """Generate text with a converted small language model folder.
+
+    Args:
+        model_dir: a folder with ``generation.json``, the ONNX model and ``tokenizer.json``.
+        threads: onnxruntime intra-op threads.
+        max_context: cap the context below the model's own (memory on small boards); None for the model's.
+
+    Raises:
+        InputError: the folder, generation.json or tokenizer.json is missing or invalid.
+        InferenceError: onnxruntime cannot load the model.
+    """
+
+    def __init__(self, model_dir: Path, threads: int = 1, max_context: int | None = None) -> None:
+        tokenizers = require("tokenizers", "device", "tokenizing text for the language model")
+        self.model_dir = Path(model_dir)
+        if not self.model_dir.is_dir():
+            raise InputError(f"{self.model_dir}: no such folder; expected a converted language model folder")
+        self.spec: GenerationSpec = load_spec(self.model_dir)
+        tok_path = self.model_dir / self.spec.tokenizer_file
+        if not tok_path.is_file():
+            raise InputError(f"{tok_path}: missing; expected the tokenizer next to {self.spec.model_file}")
+        try:
+            self.tokenizer = tokenizers.Tokenizer.from_file(str(tok_path))
+        except Exception as exc:  # tokenizers raises a bare Exception for a malformed file
+            raise InputError(f"{tok_path}: not a valid tokenizer.json ({exc})") from exc
+        self.context = self.spec.context_length
+        if max_context is not None:
+            if max_context < 2:
+                raise InputError(f"max_context = {max_context}; expected at least 2")
+            self.context = min(self.context, max_context)
+        self.decoder = OnnxDecoder(self.model_dir / self.spec.model_file, threads)
+
+    def close(self) -> None:
+        """Release the onnxruntime session."""
+        self.decoder = None
+
+    def __enter__(self) -> TextGenerator:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def prompt_text(self, prompt: Prompt, chat: bool = True) -> str:
+        """The text the model sees: a string as a single user turn (or raw when ``chat`` is False),
+        a list of messages through the chat template.
+
+        Raises:
+            InputError: an empty prompt or conversation.
+        """
+        if isinstance(prompt, str):
+            if not prompt.strip():
+                raise InputError("prompt is empty; expected some text")
+            if not chat:
+                return prompt
+            return self.spec.chat_format.render([{"role": "user", "content": prompt}])
+        if len(prompt) == 0:
+            raise InputError("messages is empty; expected at least one message")
+        return self.spec.chat_format.render(prompt)
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of ``text`` (special tokens such as ``<|im_start|>`` are recognised)."""
+        ids = self.tokenizer.encode(text).ids
+        return [self.spec.bos_token_id, *ids] if self.spec.add_bos else ids
+
+    def stream(self, prompt: Prompt, config: SamplingConfig | None = None, chat: bool = True) -> TextStream:
+        """Start generating; iterate the returned stream for text pieces as they are made.
+
+        Raises:
+            InputError: empty or over-long prompt, bad sampling settings.
+        """
+        config = config or SamplingConfig()
+        sampler = Sampler(config)
+        ids = self.encode(self.prompt_text(prompt, chat))
+        if len(ids) >= self.context:
+            raise InputError(f"prompt is {len(ids)} tokens; expected fewer than the context of {self.context} tokens")
+        holder: list[GenerationResult] = []
+        return TextStream(self._run(ids, config, sampler, holder), holder)
+
+    def generate(self, prompt: Prompt, config: SamplingConfig | None = None, chat: bool = True) -> GenerationResult:
+        """Generate to the end and return the result (see :meth:`stream`)."""
+        stream = self.stream(prompt, config, chat)
+        for _ in stream:
+            pass
+        return stream.result
+
+    def _run(
+        self, ids: list[int], config: SamplingConfig, sampler: Sampler, holder: list[GenerationResult]
+    ) -> Iterator[str]:
+        if self.decoder is None:
+            raise InferenceError(f"{self.model_dir}: the generator is closed")
+        stops = set(self.spec.stop_token_ids) | set(config.stop_token_ids)
+        start = time.perf_counter()
+        logits, cache = self.decoder.forward(
+            np.array([ids]), np.ones((1, len(ids)), np.int64), np.arange(len(ids))[None], self.decoder.empty_cache()
+        )
+        token = sampler(logits[0, -1])
+        first = time.perf_counter()
+        new: list[int] = []
+        steps = 0
+        emitted = ""
+        reason = "max_tokens"
+        while True:
+            if token in stops:
+                reason = "stop_token"
+                break
+            new.append(token)
+            text = self.tokenizer.decode(new, skip_special_tokens=True)
+            if not text.endswith("\ufffd"):  # hold back half a UTF-8 character
+                piece, emitted = text[len(emitted) :], text
+                if piece:
+                    yield piece
+            total = len(ids) + len(new)
+            if len(new) >= config.max_new_tokens or total >= self.context:
+                reason = "max_tokens" if len(new) >= config.max_new_tokens else "context"
+                break
+            logits, cache = self.decoder.forward(
+                np.array([[token]]), np.ones((1, total), np.int64), np.array([[total - 1]]), cache
+            )
+            token = sampler(logits[0, -1])
+            steps += 1
+        end = time.perf_counter()
+        text = self.tokenizer.decode(new, skip_special_tokens=True)
+        if len(text) > len(emitted):
+            yield text[len(emitted) :]
+        rate = steps / (end - first) if steps and end > first else 0.0
+        holder.append(GenerationResult(text, tuple(new), len(ids), reason, first - start, rate))

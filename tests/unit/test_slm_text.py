@@ -1,0 +1,134 @@
+"""edge.text without a model: chat format, sampling, generation.json, folder errors, device-only imports."""
+
+from __future__ import annotations
+
+import ast
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from edge.errors import InputError
+from edge.text import ChatFormat, Sampler, SamplingConfig, TextGenerator, load_spec
+
+CHATML = ChatFormat("<|im_start|>", "\n", "<|im_end|>\n", "<|im_start|>assistant\n", "Be kind.")
+REPO = Path(__file__).resolve().parents[2]
+
+
+def spec_dict() -> dict:
+    return {
+        "schema_version": 1,
+        "model_file": "model.onnx",
+        "tokenizer_file": "tokenizer.json",
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+        "stop_token_ids": [2, 0],
+        "add_bos": False,
+        "context_length": 64,
+        "chat_format": CHATML.to_dict(),
+        "chat_template": "",
+        "precision": "int4",
+    }
+
+
+def test_chat_format_renders_default_system_and_generation_prompt() -> None:
+    text = CHATML.render([{"role": "user", "content": "Hi {there}"}])
+    assert text == (
+        "<|im_start|>system\nBe kind.<|im_end|>\n<|im_start|>user\nHi {there}<|im_end|>\n<|im_start|>assistant\n"
+    )
+    own_system = CHATML.render([{"role": "system", "content": "S"}], add_generation_prompt=False)
+    assert own_system == "<|im_start|>system\nS<|im_end|>\n"
+
+
+def test_chat_format_rejects_unknown_role() -> None:
+    with pytest.raises(InputError) as err:
+        CHATML.render([{"role": "tool", "content": "x"}])
+    assert str(err.value) == "messages[0].role = 'tool'; expected one of system, user, assistant"
+
+
+def test_chat_format_from_dict_names_the_key() -> None:
+    data = CHATML.to_dict() | {"role_suffix": 3}
+    with pytest.raises(InputError) as err:
+        ChatFormat.from_dict(data, "x/generation.json")
+    assert str(err.value) == "x/generation.json: chat_format.role_suffix = 3; expected a string"
+
+
+def test_greedy_is_argmax() -> None:
+    logits = np.array([0.1, 3.0, 2.9, -1.0], np.float32)
+    assert Sampler(SamplingConfig())(logits) == 1
+
+
+def test_top_p_keeps_only_the_nucleus() -> None:
+    logits = np.array([10.0, 0.0, 0.0, 0.0], np.float32)  # token 0 has ~99.99 % of the mass
+    sampler = Sampler(SamplingConfig(temperature=1.0, top_p=0.5, seed=0))
+    assert {sampler(logits) for _ in range(50)} == {0}
+
+
+def test_seeded_sampling_repeats() -> None:
+    logits = np.zeros(50, np.float32)
+    a = Sampler(SamplingConfig(temperature=1.0, seed=7))
+    b = Sampler(SamplingConfig(temperature=1.0, seed=7))
+    first = [a(logits) for _ in range(20)]
+    assert first == [b(logits) for _ in range(20)]
+    assert len(set(first)) > 1  # really sampling, not argmax
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        (SamplingConfig(max_new_tokens=0), "max_new_tokens = 0; expected at least 1"),
+        (SamplingConfig(temperature=-1.0), "temperature = -1.0; expected 0 (greedy) or more"),
+        (SamplingConfig(top_p=0.0), "top_p = 0.0; expected a number in (0, 1]"),
+    ],
+)
+def test_bad_sampling_settings(config: SamplingConfig, message: str) -> None:
+    with pytest.raises(InputError) as err:
+        Sampler(config)
+    assert str(err.value) == message
+
+
+def test_spec_round_trip_and_errors(tmp_path: Path) -> None:
+    (tmp_path / "generation.json").write_text(json.dumps(spec_dict()))
+    spec = load_spec(tmp_path)
+    assert spec.stop_token_ids == (2, 0) and spec.chat_format == CHATML
+    assert spec.to_dict() == spec_dict()
+    (tmp_path / "generation.json").write_text(json.dumps(spec_dict() | {"context_length": "64"}))
+    with pytest.raises(InputError) as err:
+        load_spec(tmp_path)
+    assert str(err.value) == f"{tmp_path / 'generation.json'}: context_length = '64'; expected a whole number"
+
+
+def test_missing_folder_and_files(tmp_path: Path) -> None:
+    with pytest.raises(InputError) as err:
+        TextGenerator(tmp_path / "nope")
+    assert str(err.value) == f"{tmp_path / 'nope'}: no such folder; expected a converted language model folder"
+    with pytest.raises(InputError) as err:
+        TextGenerator(tmp_path)
+    assert str(err.value) == (
+        f"{tmp_path / 'generation.json'}: missing; expected the generation settings next to the model"
+    )
+    (tmp_path / "generation.json").write_text(json.dumps(spec_dict()))
+    with pytest.raises(InputError) as err:
+        TextGenerator(tmp_path)
+    assert str(err.value) == f"{tmp_path / 'tokenizer.json'}: missing; expected the tokenizer next to model.onnx"
+
+
+def test_edge_text_imports_only_device_modules() -> None:
+    allowed = {"numpy", "onnxruntime", "tokenizers", "edge", "__future__"}
+    stdlib = {"ast", "collections", "dataclasses", "json", "pathlib", "re", "time", "typing"}
+    for path in sorted((REPO / "edge" / "text").glob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            for name in names:
+                root = name.split(".")[0]
+                assert root in allowed | stdlib, f"{path.name} imports {name}"
+    # require() calls name modules as strings; the device ones only
+    text = "".join(p.read_text() for p in (REPO / "edge" / "text").glob("*.py"))
+    for banned in ("torch", "onnxscript", "tensorflow", "jinja2", "converters"):
+        assert f'require("{banned}"' not in text and f"import {banned}" not in text
