@@ -182,7 +182,7 @@ def _add_convert(sub: argparse._SubParsersAction) -> None:
 
 
 def _registrars() -> list[Callable[[argparse._SubParsersAction], None]]:
-    from edge_deploy import device_commands, face_commands, serve_command, text_commands
+    from edge_deploy import build_commands, device_commands, face_commands, serve_command, text_commands
 
     return [
         _add_targets,
@@ -190,6 +190,8 @@ def _registrars() -> list[Callable[[argparse._SubParsersAction], None]]:
         face_commands.add_face,
         face_commands.add_demo,
         text_commands.add_generate,
+        build_commands.add_build,
+        build_commands.add_verify,
         device_commands.add_bench,
         device_commands.add_monitor,
         serve_command.add_serve,

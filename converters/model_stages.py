@@ -1,0 +1,303 @@
+"""Model stages of a bundle build: one callable per model kind that fills a folder and describes it.
+
+A stage gets the profile, the precision and an empty folder; it converts (and quantizes, and gates) its
+models into that folder and returns a :class:`StageResult`: which files it wrote, where the weights came from
+(package, version, licence), the quantization settings and the gate's metrics. ``converters.package``
+caches a stage's folder under a key made of the source weights' sha256s, the profile file, the tool version
+and the stage's code, so a second build with nothing changed reuses it.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from converters.sources import SMOLLM2, ModelSource
+from edge import __version__
+from edge.errors import ConversionError
+from edge.profiles import Precision, TargetProfile
+from edge.progress import ProgressFn
+
+#: Bump when a stage wrapper changes what it writes (its converters' code is hashed on top of this).
+STAGE_CODE_VERSION = 1
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass(frozen=True)
+class StageResult:
+    """What a stage produced, as the manifest records it."""
+
+    kind: str
+    precision: str
+    format: str
+    files: tuple[str, ...]
+    sources: tuple[dict[str, Any], ...]
+    quantization: dict[str, Any]
+    metrics: dict[str, Any]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "precision": self.precision,
+            "format": self.format,
+            "files": list(self.files),
+            "sources": [dict(s) for s in self.sources],
+            "quantization": self.quantization,
+            "metrics": self.metrics,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> StageResult:
+        return cls(
+            kind=data["kind"],
+            precision=data["precision"],
+            format=data["format"],
+            files=tuple(data["files"]),
+            sources=tuple(data["sources"]),
+            quantization=data["quantization"],
+            metrics=data["metrics"],
+        )
+
+
+@dataclass(frozen=True)
+class StageContext:
+    """Everything a stage's ``run`` gets.
+
+    Attributes:
+        profile: the target.
+        precision: what to build.
+        out_dir: the (empty) folder to fill: exactly what ships in the bundle.
+        work_dir: scratch space, kept after a failure (its reports explain it) and deleted after success.
+        progress: called with a line per step.
+        fp32_folder: returns this stage's fp32 output folder (from the cache, built when missing), for
+            stages that quantize what the fp32 stage made; read it, never write to it.
+    """
+
+    profile: TargetProfile
+    precision: Precision
+    out_dir: Path
+    work_dir: Path
+    progress: ProgressFn
+    fp32_folder: Callable[[], Path]
+
+
+StageFn = Callable[[StageContext], StageResult]
+
+
+@dataclass(frozen=True)
+class ModelStage:
+    """One model kind: its source weights, the code that converts it, and the function that runs it.
+
+    Attributes:
+        kind: ``"face"`` or ``"slm"``.
+        sources: returns the pretrained weights it reads (their sha256s key the cache).
+        code: the modules that do the work; their import closure within the repository keys the cache.
+        run: fills a folder; see :data:`StageFn`.
+    """
+
+    kind: str
+    sources: Callable[[], tuple[ModelSource, ...]]
+    code: tuple[str, ...]
+    run: StageFn
+
+    def cache_key(self, profile: TargetProfile, precision: Precision) -> str:
+        """Hash of (source weights' sha256, profile file content, tool version, stage code, precision).
+
+        Raises:
+            InputError: a source package is not installed.
+        """
+        h = hashlib.sha256()
+        h.update(f"{self.kind}\0{precision.value}\0{__version__}\0{STAGE_CODE_VERSION}\0".encode())
+        for source in self.sources():
+            h.update(source.key.encode() + b"\0" + _file_sha256(source.locate()).encode() + b"\0")
+        h.update(Path(profile.source).read_bytes())
+        for path in self.code_files():
+            h.update(path.relative_to(REPO_ROOT).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+        return h.hexdigest()[:20]
+
+    def code_files(self) -> list[Path]:
+        """The repository source files that shape this stage's output: the import closure of its modules."""
+        return sorted({*import_closure(self.code), Path(__file__).resolve()})
+
+
+def _module_file(name: str) -> Path | None:
+    base = REPO_ROOT.joinpath(*name.split("."))
+    for path in (base.with_suffix(".py"), base / "__init__.py"):
+        if path.is_file():
+            return path
+    return None
+
+
+def _imported_names(path: Path, package: str) -> set[str]:
+    """Every module name ``path`` imports (lazy imports inside functions too), relative ones resolved."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_bytes(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            names.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            parts = package.split(".")
+            base = ".".join(parts[: len(parts) - node.level + 1]) if node.level else ""
+            module = ".".join(p for p in (base, node.module or "") if p)
+            names.add(module)
+            names.update(f"{module}.{a.name}" for a in node.names)
+    return names
+
+
+def import_closure(modules: tuple[str, ...], roots: tuple[str, ...] = ("converters", "edge")) -> set[Path]:
+    """The files of ``modules`` and of every repository module they import, transitively (read with ast)."""
+    seen: set[str] = set()
+    files: set[Path] = set()
+    todo = list(modules)
+    while todo:
+        name = todo.pop()
+        if name in seen or name.split(".")[0] not in roots:
+            continue
+        seen.add(name)
+        path = _module_file(name)
+        if path is None:
+            continue
+        files.add(path)
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        todo.extend(_imported_names(path, package) - seen)
+    return files
+
+
+def _file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _files_of(folder: Path) -> tuple[str, ...]:
+    return tuple(sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file()))
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ConversionError(f"{path}: cannot read the stage's report ({exc})") from exc
+
+
+def _face_metrics(report: dict[str, Any]) -> dict[str, Any]:
+    checks = report.get("source_checks", [])
+    agreement = {k: v for k, v in report.get("pipeline_agreement", {}).items() if k != "summary"}
+    return {
+        "passed": report.get("passed"),
+        "onnx_vs_source_max_abs_diff": max((c["max_abs_diff"] for c in checks), default=None),
+        "onnx_vs_source_outputs": len(checks),
+        "embedder_vs_dlib": report.get("dlib_proof"),
+        "pipeline_agreement": agreement,
+    }
+
+
+def _face_quantized(ctx: StageContext) -> dict:
+    """``quantize_face_models`` over the (cached) fp32 stage; ships only what the new models.json names."""
+    from converters.face_quant import quantize_face_models
+    from edge.face import models as face_models
+
+    fp32_dir, q_dir = ctx.fp32_folder(), ctx.work_dir / "quant"
+    fp32_report = _read_json(fp32_dir / "report.json")
+    ctx.progress(f"quantizing the face models to {ctx.precision.value} and checking them against fp32")
+    build = quantize_face_models(fp32_dir, q_dir, ctx.profile, ctx.precision, progress=ctx.progress)
+    quantized = face_models.read_models_file(q_dir)
+    entries = []
+    # A role the quantizer leaves alone (e.g. the numpy landmark model) ships as its fp32 file.
+    for role, entry in face_models.read_models_file(fp32_dir).items():
+        chosen, folder = (quantized[role], q_dir) if role in quantized else (entry, fp32_dir)
+        shutil.copy2(folder / chosen.file, ctx.out_dir / chosen.file)
+        entries.append(chosen)
+    face_models.write_models_file(ctx.out_dir, entries, ctx.profile.name, __version__)
+    for name in ("quant_report.json", "quant_report.md", "cosine_hist.png"):
+        if (q_dir / name).is_file():
+            shutil.copy2(q_dir / name, ctx.out_dir / name)
+    for name in ("report.json", "report.md"):
+        shutil.copy2(fp32_dir / name, ctx.out_dir / f"fp32_{name}")
+    report = build.to_dict()
+    metrics = {
+        "passed": report["passed"],
+        "fp32": _face_metrics(fp32_report),
+        "thresholds": report["thresholds"],
+        "embedder": {k: v for k, v in report["embedder"].items() if not isinstance(v, list)},
+        "detector": {k: v for k, v in report["detector"].items() if not isinstance(v, list)},
+        "end_to_end": report["end_to_end"],
+    }
+    settings = {
+        "mode": report["mode"],
+        "shipped": report["shipped"],
+        "ort_target_platform": report["ort_target_platform"],
+    }
+    return {"metrics": metrics, "quantization": {**settings, "nets": report["settings"]}}
+
+
+def run_face(ctx: StageContext) -> StageResult:
+    """dlib's ResNet-29 embedder, MTCNN and the 5-point landmarks at ``ctx.precision``: fp32 from
+    ``convert_face``, int8/fp16 from ``quantize_face_models`` over the fp32 stage; each gated."""
+    if ctx.precision is Precision.FP32:
+        from converters.face import convert_face
+
+        convert_face(ctx.profile, ctx.out_dir, progress=ctx.progress)
+        metrics = _face_metrics(_read_json(ctx.out_dir / "report.json"))
+        quantization: dict[str, Any] = {"method": "none"}
+    elif ctx.precision in (Precision.INT8, Precision.FP16):
+        done = _face_quantized(ctx)
+        metrics, quantization = done["metrics"], done["quantization"]
+    else:
+        raise ConversionError(
+            f"precision {ctx.precision.value!r} for the face models; expected one of fp32, fp16, int8 "
+            f"(set runtime.precision in {ctx.profile.source} or pass --precision)"
+        )
+    models = _read_json(ctx.out_dir / "models.json").get("models", [])
+    sources = tuple({m["role"]: m["source"] for m in models}.values())
+    formats = "+".join(sorted({m["format"] for m in models}))
+    return StageResult("face", ctx.precision.value, formats, _files_of(ctx.out_dir), sources, quantization, metrics)
+
+
+def run_slm(ctx: StageContext) -> StageResult:
+    """SmolLM2-135M-Instruct as an ONNX decoder with KV cache, tokenizer and generation.json."""
+    from converters.slm.build import SlmOptions, convert_slm
+
+    options = SlmOptions(work_dir=ctx.work_dir)
+    build = convert_slm(ctx.profile, ctx.precision, ctx.out_dir, ctx.progress, options)
+    gate = build.gate
+    metrics = {
+        "passed": gate.passed,
+        "perplexity_fp32": gate.reference.perplexity,
+        "perplexity": gate.candidate.perplexity,
+        "ratio": gate.ratio,
+        "limit": gate.limit,
+        "tokens_scored": gate.candidate.tokens_scored,
+    }
+    quantization = {"method": build.method, "settings": build.settings, "op_counts": dict(build.op_counts)}
+    return StageResult(
+        "slm", ctx.precision.value, "onnx", _files_of(ctx.out_dir), (SMOLLM2.provenance(),), quantization, metrics
+    )
+
+
+def _face_sources() -> tuple[ModelSource, ...]:
+    from converters import sources
+
+    named = [getattr(sources, name, None) for name in ("DLIB_RESNET", "DLIB_SHAPE5")]
+    return (*(s for s in named if s is not None), *sources.MTCNN_NETS.values())
+
+
+def _slm_sources() -> tuple[ModelSource, ...]:
+    return (SMOLLM2,)
+
+
+#: The modules whose import closure (with this file) keys each stage's cache.
+_FACE_CODE = ("converters.face", "converters.face_quant")
+_SLM_CODE = ("converters.slm.build",)
+
+STAGES: dict[str, ModelStage] = {
+    "face": ModelStage("face", _face_sources, _FACE_CODE, run_face),
+    "slm": ModelStage("slm", _slm_sources, _SLM_CODE, run_slm),
+}

@@ -1,0 +1,296 @@
+"""``edge-deploy build``: a bundle a Raspberry Pi owner copies over and installs offline.
+
+``build_bundle(load_profile("rpi4"), ["face"], Path("dist"), Path(".cache/edge-deploy"))`` writes::
+
+    dist/rpi4-face/
+      manifest.json             schema version, target, profile, models (sources, licences, quantization,
+                                gate metrics), wheelhouse, tool version, every file with size and sha256
+      models/face/...           the stage's folder (models.json, *.onnx, reports)
+      wheels/*.whl              the device extra for aarch64 / CPython 3.11 + edge-deploy's own wheel
+      wheels/requirements.txt   what install.sh installs from them
+      install.sh, README.md     installer and device README (edge/bundle_files/)
+      profile/rpi4.toml         the target profile the bundle was built for
+      systemd/edge-deploy.service, config/edge-deploy.example.toml   (when edge/daemon/ ships them)
+    dist/rpi4-face.tar.gz       the same folder, archived
+
+Model stages are cached under ``cache_dir/stages`` (see ``converters.model_stages``), the wheelhouse under
+``cache_dir/wheels``; the returned :class:`Bundle` says which came from the cache.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import tarfile
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from converters.model_stages import STAGES, ModelStage, StageContext, StageResult
+from converters.wheelhouse import REPO_ROOT, prepare_wheelhouse
+from edge import __version__
+from edge.bundle import BUNDLE_FORMAT, MANIFEST_FILE, MANIFEST_SCHEMA_VERSION, verify_bundle
+from edge.errors import BundleError
+from edge.profiles import Precision, TargetProfile
+from edge.progress import ProgressFn, silent
+
+MODEL_CHOICES = ("face", "slm", "all")
+BUNDLE_FILES = REPO_ROOT / "edge" / "bundle_files"
+DAEMON_DIR = REPO_ROOT / "edge" / "daemon"
+#: Files copied into every bundle when present: source -> path in the bundle.
+EXTRA_FILES = {
+    BUNDLE_FILES / "install.sh": "install.sh",
+    BUNDLE_FILES / "README.device.md": "README.md",
+    DAEMON_DIR / "edge-deploy.service": "systemd/edge-deploy.service",
+    DAEMON_DIR / "edge-deploy.example.toml": "config/edge-deploy.example.toml",
+}
+EXECUTABLE = {"install.sh"}
+#: Targets a Pi bundle is for (aarch64 wheels; the browser has its own build).
+PI_ARCH = "aarch64"
+
+
+@dataclass(frozen=True)
+class BuildOptions:
+    """Settings beyond the profile.
+
+    Attributes:
+        precision: overrides the profile's ``runtime.precision`` for every model (None: the profile's).
+        wheels: include the aarch64 wheelhouse (False for a models-only bundle).
+        archive: also write ``<folder>.tar.gz``.
+    """
+
+    precision: Precision | None = None
+    wheels: bool = True
+    archive: bool = True
+
+
+@dataclass
+class Bundle:
+    """A finished bundle."""
+
+    folder: Path
+    archive: Path | None
+    manifest: dict[str, Any]
+    stage_cache_hits: dict[str, bool] = field(default_factory=dict)
+    wheel_cache_hit: bool | None = None
+    seconds: float = 0.0
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(f["size"] for f in self.manifest["files"])
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "folder": str(self.folder),
+            "archive": str(self.archive) if self.archive else None,
+            "target": self.manifest["target"],
+            "files": len(self.manifest["files"]),
+            "total_bytes": self.total_bytes,
+            "archive_bytes": self.archive.stat().st_size if self.archive else None,
+            "stage_cache_hits": self.stage_cache_hits,
+            "wheel_cache_hit": self.wheel_cache_hit,
+            "seconds": round(self.seconds, 1),
+            "models": [{k: m[k] for k in ("kind", "precision", "folder")} for m in self.manifest["models"]],
+        }
+
+    def summary(self) -> str:
+        lines = [f"bundle for {self.manifest['target']}: {self.folder} ({self.total_bytes / 1e6:.1f} MB)"]
+        for m in self.manifest["models"]:
+            hit = "cached" if self.stage_cache_hits.get(m["kind"]) else "built"
+            licences = ", ".join(sorted({s["licence"] for s in m["sources"]}))
+            lines.append(f"  {m['kind']:5} {m['precision']:5} {len(m['files'])} files ({hit}); licences {licences}")
+        wh = self.manifest["wheelhouse"]
+        if wh:
+            state = "cached" if self.wheel_cache_hit else "downloaded"
+            lines.append(f"  wheels: {len(wh['resolved'])} distributions for aarch64 ({state}), resolve offline")
+        else:
+            lines.append("  wheels: none (--no-wheels)")
+        if self.archive:
+            lines.append(f"  archive: {self.archive} ({self.archive.stat().st_size / 1e6:.1f} MB)")
+        lines.append(f"  verify on the Pi: edge-deploy verify {self.folder.name}")
+        return "\n".join(lines)
+
+
+def model_kinds(models: list[str]) -> list[str]:
+    """``["all"]`` -> every kind; otherwise the kinds in a fixed order, each once.
+
+    Raises:
+        BundleError: an unknown model name.
+    """
+    kinds: list[str] = []
+    for name in models:
+        if name not in MODEL_CHOICES:
+            raise BundleError(f"model {name!r}; expected one of {', '.join(MODEL_CHOICES)}")
+        kinds += list(STAGES) if name == "all" else [name]
+    return [k for k in STAGES if k in kinds]
+
+
+def _run_stage(
+    stage: ModelStage, profile: TargetProfile, precision: Precision, cache_dir: Path, progress: ProgressFn
+) -> tuple[Path, StageResult, str, bool]:
+    """The stage's cached folder (built when missing); its result, cache key and whether it was a hit."""
+    key = stage.cache_key(profile, precision)
+    prefix = f"{profile.name}-{stage.kind}-{precision.value}-"
+    folder = cache_dir / "stages" / f"{prefix}{key}"
+    record = folder / "stage.json"
+    if record.is_file():
+        progress(f"{stage.kind} models at {precision.value}: unchanged, reusing the cache ({folder.name})")
+        return folder / "files", StageResult.from_dict(json.loads(record.read_text(encoding="utf-8"))), key, True
+    partial = folder.with_name(folder.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    (partial / "files").mkdir(parents=True)
+    (partial / "work").mkdir()
+    progress(f"{stage.kind} models: converting for {profile.name} at {precision.value}")
+
+    def fp32_folder() -> Path:
+        return _run_stage(stage, profile, Precision.FP32, cache_dir, progress)[0]
+
+    ctx = StageContext(profile, precision, partial / "files", partial / "work", progress, fp32_folder)
+    # On failure the .partial folder stays: the reports in it (named by the error) explain why.
+    result = stage.run(ctx)
+    shutil.rmtree(partial / "work")
+    (partial / "stage.json").write_text(json.dumps(result.to_dict(), indent=2) + "\n", encoding="utf-8")
+    shutil.rmtree(folder, ignore_errors=True)
+    partial.rename(folder)
+    for stale in folder.parent.glob(prefix + "*"):  # older builds of the same target/kind/precision
+        if stale != folder:
+            shutil.rmtree(stale, ignore_errors=True)
+    return folder / "files", result, key, False
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _prepare_folder(folder: Path) -> None:
+    """Empty ``folder`` for a new build, refusing to delete anything that is not a bundle of ours."""
+    if folder.exists():
+        if not folder.is_dir() or (any(folder.iterdir()) and not (folder / MANIFEST_FILE).is_file()):
+            raise BundleError(f"{folder}: exists and is not a bundle (no {MANIFEST_FILE}); remove it or pick -o")
+        shutil.rmtree(folder)
+    folder.mkdir(parents=True)
+
+
+def _copy_extras(folder: Path, profile: TargetProfile) -> None:
+    for src, rel in EXTRA_FILES.items():
+        if src.is_file():
+            (folder / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, folder / rel)
+            if rel in EXECUTABLE:
+                (folder / rel).chmod(0o755)
+    (folder / "profile").mkdir(exist_ok=True)
+    shutil.copy2(profile.source, folder / "profile" / Path(profile.source).name)
+
+
+def _manifest(folder: Path, profile: TargetProfile, models: list[dict], wheelhouse: dict | None) -> dict[str, Any]:
+    files = sorted(p for p in folder.rglob("*") if p.is_file() and p != folder / MANIFEST_FILE)
+    return {
+        "schema_version": MANIFEST_SCHEMA_VERSION,
+        "format": BUNDLE_FORMAT,
+        "target": profile.name,
+        "tool": "edge-deploy",
+        "tool_version": __version__,
+        "built_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "profile": {
+            "file": f"profile/{Path(profile.source).name}",
+            "sha256": _sha256(Path(profile.source)),
+            "settings": profile.to_dict(),
+        },
+        "models": models,
+        "wheelhouse": wheelhouse,
+        "files": [
+            {"path": p.relative_to(folder).as_posix(), "size": p.stat().st_size, "sha256": _sha256(p)} for p in files
+        ],
+    }
+
+
+def _tar_filter(info: tarfile.TarInfo) -> tarfile.TarInfo:
+    """Owner root, no user names from the build machine; files 0644 except the installer."""
+    info.uid = info.gid = 0
+    info.uname = info.gname = "root"
+    if info.isfile():
+        top_level = info.name.count("/") == 1
+        info.mode = 0o755 if top_level and info.name.endswith("/install.sh") else 0o644
+    else:
+        info.mode = 0o755
+    return info
+
+
+def _archive(folder: Path) -> Path:
+    archive = folder.with_name(folder.name + ".tar.gz")
+    partial = archive.with_name(archive.name + ".partial")
+    with tarfile.open(partial, "w:gz", compresslevel=6) as tar:
+        tar.add(folder, arcname=folder.name, filter=_tar_filter)
+    partial.replace(archive)
+    return archive
+
+
+def build_bundle(
+    profile: TargetProfile,
+    models: list[str],
+    out_dir: Path,
+    cache_dir: Path,
+    progress: ProgressFn = silent,
+    options: BuildOptions | None = None,
+) -> Bundle:
+    """Build ``out_dir/<target>-<kinds>/`` (and its ``.tar.gz``) for a Raspberry Pi-class target.
+
+    Args:
+        profile: an aarch64 target (rpi4, rpi5, rpi-zero-2w, aarch64-generic).
+        models: ``["face"]``, ``["slm"]``, ``["face", "slm"]`` or ``["all"]``.
+        out_dir: where the bundle folder and archive go.
+        cache_dir: stage and wheel cache, kept between builds.
+        progress: called with a line per step.
+        options: precision override, wheels on/off, archive on/off.
+
+    Returns:
+        The bundle (already verified against its own manifest).
+
+    Raises:
+        BundleError: not an aarch64 target, an unknown model, an output folder that is not a bundle, pip failed.
+        ConversionError / ValidationError / InputError: from the model stages.
+    """
+    start = time.perf_counter()
+    opts = options or BuildOptions()
+    if profile.cpu.arch.value != PI_ARCH:
+        raise BundleError(
+            f"{profile.source}: cpu.arch = '{profile.cpu.arch.value}'; 'edge-deploy build' makes bundles for "
+            f"{PI_ARCH} boards (rpi4, rpi5, rpi-zero-2w, aarch64-generic)"
+        )
+    kinds = model_kinds(models)
+    precision = opts.precision or profile.runtime.precision
+    folder = Path(out_dir) / f"{profile.name}-{'-'.join(kinds)}"
+    bundle = Bundle(folder, None, {})
+    stage_outputs = []
+    for kind in kinds:
+        files, result, key, hit = _run_stage(STAGES[kind], profile, precision, Path(cache_dir), progress)
+        bundle.stage_cache_hits[kind] = hit
+        stage_outputs.append((files, result, key))
+    progress(f"assembling {folder}")
+    _prepare_folder(folder)
+    model_records = []
+    for files, result, key in stage_outputs:
+        shutil.copytree(files, folder / "models" / result.kind)
+        model_records.append({**result.to_dict(), "folder": f"models/{result.kind}", "cache_key": key})
+    wheelhouse = None
+    if opts.wheels:
+        wh = prepare_wheelhouse(kinds, folder / "wheels", Path(cache_dir), progress)
+        bundle.wheel_cache_hit = wh.cache_hit
+        wheelhouse = wh.to_dict()
+    _copy_extras(folder, profile)
+    progress("hashing files and writing manifest.json")
+    bundle.manifest = _manifest(folder, profile, model_records, wheelhouse)
+    (folder / MANIFEST_FILE).write_text(json.dumps(bundle.manifest, indent=2) + "\n", encoding="utf-8")
+    verify_bundle(folder)
+    if opts.archive:
+        progress(f"archiving to {folder.name}.tar.gz")
+        bundle.archive = _archive(folder)
+    bundle.seconds = time.perf_counter() - start
+    return bundle

@@ -1,0 +1,301 @@
+"""A real rpi4 face bundle: real models, real aarch64 wheels from PyPI, verification, cache, install.sh.
+
+The build cache lives in ``.cache/test_build/`` at the repository root (gitignored) and is reused across runs:
+the first run converts the face models (~2-3 min on 2 busy cores) and downloads ~100 MB of wheels; later runs
+take the stages and wheels from the cache. Which build hit the cache is asserted from the returned Bundle's
+flags, never from timings.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import importlib.metadata
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from converters.model_stages import STAGES
+from converters.package import BuildOptions, build_bundle
+from converters.wheelhouse import WheelhouseSpec, _check_platform_tags, check_offline
+from edge.bundle import extract_bundle, verify_bundle
+from edge.errors import BundleError
+from edge.profiles import Precision, load_profile, load_profile_file
+from edge_deploy.build_commands import add_build, add_verify
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+CACHE = REPO / ".cache" / "test_build"
+# The face stage at the profile's int8 needs converters/face_quant.py; the bundle machinery is the same at fp32.
+OPTIONS = BuildOptions(precision=Precision.FP32)
+
+
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _keys(bundle) -> tuple[str, str]:
+    """The face stage's cache key and the hash of the sources edge-deploy's wheel was built from."""
+    return bundle.manifest["models"][0]["cache_key"], bundle.manifest["wheelhouse"]["edge_deploy_wheel"]["sources_hash"]
+
+
+@pytest.fixture(scope="module")
+def builds(tmp_path_factory):
+    """Two consecutive builds with the same inputs: (earlier, later).
+
+    Other work may edit the sources between two builds (this tree is shared); a build whose keys changed
+    must miss, and is followed by another, until two consecutive builds have the same keys (at most 3 tries).
+    """
+    out = tmp_path_factory.mktemp("dist")
+    profile = load_profile("rpi4")
+    earlier = build_bundle(profile, ["face"], out, CACHE, options=OPTIONS)
+    for _ in range(3):
+        later = build_bundle(profile, ["face"], out, CACHE, options=OPTIONS)
+        if _keys(later) == _keys(earlier):
+            return earlier, later
+        assert later.stage_cache_hits == {"face": False} or later.wheel_cache_hit is False
+        earlier = later
+    pytest.fail("the sources kept changing between builds; run again on a quiet tree")
+
+
+@pytest.fixture(scope="module")
+def bundle(builds):
+    return builds[1]
+
+
+def test_bundle_and_archive_verify(bundle) -> None:
+    assert bundle.folder.name == "rpi4-face" and bundle.archive.name == "rpi4-face.tar.gz"
+    folder_report = verify_bundle(bundle.folder)
+    archive_report = verify_bundle(bundle.archive)
+    assert folder_report.files == archive_report.files == len(bundle.manifest["files"])
+    assert folder_report.total_bytes == bundle.total_bytes
+    assert folder_report.models == ("face",)
+
+
+def test_second_build_comes_from_the_cache(builds) -> None:
+    first, second = builds
+    assert second.stage_cache_hits == {"face": True}
+    assert second.wheel_cache_hit is True
+    files = lambda b: {f["path"]: f["sha256"] for f in b.manifest["files"]}  # noqa: E731
+    assert files(first) == files(second)
+
+
+def test_cache_key_follows_the_profile_file(tmp_path: Path) -> None:
+    profile = load_profile("rpi4")
+    copy = tmp_path / "rpi4.toml"
+    copy.write_text(Path(profile.source).read_text() + "\n# edited\n")
+    stage = STAGES["face"]
+    key = stage.cache_key(profile, Precision.FP32)
+    assert key == stage.cache_key(profile, Precision.FP32)
+    assert key != stage.cache_key(load_profile_file(copy), Precision.FP32)
+    assert key != stage.cache_key(profile, Precision.INT8)
+
+
+def test_manifest_records_sources_licences_hashes_and_metrics(bundle) -> None:
+    m = bundle.manifest
+    assert (m["schema_version"], m["format"], m["target"], m["tool"]) == (
+        1,
+        "edge-deploy-bundle",
+        "rpi4",
+        "edge-deploy",
+    )
+    assert m["profile"]["sha256"] == _sha(REPO / "firmware_configs" / "rpi4.toml")
+    (face,) = m["models"]
+    assert (face["kind"], face["precision"], face["format"], face["folder"]) == (
+        "face",
+        "fp32",
+        "npz+onnx",
+        "models/face",
+    )
+    licences = {s["package"]: (s["licence"], s["version"]) for s in face["sources"]}
+    assert licences == {
+        "face-recognition-models": ("CC0-1.0", importlib.metadata.version("face-recognition-models")),
+        "facenet-pytorch": ("MIT", importlib.metadata.version("facenet-pytorch")),
+    }
+    assert face["metrics"]["passed"] is True
+    assert face["metrics"]["onnx_vs_source_max_abs_diff"] < 1e-5
+    assert face["quantization"] == {"method": "none"}
+    listed = {f["path"]: f for f in m["files"]}
+    for path, entry in listed.items():
+        real = bundle.folder / path
+        assert (real.stat().st_size, _sha(real)) == (entry["size"], entry["sha256"]), path
+    models_json = json.loads((bundle.folder / "models/face/models.json").read_text())
+    for model in models_json["models"]:
+        assert listed[f"models/face/{model['file']}"]["sha256"] == model["sha256"]
+    for path in ("install.sh", "README.md", "profile/rpi4.toml", "wheels/requirements.txt"):
+        assert path in listed
+
+
+def test_wheelhouse_is_aarch64_and_resolves_offline(bundle) -> None:
+    wh = bundle.manifest["wheelhouse"]
+    assert wh["python_version"] == "3.11" and wh["abis"] == ["cp311", "abi3", "none"]
+    assert "manylinux2014_aarch64" in wh["platforms"] and "manylinux_2_36_aarch64" in wh["platforms"]
+    wheels = bundle.folder / "wheels"
+    _check_platform_tags(wheels)
+    for name in ("numpy", "onnxruntime", "ai_edge_litert", "opencv_python_headless"):
+        (wheel,) = wheels.glob(f"{name}-*.whl")
+        assert wheel.stem.endswith("aarch64"), wheel.name
+    # A fresh offline dry run from the bundle's own folder, as install.sh will resolve it on the Pi.
+    spec = WheelhouseSpec(tuple(wh["requirements"]))
+    resolved = check_offline(spec, wheels, tuple(wh["install"]))
+    assert resolved == wh["resolved"]
+    for name in ("edge-deploy", "numpy", "onnxruntime", "ai-edge-litert", "opencv-python-headless", "paho-mqtt"):
+        assert name in resolved, name
+    assert (wheels / "requirements.txt").read_text() == "edge-deploy[device]==0.1.0\n"
+
+
+def test_tampered_copy_is_refused_naming_the_file(bundle, tmp_path: Path) -> None:
+    copy = tmp_path / "rpi4-face"
+    shutil.copytree(bundle.folder, copy)
+    embedder = copy / "models/face/face_embedder.onnx"
+    data = bytearray(embedder.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    embedder.write_bytes(bytes(data))
+    (copy / "models/face/notes.txt").write_text("stray")
+    with pytest.raises(BundleError) as err:
+        verify_bundle(copy)
+    listed = {f["path"]: f["sha256"] for f in bundle.manifest["files"]}
+    assert str(err.value) == (
+        f"{copy}: 2 files do not match manifest.json:\n"
+        f"  models/face/face_embedder.onnx: sha256 {_sha(embedder)[:12]}… != manifest's "
+        f"{listed['models/face/face_embedder.onnx'][:12]}…\n"
+        "  models/face/notes.txt: not listed in manifest.json (stray file)"
+    )
+
+
+def test_archive_extracts_to_a_verified_folder(bundle, tmp_path: Path) -> None:
+    folder = extract_bundle(bundle.archive, tmp_path / "pi")
+    assert folder == tmp_path / "pi" / "rpi4-face"
+    assert verify_bundle(folder).files == len(bundle.manifest["files"])
+    assert (folder / "install.sh").stat().st_mode & 0o777 == 0o755
+
+
+def _cli(argv: list[str], capsys) -> tuple[int, str]:
+    parser = argparse.ArgumentParser(prog="edge-deploy")
+    sub = parser.add_subparsers(dest="command", required=True)
+    add_build(sub)
+    add_verify(sub)
+    args = parser.parse_args(argv)
+    code = args.func(args)
+    return code, capsys.readouterr().out
+
+
+def test_cli_build_and_verify(bundle, tmp_path: Path, capsys) -> None:
+    argv = ["build", "-t", "rpi4", "-m", "face", "-o", str(tmp_path), "--precision", "fp32", "--no-wheels"]
+    code, out = _cli([*argv, "--cache", str(CACHE), "--json", "--quiet"], capsys)
+    record = json.loads(out)
+    assert code == 0 and record["stage_cache_hits"] == {"face": True} and record["wheel_cache_hit"] is None
+    code, out = _cli(["verify", record["archive"], "--json"], capsys)
+    assert code == 0
+    assert json.loads(out) == {
+        "bundle": record["archive"],
+        "ok": True,
+        "target": "rpi4",
+        "tool_version": "0.1.0",
+        "files": record["files"],
+        "total_bytes": record["total_bytes"],
+        "models": ["face"],
+    }
+
+
+def _install(bundle_dir: Path, *args: str) -> subprocess.CompletedProcess:
+    cmd = ["sh", str(bundle_dir / "install.sh"), "--python", sys.executable, *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+
+
+def test_install_sh_dry_run_with_prefix(bundle, tmp_path: Path) -> None:
+    prefix = tmp_path / "root"
+    done = _install(bundle.folder, "--dry-run", "--prefix", str(prefix))
+    assert done.returncode == 0, done.stderr
+    n = len(bundle.manifest["files"])
+    app = f"{prefix}/opt/edge-deploy"
+    lines = done.stdout.splitlines()
+    assert f"install.sh: {n} files, {bundle.total_bytes} bytes: all match (target rpi4)" in lines
+    assert f"would run: {sys.executable} -m venv {app}/venv" in lines
+    assert f"would run: cp -R {bundle.folder} {app}/bundle.new" in lines
+    assert (
+        f"would run: {app}/venv/bin/python -m pip install --no-index --find-links {app}/bundle/wheels --upgrade "
+        f"-r {app}/bundle/wheels/requirements.txt"
+    ) in lines
+    assert "install.sh: --prefix: skipping the system user, ownership and systemctl" in lines
+    assert not prefix.exists()  # a dry run changes nothing
+
+
+def test_install_sh_refuses_this_host_and_a_tampered_bundle(bundle, tmp_path: Path) -> None:
+    done = _install(bundle.folder, "--prefix", str(tmp_path / "root"))
+    py = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    assert done.returncode == 3
+    assert done.stderr.strip() == (
+        f"install.sh: error: this machine is x86_64 with Python {py}; the bundle's wheels are for aarch64 and "
+        "Python 3.11 (Raspberry Pi OS bookworm, 64-bit)"
+    )
+    copy = tmp_path / "rpi4-face"
+    shutil.copytree(bundle.folder, copy)
+    (copy / "profile/rpi4.toml").write_text("tampered")
+    done = _install(copy, "--dry-run", "--prefix", str(tmp_path / "root"))
+    assert done.returncode == 6
+    assert done.stderr.strip().endswith(
+        f"{copy}: 1 file does not match manifest.json:\n  profile/rpi4.toml: size 8 bytes != manifest's "
+        f"{(bundle.folder / 'profile/rpi4.toml').stat().st_size}"
+    )
+    assert not (tmp_path / "root").exists()
+
+
+def test_install_sh_system_dry_run_plans_the_user(bundle) -> None:
+    done = _install(bundle.folder, "--dry-run")
+    assert done.returncode == 0, done.stderr
+    assert (
+        "would run: useradd --system --home-dir /var/lib/edge-deploy --no-create-home --shell /usr/sbin/nologin "
+        "edge-deploy" in done.stdout.splitlines()
+    )
+    assert "would run: chown -R edge-deploy:edge-deploy /var/lib/edge-deploy" in done.stdout.splitlines()
+
+
+@pytest.fixture(scope="module")
+def int8_bundle(builds, tmp_path_factory):
+    """rpi4 at its profile's precision (int8): quantizes over the cached fp32 stage; models only."""
+    out = tmp_path_factory.mktemp("dist-int8")
+    return build_bundle(load_profile("rpi4"), ["face"], out, CACHE, options=BuildOptions(wheels=False))
+
+
+def test_int8_bundle_ships_the_gated_quantized_models(int8_bundle) -> None:
+    from edge.face import models as face_models
+
+    assert verify_bundle(int8_bundle.archive).files == len(int8_bundle.manifest["files"])
+    (face,) = int8_bundle.manifest["models"]
+    assert face["precision"] == "int8" and face["metrics"]["passed"] is True
+    assert face["quantization"]["mode"] == "static-qdq"
+    assert face["metrics"]["embedder"]["cosine_mean"] >= load_profile("rpi4").thresholds.embed_mean_cosine
+    folder = int8_bundle.folder / "models" / "face"
+    entries = face_models.read_models_file(folder)
+    assert set(entries) == set(face_models.FACE_ROLES)
+    assert entries[face_models.ROLE_EMBEDDER].precision == "int8"
+    shipped = {e.file for e in entries.values()}
+    # Exactly what models.json names, plus the reports: no intermediate models.
+    reports = {"models.json", "quant_report.json", "quant_report.md", "cosine_hist.png", "fp32_report.json"}
+    assert set(face["files"]) == shipped | reports | {"fp32_report.md"}
+    assert int8_bundle.manifest["wheelhouse"] is None
+
+
+def _astronaut_descriptor(folder: Path):
+    from skimage import data
+
+    from edge.face import models as face_models
+
+    with face_models.open_face_pipeline(folder, 1) as pipeline:
+        image = data.astronaut()
+        detections = pipeline.detector.detect(image)
+        assert len(detections) == 1 and detections[0].score > 0.99
+        return pipeline.embedder.embed(pipeline.chips(image, detections))[0].astype(float)
+
+
+def test_int8_bundle_runs_the_face_pipeline_close_to_fp32(int8_bundle, bundle) -> None:
+    int8 = _astronaut_descriptor(int8_bundle.folder / "models" / "face")
+    fp32 = _astronaut_descriptor(bundle.folder / "models" / "face")
+    cosine = float(int8 @ fp32 / ((int8 @ int8) ** 0.5 * (fp32 @ fp32) ** 0.5))
+    assert cosine >= load_profile("rpi4").thresholds.embed_mean_cosine, cosine

@@ -1,0 +1,199 @@
+"""converters.package / converters.wheelhouse / install.sh: the parts that need no models and no network."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from converters.package import _prepare_folder, build_bundle, model_kinds
+from converters.wheelhouse import (
+    WheelhouseSpec,
+    _check_platform_tags,
+    aarch64_platforms,
+    device_requirements,
+)
+from edge.errors import BundleError
+from edge.profiles import load_profile
+
+INSTALL_SH = Path(__file__).resolve().parents[2] / "edge" / "bundle_files" / "install.sh"
+
+
+def test_model_kinds() -> None:
+    assert model_kinds(["all"]) == ["face", "slm"]
+    assert model_kinds(["slm", "face", "slm"]) == ["face", "slm"]
+    assert model_kinds(["face"]) == ["face"]
+    with pytest.raises(BundleError) as err:
+        model_kinds(["asr"])
+    assert str(err.value) == "model 'asr'; expected one of face, slm, all"
+
+
+def test_every_manylinux_tag_up_to_bookworms_glibc() -> None:
+    tags = aarch64_platforms()
+    assert tags[0] == "manylinux2014_aarch64"
+    assert tags[1:] == tuple(f"manylinux_2_{m}_aarch64" for m in range(17, 37))
+    args = WheelhouseSpec(("numpy>=1.26",)).target_args()
+    assert args.count("--platform") == 21 and args.count("--abi") == 3
+    assert args[:5] == ["--only-binary=:all:", "--python-version", "3.11", "--implementation", "cp"]
+
+
+def test_wheel_cache_key_follows_requirements_and_platform() -> None:
+    a = WheelhouseSpec(("numpy>=1.26", "paho-mqtt>=2.1,<3"))
+    assert a.key() == WheelhouseSpec(("paho-mqtt>=2.1,<3", "numpy>=1.26")).key()
+    assert a.key() != WheelhouseSpec(("numpy>=1.26",)).key()
+    assert a.key() != WheelhouseSpec(a.requirements, platforms=aarch64_platforms(28)).key()
+
+
+def test_device_requirements_come_from_pyproject(tmp_path: Path) -> None:
+    pyproject = tmp_path / "pyproject.toml"
+    pyproject.write_text('[project.optional-dependencies]\ndevice = ["numpy>=1.26", "paho-mqtt>=2.1,<3"]\n')
+    assert device_requirements(["face"], pyproject) == ("numpy>=1.26", "paho-mqtt>=2.1,<3")
+    assert device_requirements(["face", "slm"], pyproject)[-1] == "tokenizers>=0.20"
+    pyproject.write_text("[project]\n")
+    with pytest.raises(BundleError) as err:
+        device_requirements(["face"], pyproject)
+    assert (
+        str(err.value) == f"{pyproject}: cannot read [project.optional-dependencies].device ('optional-dependencies')"
+    )
+
+
+def test_host_wheels_are_refused(tmp_path: Path) -> None:
+    (tmp_path / "paho_mqtt-2.2.0-py3-none-any.whl").write_bytes(b"")
+    (tmp_path / "numpy-2.4.6-cp311-cp311-manylinux_2_27_aarch64.manylinux_2_28_aarch64.whl").write_bytes(b"")
+    _check_platform_tags(tmp_path)
+    bad = tmp_path / "numpy-2.4.6-cp311-cp311-manylinux_2_27_x86_64.manylinux_2_28_x86_64.whl"
+    bad.write_bytes(b"")
+    with pytest.raises(BundleError) as err:
+        _check_platform_tags(tmp_path)
+    assert str(err.value) == (
+        f"{bad}: platform tag 'manylinux_2_27_x86_64.manylinux_2_28_x86_64'; expected an aarch64 manylinux tag or 'any'"
+    )
+
+
+def test_build_refuses_a_non_arm_target(tmp_path: Path) -> None:
+    profile = load_profile("x86_64-host")
+    with pytest.raises(BundleError) as err:
+        build_bundle(profile, ["face"], tmp_path, tmp_path / "cache")
+    assert str(err.value) == (
+        f"{profile.source}: cpu.arch = 'x86_64'; 'edge-deploy build' makes bundles for aarch64 boards "
+        "(rpi4, rpi5, rpi-zero-2w, aarch64-generic)"
+    )
+
+
+def test_build_never_deletes_a_folder_that_is_not_a_bundle(tmp_path: Path) -> None:
+    folder = tmp_path / "rpi4-face"
+    folder.mkdir()
+    (folder / "thesis.tex").write_text("years of work")
+    with pytest.raises(BundleError) as err:
+        _prepare_folder(folder)
+    assert str(err.value) == f"{folder}: exists and is not a bundle (no manifest.json); remove it or pick -o"
+    assert (folder / "thesis.tex").is_file()
+
+
+def _install(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(["sh", str(INSTALL_SH), *args], capture_output=True, text=True, timeout=60, cwd=cwd)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--prefix", "relative/dir"], "install.sh: error: --prefix 'relative/dir': expected an absolute path"),
+        (["--prefix"], "install.sh: error: --prefix needs a folder"),
+        (["--bogus"], "install.sh: error: unknown option '--bogus' (see --help)"),
+        (
+            ["--prefix", "/tmp/x", "--enable"],
+            "install.sh: error: --enable starts the system service; it cannot be combined with --prefix",
+        ),
+    ],
+)
+def test_install_sh_argument_errors(args: list[str], message: str) -> None:
+    done = _install(*args)
+    assert done.returncode == 2
+    assert done.stderr.strip() == message
+
+
+def test_install_sh_help() -> None:
+    done = _install("--help")
+    assert done.returncode == 0
+    assert "Install an edge-deploy bundle on a Raspberry Pi" in done.stdout
+    assert "options: --prefix DIR  --enable  --dry-run  --python PYTHON  --help" in done.stdout
+
+
+def test_install_sh_outside_a_bundle_says_so(tmp_path: Path) -> None:
+    copy = tmp_path / "install.sh"
+    copy.write_bytes(INSTALL_SH.read_bytes())
+    done = subprocess.run(["sh", str(copy), "--dry-run"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1
+    assert done.stderr.strip() == (
+        f"install.sh: error: {tmp_path}/manifest.json: not found; run install.sh from an extracted bundle"
+    )
+
+
+def test_stage_code_is_the_import_closure() -> None:
+    from converters.model_stages import STAGES
+
+    repo = INSTALL_SH.parents[2]
+    face = {p.relative_to(repo).as_posix() for p in STAGES["face"].code_files()}
+    slm = {p.relative_to(repo).as_posix() for p in STAGES["slm"].code_files()}
+    assert {"converters/face.py", "converters/mtcnn.py", "edge/face/embed.py", "converters/model_stages.py"} <= face
+    assert {"converters/slm/build.py", "converters/slm/export.py", "converters/model_stages.py"} <= slm
+    # Building bundles and the other model kind do not change a stage's output.
+    for path in ("converters/package.py", "converters/wheelhouse.py", "converters/slm/build.py"):
+        assert path not in face
+    assert "converters/face.py" not in slm
+
+
+def _counting_stage(calls: list[str], fail: bool = False):
+    """A tiny stage (writes one text file) to test the cache mechanics, not a model."""
+    from converters.model_stages import ModelStage, StageContext, StageResult
+    from edge.errors import ValidationError
+
+    def run(ctx: StageContext) -> StageResult:
+        calls.append(ctx.precision.value)
+        if ctx.precision.value != "fp32":
+            base = (ctx.fp32_folder() / "weights.txt").read_text()
+            (ctx.out_dir / "weights.txt").write_text(base + " quantized")
+        else:
+            (ctx.out_dir / "weights.txt").write_text("fp32 weights")
+        (ctx.work_dir / "report.md").write_text("why it failed")
+        if fail:
+            raise ValidationError("gate missed")
+        return StageResult("toy", ctx.precision.value, "txt", ("weights.txt",), (), {}, {"passed": True})
+
+    return ModelStage("toy", lambda: (), (), run)
+
+
+def test_stage_cache_hits_and_fp32_reuse(tmp_path: Path) -> None:
+    from converters.package import _run_stage
+    from edge.profiles import Precision
+
+    profile = load_profile("rpi4")
+    calls: list[str] = []
+    stage = _counting_stage(calls)
+    folder, result, key, hit = _run_stage(stage, profile, Precision.INT8, tmp_path, lambda _m: None)
+    assert (hit, calls) == (False, ["int8", "fp32"])  # int8 asked for the fp32 stage, which was built
+    assert (folder / "weights.txt").read_text() == "fp32 weights quantized"
+    assert not (folder.parent / "work").exists() and result.precision == "int8"
+    again = _run_stage(stage, profile, Precision.INT8, tmp_path, lambda _m: None)
+    fp32 = _run_stage(stage, profile, Precision.FP32, tmp_path, lambda _m: None)
+    assert (again[3], fp32[3], calls) == (True, True, ["int8", "fp32"])
+    assert again[2] == key != fp32[2]
+
+
+def test_failed_stage_keeps_its_reports_and_is_not_cached(tmp_path: Path) -> None:
+    from converters.package import _run_stage
+    from edge.errors import ValidationError
+    from edge.profiles import Precision
+
+    profile = load_profile("rpi4")
+    calls: list[str] = []
+    with pytest.raises(ValidationError):
+        _run_stage(_counting_stage(calls, fail=True), profile, Precision.FP32, tmp_path, lambda _m: None)
+    (partial,) = (tmp_path / "stages").glob("rpi4-toy-fp32-*.partial")
+    assert (partial / "work" / "report.md").read_text() == "why it failed"
+    assert [p.name for p in (tmp_path / "stages").iterdir()] == [partial.name]  # nothing cached
+    folder = _run_stage(_counting_stage(calls), profile, Precision.FP32, tmp_path, lambda _m: None)[0]
+    assert calls == ["fp32", "fp32"]
+    # The finished build replaced the failed one (older builds of a target/kind/precision are pruned).
+    assert [p.name for p in (tmp_path / "stages").iterdir()] == [folder.parent.name]
