@@ -1,0 +1,94 @@
+"""One fresh process for the face speed race's peak-memory measurement: load a face pipeline, run it on photos.
+
+    python benchmarks/face_rss_child.py KIND PHOTOS.npz [--folder DIR | --model FILE] [--threads N]
+
+KIND is ``baseline`` (the pipeline's imports: numpy, onnxruntime, edge.face; photos loaded; no model),
+``pipeline`` (the device pipeline ``edge.face.models.open_face_pipeline(DIR)``: MTCNN + shape5 + embedder,
+as a Pi runs it),
+``embedder`` (only ``edge.face.embed.FaceEmbedder(MODEL)`` on the aligned chips in PHOTOS.npz, one by one)
+or ``dlib`` (face_recognition's pipeline through dlib: HOG, 5-point model, ResNet). Prints one JSON line:
+the faces found, peak RSS from ``/proc/self/status`` (VmHWM) and ``getrusage`` (ru_maxrss), both in KiB.
+
+Imports only numpy, onnxruntime and ``edge`` (or dlib), so nothing of the host-side converters inflates
+the number.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+KINDS = ("baseline", "pipeline", "embedder", "dlib")
+
+
+def vm_hwm_kib() -> int:
+    """Peak resident set size of this process (VmHWM), KiB; -1 where /proc is missing."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return -1
+
+
+def run(kind: str, photos: list[np.ndarray], folder: Path | None, threads: int) -> int:
+    """Load the pipeline of ``kind`` and run it over ``photos``; return how many faces it found (or described).
+
+    ``folder`` is the models folder for "pipeline", the embedder file for "embedder".
+    """
+    if kind == "baseline":
+        # the imports' own footprint (runtime, OpenCV) is the floor every pipeline stands on
+        import onnxruntime  # noqa: F401
+
+        import edge.face.detect_mtcnn  # noqa: F401
+        import edge.face.pipeline  # noqa: F401
+
+        return 0
+    if kind == "pipeline":
+        from edge.face.models import open_face_pipeline
+
+        with open_face_pipeline(folder, threads=threads) as pipeline:
+            return sum(len(pipeline.analyze(rgb)) for rgb in photos)
+    if kind == "embedder":
+        from edge.face.embed import FaceEmbedder
+
+        with FaceEmbedder(folder, threads=threads) as embedder:
+            return sum(len(embedder.embed(chip[None])) for chip in photos)
+    from converters.reference import ReferencePipeline  # imports only edge.errors and dlib
+
+    reference = ReferencePipeline()
+    return sum(len(reference.analyze(rgb)) for rgb in photos)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("kind", choices=KINDS)
+    parser.add_argument("photos", type=Path, help=".npz of uint8 RGB photos")
+    parser.add_argument("--folder", type=Path, help="models folder (kind 'pipeline')")
+    parser.add_argument("--model", type=Path, help="embedder model file (kind 'embedder')")
+    parser.add_argument("--threads", type=int, default=1)
+    args = parser.parse_args(argv)
+    with np.load(args.photos) as data:
+        photos = [data[k] for k in sorted(data.files)]
+    faces = run(args.kind, photos, args.model if args.kind == "embedder" else args.folder, args.threads)
+    peak = {
+        "kind": args.kind,
+        "faces": faces,
+        "photos": len(photos),
+        "vmhwm_kib": vm_hwm_kib(),
+        "ru_maxrss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+    }
+    print(json.dumps(peak))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,171 @@
+"""The models and chips the face speed race runs on, built once and cached under ``.cache/bench/``.
+
+* fp32 folder: ``converters.face._export`` + ``models.json`` (dlib's ResNet-29 embedder, MTCNN, shape5);
+* INT8 folder: ``converters.face_quant.quantize_face_models`` (static QDQ per target profile, with the
+  accuracy gate; it ships ORT-format files and keeps the QDQ ``.onnx`` next to them), keyed by the fp32
+  embedder's sha256;
+* TFLite: ``converters.tflite.export_tflite`` (onnx2tf, its own venv) on the fp32 embedder, INT8 calibrated
+  on the same embedder chips as the ONNX INT8 model, keyed by the fp32 embedder's sha256;
+* chips: real aligned chips the fp32 pipeline cuts from the evaluation photos (``make_eval_set(0)``).
+
+Host side: imports converters (torch for the export), never used on the device.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from edge.errors import ConversionError, EdgeDeployError, InputError
+from edge.face import models as face_models
+from edge.profiles import Precision, TargetProfile
+from edge.progress import ProgressFn, silent
+
+REPO = Path(__file__).resolve().parent.parent
+CACHE = REPO / ".cache" / "bench"
+#: How much of a sha256 names a cache folder.
+KEY_CHARS = 16
+
+
+@dataclass(frozen=True)
+class RaceModels:
+    """Every file the race needs.
+
+    Attributes:
+        fp32_dir: fp32 models folder (models.json).
+        int8_dir: INT8 models folder (models.json pointing at the shipped ORT-format files).
+        onnx_fp32, onnx_int8: the embedder as ONNX fp32 and as static QDQ INT8 ONNX.
+        ort_int8: the embedder's shipped ORT-format INT8 file.
+        tflite: TFLite files of the embedder by variant ("fp32", "int8", "int8_float_io").
+        quant_report: ``quant_report.json`` of the INT8 build (the gate's verdict and measurements).
+    """
+
+    fp32_dir: Path
+    int8_dir: Path
+    onnx_fp32: Path
+    onnx_int8: Path
+    ort_int8: Path
+    tflite: dict[str, Path]
+    quant_report: dict
+
+
+def _usable(folder: Path) -> bool:
+    try:
+        face_models.read_models_file(folder)
+    except EdgeDeployError:
+        return False
+    return True
+
+
+def build_fp32(cache: Path, progress: ProgressFn = silent) -> Path:
+    """The fp32 face models folder, exported once into ``cache/face-fp32``."""
+    from converters.face import _export
+    from edge import __version__
+
+    folder = cache / "face-fp32"
+    if _usable(folder):
+        return folder
+    folder.mkdir(parents=True, exist_ok=True)
+    entries, checks = _export(folder, progress)
+    worst = max((c.max_abs_diff for c in checks), default=0.0)
+    progress(f"fp32 export checked against its sources: max |diff| {worst:.2e}")
+    face_models.write_models_file(folder, entries, "host", __version__)
+    return folder
+
+
+def build_int8(fp32_dir: Path, profile: TargetProfile, cache: Path, calibration_count: int, progress: ProgressFn):
+    """The INT8 folder of ``quantize_face_models`` (gate checked, report kept), cached by embedder sha256.
+
+    Returns:
+        (int8 folder, calibration set or None when the folder came from the cache).
+    """
+    from converters.face_calib import collect_calibration
+    from converters.face_quant import quantize_face_models
+
+    key = face_models.read_models_file(fp32_dir)[face_models.ROLE_EMBEDDER].sha256[:KEY_CHARS]
+    folder = cache / f"face-int8-{profile.name}-c{calibration_count}-{key}"
+    if _usable(folder) and (folder / "quant_report.json").is_file():
+        return folder, None
+    calib = collect_calibration(fp32_dir, calibration_count, threads=2, progress=progress)
+    # check=False: a failed gate is reported in the benchmark (with its reasons), not hidden by an exception.
+    quantize_face_models(
+        fp32_dir, folder, profile, Precision.INT8, calibration_count, progress, calibration=calib, check=False
+    )
+    return folder, calib
+
+
+def build_tflite(onnx_fp32: Path, cache: Path, calib_nchw: np.ndarray | None, progress: ProgressFn) -> dict[str, Path]:
+    """fp32, int8 (int8 I/O) and int8_float_io TFLite embedders, cached by the ONNX file's sha256.
+
+    Args:
+        onnx_fp32: the fp32 ONNX embedder.
+        cache: cache root.
+        calib_nchw: float32 [N, 3, 150, 150] raw 0..255 chips to calibrate on; when None they are
+            collected again (only needed if the TFLite cache is empty).
+        progress: one line per step.
+    """
+    from converters.tflite import export_tflite
+
+    folder = cache / f"tflite-{face_models.sha256_of(onnx_fp32)[:KEY_CHARS]}"
+    files = {v: folder / f"{onnx_fp32.stem}_{v}.tflite" for v in ("fp32", "int8", "int8_float_io")}
+    if all(p.is_file() for p in files.values()):
+        return files
+    if calib_nchw is None:
+        raise ConversionError(f"{folder}: TFLite files missing and no calibration chips given to make them")
+    nhwc = np.ascontiguousarray(calib_nchw.transpose(0, 2, 3, 1), dtype=np.float32)
+    export_tflite(onnx_fp32, folder, int8=True, calibration=nhwc, input_name="chip", progress=progress)
+    return files
+
+
+def race_models(profile: TargetProfile, calibration_count: int, progress: ProgressFn = silent) -> RaceModels:
+    """Build (or reuse from ``.cache/bench``) every model of the race."""
+    CACHE.mkdir(parents=True, exist_ok=True)
+    fp32_dir = build_fp32(CACHE, progress)
+    int8_dir, calib = build_int8(fp32_dir, profile, CACHE, calibration_count, progress)
+    onnx_fp32 = face_models.model_path(fp32_dir, face_models.ROLE_EMBEDDER)
+    chips = None
+    if calib is not None:
+        chips = np.concatenate([f["chip"] for f in calib.feeds["embedder"]])
+    elif not (CACHE / f"tflite-{face_models.sha256_of(onnx_fp32)[:KEY_CHARS]}").is_dir():
+        from converters.face_calib import collect_calibration
+
+        calib = collect_calibration(fp32_dir, calibration_count, threads=2, progress=progress)
+        chips = np.concatenate([f["chip"] for f in calib.feeds["embedder"]])
+    tflite = build_tflite(onnx_fp32, CACHE, chips, progress)
+    report = json.loads((int8_dir / "quant_report.json").read_text(encoding="utf-8"))
+    int8_onnx = int8_dir / report["onnx_files"]["embedder"]["file"]
+    return RaceModels(
+        fp32_dir=fp32_dir,
+        int8_dir=int8_dir,
+        onnx_fp32=onnx_fp32,
+        onnx_int8=int8_onnx,
+        ort_int8=face_models.model_path(int8_dir, face_models.ROLE_EMBEDDER),
+        tflite=tflite,
+        quant_report=report,
+    )
+
+
+def eval_photos(limit: int | None = None) -> list[tuple[str, np.ndarray]]:
+    """(name, uint8 RGB) of the evaluation photos: originals and their seeded augmentations."""
+    from converters.facedata import make_eval_images
+
+    images = make_eval_images(0)
+    return [(im.name, im.rgb) for im in images[:limit]]
+
+
+def real_chips(fp32_dir: Path, photos: list[tuple[str, np.ndarray]], limit: int) -> np.ndarray:
+    """Up to ``limit`` aligned chips (uint8 [N, 150, 150, 3]) the fp32 device pipeline cuts from ``photos``."""
+    chips: list[np.ndarray] = []
+    with face_models.open_face_pipeline(fp32_dir, threads=2) as pipeline:
+        for _name, rgb in photos:
+            found = pipeline.detector.detect(rgb)
+            if found:
+                chips.extend(pipeline.chips(rgb, found))
+            if len(chips) >= limit:
+                break
+    if not chips:
+        raise InputError(f"the fp32 pipeline of {fp32_dir} found no face in {len(photos)} evaluation photos")
+    return np.stack(chips[:limit])
