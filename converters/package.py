@@ -294,3 +294,22 @@ def build_bundle(
         bundle.archive = _archive(folder)
     bundle.seconds = time.perf_counter() - start
     return bundle
+
+
+def build_browser_site(
+    profile: TargetProfile, models: list[str], out_dir: Path, cache_dir: Path, progress: ProgressFn = silent
+):
+    """The static onnxruntime-web site for the browser profile in ``out_dir`` (fp32 models, cached stages).
+
+    Returns:
+        ``converters.web.WebBuild``.
+
+    Raises:
+        ProfileError: the profile is not for onnxruntime-web; and whatever the model stages raise.
+    """
+    from converters.web import build_browser
+
+    kinds = model_kinds(models)
+    folders = {kind: _run_stage(STAGES[kind], profile, Precision.FP32, Path(cache_dir), progress)[0] for kind in kinds}
+    progress(f"writing the browser site to {out_dir}")
+    return build_browser(profile, folders.get("face"), Path(out_dir), progress, text=folders.get("slm"))

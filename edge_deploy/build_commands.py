@@ -10,7 +10,7 @@ import json
 import sys
 from pathlib import Path
 
-from edge.profiles import DEFAULT_PROFILE_DIR, Precision, available_targets, load_profile
+from edge.profiles import DEFAULT_PROFILE_DIR, Precision, Runtime, available_targets, load_profile
 
 DEFAULT_CACHE = Path.home() / ".cache" / "edge-deploy" / "build"
 
@@ -30,6 +30,17 @@ def _cmd_build(args: argparse.Namespace) -> int:
         archive=not args.no_archive,
     )
     progress = StepProgress(stream=None if args.quiet else sys.stderr)
+    if profile.runtime.default is Runtime.ONNXRUNTIME_WEB:
+        from converters.package import build_browser_site
+
+        site = build_browser_site(profile, [args.model], Path(args.output), Path(args.cache), progress)
+        data = {"site": str(site.out_dir), "files": site.files, "bytes": site.bytes}
+        if args.json:
+            _print_json(data)
+        else:
+            print(f"browser site in {site.out_dir}: {site.files} files, {site.bytes / 1e6:.1f} MB")
+            print(f"serve it with: edge-deploy serve-web {site.out_dir}")
+        return 0
     bundle = build_bundle(profile, [args.model], Path(args.output), Path(args.cache), progress, options)
     if args.json:
         _print_json(bundle.to_dict())

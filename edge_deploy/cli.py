@@ -182,7 +182,7 @@ def _add_convert(sub: argparse._SubParsersAction) -> None:
 
 
 def _registrars() -> list[Callable[[argparse._SubParsersAction], None]]:
-    from edge_deploy import build_commands, device_commands, face_commands, serve_command, text_commands
+    from edge_deploy import build_commands, device_commands, face_commands, serve_command, text_commands, web_commands
 
     return [
         _add_targets,
@@ -196,6 +196,7 @@ def _registrars() -> list[Callable[[argparse._SubParsersAction], None]]:
         device_commands.add_monitor,
         serve_command.add_serve,
         serve_command.add_command,
+        web_commands.add_serve_web,
     ]
 
 

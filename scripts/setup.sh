@@ -58,3 +58,6 @@ fi
 
 # onnx2tf (ONNX -> TFLite) lives in its own venv: it pins tensorflow/onnx/numpy versions that clash with ours.
 bash scripts/setup_onnx2tf.sh
+
+# The browser page: Chromium + chromedriver (Debian), onnxruntime-web (npm, pinned in web/package-lock.json).
+bash scripts/setup_web.sh

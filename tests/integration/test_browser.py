@@ -1,0 +1,271 @@
+"""The browser build in real headless Chromium: onnxruntime-web (wasm SIMD + threads) against the native pipeline.
+
+Tolerances: descriptors within the browser-wasm profile's ``thresholds.embed_max_abs_diff_fp32`` (1e-4; measured
+2e-7), boxes within 0.01 px (measured 1.2e-4 px), dlib 5-point landmarks equal (whole pixels), the same
+faces in the same order and the same same-person decisions. Photos are uploaded through the page's file
+input, as a user would.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+from itertools import combinations
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from edge.face.models import open_face_pipeline
+from edge.face.shape5 import hog_like_rect
+from edge.face.types import DLIB_SAME_PERSON_THRESHOLD
+from edge.imageio import load_image
+from edge.profiles import load_profile
+from edge.webserve import WebServer
+from tests.integration.browser_helpers import Chromium, browser_missing
+
+pytestmark = pytest.mark.integration
+
+BOX_TOL = 0.01
+
+
+def _package_file(package: str, *parts: str) -> Path:
+    spec = importlib.util.find_spec(package)
+    if spec is None:
+        pytest.skip(f"{package} is not installed (it carries the test photo)")
+    return Path(spec.submodule_search_locations[0]).joinpath(*parts)
+
+
+@pytest.fixture(scope="module")
+def profile():
+    return load_profile("browser-wasm")
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory) -> Path:
+    reason = browser_missing()
+    if reason:
+        pytest.skip(reason)
+    from converters.face import _export
+    from edge.face.models import write_models_file
+
+    out = tmp_path_factory.mktemp("face-models")
+    entries, _ = _export(out, lambda _m: None)
+    write_models_file(out, entries, "browser-wasm", "test")
+    return out
+
+
+@pytest.fixture(scope="module")
+def site(models, profile, tmp_path_factory) -> Path:
+    from converters.web import build_browser
+
+    out = tmp_path_factory.mktemp("site")
+    build_browser(profile, models, out)
+    return out
+
+
+@pytest.fixture(scope="module")
+def browser():
+    chromium = Chromium()
+    yield chromium
+    chromium.close()
+
+
+@pytest.fixture(scope="module")
+def page(site, browser):
+    with WebServer(site, port=0) as server:
+        assert browser.open(server.url) == "ready", browser.text("error")
+        yield browser
+
+
+@pytest.fixture(scope="module")
+def native(models):
+    with open_face_pipeline(models, threads=1) as pipeline:
+        yield pipeline
+
+
+def _compare(native, result: dict, rgb: np.ndarray, tol: float) -> None:
+    faces = native.analyze(rgb)
+    browser = result["faces"]
+    assert len(browser) == len(faces)
+    for want, got in zip(faces, browser, strict=True):
+        assert np.abs(np.array(want.detection.box) - np.array(got["box"])).max() <= BOX_TOL
+        assert abs(want.detection.score - got["score"]) <= 1e-5
+        assert np.abs(want.detection.landmarks - np.array(got["landmarks"])).max() <= BOX_TOL
+        points5 = native.shape_predictor.predict(rgb, hog_like_rect(want.detection.box))
+        assert np.array_equal(points5, np.array(got["points5"]))
+        assert np.abs(want.descriptor - np.array(got["descriptor"], np.float32)).max() <= tol
+    ours = [np.array(g["descriptor"]) for g in browser]
+    theirs = [f.descriptor for f in faces]
+    for i, j in combinations(range(len(faces)), 2):
+        same_browser = np.linalg.norm(ours[i] - ours[j]) <= DLIB_SAME_PERSON_THRESHOLD
+        same_native = np.linalg.norm(theirs[i] - theirs[j]) <= DLIB_SAME_PERSON_THRESHOLD
+        assert same_browser == same_native
+
+
+def test_t1_faces_and_descriptors_match_native(page, native, profile):
+    photo = _package_file("insightface", "data", "images", "t1.jpg")
+    assert page.upload(photo) == "done", page.text("error")
+    result = page.driver.execute_script("return window.edgeLastResult")
+    assert result["image"] == {"name": "t1.jpg", "width": 1280, "height": 886}
+    assert sum(f["score"] >= 0.9 for f in result["faces"]) == 6  # the six people of the photo
+    _compare(native, result, load_image(photo), profile.thresholds.embed_max_abs_diff_fp32)
+    assert set(result["timings"]) == {"detect_ms", "align_ms", "embed_ms", "total_ms"}
+    assert page.driver.execute_script("return document.getElementById('faces').children.length") == 6
+
+
+def test_astronaut_matches_native_and_the_page_gallery_recognises_her(page, native, profile):
+    from selenium.webdriver.common.by import By
+
+    photo = _package_file("skimage", "data", "astronaut.png")
+    assert page.upload(photo) == "done", page.text("error")
+    result = page.driver.execute_script("return window.edgeLastResult")
+    _compare(native, result, load_image(photo), profile.thresholds.embed_max_abs_diff_fp32)
+    assert page.text("faces").startswith("unknown · score")
+    page.driver.find_element(By.ID, "name").send_keys("Eileen")
+    page.driver.find_element(By.ID, "enroll").click()
+    assert page.text("gallery") == "Eileen"
+    assert page.upload(photo) == "done", page.text("error")
+    assert page.text("faces").startswith("Eileen · score 1.000 (distance 0.000)")
+    t1 = _package_file("insightface", "data", "images", "t1.jpg")
+    assert page.upload(t1) == "done", page.text("error")
+    assert [li.split(" ·")[0] for li in page.text("faces").splitlines()] == ["unknown"] * 6
+
+
+def test_threads_when_cross_origin_isolated(page):
+    assert page.driver.execute_script("return self.crossOriginIsolated") is True
+    threads = int(page.driver.find_element("id", "runtime").get_attribute("data-threads"))
+    cores = page.driver.execute_script("return navigator.hardwareConcurrency")
+    assert threads == min(4, cores)
+    if cores > 1:
+        assert threads > 1
+
+
+def test_non_image_upload_shows_an_error(page, tmp_path):
+    bogus = tmp_path / "notes.jpg"
+    bogus.write_text("this is not a photo\n", encoding="utf-8")
+    assert page.upload(bogus) == "error"
+    assert page.text("error") == (
+        "notes.jpg: not an image the browser can decode (The source image could not be decoded.); "
+        "choose a JPEG or PNG photo"
+    )
+
+
+def _broken_site(site: Path, out: Path, rehash: bool) -> Path:
+    shutil.copytree(site, out)
+    model = out / "models" / "face_embedder.onnx"
+    data = bytearray(model.read_bytes())
+    data[100:4000] = b"\x00" * 3900  # wreck the protobuf header region
+    model.write_bytes(bytes(data))
+    if rehash:  # a tampered manifest: only onnxruntime-web itself can notice
+        from edge.face.models import sha256_of
+
+        manifest = json.loads((out / "manifest.json").read_text())
+        for row in manifest["files"]:
+            if row["path"] == "models/face_embedder.onnx":
+                row["sha256"] = sha256_of(model)
+        (out / "manifest.json").write_text(json.dumps(manifest))
+    return out
+
+
+def test_damaged_model_file_shows_an_error(site, browser, tmp_path):
+    broken = _broken_site(site, tmp_path / "site", rehash=False)
+    manifest = json.loads((broken / "manifest.json").read_text())
+    row = next(r for r in manifest["files"] if r["path"] == "models/face_embedder.onnx")
+    from edge.face.models import sha256_of
+
+    digest = sha256_of(broken / "models" / "face_embedder.onnx")
+    with WebServer(broken, port=0) as server:
+        assert browser.open(server.url) == "error"
+        assert browser.text("error") == (
+            f"face_embedder.onnx: {row['size']} bytes with sha256 {digest[:12]}…; the manifest expects "
+            f"{row['size']} bytes with sha256 {row['sha256'][:12]}… (file damaged or replaced)"
+        )
+
+
+def test_model_onnxruntime_web_cannot_load_shows_an_error(site, browser, tmp_path):
+    broken = _broken_site(site, tmp_path / "site", rehash=True)
+    with WebServer(broken, port=0) as server:
+        assert browser.open(server.url) == "error"
+        assert browser.text("error").startswith("face_embedder.onnx: onnxruntime-web cannot load this model (")
+        assert browser.text("status") == "Failed to start."
+
+
+# --- text: SmolLM2 fp32 (the browser-wasm profile's precision) ------------------------------------------------
+
+#: The fp32 SmolLM2 folder is built once (about 3-4 minutes: GGUF -> HF -> ONNX export) and kept here.
+SLM_CACHE = Path(__file__).resolve().parents[2] / ".cache" / "web" / "slm-fp32"
+PROMPT = "What is the capital of France?"
+
+
+@pytest.fixture(scope="module")
+def slm(profile, tmp_path_factory) -> Path:
+    reason = browser_missing()
+    if reason:
+        pytest.skip(reason)
+    if not (SLM_CACHE / "generation.json").is_file():
+        from converters.slm.build import SlmOptions, convert_slm
+        from edge.profiles import Precision
+
+        convert_slm(profile, Precision.FP32, SLM_CACHE, options=SlmOptions(work_dir=tmp_path_factory.mktemp("slm")))
+    return SLM_CACHE
+
+
+@pytest.fixture(scope="module")
+def text_page(slm, profile, browser, tmp_path_factory):
+    from converters.web import build_browser
+
+    out = tmp_path_factory.mktemp("site-text")
+    build_browser(profile, None, out, text=slm)  # as --model slm: no face models
+    with WebServer(out, port=0) as server:
+        assert browser.open(server.url) == "ready", browser.text("error")
+        assert browser.text("face-status") == "Face demo not built in this site (built with --model slm)."
+        yield browser
+
+
+def test_text_greedy_tokens_equal_native(text_page, slm):
+    from selenium.webdriver.common.by import By
+
+    from edge.text.generator import TextGenerator
+    from edge.text.sampling import SamplingConfig
+
+    d = text_page.driver
+    prompt = d.find_element(By.ID, "prompt")
+    prompt.clear()
+    prompt.send_keys(PROMPT)
+    d.find_element(By.ID, "max-tokens").clear()
+    d.find_element(By.ID, "max-tokens").send_keys("12")
+    d.find_element(By.ID, "generate").click()
+    assert text_page.wait_state("text-output", ("done", "error"), 300) == "done", text_page.text("error")
+    got = d.execute_script("return window.edgeLastText")
+    with TextGenerator(slm, threads=1) as native:
+        want = native.generate(PROMPT, SamplingConfig(max_new_tokens=12))
+        assert got["prompt_ids"] == native.encode(native.prompt_text(PROMPT))
+    assert tuple(got["token_ids"]) == want.token_ids
+    assert got["text"] == want.text == "The capital of France is Paris."
+    assert text_page.text("text-output") == want.text
+    assert "time to first token" in text_page.text("text-stats")
+
+
+def test_tokenizer_in_the_page_equals_tokenizers(text_page, slm):
+    from tokenizers import Tokenizer
+
+    samples = [
+        "Hello world! 12345 apples cost $3.50",
+        "<|im_start|>user\nÇa va? naïve café — 東京 🚀<|im_end|>\n",
+        "  two  spaces\tand\ttabs\n\nnew lines   ",
+        "don't we'll they're I'm it's",
+    ]
+    ref = Tokenizer.from_file(str(slm / "tokenizer.json"))
+    got = text_page.driver.execute_async_script(
+        "const done = arguments[arguments.length - 1];"
+        "import('./text.js').then(async (m) => {"
+        "  const tok = new m.Tokenizer(await (await fetch('models/text/tokenizer.json')).json());"
+        "  done(arguments[0].map((s) => [tok.encode(s), tok.decode(tok.encode(s))]));"
+        "});",
+        samples,
+    )
+    for text, (ids, decoded) in zip(samples, got, strict=True):
+        assert ids == ref.encode(text).ids
+        assert decoded == ref.decode(ids, skip_special_tokens=True)

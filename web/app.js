@@ -1,0 +1,269 @@
+// Page logic: load the manifest, the runtime and the models; run the face pipeline on photos and webcam
+// frames; keep a small gallery in the page. Every failure ends up in #error, never a blank page.
+
+import * as ort from "./ort/ort.wasm.min.mjs";
+import { FacePipeline, distance, loadFile } from "./face.js";
+import { TextGenerator, Tokenizer } from "./text.js";
+
+const MIN_SCORE = 0.9; // as edge/face/recognize.py DEFAULT_MIN_SCORE
+const $ = (id) => document.getElementById(id);
+const state = { pipeline: null, rgb: null, h: 0, w: 0, faces: [], gallery: [], threshold: 0.6 };
+
+function showError(message) {
+  const el = $("error");
+  el.textContent = message;
+  el.hidden = false;
+  $("faces").dataset.state = "error";
+}
+
+function clearError() {
+  $("error").hidden = true;
+  $("error").textContent = "";
+}
+
+function threadsWanted(manifest) {
+  const asked = Number(new URLSearchParams(location.search).get("threads"));
+  const max = navigator.hardwareConcurrency || 1;
+  const want = asked > 0 ? asked : Math.min(manifest.runtime.threads, max);
+  return self.crossOriginIsolated ? want : 1;
+}
+
+async function init() {
+  const res = await fetch("manifest.json");
+  if (!res.ok) throw new Error(`manifest.json: HTTP ${res.status}; expected the manifest written by 'edge-deploy build'`);
+  const manifest = await res.json();
+  ort.env.wasm.wasmPaths = new URL("ort/", location.href).href;
+  ort.env.wasm.numThreads = threadsWanted(manifest);
+  ort.env.wasm.simd = true;
+  $("face-ui").hidden = !manifest.face;
+  if (manifest.face) {
+    state.threshold = manifest.face.same_person_threshold;
+    const options = { executionProviders: ["wasm"], graphOptimizationLevel: "all" };
+    state.pipeline = await FacePipeline.open(ort, manifest, "models/", options);
+  } else {
+    $("face-status").textContent = "Face demo not built in this site (built with --model slm).";
+  }
+  $("runtime").textContent =
+    `onnxruntime-web ${manifest.runtime.onnxruntime_web} · wasm threads ${ort.env.wasm.numThreads} · ` +
+    `cross-origin isolated: ${self.crossOriginIsolated} · precision ${manifest.runtime.precision}`;
+  $("runtime").dataset.threads = String(ort.env.wasm.numThreads);
+  state.manifest = manifest;
+  $("text-status").textContent = manifest.text
+    ? manifest.text.message
+    : "Text demo not built in this site (no text model was given to 'edge-deploy build').";
+  $("text-ui").hidden = !manifest.text;
+  $("photo").disabled = false;
+  $("enroll").disabled = false;
+  if (navigator.mediaDevices && navigator.mediaDevices.getUserMedia) {
+    $("webcam").hidden = false;
+    $("webcam").disabled = false;
+  }
+}
+
+async function decodeToRgb(source, name) {
+  let bitmap;
+  try {
+    bitmap = await createImageBitmap(source, { colorSpaceConversion: "none", premultiplyAlpha: "none" });
+  } catch (err) {
+    throw new Error(`${name}: not an image the browser can decode (${err.message || err}); choose a JPEG or PNG photo`);
+  }
+  const canvas = $("view");
+  canvas.width = bitmap.width;
+  canvas.height = bitmap.height;
+  const ctx = canvas.getContext("2d", { willReadFrequently: true });
+  ctx.drawImage(bitmap, 0, 0);
+  const rgba = ctx.getImageData(0, 0, bitmap.width, bitmap.height).data;
+  const rgb = new Uint8Array(bitmap.width * bitmap.height * 3);
+  for (let i = 0, j = 0; i < rgba.length; i += 4, j += 3) {
+    rgb[j] = rgba[i];
+    rgb[j + 1] = rgba[i + 1];
+    rgb[j + 2] = rgba[i + 2];
+  }
+  return { rgb, h: bitmap.height, w: bitmap.width, bitmap };
+}
+
+function nameOf(descriptor) {
+  let best = { name: null, distance: Infinity };
+  for (const g of state.gallery) {
+    const d = distance(descriptor, g.descriptor);
+    if (d < best.distance) best = { name: g.name, distance: d };
+  }
+  return best.distance <= state.threshold ? best : { name: null, distance: best.distance };
+}
+
+function draw(bitmap, faces) {
+  const ctx = $("view").getContext("2d");
+  ctx.drawImage(bitmap, 0, 0);
+  ctx.lineWidth = Math.max(2, bitmap.width / 400);
+  ctx.font = `${Math.max(14, bitmap.width / 60)}px sans-serif`;
+  for (const face of faces) {
+    const [x1, y1, x2, y2] = face.box;
+    ctx.strokeStyle = face.match.name ? "#00c070" : "#ffb000";
+    ctx.strokeRect(x1, y1, x2 - x1, y2 - y1);
+    ctx.fillStyle = ctx.strokeStyle;
+    ctx.fillText(face.match.name || `unknown ${face.score.toFixed(2)}`, x1, Math.max(12, y1 - 4));
+    for (const [px, py] of face.points5) ctx.fillRect(px - 2, py - 2, 4, 4);
+  }
+}
+
+function report(result, timings) {
+  const body = $("timings").querySelector("tbody");
+  body.innerHTML = "";
+  for (const [k, v] of Object.entries(timings)) {
+    const tr = document.createElement("tr");
+    tr.innerHTML = `<td>${k.replace("_ms", "")}</td><td>${v.toFixed(1)}</td>`;
+    body.appendChild(tr);
+  }
+  const list = $("faces");
+  list.innerHTML = "";
+  for (const face of result) {
+    const li = document.createElement("li");
+    li.className = face.match.name ? "known" : "unknown";
+    const dist = Number.isFinite(face.match.distance) ? ` (distance ${face.match.distance.toFixed(3)})` : "";
+    li.textContent = `${face.match.name || "unknown"} · score ${face.score.toFixed(3)}${dist}`;
+    list.appendChild(li);
+  }
+  list.dataset.count = String(result.length);
+  list.dataset.state = "done";
+}
+
+async function analyze(source, name) {
+  clearError();
+  $("faces").dataset.state = "running";
+  const { rgb, h, w, bitmap } = await decodeToRgb(source, name);
+  const { faces, timings } = await state.pipeline.analyze(rgb, h, w);
+  Object.assign(state, { rgb, h, w });
+  state.faces = faces.filter((f) => f.score >= MIN_SCORE);
+  for (const face of state.faces) face.match = face.descriptor ? nameOf(face.descriptor) : { name: null };
+  window.edgeLastResult = { image: { name, width: w, height: h }, faces, timings };
+  draw(bitmap, state.faces);
+  report(state.faces, timings);
+  $("status").textContent = `${name}: ${state.faces.length} face(s) in ${timings.total_ms.toFixed(0)} ms.`;
+}
+
+function enroll() {
+  const name = $("name").value.trim();
+  if (!name) return showError("Gallery: type a name first, then add the largest face of the current photo");
+  if (state.faces.length === 0) return showError("Gallery: no face in the current photo to add");
+  clearError();
+  const area = (f) => (f.box[2] - f.box[0]) * (f.box[3] - f.box[1]);
+  const face = state.faces.reduce((a, b) => (area(b) > area(a) ? b : a));
+  state.gallery.push({ name, descriptor: face.descriptor });
+  $("gallery").textContent = state.gallery.map((g) => g.name).join(", ");
+}
+
+async function startWebcam() {
+  const video = $("video");
+  video.srcObject = await navigator.mediaDevices.getUserMedia({ video: true });
+  await video.play();
+  video.hidden = false;
+  $("snap").hidden = false;
+}
+
+function guard(fn) {
+  return (...args) => fn(...args).catch((err) => showError(err.message || String(err)));
+}
+
+$("photo").addEventListener(
+  "change",
+  guard(async (ev) => {
+    const file = ev.target.files[0];
+    ev.target.value = ""; // so choosing the same file again fires "change" again
+    if (file) await analyze(file, file.name);
+  }),
+);
+$("enroll").addEventListener("click", enroll);
+$("webcam").addEventListener("click", guard(startWebcam));
+$("snap").addEventListener(
+  "click",
+  guard(() => analyze($("video"), "webcam frame")),
+);
+
+const loadVerified = (entry) => loadFile(entry, "models/");
+
+async function openText() {
+  if (state.text) return state.text;
+  const t = state.manifest.text;
+  const file = (role) => state.manifest.files.find((e) => e.role === role);
+  $("text-status").textContent = `Loading ${t.model} (${t.precision})…`;
+  const fetchJson = async (role) => JSON.parse(new TextDecoder().decode(await loadVerified(file(role))));
+  const tokenizer = new Tokenizer(await fetchJson("text.tokenizer"));
+  const spec = { ...(await fetchJson("text.generation")), cache_shape: t.cache_shape };
+  const buf = await loadVerified(file("text.decoder"));
+  let session;
+  try {
+    session = await ort.InferenceSession.create(new Uint8Array(buf), { executionProviders: ["wasm"] });
+  } catch (err) {
+    throw new Error(`${file("text.decoder").file}: onnxruntime-web cannot load this model (${err.message || err})`);
+  }
+  state.text = new TextGenerator(ort, session, tokenizer, spec);
+  $("text-status").textContent = t.message;
+  return state.text;
+}
+
+async function generate() {
+  clearError();
+  const out = $("text-output");
+  out.dataset.state = "running";
+  out.textContent = "";
+  const gen = await openText();
+  const max = Number($("max-tokens").value) || 48;
+  const result = await gen.generate($("prompt").value, max, (piece) => {
+    out.textContent += piece;
+  });
+  out.textContent = result.text;
+  $("text-stats").textContent =
+    `${result.prompt_ids.length} prompt tokens · ${result.token_ids.length} new · ` +
+    `time to first token ${result.ttft_ms.toFixed(0)} ms · ${result.tokens_per_s.toFixed(1)} tokens/s`;
+  window.edgeLastText = result;
+  out.dataset.state = "done";
+}
+
+$("generate").addEventListener(
+  "click",
+  guard(async () => {
+    try {
+      await generate();
+    } catch (err) {
+      $("text-output").dataset.state = "error";
+      throw err;
+    }
+  }),
+);
+
+window.edgeReady = init()
+  .then(() => {
+    $("status").textContent = "Ready: choose a photo.";
+    $("status").dataset.state = "ready";
+  })
+  .catch((err) => {
+    $("status").textContent = "Failed to start.";
+    $("status").dataset.state = "error";
+    showError(err.message || String(err));
+  });
+
+// Timing hooks for benchmarks/browser_vs_native.py: the same models, inputs and threads as the native run.
+async function timeRuns(n, fn) {
+  const ms = [];
+  for (let i = 0; i < n; i++) {
+    const t = performance.now();
+    await fn();
+    ms.push(performance.now() - t);
+  }
+  return ms;
+}
+
+window.edgeBench = {
+  threads: () => ort.env.wasm.numThreads,
+  // The MTCNN cascade on the last photo chosen in the page.
+  detect: (n) => timeRuns(n, () => state.pipeline.mtcnn.detect(state.rgb, state.h, state.w)),
+  // One ONNX model from the site on a given float32 input (values from the caller, e.g. the native run's).
+  async model(url, inputName, dims, values, n) {
+    const session = await ort.InferenceSession.create(url, { executionProviders: ["wasm"] });
+    const feeds = { [inputName]: new ort.Tensor("float32", Float32Array.from(values), dims) };
+    await session.run(feeds); // first run apart: the benchmark reports steady state
+    const ms = await timeRuns(n, () => session.run(feeds));
+    await session.release();
+    return ms;
+  },
+};
