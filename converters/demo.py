@@ -14,7 +14,6 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-from converters.face import FaceBuild, convert_face
 from converters.face_agreement import match_boxes
 from converters.facedata import EVAL_PHOTOS, make_eval_images
 from edge.face.gallery import Gallery
@@ -37,9 +36,11 @@ class DemoResult:
     """Counts and per-image matches of one demo run."""
 
     out_dir: Path
-    build: FaceBuild
+    models_dir: Path
+    conversion: str
     enrolled: dict[str, int]
     images: list[dict] = field(default_factory=list)
+    pi: object | None = None
 
     def _faces(self) -> list[dict]:
         return [f for im in self.images for f in im["faces"]]
@@ -68,12 +69,13 @@ class DemoResult:
             "counts": self.counts,
             "held_out": HELD_OUT,
             "enrolled": self.enrolled,
-            "conversion": self.build.to_dict(),
+            "models": str(self.models_dir),
             "images": self.images,
+            "emulated_pi": self.pi.to_dict() if self.pi is not None else None,
         }
 
     def summary(self) -> str:
-        lines = [self.build.summary(), "", f"gallery: {len(self.enrolled)} people ({HELD_OUT} held out)", ""]
+        lines = [self.conversion, "", f"gallery: {len(self.enrolled)} people ({HELD_OUT} held out)", ""]
         for im in self.images:
             lines.append(f"{im['image']}:")
             for f in im["faces"]:
@@ -86,8 +88,10 @@ class DemoResult:
             "",
             f"{c['named_correctly']} of {c['found']} found faces named correctly ({c['annotated_faces']} annotated,"
             f" {c['wrong_name']} wrong, {c['extra_detections']} extra detections) in {c['images']} images",
-            f"results: {self.out_dir / 'results.json'}",
         ]
+        if self.pi is not None:
+            lines += ["", self.pi.summary()]
+        lines.append(f"results: {self.out_dir / 'results.json'}")
         return "\n".join(lines)
 
 
@@ -117,26 +121,53 @@ def _label(faces: list[dict], image) -> None:
         f["correct"] = (f["name"] == f["expected"]) if identity is not None else f["name"] is None
 
 
-def run_face_demo(
-    profile: TargetProfile, out_dir: Path, progress: ProgressFn = silent, threads: int | None = None
-) -> DemoResult:
-    """Run the whole face job into ``out_dir`` (models/, gallery_photos/, gallery.npz, queries/, results.json).
+def _conversion_summary(models_dir: Path) -> str:
+    """What the bundle's reports say about the models (fp32 checks, and the gate when quantized)."""
+    lines = []
+    for name in ("fp32_report.json", "report.json"):
+        path = models_dir / name
+        if path.is_file():
+            r = json.loads(path.read_text(encoding="utf-8"))
+            proof, agree = r.get("dlib_proof", {}), r.get("pipeline_agreement", {})
+            worst = max((c["max_abs_diff"] for c in r.get("source_checks", [])), default=0.0)
+            lines.append(f"face models {models_dir} (checks {'PASSED' if r.get('passed') else 'FAILED'}):")
+            lines.append(f"  ONNX vs source networks: max |diff| {worst:.2e}")
+            if proof.get("ran"):
+                lines.append(
+                    f"  embedder vs dlib on {proof['chips']} real chips: max |diff| {proof['max_abs_diff']:.2e}"
+                )
+            if agree.get("ran"):
+                lines.append(
+                    f"  pipeline vs face_recognition: {agree['decision_agreement']:.2%} of "
+                    f"{agree.get('pairs_decided_by_both')} decided evaluation pairs agree"
+                )
+            break
+    quant = models_dir / "quant_report.json"
+    if quant.is_file():
+        q = json.loads(quant.read_text(encoding="utf-8"))
+        e = q["embedder"]
+        lines.append(
+            f"  {q['precision']} gate {'PASSED' if q['passed'] else 'FAILED'}: embedder cosine to fp32 mean "
+            f"{e['cosine_mean']:.5f}, decisions agree {e['decisions']['agreement']:.4f}; shipped: {q['shipped']}"
+        )
+    return "\n".join(lines)
 
-    Raises:
-        ConversionError / ValidationError: the conversion or its checks failed (report in out_dir/models).
-    """
+
+def run_face_demo(
+    models_dir: Path, out_dir: Path, progress: ProgressFn = silent, threads: int | None = None
+) -> DemoResult:
+    """Enroll and recognise with the models in ``models_dir``; writes gallery_photos/, gallery.npz, queries/."""
     out_dir = Path(out_dir)
-    build = convert_face(profile, out_dir / "models", progress=progress)
     photos = out_dir / "gallery_photos"
     _write_gallery_photos(photos)
     queries = out_dir / "queries"
     queries.mkdir(parents=True, exist_ok=True)
-    with open_face_pipeline(out_dir / "models", threads or default_threads()) as pipeline:
+    with open_face_pipeline(models_dir, threads or default_threads()) as pipeline:
         progress(f"enrolling the gallery from {photos}")
         gallery = Gallery()
         report = gallery.enroll_folder(photos, pipeline)
         gallery.save(out_dir / "gallery.npz")
-        result = DemoResult(out_dir, build, report.enrolled)
+        result = DemoResult(out_dir, Path(models_dir), _conversion_summary(Path(models_dir)), report.enrolled)
         views = [im for im in make_eval_images(seed=DEMO_SEED) if not im.name.endswith("/original")]
         progress(f"recognising faces in {len(views)} other views of the shipped photos")
         for image in views:
@@ -145,5 +176,30 @@ def run_face_demo(
             faces = recognize_image(pipeline, gallery, np.ascontiguousarray(image.rgb), 0.6, 0.9)
             _label(faces, image)
             result.images.append({"image": str(queries / name), "annotated": len(image.faces), "faces": faces})
+    return result
+
+
+def run_main_job(
+    profile: TargetProfile,
+    out_dir: Path,
+    cache_dir: Path,
+    broker=None,
+    emulate: bool = True,
+    threads: int | None = None,
+    progress: ProgressFn = silent,
+) -> DemoResult:
+    """The README's main job: bundle -> verify -> recognise on the host -> emulated Pi -> MQTT.
+
+    Raises:
+        EdgeDeployError subclasses from the stage that failed (conversion, gate, bundle, emulation).
+    """
+    from converters.main_job import build_and_verify, run_on_emulated_pi
+
+    out_dir = Path(out_dir)
+    bundle, pi = build_and_verify(profile, out_dir, cache_dir, progress)
+    result = run_face_demo(bundle.folder / "models" / "face", out_dir, progress, threads)
+    if emulate:
+        run_on_emulated_pi(profile, bundle, pi, out_dir, broker, progress)
+    result.pi = pi
     (out_dir / "results.json").write_text(json.dumps(result.to_dict(), indent=2) + "\n", encoding="utf-8")
     return result

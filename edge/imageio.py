@@ -73,12 +73,11 @@ def save_image(path: str | Path, rgb: np.ndarray, jpeg_quality: int = 95) -> Pat
     path = Path(path)
     if rgb.dtype != np.uint8 or rgb.ndim != 3 or rgb.shape[2] != 3 or rgb.size == 0:
         raise InputError(f"{path}: image to save is {rgb.dtype} {rgb.shape}; expected uint8 [H, W, 3]")
+    suffix = path.suffix or ".png"
+    # The quality parameter only for JPEG: other encoders warn about a key they don't know.
+    params = [cv2.IMWRITE_JPEG_QUALITY, int(jpeg_quality)] if suffix.lower() in (".jpg", ".jpeg") else []
     try:
-        ok, buf = cv2.imencode(
-            path.suffix or ".png",
-            cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR),
-            [cv2.IMWRITE_JPEG_QUALITY, int(jpeg_quality)],
-        )
+        ok, buf = cv2.imencode(suffix, cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR), params)
     except cv2.error:  # raised (not returned) for a suffix no codec claims
         ok = False
     if not ok:

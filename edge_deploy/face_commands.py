@@ -107,29 +107,49 @@ def add_face(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from converters.demo import run_face_demo
+    from converters.demo import run_main_job
     from edge.profiles import load_profile
     from edge.progress import StepProgress
+    from edge_deploy.device_commands import broker_config
 
     profile = load_profile(args.target, Path(args.profiles))
     progress = StepProgress(stream=None if args.json else sys.stderr)
-    result = run_face_demo(profile, Path(args.output), progress=progress, threads=args.threads)
+    broker = None if args.no_broker else broker_config(args)
+    result = run_main_job(
+        profile,
+        Path(args.output),
+        Path(args.cache),
+        broker=broker,
+        emulate=not args.no_emulation,
+        threads=args.threads,
+        progress=progress,
+    )
     print(json.dumps(result.to_dict(), indent=2) if args.json else result.summary())
     return 0 if result.passed else 5
 
 
 def add_demo(sub: argparse._SubParsersAction) -> None:
+    from edge_deploy.device_commands import add_broker_options
+
     p = sub.add_parser(
         "demo",
-        help="the main job: convert the face models, enroll, recognise, print the matches",
-        description="End to end on the real photos shipped in Python packages: convert and check the face "
-        "models for --target, enroll one photo per person into a gallery (one person is held out to show "
-        "'unknown'), then recognise every face in other views of those people (seeded pose, scale, light, "
-        "blur and JPEG changes) and print each match. Writes everything under --output.",
+        help="the main job: build + verify the Pi bundle, recognise faces, run it on an emulated Pi, report",
+        description="End to end on the real photos shipped in Python packages: build the --target face "
+        "bundle (convert, check against the sources, quantize behind the accuracy gate, aarch64 wheelhouse; "
+        "cached), verify it; enroll one photo per person into a gallery (one person is held out to show "
+        "'unknown') and recognise every face in other views of those people (seeded pose, scale, light, blur "
+        "and JPEG changes) on this host; then install the bundle's wheels into an emulated Pi (qemu-user, "
+        "the profile's core), run the bundle's pipeline there, compare it with the host, and report its "
+        "latency over MQTT (to --broker, default the local 127.0.0.1:1883; kept in the outbox when no broker "
+        "answers). Writes everything under --output.",
     )
     p.add_argument("--target", "-t", default="rpi4", help="target profile (default rpi4)")
     p.add_argument("--output", "-o", default="out/demo", help="output folder (default out/demo)")
+    p.add_argument("--cache", default=str(Path.home() / ".cache" / "edge-deploy" / "build"), help="build cache")
     p.add_argument("--threads", type=int, help="inference threads on this host (default: all CPUs)")
+    p.add_argument("--no-emulation", action="store_true", help="skip the emulated-Pi run (and its telemetry)")
+    p.add_argument("--no-broker", action="store_true", help="don't try a broker: telemetry stays in the outbox")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.add_argument("--profiles", default=str(DEFAULT_PROFILE_DIR), help=argparse.SUPPRESS)
-    p.set_defaults(func=_cmd_demo)
+    add_broker_options(p)
+    p.set_defaults(func=_cmd_demo, broker="127.0.0.1:1883")
