@@ -145,6 +145,16 @@ def count_cpu(cpu: str, nets: list[str], fp32: Path, inputs: dict[str, Path], ar
     return costs
 
 
+SECTION_HEAD = """## ARM cost: executed instructions per inference on emulated Cortex-A72 (Pi 4) and A76 (Pi 5)
+
+Counted by a TCG plugin (`scripts/arm/insncount.c`) under qemu-user, between region marks the guest sets
+around the first inference and k steady-state inferences; NEON (AdvSIMD) and SDOT/UDOT counted apart.
+Instruction counts do not depend on how loaded the host is; they are not times (emulation is 10-50x slower
+than a Pi). Goals: embedder INT8 / fp32 <= 0.6 on A72 and <= 0.4 on A76 with the best backend; SDOT kernels
+must run on A76. Machine: {machine}.
+"""
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cpus", default="cortex-a72,cortex-a76")
@@ -154,6 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--litert", action="store_true", help="also the embedder on LiteRT (needs onnx2tf)")
     parser.add_argument("--json", type=Path, default=None, help="write every count here too")
     parser.add_argument("--rootfs", type=Path, default=None, help="arm64 rootfs (default .cache/arm/rootfs)")
+    parser.add_argument("--write", action="store_true", help="write the 'arm-cost' section of docs/benchmarks.md")
     args = parser.parse_args(argv)
     subprocess.run(["bash", str(REPO / "scripts" / "arm" / "build_plugin.sh")], check=True)
     work = DEFAULT_CACHE / "cost"
@@ -165,7 +176,12 @@ def main(argv: list[str] | None = None) -> int:
     for cpu in [c.strip() for c in args.cpus.split(",") if c.strip()]:
         costs += count_cpu(cpu, nets, fp32, inputs, args)
     command = "python benchmarks/arm_cost.py " + " ".join(argv if argv is not None else sys.argv[1:])
-    print(markdown(costs, command.strip()))
+    table = markdown(costs, command.strip())
+    print(table)
+    if args.write:
+        from benchmarks.report import machine_line, write_section
+
+        write_section("arm-cost", SECTION_HEAD.format(machine=machine_line()) + "\n" + table)
     if args.json:
         rows = [{"net": n, "precision": p, **c.to_dict()} for n, p, c in costs]
         args.json.write_text(json.dumps(rows, indent=2) + "\n", encoding="utf-8")

@@ -110,6 +110,7 @@ class DaemonConfig:
     device_id: str
     state_dir: Path
     target: str | None
+    bundle: Path | None
     log_level: LogLevel
     face: FaceSettings
     source: SourceSettings
@@ -134,6 +135,7 @@ _SCHEMA: dict[str, dict[str, tuple[Any, Any]]] = {
         "state_dir": (Path, Path("state")),
         "target": (str, None),
         "log_level": (LogLevel, LogLevel.INFO),
+        "bundle": (Path, None),
     },
     "face": {
         "models": (Path, _REQUIRED),
@@ -377,6 +379,7 @@ def _build(where: str, path: Path, t: dict[str, dict[str, Any]]) -> DaemonConfig
         device_id=device_id,
         state_dir=top["state_dir"],
         target=top["target"],
+        bundle=top["bundle"],
         log_level=top["log_level"],
         face=FaceSettings(**face),
         source=_build_source(where, _with_defaults("source", t["source"])),

@@ -140,10 +140,16 @@ class Daemon:
             The run's summary.
 
         Raises:
+            BundleError: ``bundle`` is set and its files do not match its manifest.
             InputError: a bad models folder, gallery, source or state file.
             TelemetryError: the outbox can't be written, or the broker refused us for good.
         """
         cfg = self.config
+        if cfg.bundle is not None:
+            from edge.bundle import verify_bundle
+
+            report = verify_bundle(cfg.bundle)  # BundleError names the file that does not match
+            log.info("bundle %s verified: %d files match manifest.json", cfg.bundle, report.files)
         self._state = StateStore(cfg.state_db)
         stack: list[Any] = [self._state]
         try:

@@ -299,3 +299,16 @@ def test_int8_bundle_runs_the_face_pipeline_close_to_fp32(int8_bundle, bundle) -
     fp32 = _astronaut_descriptor(bundle.folder / "models" / "face")
     cosine = float(int8 @ fp32 / ((int8 @ int8) ** 0.5 * (fp32 @ fp32) ** 0.5))
     assert cosine >= load_profile("rpi4").thresholds.embed_mean_cosine, cosine
+
+
+@pytest.mark.arm
+def test_rpi4_int8_bundle_on_emulated_cortex_a72_equals_the_host(int8_bundle, bundle, tmp_path) -> None:
+    """The bundle a Pi 4 owner gets (int8 models) on an emulated Pi 4, installed from a bundle's own
+    aarch64 wheelhouse (the install.sh path: pip --no-index --find-links wheels), gives the host's answers."""
+    from converters.arm_face import check_face_models
+
+    comparison = check_face_models(
+        int8_bundle.folder / "models" / "face", "cortex-a72", tmp_path, wheel_dir=bundle.folder / "wheels"
+    )
+    assert comparison.problems(1e-4) == []
+    assert (comparison.faces_guest, comparison.pairs, comparison.decisions_agree) == (5, 10, 10)

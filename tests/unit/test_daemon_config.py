@@ -59,7 +59,7 @@ def test_broker_table_with_password_file(folder: Path) -> None:
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
-        ('colour = "red"\n', "CFG: unknown key colour; expected one of device_id, log_level, state_dir, target"),
+        ('colour = "red"\n', "CFG: unknown key colour; expected one of bundle, device_id, log_level, state_dir, target"),
         (
             "[sources]\nx = 1\n",
             "CFG: unknown table [sources]; expected one of [broker], [commands], [face], [source], [telemetry], [text]",
@@ -189,3 +189,25 @@ def test_the_systemd_unit_is_hardened() -> None:
         "CapabilityBoundingSet=",
     ):
         assert option in lines, option
+
+
+def test_the_daemon_refuses_to_start_on_a_bundle_that_fails_verification(folder: Path) -> None:
+    import json
+
+    from edge.daemon.service import Daemon
+    from edge.errors import BundleError
+
+    bundle = folder / "bundle"
+    (bundle / "models").mkdir(parents=True)
+    (bundle / "models" / "m.onnx").write_bytes(b"real bytes")
+    manifest = {
+        "schema_version": 1,
+        "files": [{"path": "models/m.onnx", "size": 10, "sha256": "0" * 64}],
+    }
+    (bundle / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
+    config = load_config(write(folder, 'bundle = "bundle"\n' + MINIMAL))
+    assert config.bundle == bundle
+    with pytest.raises(BundleError) as info:
+        Daemon(config, once=True).run()
+    assert str(info.value) == f"{bundle / 'manifest.json'}: missing key 'format'"
+    assert not (folder / "state" / "state.sqlite").exists()  # refused before touching any state
