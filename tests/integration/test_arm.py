@@ -17,7 +17,7 @@ pytest.importorskip("torch")
 
 from converters.arm import REPO, ArmGuest, prepare_guest  # noqa: E402
 from converters.arm_cost import DEFAULT_PLUGIN, RUN_MODEL, count_instructions  # noqa: E402
-from converters.arm_face import compare_face_results, export_face_models, run_face_both, write_probe_photos  # noqa: E402
+from converters.arm_face import compare_face_results, run_face_both, write_probe_photos  # noqa: E402
 from edge.errors import InferenceError  # noqa: E402
 
 pytestmark = [pytest.mark.integration, pytest.mark.arm]
@@ -36,8 +36,8 @@ def guest_a76(guest_a72: ArmGuest) -> ArmGuest:
 
 
 @pytest.fixture(scope="module")
-def face_models(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return export_face_models(tmp_path_factory.mktemp("face-rpi4-fp32"), "rpi4")
+def face_models(face_fp32_models: Path) -> Path:
+    return face_fp32_models  # exported once per session (tests/conftest.py)
 
 
 @pytest.fixture(scope="module")

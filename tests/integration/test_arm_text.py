@@ -14,7 +14,6 @@ gives the host's tokens exactly under cortex-a76.
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -38,20 +37,10 @@ def guest_a76() -> ArmGuest:
 
 
 @pytest.fixture(scope="module")
-def slm(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """The INT4 folder for rpi5, and an fp32 folder made from the same build's kept fp32 export."""
-    from converters.slm.build import SlmOptions, convert_slm
-    from edge.profiles import Precision, load_profile
-
-    root = tmp_path_factory.mktemp("slm")
-    work = root / "work"
-    build = convert_slm(load_profile("rpi5"), Precision.INT4, root / "int4", options=SlmOptions(work_dir=work))
-    fp32 = root / "fp32"
-    fp32.mkdir()
-    for name in (build.generation.name, build.tokenizer.name):
-        shutil.copyfile(build.out_dir / name, fp32 / name)
-    (fp32 / build.model.name).symlink_to(work / "fp32" / build.model.name)
-    return {"int4": build.out_dir, "fp32": fp32}
+def slm(slm_int4: dict) -> dict[str, Path]:
+    """The INT4 folder (rpi4's settings, which rpi5 shares: block 32, accuracy level 4; converted once per
+    session in tests/conftest.py), and an fp32 folder from the same build's kept fp32 export."""
+    return {"int4": slm_int4["result"].out_dir, "fp32": slm_int4["fp32_dir"]}
 
 
 def test_int4_greedy_tokens_under_cortex_a76_equal_the_host_fp32_tokens(guest_a76, slm, tmp_path):

@@ -43,17 +43,11 @@ def profile():
 
 
 @pytest.fixture(scope="module")
-def models(tmp_path_factory) -> Path:
+def models(request) -> Path:
     reason = browser_missing()
     if reason:
         pytest.skip(reason)
-    from converters.face import _export
-    from edge.face.models import write_models_file
-
-    out = tmp_path_factory.mktemp("face-models")
-    entries, _ = _export(out, lambda _m: None)
-    write_models_file(out, entries, "browser-wasm", "test")
-    return out
+    return request.getfixturevalue("face_fp32_models")  # exported once per session (tests/conftest.py)
 
 
 @pytest.fixture(scope="module")

@@ -41,18 +41,9 @@ PREFIX = "edge-deploy"
 
 
 @pytest.fixture(scope="module")
-def face_models(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def face_models(face_fp32_models: Path) -> Path:
     """The face models, exported once (without convert_face's dlib reference checks, to save a minute)."""
-    from converters.face import _export
-    from converters.quiet import quiet_torch_export
-    from edge.face.models import write_models_file
-
-    out = tmp_path_factory.mktemp("face_models")
-    with quiet_torch_export():
-        entries, checks = _export(out, lambda _line: None)
-    assert all(c.ok for c in checks), [c for c in checks if not c.ok]
-    write_models_file(out, entries, "x86_64-host", "test")
-    return out
+    return face_fp32_models
 
 
 @pytest.fixture(scope="module")

@@ -33,32 +33,9 @@ TEST_CALIBRATION_COUNT = 48
 THREADS = 2
 
 
-def _export_fp32(out: Path) -> Path:
-    """The fp32 models folder, as ``convert_face`` writes it (export only, no dlib proof)."""
-    from converters.dlib_resnet import export_dlib_embedder
-    from converters.dlib_shape import export_shape_predictor
-    from converters.mtcnn import export_mtcnn
-    from converters.quiet import quiet_torch_export
-    from converters.sources import DLIB_RESNET, DLIB_SHAPE5, MTCNN_NETS
-
-    with quiet_torch_export():
-        embedder = export_dlib_embedder(DLIB_RESNET.locate(), out / "face_embedder.onnx")
-        mtcnn = export_mtcnn(out)
-    shape5 = export_shape_predictor(DLIB_SHAPE5.locate(), out / "shape5.npz")
-    entries = [
-        face_models.describe(mtcnn[net], role, "onnx", "fp32", MTCNN_NETS[net].provenance())
-        for net, role in NET_ROLES.items()
-        if net != "embedder"
-    ]
-    entries.append(face_models.describe(shape5, face_models.ROLE_LANDMARKS, "npz", "fp32", DLIB_SHAPE5.provenance()))
-    entries.append(face_models.describe(embedder, face_models.ROLE_EMBEDDER, "onnx", "fp32", DLIB_RESNET.provenance()))
-    face_models.write_models_file(out, entries, "rpi4", "test")
-    return out
-
-
 @pytest.fixture(scope="module")
-def fp32_dir(tmp_path_factory) -> Path:
-    return _export_fp32(tmp_path_factory.mktemp("fp32"))
+def fp32_dir(face_fp32_models) -> Path:
+    return face_fp32_models  # exported once per session (tests/conftest.py)
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,6 @@ with a readable error; the device generation API.
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 from collections import Counter
@@ -25,12 +24,10 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 onnx = pytest.importorskip("onnx")
 
-from converters.slm.build import SlmOptions, convert_slm  # noqa: E402
 from converters.slm.gguf_source import SMOLLM2_FILE, locate_smollm2_gguf  # noqa: E402
 from converters.slm.perplexity import DEFAULT_TEXT, gate, perplexity, text_windows  # noqa: E402
 from converters.slm.quantize import quantize_int4  # noqa: E402
 from edge.errors import InputError, ValidationError  # noqa: E402
-from edge.profiles import Precision, load_profile  # noqa: E402
 from edge.text import SamplingConfig, TextGenerator  # noqa: E402
 
 PROMPTS = [
@@ -61,16 +58,8 @@ def one_torch_thread():
 
 
 @pytest.fixture(scope="module")
-def build(tmp_path_factory):
-    root = tmp_path_factory.mktemp("slm")
-    profile = load_profile("rpi4")
-    result = convert_slm(profile, Precision.INT4, root / "int4", options=SlmOptions(work_dir=root / "work"))
-    fp32_dir = root / "fp32"
-    fp32_dir.mkdir()
-    for name in ("generation.json", "tokenizer.json"):
-        shutil.copyfile(result.out_dir / name, fp32_dir / name)
-    os.link(result.fp32_model, fp32_dir / "model.onnx")
-    return {"result": result, "profile": profile, "fp32_dir": fp32_dir, "root": root}
+def build(slm_int4):
+    return slm_int4  # converted once per session (tests/conftest.py)
 
 
 @pytest.fixture(scope="module")

@@ -59,7 +59,10 @@ def test_broker_table_with_password_file(folder: Path) -> None:
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
-        ('colour = "red"\n', "CFG: unknown key colour; expected one of bundle, device_id, log_level, state_dir, target"),
+        (
+            'colour = "red"\n',
+            "CFG: unknown key colour; expected one of bundle, device_id, log_level, state_dir, target",
+        ),
         (
             "[sources]\nx = 1\n",
             "CFG: unknown table [sources]; expected one of [broker], [commands], [face], [source], [telemetry], [text]",

@@ -1,0 +1,150 @@
+"""SmolLM2-135M to TFLite through litert-torch (prefill + decode signatures), run with ai-edge-litert.
+
+One conversion per module: GGUF -> HF folder -> fp32 ONNX (the reference, ``convert_slm``) and the same
+folder -> fp32 ``.tflite`` with litert-torch in ``.venv-litert-torch`` (created by
+``scripts/setup_litert_torch.sh`` if missing: ~3-4 min and ~2 GB the first time). Then: greedy tokens of
+the TFLite decoder inside ``TextGenerator`` equal the ONNX fp32 decoder's for 24 tokens on 3 prompts;
+chunked prefill (a prompt longer than the prefill signature) gives the same logits as token-by-token
+decode; the readable errors.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.integration
+
+pytest.importorskip("torch")
+pytest.importorskip("ai_edge_litert")
+
+from converters.slm.build import SlmOptions, convert_slm  # noqa: E402
+from converters.slm.tflite import (  # noqa: E402
+    REPO,
+    SETUP_SCRIPT,
+    TfliteOptions,
+    TfliteQuant,
+    convert_tflite,
+)
+from edge.errors import ConversionError, InputError  # noqa: E402
+from edge.profiles import Precision, load_profile  # noqa: E402
+from edge.text import SamplingConfig, TextGenerator  # noqa: E402
+from edge.text.litert_decoder import LiteRtDecoder  # noqa: E402
+
+KV_LEN = 256
+PREFILL = 32
+NEW_TOKENS = 24
+PROMPTS = [
+    ("Explain how a bicycle works.", True),
+    ("Write a short poem about the sea.", True),
+    ("The history of the printing press begins", False),
+]
+
+
+@pytest.fixture(scope="module")
+def build(tmp_path_factory):
+    subprocess.run(["bash", str(REPO / SETUP_SCRIPT)], check=True, timeout=1800)
+    root = tmp_path_factory.mktemp("slm_tflite")
+    opts = SlmOptions(work_dir=root / "work", eval_tokens=256, eval_window=256)
+    onnx = convert_slm(load_profile("rpi4"), Precision.FP32, root / "fp32", options=opts)
+    tfl = convert_tflite(
+        onnx.hf_dir,
+        root / "tflite",
+        TfliteQuant.NONE,
+        TfliteOptions(kv_cache_max_len=KV_LEN, prefill_lengths=(PREFILL,), threads=2),
+    )
+    return {"onnx": onnx, "tflite": tfl, "root": root}
+
+
+@pytest.fixture(scope="module")
+def generators(build):
+    onnx_gen = TextGenerator(build["onnx"].out_dir, threads=2, max_context=KV_LEN)
+    tfl_gen = TextGenerator(build["onnx"].out_dir, threads=2, max_context=KV_LEN)
+    tfl_gen.decoder = LiteRtDecoder(build["tflite"].path, threads=2)
+    yield onnx_gen, tfl_gen
+    onnx_gen.close()
+    tfl_gen.close()
+
+
+def test_tflite_file_has_prefill_and_decode_signatures(build) -> None:
+    tfl = build["tflite"]
+    decoder = LiteRtDecoder(tfl.path)
+    assert decoder.prefill_lengths == (PREFILL,)
+    assert decoder.layout.num_layers == 30
+    assert decoder.layout.shape == (1, KV_LEN, 3, 64)
+    assert decoder.context_length == KV_LEN
+    # fp32 weights: 134.5 M parameters * 4 bytes, the tied embedding stored once
+    assert 500e6 < tfl.size_bytes < 600e6
+
+
+@pytest.mark.parametrize(("prompt", "chat"), PROMPTS)
+def test_fp32_tflite_greedy_equals_onnx_fp32(generators, prompt: str, chat: bool) -> None:
+    onnx_gen, tfl_gen = generators
+    config = SamplingConfig(max_new_tokens=NEW_TOKENS, temperature=0.0, stop_token_ids=())
+    want = onnx_gen.generate(prompt, config, chat=chat)
+    got = tfl_gen.generate(prompt, config, chat=chat)
+    assert len(want.token_ids) >= 16
+    assert got.token_ids == want.token_ids
+    assert got.text == want.text
+
+
+def test_fp32_tflite_logits_close_to_onnx(generators) -> None:
+    onnx_gen, tfl_gen = generators
+    ids = onnx_gen.encode(onnx_gen.prompt_text("Name three colours."))
+    feeds = (np.array([ids]), np.ones((1, len(ids)), np.int64), np.arange(len(ids))[None])
+    want, _ = onnx_gen.decoder.forward(*feeds, onnx_gen.decoder.empty_cache())
+    got, _ = tfl_gen.decoder.forward(*feeds, tfl_gen.decoder.empty_cache())
+    assert got.shape == (1, 1, want.shape[-1])
+    assert np.max(np.abs(got[0, -1] - want[0, -1])) < 1e-2
+
+
+def test_chunked_prefill_equals_token_by_token(generators) -> None:
+    _, tfl_gen = generators
+    dec = tfl_gen.decoder
+    ids = tfl_gen.encode("The quick brown fox jumps over the lazy dog. " * 8)
+    assert len(ids) > 2 * PREFILL  # two full prefill chunks and a padded third
+    n = len(ids)
+    chunked, _ = dec.forward(np.array([ids]), np.ones((1, n), np.int64), np.arange(n)[None], dec.empty_cache())
+    cache = dec.empty_cache()
+    for i, token in enumerate(ids):
+        step, cache = dec.forward(np.array([[token]]), np.ones((1, i + 1), np.int64), np.array([[i]]), cache)
+    assert np.max(np.abs(chunked - step)) < 1e-3
+
+
+def test_position_past_the_kv_cache_is_a_readable_error(build, generators) -> None:
+    _, tfl_gen = generators
+    dec = tfl_gen.decoder
+    with pytest.raises(InputError) as err:
+        dec.forward(np.array([[1]]), np.ones((1, KV_LEN + 1), np.int64), np.array([[KV_LEN]]), dec.empty_cache())
+    assert str(err.value) == (
+        f"positions {KV_LEN}..{KV_LEN}; expected below the KV cache length {KV_LEN} of model_none.tflite "
+        "(prompt plus new tokens too long)"
+    )
+
+
+def test_missing_venv_is_a_readable_error(build, tmp_path: Path) -> None:
+    venv = tmp_path / "no-venv"
+    with pytest.raises(ConversionError) as err:
+        convert_tflite(build["onnx"].hf_dir, tmp_path / "out", options=TfliteOptions(venv=venv))
+    assert str(err.value) == (
+        f"{venv}: no ready litert-torch environment (missing python or .edge-deploy-setup); "
+        "create it with: bash scripts/setup_litert_torch.sh"
+    )
+
+
+def test_failing_conversion_quotes_the_log(build, tmp_path: Path) -> None:
+    hf = tmp_path / "hf"
+    shutil.copytree(build["onnx"].hf_dir, hf)
+    config = (hf / "config.json").read_text(encoding="utf-8")
+    (hf / "config.json").write_text(config.replace('"hidden_act": "silu"', '"hidden_act": "gelu"'), encoding="utf-8")
+    with pytest.raises(ConversionError) as err:
+        convert_tflite(hf, tmp_path / "out", options=TfliteOptions(kv_cache_max_len=64, prefill_lengths=(8,)))
+    message = str(err.value)
+    assert message.startswith(f"{hf}: litert-torch conversion (none) failed with exit code 1; log ")
+    assert message.endswith(f"\n{hf / 'config.json'}: hidden_act = 'gelu'; expected 'silu'")
+    assert os.path.isfile(tmp_path / "out" / "litert_export_none.log")
