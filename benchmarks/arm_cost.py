@@ -119,6 +119,28 @@ def markdown(costs: list[tuple[str, str, ModelCost]], command: str) -> str:
     return "\n".join(lines)
 
 
+def goals(costs: list[tuple[str, str, ModelCost]]) -> str:
+    """The verdict lines: best embedder INT8 / fp32 per core (any backend) against its goal, SDOT on A76."""
+    fp32 = {(c.cpu, c.backend): c.steady.total for net, prec, c in costs if net == "embedder" and prec == "fp32"}
+    lines = []
+    for cpu, goal in (("cortex-a72", 0.6), ("cortex-a76", 0.4)):
+        ratios = [
+            (c.steady.total / fp32[(cpu, c.backend)], c.backend)
+            for net, prec, c in costs
+            if net == "embedder" and prec == "int8" and c.cpu == cpu and (cpu, c.backend) in fp32
+        ]
+        if ratios:
+            best, backend = min(ratios)
+            verdict = "met" if best <= goal else "**not met**"
+            lines.append(f"- {cpu}: best embedder INT8 / fp32 = {best:.3f} ({backend}); goal <= {goal} — {verdict}.")
+    dots = sum(c.steady.sdot + c.steady.udot for _, prec, c in costs if c.cpu == "cortex-a76" and prec == "int8")
+    if any(c.cpu == "cortex-a76" for _, _, c in costs):
+        lines.append(
+            f"- SDOT/UDOT executed on cortex-a76 in the INT8 steady state: {dots:,} — the dot-product kernels run."
+        )
+    return "\n".join(lines)
+
+
 def count_cpu(cpu: str, nets: list[str], fp32: Path, inputs: dict[str, Path], args) -> list[tuple[str, str, ModelCost]]:
     """Every requested model, fp32 and INT8 (and LiteRT), on one emulated core."""
     guest = prepare_guest(cpu, rootfs=args.rootfs, progress=say)
@@ -181,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.write:
         from benchmarks.report import machine_line, write_section
 
-        write_section("arm-cost", SECTION_HEAD.format(machine=machine_line()) + "\n" + table)
+        write_section("arm-cost", SECTION_HEAD.format(machine=machine_line()) + "\n" + goals(costs) + "\n\n" + table)
     if args.json:
         rows = [{"net": n, "precision": p, **c.to_dict()} for n, p, c in costs]
         args.json.write_text(json.dumps(rows, indent=2) + "\n", encoding="utf-8")
