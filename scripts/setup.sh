@@ -59,5 +59,8 @@ fi
 # onnx2tf (ONNX -> TFLite) lives in its own venv: it pins tensorflow/onnx/numpy versions that clash with ours.
 bash scripts/setup_onnx2tf.sh
 
+# litert-torch (PyTorch -> TFLite for the language model) also lives in its own venv (it pulls jax etc.).
+bash scripts/setup_litert_torch.sh
+
 # The browser page: Chromium + chromedriver (Debian), onnxruntime-web (npm, pinned in web/package-lock.json).
 bash scripts/setup_web.sh

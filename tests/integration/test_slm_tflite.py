@@ -1,8 +1,9 @@
 """SmolLM2-135M to TFLite through litert-torch (prefill + decode signatures), run with ai-edge-litert.
 
-One conversion per module: GGUF -> HF folder -> fp32 ONNX (the reference, ``convert_slm``) and the same
-folder -> fp32 ``.tflite`` with litert-torch in ``.venv-litert-torch`` (created by
-``scripts/setup_litert_torch.sh`` if missing: ~3-4 min and ~2 GB the first time). Then: greedy tokens of
+The session's shared SmolLM2 conversion (``slm_int4`` in tests/conftest.py: HF folder + fp32 ONNX, the
+reference) and, once per module, the same folder -> fp32 ``.tflite`` with litert-torch in
+``.venv-litert-torch`` (created by ``scripts/setup_litert_torch.sh`` if missing: ~3.5 min and 2.1 GB the
+first time; the conversion itself ~3 min). Then: greedy tokens of
 the TFLite decoder inside ``TextGenerator`` equal the ONNX fp32 decoder's for 24 tokens on 3 prompts;
 chunked prefill (a prompt longer than the prefill signature) gives the same logits as token-by-token
 decode; the readable errors.
@@ -23,7 +24,6 @@ pytestmark = pytest.mark.integration
 pytest.importorskip("torch")
 pytest.importorskip("ai_edge_litert")
 
-from converters.slm.build import SlmOptions, convert_slm  # noqa: E402
 from converters.slm.tflite import (  # noqa: E402
     REPO,
     SETUP_SCRIPT,
@@ -32,7 +32,6 @@ from converters.slm.tflite import (  # noqa: E402
     convert_tflite,
 )
 from edge.errors import ConversionError, InputError  # noqa: E402
-from edge.profiles import Precision, load_profile  # noqa: E402
 from edge.text import SamplingConfig, TextGenerator  # noqa: E402
 from edge.text.litert_decoder import LiteRtDecoder  # noqa: E402
 
@@ -47,24 +46,23 @@ PROMPTS = [
 
 
 @pytest.fixture(scope="module")
-def build(tmp_path_factory):
+def build(slm_int4, tmp_path_factory):
+    """The shared session conversion's HF folder and fp32 ONNX folder, plus one fp32 TFLite conversion."""
     subprocess.run(["bash", str(REPO / SETUP_SCRIPT)], check=True, timeout=1800)
-    root = tmp_path_factory.mktemp("slm_tflite")
-    opts = SlmOptions(work_dir=root / "work", eval_tokens=256, eval_window=256)
-    onnx = convert_slm(load_profile("rpi4"), Precision.FP32, root / "fp32", options=opts)
+    hf_dir = slm_int4["result"].hf_dir
     tfl = convert_tflite(
-        onnx.hf_dir,
-        root / "tflite",
+        hf_dir,
+        tmp_path_factory.mktemp("slm_tflite"),
         TfliteQuant.NONE,
         TfliteOptions(kv_cache_max_len=KV_LEN, prefill_lengths=(PREFILL,), threads=2),
     )
-    return {"onnx": onnx, "tflite": tfl, "root": root}
+    return {"hf_dir": hf_dir, "onnx_dir": slm_int4["fp32_dir"], "tflite": tfl}
 
 
 @pytest.fixture(scope="module")
 def generators(build):
-    onnx_gen = TextGenerator(build["onnx"].out_dir, threads=2, max_context=KV_LEN)
-    tfl_gen = TextGenerator(build["onnx"].out_dir, threads=2, max_context=KV_LEN)
+    onnx_gen = TextGenerator(build["onnx_dir"], threads=2, max_context=KV_LEN)
+    tfl_gen = TextGenerator(build["onnx_dir"], threads=2, max_context=KV_LEN)
     tfl_gen.decoder = LiteRtDecoder(build["tflite"].path, threads=2)
     yield onnx_gen, tfl_gen
     onnx_gen.close()
@@ -130,7 +128,7 @@ def test_position_past_the_kv_cache_is_a_readable_error(build, generators) -> No
 def test_missing_venv_is_a_readable_error(build, tmp_path: Path) -> None:
     venv = tmp_path / "no-venv"
     with pytest.raises(ConversionError) as err:
-        convert_tflite(build["onnx"].hf_dir, tmp_path / "out", options=TfliteOptions(venv=venv))
+        convert_tflite(build["hf_dir"], tmp_path / "out", options=TfliteOptions(venv=venv))
     assert str(err.value) == (
         f"{venv}: no ready litert-torch environment (missing python or .edge-deploy-setup); "
         "create it with: bash scripts/setup_litert_torch.sh"
@@ -139,7 +137,7 @@ def test_missing_venv_is_a_readable_error(build, tmp_path: Path) -> None:
 
 def test_failing_conversion_quotes_the_log(build, tmp_path: Path) -> None:
     hf = tmp_path / "hf"
-    shutil.copytree(build["onnx"].hf_dir, hf)
+    shutil.copytree(build["hf_dir"], hf)
     config = (hf / "config.json").read_text(encoding="utf-8")
     (hf / "config.json").write_text(config.replace('"hidden_act": "silu"', '"hidden_act": "gelu"'), encoding="utf-8")
     with pytest.raises(ConversionError) as err:
