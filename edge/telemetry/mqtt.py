@@ -205,7 +205,9 @@ class TelemetryClient(LinkHooks):
         deadline = time.monotonic() + timeout
         ended = True
         if self._link is not None:
-            if self._link.connected.is_set():
+            # Wait even while the link is between attempts (e.g. a broker that has just come back and the
+            # link is in its backoff): the timeout, not the link's state at this instant, bounds the flush.
+            if self._link.running:
                 self.wait_drained(max(deadline - time.monotonic(), 0.0))
             ended = self._link.stop(max(deadline - time.monotonic(), 0.1))
         self._final_health = self.health()
