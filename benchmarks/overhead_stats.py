@@ -155,21 +155,3 @@ def added_work_loss_pct(extra_ms: float, base_ms: float) -> float:
     if not base_ms > 0 or extra_ms < 0:
         raise ValueError(f"added_work_loss_pct: extra_ms = {extra_ms!r}, base_ms = {base_ms!r}; expected >= 0 and > 0")
     return 100.0 * extra_ms / (base_ms + extra_ms)
-
-
-def frames_per_report_for_goal(call_ms: float, frame_ms: float, goal_pct: float) -> int:
-    """Fewest frames one report must cover so a ``call_ms`` report costs at most ``goal_pct`` of throughput.
-
-    With N frames per report the added work per frame is ``call_ms / N``; the loss
-    ``c / (frame_ms + c)`` stays within ``g`` when ``N >= call_ms * (1 - g) / (g * frame_ms)``.
-
-    Raises:
-        ValueError: if ``frame_ms`` is not > 0, ``call_ms`` is negative or ``goal_pct`` is not in (0, 100).
-    """
-    if not frame_ms > 0 or call_ms < 0 or not 0 < goal_pct < 100:
-        raise ValueError(
-            f"frames_per_report_for_goal: call_ms = {call_ms!r}, frame_ms = {frame_ms!r}, goal_pct = {goal_pct!r}; "
-            "expected call_ms >= 0, frame_ms > 0 and 0 < goal_pct < 100"
-        )
-    g = goal_pct / 100.0
-    return max(1, math.ceil(call_ms * (1.0 - g) / (g * frame_ms) - 1e-9))

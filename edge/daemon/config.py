@@ -80,6 +80,7 @@ class TelemetrySettings:
     outbox: Path
     outbox_capacity: int
     flush_timeout_s: float
+    commit_interval_s: float
 
 
 @dataclass(frozen=True)
@@ -172,6 +173,7 @@ _SCHEMA: dict[str, dict[str, tuple[Any, Any]]] = {
         "outbox": (Path, _DEFAULT_STATE),
         "outbox_capacity": (int, 10_000),
         "flush_timeout_s": (float, 10.0),
+        "commit_interval_s": (float, 0.05),
     },
     "commands": {
         "secret_file": (Path, None),
@@ -202,6 +204,7 @@ _RANGES: tuple[tuple[str, float, bool], ...] = (
     ("telemetry.interval_s", 0.0, False),
     ("telemetry.outbox_capacity", 1, True),
     ("telemetry.flush_timeout_s", 0.0, False),
+    ("telemetry.commit_interval_s", 0.0, True),
     ("commands.max_skew_s", 0.0, False),
     ("commands.bench_runs", 1, True),
     ("commands.max_bench_runs", 1, True),

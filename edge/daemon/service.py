@@ -1,11 +1,14 @@
 """The daemon's loop: frames -> face service -> Result reports in the durable outbox; telemetry; commands.
 
-One thread does all the work (frames, commands, text requests, telemetry) so every report is ordered and
-the crash-safety rule holds: a frame's result is in the outbox before the frame is marked processed (see
-``edge.daemon.state``). Background threads only move bytes: the telemetry link drains the outbox, the
-inbound link queues commands and requests. SIGTERM/SIGINT set a flag: the loop finishes the frame in hand,
-stops reading, reports a last telemetry window, and closes the telemetry client, which flushes the outbox
-within ``telemetry.flush_timeout_s`` (what is left is sent after the next start).
+One thread does all the work (frames, commands, text requests, telemetry) so every report is ordered.
+Crash safety: a frame's result goes into the outbox with the frame's receipt in the same transaction, and
+a frame counts as done only if its receipt is there (``edge.daemon.sources.receipt_key``), so a crash
+neither loses a frame nor reports it twice. The loop never waits for the disk: the outbox's writer thread
+group-commits results. Background threads only move bytes: the outbox writer, the telemetry link that
+drains the outbox, the inbound link that queues commands and requests. SIGTERM/SIGINT set a flag: the
+loop finishes the frame in hand, stops reading, reports a last telemetry window, and closes the telemetry
+client, which commits the outbox and waits up to ``telemetry.flush_timeout_s`` for the broker (what is
+left is sent after the next start).
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from edge.daemon.commands import Command, CommandRejected, load_secret, verify_c
 from edge.daemon.config import DaemonConfig
 from edge.daemon.face_service import FaceService
 from edge.daemon.listener import Listener, command_topic, text_request_topic
-from edge.daemon.sources import Frame, open_source
+from edge.daemon.sources import Frame, open_source, receipt_key
 from edge.daemon.state import StateStore
 from edge.daemon.text_service import TextService
 from edge.errors import EdgeDeployError, InputError
@@ -87,7 +90,6 @@ class RunSummary:
     commands: int = 0
     rejected: int = 0
     text_requests: int = 0
-    recovered: list[dict[str, Any]] = field(default_factory=list)
     outbox_left: int = 0
     stopped_by: str = ""
 
@@ -155,14 +157,13 @@ class Daemon:
         try:
             self._client = self._open_telemetry()
             stack.append(self._client)
-            self._recover()
             self._face = FaceService(cfg.face, self._threads)
             stack.append(self._face)
             log.info("gallery: %s (%d people)", self._face.gallery_origin, len(self._face.gallery))
             self._text = TextService(cfg.text, self._text_threads)
             stack.append(self._text)
             self._listener = self._open_listener()
-            self._source = open_source(cfg.source, self._state, self.once)
+            self._source = open_source(cfg.source, self._frame_done, self.once)
             stack.append(self._source)
             log.info("serving %s as device %s (%d threads)", self._source.name, cfg.device_id, self._threads)
             self._loop()
@@ -179,6 +180,7 @@ class Daemon:
                 broker=cfg.broker,
                 prefix=cfg.telemetry.prefix,
                 outbox_capacity=cfg.telemetry.outbox_capacity,
+                commit_interval_s=cfg.telemetry.commit_interval_s,
             )
         )
         if cfg.broker is None:
@@ -200,11 +202,8 @@ class Daemon:
         listener.start(timeout=0.0)  # connects in the background; "listening for commands" is logged then
         return listener
 
-    def _recover(self) -> None:
-        for r in self._state.recover(self._client.health().last_seq):
-            what = "its result was already in the outbox: marked done" if r.stored else "it will be analysed again"
-            log.warning("recovered frame %s of %s interrupted by a crash: %s", r.frame_id, r.source, what)
-            self.summary.recovered.append({"source": r.source, "frame_id": r.frame_id, "stored": r.stored})
+    def _frame_done(self, source: str, key: str) -> bool:
+        return self._client.reported(receipt_key(source, key))
 
     def _loop(self) -> None:
         cfg = self.config
@@ -236,8 +235,8 @@ class Daemon:
         if window.latencies_ms:
             self._report(window.telemetry(read_soc_state().temperature_c))
 
-    def _report(self, message: Message) -> Message:
-        return self._client.report(message)
+    def _report(self, message: Message, key: str | None = None) -> Message:
+        return self._client.report(message, key=key)
 
     def _process(self, frame: Frame) -> float:
         """Analyse one frame and store its result durably; return the latency in ms."""
@@ -259,12 +258,10 @@ class Daemon:
             log.warning("frame %s: %s", frame.frame_id, data["error"])
         latency_ms = (time.perf_counter() - t0) * 1000.0
         data["latency_ms"] = round(latency_ms, 3)
-        if frame.source is None:  # live camera: nothing to remember
-            self._report(Result(task=task, data=data))
-        else:
-            self._state.begin(frame.source, frame.key, frame.frame_id, self._client.health().last_seq)
-            stored = self._report(Result(task=task, data=data))
-            self._state.finish(frame.source, frame.key, frame.frame_id, stored.seq, frame.identity)
+        # A durable source's frame is done once this result (with its receipt) is committed; a live camera
+        # remembers nothing.
+        key = None if frame.source is None else receipt_key(frame.source, frame.key)
+        self._report(Result(task=task, data=data), key=key)
         self.summary.frames += 1
         log.debug("frame %s: %s", frame.frame_id, task)
         return latency_ms

@@ -2,13 +2,16 @@
 
 ``next_frame()`` never blocks for long: it returns a frame, or None when nothing is ready now, so the
 daemon's loop stays free to answer commands and signals. Durable sources (folder, video) name every frame
-by a key that is stable across restarts and skip frames the ``StateStore`` has marked done; a camera is
-live and keeps no state.
+by a key that is stable across restarts and skip frames whose result was already reported (asked through
+``done(source, key)``: the daemon answers from the receipts in its telemetry outbox, see
+``receipt_key``); a camera is live and keeps no state.
 """
 
 from __future__ import annotations
 
+import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -16,12 +19,19 @@ from typing import Any, Protocol
 import numpy as np
 
 from edge.daemon.config import SourceKind, SourceSettings
-from edge.daemon.state import StateStore
 from edge.errors import EdgeDeployError, InputError, require
 from edge.imageio import load_image
 
 #: Image suffixes the watched folder takes; other files are ignored (and logged once).
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".webp")
+
+#: ``done(source, key)``: whether the frame ``key`` of ``source`` has its result reported.
+DoneCheck = Callable[[str, str], bool]
+
+
+def receipt_key(source: str, key: str) -> str:
+    """The outbox receipt of a frame's result: unambiguous for any source name and frame key."""
+    return json.dumps([source, key], ensure_ascii=False)
 
 
 @dataclass(frozen=True)
@@ -31,11 +41,10 @@ class Frame:
     Attributes:
         frame_id: stable, human-readable id (file name; ``video.mp4#120``; ``camera0#17``).
         rgb: uint8 [H, W, 3] RGB, or None when the frame could not be read (see ``error``).
-        source: the source's name in the state store (None for live sources: nothing is remembered).
-        key: the frame's key in the state store.
+        source: the source's name (None for live sources: nothing is remembered).
+        key: the frame's key within the source, stable across restarts.
         meta: extra fields for the result (file, frame index, time in the video).
         error: why ``rgb`` is None (an unreadable or corrupt file).
-        identity: for video frames, the video's identity (its position is advanced with the frame).
     """
 
     frame_id: str
@@ -44,7 +53,6 @@ class Frame:
     key: str
     meta: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
-    identity: str | None = None
 
 
 class FrameSource(Protocol):
@@ -67,18 +75,18 @@ class WatchedFolder:
 
     Args:
         folder: the folder to watch (not recursive).
-        state: where processed files are remembered.
+        done: whether a file's result was already reported.
         poll_interval_s: how often to list the folder when nothing is queued.
         settle_s: minimum age of a file before it is read.
         once: list the folder once; ``exhausted`` becomes True when that list is done.
     """
 
     def __init__(
-        self, folder: Path, state: StateStore, poll_interval_s: float, settle_s: float, once: bool = False
+        self, folder: Path, done: DoneCheck, poll_interval_s: float, settle_s: float, once: bool = False
     ) -> None:
         self.folder = Path(folder)
         self.name = f"folder:{self.folder}"
-        self.state = state
+        self.done = done
         self.poll_interval_s = poll_interval_s
         self.settle_s = settle_s
         self.once = once
@@ -111,7 +119,7 @@ class WatchedFolder:
             key = f"{path.name}|{st.st_size}|{st.st_mtime_ns}"
             if key in self._seen:
                 continue
-            if self.state.is_done(self.name, key):
+            if self.done(self.name, key):
                 self._seen.add(key)  # ask the database once per file, not on every listing
             else:
                 found.append((st.st_mtime_ns, path.name, key))
@@ -146,22 +154,22 @@ class VideoFile:
     """Frames of a video file, every ``stride``-th one, resumed after a restart where it stopped.
 
     Frames are skipped with ``grab()`` (exact on every codec), never by seeking. The video's identity is
-    ``name|size|mtime_ns``; a changed file starts over.
+    ``name|size|mtime_ns`` and part of every frame's key (``<index>@<identity>``): a changed file starts
+    over. On opening, the analysed frames 0, stride, 2*stride, ... already reported are skipped.
 
     Args:
         path: the video file.
-        state: where the position is remembered.
+        done: whether a frame's result was already reported.
         stride: analyse frame 0, stride, 2*stride, ...
 
     Raises:
         InputError: if OpenCV cannot open the file as a video.
     """
 
-    def __init__(self, path: Path, state: StateStore, stride: int = 1) -> None:
+    def __init__(self, path: Path, done: DoneCheck, stride: int = 1) -> None:
         cv2 = require("cv2", "device", "reading video files")
         self.path = Path(path)
         self.name = f"video:{self.path}"
-        self.state = state
         self.stride = stride
         self.exhausted = False
         st = self.path.stat()
@@ -172,12 +180,18 @@ class VideoFile:
         self.fps = float(self._cap.get(cv2.CAP_PROP_FPS)) or 0.0
         self._cvt = lambda bgr: cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)
         self.index = 0
-        start = state.start_position(self.name, self.identity)
+        start = 0
+        while done(self.name, self.key(start)):
+            start += stride
         while self.index < start:
             if not self._cap.grab():
                 self.exhausted = True
                 break
             self.index += 1
+
+    def key(self, index: int) -> str:
+        """The key of frame ``index`` of this video."""
+        return f"{index}@{self.identity}"
 
     def next_frame(self) -> Frame | None:
         """The next frame to analyse, or None at the end of the video (``exhausted`` is then True)."""
@@ -197,9 +211,7 @@ class VideoFile:
             meta = {"file": self.path.name, "frame_index": index}
             if self.fps > 0:
                 meta["time_s"] = round(index / self.fps, 3)
-            return Frame(
-                f"{self.path.name}#{index}", self._cvt(bgr), self.name, str(index), meta, identity=self.identity
-            )
+            return Frame(f"{self.path.name}#{index}", self._cvt(bgr), self.name, self.key(index), meta)
         return None
 
     def close(self) -> None:
@@ -251,19 +263,19 @@ class Camera:
         self._cap.release()
 
 
-def open_source(settings: SourceSettings, state: StateStore, once: bool = False) -> FrameSource:
+def open_source(settings: SourceSettings, done: DoneCheck, once: bool = False) -> FrameSource:
     """Open the source a config describes.
 
     Args:
         settings: the ``[source]`` table.
-        state: the daemon's state store.
+        done: whether a frame's result was already reported (``done(source, key)``).
         once: for a folder, take what is there now and then report ``exhausted``.
 
     Raises:
         InputError: if the folder, video or camera cannot be opened.
     """
     if settings.kind is SourceKind.FOLDER:
-        return WatchedFolder(settings.path, state, settings.poll_interval_s, settings.settle_s, once)
+        return WatchedFolder(settings.path, done, settings.poll_interval_s, settings.settle_s, once)
     if settings.kind is SourceKind.VIDEO:
-        return VideoFile(settings.path, state, settings.stride)
+        return VideoFile(settings.path, done, settings.stride)
     return Camera(settings.camera_index, settings.stride)

@@ -1,7 +1,10 @@
 """The device's telemetry client: reports go to the durable outbox, a background link drains it.
 
-``TelemetryClient.report`` writes the message to the SQLite outbox and returns at once; it never waits
-for the network. The link thread publishes outbox rows with QoS 1 (at most ``queue_bound`` in flight) and
+``TelemetryClient.report`` numbers the message and hands it to the SQLite outbox, whose writer thread
+group-commits it to disk within ``commit_interval_s``; it returns at once and never waits for the network
+(nor, unless asked with ``wait=True``, for the disk).
+
+The link thread publishes outbox rows with QoS 1 (at most ``queue_bound`` in flight) and
 deletes a row only when the broker's PUBACK for it arrived. After a reconnect every row still in the
 outbox is sent again, so a message may arrive twice: consumers drop duplicates by (device_id, seq).
 
@@ -19,7 +22,7 @@ from pathlib import Path
 from edge.errors import TelemetryError
 from edge.telemetry.homeassistant import DEFAULT_HA_PREFIX, discovery_messages
 from edge.telemetry.link import BrokerConfig, Link, LinkHooks
-from edge.telemetry.outbox import DEFAULT_CAPACITY, Outbox
+from edge.telemetry.outbox import DEFAULT_CAPACITY, DEFAULT_COMMIT_INTERVAL_S, Outbox
 from edge.telemetry.schema import (
     DeviceState,
     Message,
@@ -48,6 +51,7 @@ class TelemetryConfig:
         ack_timeout_s: a PUBACK later than this drops the connection; everything unacked is resent.
         ha_discovery: publish Home Assistant discovery configs on every connect.
         ha_prefix: Home Assistant's discovery prefix.
+        commit_interval_s: least time between two group commits of the outbox (0: as fast as the disk).
     """
 
     device_id: str
@@ -59,6 +63,7 @@ class TelemetryConfig:
     ack_timeout_s: float = 30.0
     ha_discovery: bool = False
     ha_prefix: str = DEFAULT_HA_PREFIX
+    commit_interval_s: float = DEFAULT_COMMIT_INTERVAL_S
 
     def __post_init__(self) -> None:
         check_name("device_id", self.device_id)
@@ -102,10 +107,11 @@ class TelemetryClient(LinkHooks):
 
     def __init__(self, config: TelemetryConfig) -> None:
         self.config = config
-        self._outbox = Outbox(config.outbox_path, config.device_id, config.outbox_capacity)
+        self._outbox = Outbox(config.outbox_path, config.device_id, config.outbox_capacity, config.commit_interval_s)
         self._closed = False
         self._inflight: dict[int, tuple[int, float]] = {}  # mid -> (seq, time sent); link thread only
         self._acked: list[int] = []
+        self._last_removal = 0.0
         self._last_sent = 0
         self._final_mid: int | None = None
         self._final_acked = False
@@ -138,21 +144,40 @@ class TelemetryClient(LinkHooks):
         self._link.start()
         return self._link.wait_connected(timeout)
 
-    def report(self, message: Message) -> Message:
-        """Store a report durably for sending; never waits for the network.
+    def report(self, message: Message, key: str | None = None, wait: bool = False) -> Message:
+        """Queue a report for the outbox's next group commit; never waits for the network.
 
         Args:
             message: a Telemetry, BenchReport or Result; device id, seq and timestamp are filled in.
+            key: a receipt stored in the same transaction (``reported`` answers for it across restarts).
+            wait: return only once the report is on disk (see ``flush`` for many at once).
 
         Returns:
-            The stored message, with its sequence number.
+            The message with its sequence number.
 
         Raises:
             TelemetryError: if the client is closed or the outbox can't store it.
         """
         if self._closed:
             raise TelemetryError(f"telemetry client for {self.config.device_id!r} is closed; cannot report")
-        return self._outbox.add(message)
+        return self._outbox.add(message, key=key, wait=wait)
+
+    def reported(self, key: str) -> bool:
+        """Whether a report with receipt ``key`` was made (stored before, or queued by this process)."""
+        return self._outbox.has_key(key)
+
+    @property
+    def stored_seq(self) -> int:
+        """Highest sequence number on disk; reports up to it survive a crash."""
+        return self._outbox.stored_seq
+
+    def flush(self, timeout: float = 10.0) -> None:
+        """Wait until every report made so far is on disk.
+
+        Raises:
+            TelemetryError: if the disk does not take them within ``timeout`` seconds.
+        """
+        self._outbox.flush(timeout)
 
     def check(self) -> None:
         """Raise the link's fatal error (e.g. bad credentials), if it stopped on one."""
@@ -197,13 +222,19 @@ class TelemetryClient(LinkHooks):
             The number of reports still waiting in the outbox.
 
         Raises:
-            TelemetryError: the link's fatal error (e.g. bad credentials), after closing.
+            TelemetryError: the link's fatal error (e.g. bad credentials), or reports the disk would not
+                take (they are lost with the process), after closing.
         """
         if self._closed:
             return 0
         self._closed = True
         deadline = time.monotonic() + timeout
         ended = True
+        disk_error: TelemetryError | None = None
+        try:
+            self._outbox.flush(timeout)  # on disk first: then the link can send them, or the next start will
+        except TelemetryError as exc:
+            disk_error = exc
         if self._link is not None:
             # Wait even while the link is between attempts (e.g. a broker that has just come back and the
             # link is in its backoff): the timeout, not the link's state at this instant, bounds the flush.
@@ -213,8 +244,13 @@ class TelemetryClient(LinkHooks):
         self._final_health = self.health()
         left = self._final_health.pending
         if ended:  # else the link thread (a daemon) still uses the outbox; the process exit closes it
-            self._outbox.close()
+            try:
+                self._outbox.close(max(deadline - time.monotonic(), 0.1))
+            except TelemetryError as exc:
+                disk_error = disk_error or exc
         self.check()
+        if disk_error is not None:
+            raise disk_error
         return left
 
     def __enter__(self) -> TelemetryClient:
@@ -258,8 +294,11 @@ class TelemetryClient(LinkHooks):
             self._final_acked = True
 
     def tick(self, client: object) -> bool:  # noqa: D102
-        self._flush_acked()
         now = time.monotonic()
+        # Acknowledged rows are deleted in one transaction per commit interval, not one per PUBACK.
+        if self._acked and now - self._last_removal >= max(self.config.commit_interval_s, 0.01):
+            self._flush_acked()
+            self._last_removal = now
         if self._inflight and now - min(t for _, t in self._inflight.values()) > self.config.ack_timeout_s:
             self._link.last_error = (
                 f"no PUBACK from broker {self.config.broker.address} in {self.config.ack_timeout_s} s; "
@@ -267,8 +306,8 @@ class TelemetryClient(LinkHooks):
             )
             return False
         room = self.config.queue_bound - len(self._inflight)
-        if room <= 0:
-            return True
+        if room <= 0 or self._outbox.stored_seq <= self._last_sent:
+            return True  # nothing new on disk: no need to ask the database
         for row in self._outbox.pending(after=self._last_sent, limit=room):
             info = client.publish(self.config.topic(row.kind), row.payload, qos=1)
             if info.rc != 0:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 import json
 import math
 import re
@@ -201,29 +202,60 @@ def parse_topic(prefix: str, topic: str) -> tuple[str, MessageKind]:
     return check_name("device_id", parts[0]), MessageKind(parts[1])
 
 
-def to_json(message: Message) -> str:
-    """Serialise a message to compact JSON (the wire format).
+def check_fields(message: Message, envelope: bool = True) -> dict[str, Any]:
+    """Check a message's fields against the reader's rules (``from_json``) without serialising it.
+
+    What is nested inside a field (a result's ``data``) is checked only by ``to_json``.
+
+    Args:
+        message: the message.
+        envelope: also check ``device_id`` and ``seq`` (False: the caller set them itself, e.g. the outbox,
+            which numbers the report; they are then left out of the body).
+
+    Returns:
+        The message as the JSON body's dict (``type`` first), ready for ``json.dumps``.
 
     Raises:
-        TelemetryError: if a field has a value JSON cannot carry faithfully (e.g. NaN).
+        TelemetryError: naming the field, if a reader would reject it (e.g. NaN, a string for a number).
     """
     kind = kind_of(message)
     body: dict[str, Any] = {"type": kind.value}
-    for f in dataclasses.fields(message):
-        value = getattr(message, f.name)
+    for name, plain, hint in _checks(type(message)):
+        if not envelope and name in ("device_id", "seq"):
+            continue
+        value = getattr(message, name)
+        # Fast path for the common case (this runs on the device's inference thread for every report).
+        if (
+            type(value) in plain
+            and (type(value) is not float or math.isfinite(value))
+            and (type(value) is not int or value >= 0)
+        ):
+            body[name] = value
+            continue
         if isinstance(value, float) and not math.isfinite(value):
             raise TelemetryError(
-                f"{kind.value} message from {message.device_id!r}: field {f.name!r} = {value!r}; "
-                "expected a finite number"
+                f"{kind.value} message from {message.device_id!r}: field {name!r} = {value!r}; expected a finite number"
             )
-        body[f.name] = value.value if isinstance(value, enum.Enum) else value
+        value = value.value if isinstance(value, enum.Enum) else value
+        _convert(f"{kind.value} message to send", name, value, hint)
+        body[name] = value
+    if envelope:
+        check_name(f"{kind.value} message to send: field 'device_id'", message.device_id)
+    return body
+
+
+def to_json(message: Message) -> str:
+    """Serialise a message to compact JSON (the wire format); never what a reader would reject.
+
+    Raises:
+        TelemetryError: if a field (or anything nested in it) has a value JSON cannot carry faithfully
+            (e.g. NaN, a numpy scalar) or a reader would reject.
+    """
+    body = check_fields(message)
     try:
-        text = json.dumps(body, separators=(",", ":"), allow_nan=False)
+        return json.dumps(body, separators=(",", ":"), allow_nan=False)
     except (TypeError, ValueError) as exc:
-        raise TelemetryError(f"{kind.value} message from {message.device_id!r} cannot be JSON: {exc}") from exc
-    # Never send what a reader would reject: the reader's checks are the schema.
-    from_json(text, source=f"{kind.value} message to send")
-    return text
+        raise TelemetryError(f"{body['type']} message from {message.device_id!r} cannot be JSON: {exc}") from exc
 
 
 def from_json(data: str | bytes, source: str = "message") -> Message:
@@ -257,13 +289,12 @@ def from_json(data: str | bytes, source: str = "message") -> Message:
             "(sender and reader run different edge-deploy schema versions)"
         )
     cls = _CLASSES[MessageKind(raw_kind)]
-    hints = typing.get_type_hints(cls)
-    names = [f.name for f in dataclasses.fields(cls)]
-    unknown = sorted(set(body) - set(names))
+    fields, hints, names = _layout(cls)
+    unknown = sorted(set(body) - names)
     if unknown:
         raise TelemetryError(f"{source}: unknown field {unknown[0]!r} in a {raw_kind} message")
     values = {}
-    for f in dataclasses.fields(cls):
+    for f in fields:
         if f.name not in body:
             if _required(f):
                 raise TelemetryError(f"{source}: field {f.name!r} is missing from a {raw_kind} message")
@@ -272,6 +303,39 @@ def from_json(data: str | bytes, source: str = "message") -> Message:
     message = cls(**values)
     check_name(f"{source}: field 'device_id'", message.device_id)
     return message  # type: ignore[return-value]
+
+
+@functools.cache
+def _layout(cls: type) -> tuple[tuple[dataclasses.Field, ...], dict[str, Any], frozenset[str]]:
+    """A message class's fields, resolved type hints and field names (resolving hints is slow: once)."""
+    fields = dataclasses.fields(cls)
+    return fields, typing.get_type_hints(cls), frozenset(f.name for f in fields)
+
+
+@functools.cache
+def _checks(cls: type) -> tuple[tuple[str, frozenset[type], Any], ...]:
+    """Per field of a message class: its name, the plain types a value may have as is, its type hint."""
+    fields, hints, _ = _layout(cls)
+    out = []
+    for f in fields:
+        hint = hints[f.name]
+        options = typing.get_args(hint) if isinstance(hint, types.UnionType) else (hint,)
+        plain = {o for o in options if o in (int, float, str, type(None))}
+        plain |= {dict for o in options if typing.get_origin(o) is dict}
+        out.append((f.name, frozenset(plain), hint))
+    return tuple(out)
+
+
+def stamped(message: Message, device_id: str, seq: int, timestamp: float) -> Message:
+    """A copy of ``message`` with its envelope set, made without re-running the dataclass constructor.
+
+    ``dataclasses.replace`` does the same at several times the cost; the outbox does this for every report
+    on the device's inference thread. The message classes are plain frozen dataclasses (no slots, no
+    ``__post_init__``), so copying the instance dict is a faithful copy.
+    """
+    copy = object.__new__(type(message))
+    copy.__dict__.update(message.__dict__, device_id=device_id, seq=seq, timestamp=timestamp)
+    return copy
 
 
 def _required(f: dataclasses.Field) -> bool:

@@ -69,7 +69,7 @@ def test_broker_table_with_password_file(folder: Path) -> None:
         ),
         (
             "[telemetry]\ninterval = 5\n",
-            "CFG: unknown key telemetry.interval; expected one of flush_timeout_s, interval_s, outbox, "
+            "CFG: unknown key telemetry.interval; expected one of commit_interval_s, flush_timeout_s, interval_s, outbox, "
             "outbox_capacity, prefix",
         ),
         ("[telemetry]\ninterval_s = 0\n", "CFG: telemetry.interval_s = 0.0; expected a number > 0.0"),

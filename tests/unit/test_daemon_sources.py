@@ -1,4 +1,4 @@
-"""Frame sources: a watched folder and a video file, remembered across restarts through the state store."""
+"""Frame sources: a watched folder and a video file, remembered across restarts through outbox receipts."""
 
 from __future__ import annotations
 
@@ -10,9 +10,25 @@ import cv2
 import numpy as np
 import pytest
 
-from edge.daemon.sources import VideoFile, WatchedFolder
-from edge.daemon.state import StateStore
+from edge.daemon.sources import VideoFile, WatchedFolder, receipt_key
 from edge.errors import InputError
+from edge.telemetry.outbox import Outbox
+from edge.telemetry.schema import Result
+
+
+class Ledger:
+    """What the daemon does: a frame is done once its result is reported with the frame's receipt."""
+
+    def __init__(self, path: Path) -> None:
+        self.outbox = Outbox(path, "pi-test")
+
+    def done(self, source: str, key: str) -> bool:
+        return self.outbox.has_key(receipt_key(source, key))
+
+    def report(self, frame) -> None:
+        self.outbox.add(
+            Result(task="face.identify", data={"frame_id": frame.frame_id}), key=receipt_key(frame.source, frame.key)
+        )
 
 
 def image(path: Path, value: int, mtime: float) -> None:
@@ -41,8 +57,8 @@ def test_folder_in_arrival_order_skipping_hidden_and_other_files(tmp_path: Path)
     (watched / "broken.jpg").write_bytes(b"not a jpeg")
     os.utime(watched / "broken.jpg", (old + 2, old + 2))
     image(watched / "fresh.png", 40, time.time() + 5)  # still being written: too young
-    state = StateStore(tmp_path / "s.db")
-    source = WatchedFolder(watched, state, poll_interval_s=0.01, settle_s=3.0)
+    ledger = Ledger(tmp_path / "o.db")
+    source = WatchedFolder(watched, ledger.done, poll_interval_s=0.01, settle_s=3.0)
     frames = drain(source)
     assert [f.frame_id for f in frames] == ["b.png", "a.png", "broken.jpg"]
     assert int(frames[0].rgb[0, 0, 0]) == 10 and frames[0].rgb.shape == (8, 8, 3)
@@ -51,10 +67,10 @@ def test_folder_in_arrival_order_skipping_hidden_and_other_files(tmp_path: Path)
         and frames[2].error == f"{watched / 'broken.jpg'}: not an image (cv2 could not decode 10 bytes)"
     )
     assert source.ignored == {"notes.txt"}
-    for f in frames[:2]:  # 'broken.jpg' never marked: a crash before marking repeats it
-        state.finish(f.source, f.key, f.frame_id, 1)
+    for f in frames[:2]:  # 'broken.jpg' never reported: a crash before reporting repeats it
+        ledger.report(f)
     time.sleep(0.02)
-    again = WatchedFolder(watched, state, poll_interval_s=0.01, settle_s=3.0)
+    again = WatchedFolder(watched, ledger.done, poll_interval_s=0.01, settle_s=3.0)
     assert [f.frame_id for f in drain(again)] == ["broken.jpg"]
 
 
@@ -62,11 +78,11 @@ def test_a_replaced_file_is_a_new_frame(tmp_path: Path) -> None:
     watched = tmp_path / "in"
     watched.mkdir()
     image(watched / "a.png", 1, time.time() - 50)
-    state = StateStore(tmp_path / "s.db")
-    (frame,) = drain(WatchedFolder(watched, state, 0.01, 0.0, once=True))
-    state.finish(frame.source, frame.key, frame.frame_id, 1)
+    ledger = Ledger(tmp_path / "o.db")
+    (frame,) = drain(WatchedFolder(watched, ledger.done, 0.01, 0.0, once=True))
+    ledger.report(frame)
     image(watched / "a.png", 2, time.time() - 40)
-    source = WatchedFolder(watched, state, 0.01, 0.0, once=True)
+    source = WatchedFolder(watched, ledger.done, 0.01, 0.0, once=True)
     (new,) = drain(source)
     assert new.key != frame.key and int(new.rgb[0, 0, 0]) == 2
     assert drain(source) == [] and source.exhausted
@@ -78,24 +94,29 @@ def test_video_stride_and_resume(tmp_path: Path) -> None:
     for i in range(7):
         writer.write(np.full((32, 32, 3), i * 30, np.uint8))
     writer.release()
-    state = StateStore(tmp_path / "s.db")
-    video = VideoFile(path, state, stride=3)
+    ledger = Ledger(tmp_path / "o.db")
+    video = VideoFile(path, ledger.done, stride=3)
     first = video.next_frame()
     assert (first.frame_id, first.meta) == ("v.avi#0", {"file": "v.avi", "frame_index": 0, "time_s": 0.0})
-    state.finish(first.source, first.key, first.frame_id, 1, first.identity)
+    ledger.report(first)
+    video.next_frame()  # frame 3 handed out, never reported (killed while analysing it)
     video.close()
-    resumed = VideoFile(path, state, stride=3)
+    resumed = VideoFile(path, ledger.done, stride=3)
     rest = drain(resumed)
     assert [f.frame_id for f in rest] == ["v.avi#3", "v.avi#6"]
     assert abs(int(rest[0].rgb[0, 0, 0]) - 90) <= 3  # MJPG is lossy
     assert resumed.exhausted
+    for f in rest:
+        ledger.report(f)
+    os.utime(path, (time.time(), time.time()))  # a replaced video (new identity) starts over
+    assert [f.frame_id for f in drain(VideoFile(path, ledger.done, stride=3))] == ["v.avi#0", "v.avi#3", "v.avi#6"]
 
 
 def test_a_file_that_is_not_a_video(tmp_path: Path) -> None:
     path = tmp_path / "v.avi"
     path.write_bytes(b"nothing")
     with pytest.raises(InputError) as info:
-        VideoFile(path, StateStore(tmp_path / "s.db"))
+        VideoFile(path, lambda source, key: False)
     assert str(info.value) == f"{path}: OpenCV cannot open it as a video; expected e.g. an MP4 or AVI file"
 
 

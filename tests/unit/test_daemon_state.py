@@ -1,48 +1,22 @@
-"""The daemon's durable state: crash recovery in both windows, video positions, nonces across restarts."""
+"""The daemon's durable state: command nonces across restarts; frames done = receipts in the real outbox."""
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
+import textwrap
+import time
 from pathlib import Path
 
-from edge.daemon.state import Recovered, StateStore
+from edge.daemon.sources import receipt_key
+from edge.daemon.state import StateStore
+from edge.telemetry.outbox import Outbox
 
-
-def test_crash_before_the_result_was_stored_means_process_again(tmp_path: Path) -> None:
-    state = StateStore(tmp_path / "s.db")
-    state.begin("folder:x", "a.png|1|2", "a.png", last_seq=7)
-    state.close()  # the "crash": the outbox never got seq 8
-    state = StateStore(tmp_path / "s.db")
-    assert state.recover(outbox_last_seq=7) == [Recovered("folder:x", "a.png", stored=False)]
-    assert not state.is_done("folder:x", "a.png|1|2")
-    assert state.recover(outbox_last_seq=7) == []
-
-
-def test_crash_after_the_result_was_stored_means_done_without_repeating(tmp_path: Path) -> None:
-    state = StateStore(tmp_path / "s.db")
-    state.begin("folder:x", "a.png|1|2", "a.png", last_seq=7)
-    state.close()  # the "crash": seq 8 (our result) is in the outbox, the frame not yet marked
-    state = StateStore(tmp_path / "s.db")
-    assert state.recover(outbox_last_seq=8) == [Recovered("folder:x", "a.png", stored=True)]
-    assert state.is_done("folder:x", "a.png|1|2")
-    assert state.done_count("folder:x") == 1
-
-
-def test_video_positions_survive_and_a_changed_video_starts_over(tmp_path: Path) -> None:
-    state = StateStore(tmp_path / "s.db")
-    assert state.start_position("video:v", "v.avi|100|1") == 0
-    state.finish("video:v", "0", "v.avi#0", 1, identity="v.avi|100|1")
-    state.begin("video:v", "2", "v.avi#2", last_seq=1, position=2)
-    state.close()
-    state = StateStore(tmp_path / "s.db")
-    assert state.recover(outbox_last_seq=2) == [Recovered("video:v", "v.avi#2", stored=True)]
-    assert state.start_position("video:v", "v.avi|100|1") == 3
-    assert state.start_position("video:v", "v.avi|999|5") == 0  # replaced file
-    assert state.done_count("video:v") == 0
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_nonces_are_remembered_across_restarts(tmp_path: Path) -> None:
-    import time
-
     state = StateStore(tmp_path / "s.db")
     now = time.time()
     assert state.claim_nonce("abc", now, keep_s=120)
@@ -54,26 +28,41 @@ def test_nonces_are_remembered_across_restarts(tmp_path: Path) -> None:
     assert state.claim_nonce("old", now - 1000, keep_s=120)  # forgotten: its ts is far outside the window
 
 
-def test_recovery_against_the_real_outbox(tmp_path: Path) -> None:
-    """The crash windows around a real outbox commit: before it the frame repeats, after it it does not."""
+CHILD = textwrap.dedent(
+    """
+    import os, signal, sys, time
+    from pathlib import Path
+    sys.path.insert(0, {repo!r})
     from edge.telemetry.outbox import Outbox
     from edge.telemetry.schema import Result
+    box = Outbox(Path({path!r}), "pi-a", commit_interval_s=10.0)
+    box.add(Result(task="warm-up", data={{}}), wait=True)  # the next commit is 10 s away
+    box.add(Result(task="face.identify", data={{"frame_id": "a.png"}}), key={receipt!r}, wait={wait})
+    assert box.has_key({receipt!r})  # this process will not analyse it again
+    os.kill(os.getpid(), signal.SIGKILL)
+    """
+)
 
-    def restart() -> tuple[Outbox, StateStore]:
-        return Outbox(tmp_path / "outbox.sqlite", "pi-a"), StateStore(tmp_path / "s.db")
 
-    outbox, state = restart()
-    state.begin("folder:x", "a", "a.png", outbox.last_seq)  # killed here: nothing stored
-    outbox.close()
-    state.close()
-    outbox, state = restart()
-    assert state.recover(outbox.last_seq) == [Recovered("folder:x", "a.png", stored=False)]
-    assert not state.is_done("folder:x", "a")
-    state.begin("folder:x", "a", "a.png", outbox.last_seq)
-    stored = outbox.add(Result(task="face.identify", data={"frame_id": "a.png"}))  # killed here: stored
-    outbox.close()
-    state.close()
-    outbox, state = restart()
-    assert state.recover(outbox.last_seq) == [Recovered("folder:x", "a.png", stored=True)]
-    assert state.is_done("folder:x", "a")
-    assert stored.seq == outbox.last_seq == 1
+def killed_after_reporting(path: Path, receipt: str, wait: bool) -> None:
+    code = CHILD.format(repo=str(REPO), path=str(path), receipt=receipt, wait=wait)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+
+
+def test_a_frame_is_done_exactly_when_its_result_is_committed(tmp_path: Path) -> None:
+    """The two crash windows around the outbox commit: before it the frame repeats, after it it does not."""
+    path = tmp_path / "outbox.sqlite"
+    receipt = receipt_key("folder:/in", "a.png|10|99")
+    killed_after_reporting(path, receipt, wait=False)  # SIGKILL while the result waits for its commit
+    with Outbox(path, "pi-a") as box:
+        assert not box.has_key(receipt) and box.last_seq == 1  # to be analysed again after the restart
+    killed_after_reporting(path, receipt, wait=True)  # SIGKILL right after the commit
+    with Outbox(path, "pi-a") as box:
+        assert box.has_key(receipt) and box.last_seq == 3  # done (seq 2 was the warm-up): not analysed again
+        assert [r.seq for r in box.pending()] == [1, 2, 3]
+
+
+def test_receipt_keys_are_unambiguous() -> None:
+    assert receipt_key("folder:/a|b", "c") != receipt_key("folder:/a", "b|c")
+    assert receipt_key("video:/v.mp4", "3@v.mp4|1|2") == '["video:/v.mp4", "3@v.mp4|1|2"]'

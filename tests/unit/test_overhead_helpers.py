@@ -13,7 +13,6 @@ from benchmarks.overhead_stats import (
     RatioSummary,
     added_work_loss_pct,
     block_order,
-    frames_per_report_for_goal,
     goal_verdict,
     missing_seqs,
     paired_ratios,
@@ -189,30 +188,3 @@ def test_added_work_loss_pct_rejects(extra, base, message):
     with pytest.raises(ValueError) as err:
         added_work_loss_pct(extra, base)
     assert str(err.value) == message
-
-
-@pytest.mark.parametrize(
-    ("call_ms", "frame_ms", "goal", "frames"),
-    [
-        (9.9, 10.0, 1.0, 99),  # 9.9 * 0.99 / 0.1 = 98.01 -> 99
-        (10.0, 10.0, 1.0, 99),  # exactly 99: 10/99 per frame = 1.0 % loss
-        (0.05, 10.0, 1.0, 1),  # a cheap report meets the goal once per frame
-        (0.0, 10.0, 1.0, 1),
-        (4.0, 100.0, 3.0, 2),  # 4 * 0.97 / 3 = 1.29 -> 2
-    ],
-)
-def test_frames_per_report_for_goal(call_ms, frame_ms, goal, frames):
-    n = frames_per_report_for_goal(call_ms, frame_ms, goal)
-    assert n == frames
-    assert added_work_loss_pct(call_ms / n, frame_ms) <= goal + 1e-9
-    if n > 1:
-        assert added_work_loss_pct(call_ms / (n - 1), frame_ms) > goal
-
-
-def test_frames_per_report_for_goal_rejects():
-    with pytest.raises(ValueError) as err:
-        frames_per_report_for_goal(5.0, 10.0, 0.0)
-    assert str(err.value) == (
-        "frames_per_report_for_goal: call_ms = 5.0, frame_ms = 10.0, goal_pct = 0.0; "
-        "expected call_ms >= 0, frame_ms > 0 and 0 < goal_pct < 100"
-    )
