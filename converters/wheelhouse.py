@@ -31,7 +31,7 @@ GLIBC_MAX_MINOR = 36  # bookworm's glibc 2.36
 KIND_REQUIREMENTS = {"face": (), "slm": ("tokenizers>=0.20",)}
 REQUIREMENTS_FILE = "requirements.txt"
 #: Folders and files of the source tree that go into edge-deploy's own wheel.
-OWN_SOURCES = ("pyproject.toml", "README.md", "edge", "converters", "edge_deploy")
+OWN_SOURCES = ("pyproject.toml", "README.md", "edge", "converters", "edge_deploy", "firmware_configs")
 PIP_TIMEOUT_S = 1800
 
 
@@ -130,7 +130,13 @@ def _source_hash(root: Path) -> str:
     h = hashlib.sha256()
     for name in OWN_SOURCES:
         base = root / name
-        paths = [base] if base.is_file() else sorted(p for p in base.rglob("*.py") if "__pycache__" not in p.parts)
+        paths = (
+            [base]
+            if base.is_file()
+            else sorted(
+                p for p in base.rglob("*") if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc"
+            )
+        )
         for path in paths:
             h.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
     return h.hexdigest()[:16]

@@ -11,6 +11,8 @@ Boards differ in data, not code: nothing outside this module branches on a board
 from __future__ import annotations
 
 import enum
+import site
+import sys
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,8 +22,22 @@ from edge.errors import ProfileError
 
 SCHEMA_VERSION = 1
 
-#: Where the shipped profiles live (the repository's ``firmware_configs/``).
-DEFAULT_PROFILE_DIR = Path(__file__).resolve().parent.parent / "firmware_configs"
+
+def _shipped_profile_dir() -> Path:
+    """The repository's ``firmware_configs/`` (a checkout or an editable install), else the copy a wheel
+    installs under ``<prefix>/share/edge-deploy/firmware_configs`` (a venv's or the user's prefix)."""
+    repo = Path(__file__).resolve().parent.parent / "firmware_configs"
+    if repo.is_dir():
+        return repo
+    for prefix in (sys.prefix, site.getuserbase()):
+        installed = Path(prefix) / "share" / "edge-deploy" / "firmware_configs"
+        if installed.is_dir():
+            return installed
+    return repo  # named in the "no profiles found" error
+
+
+#: Where the shipped profiles live.
+DEFAULT_PROFILE_DIR = _shipped_profile_dir()
 
 
 class Arch(enum.Enum):

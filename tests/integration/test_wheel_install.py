@@ -1,0 +1,41 @@
+"""An installed (non-editable) edge-deploy finds its target profiles and ships the daemon's files."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_a_wheel_install_loads_every_profile_outside_the_repository(tmp_path: Path) -> None:
+    wheels = tmp_path / "wheels"
+    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
+    subprocess.run([*pip, "wheel", "--no-deps", "--no-build-isolation", str(REPO), "-w", str(wheels)], check=True)
+    (wheel,) = wheels.glob("edge_deploy-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    profiles = sorted(p.name for p in (REPO / "firmware_configs").glob("*.toml"))
+    data = "edge_deploy-0.1.0.data/data/share/edge-deploy/firmware_configs/"
+    assert {data + p for p in profiles} <= names
+    assert {"edge/daemon/edge-deploy.service", "edge/daemon/edge-deploy.example.toml"} <= names
+    assert {"edge/bundle_files/install.sh", "edge/bundle_files/README.device.md"} <= names
+
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    target = subprocess.run(
+        [str(venv / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        check=True, capture_output=True, text=True,
+    ).stdout.strip()  # fmt: skip
+    subprocess.run([*pip, "install", "--no-deps", "--no-index", "--prefix", str(venv), str(wheel)], check=True)
+    assert Path(target, "edge", "profiles.py").is_file()
+    probe = (
+        "from edge.profiles import DEFAULT_PROFILE_DIR, available_targets, load_all; "
+        "print(DEFAULT_PROFILE_DIR); print(','.join(p.name for p in load_all()))"
+    )
+    out = subprocess.run(
+        [str(venv / "bin" / "python"), "-c", probe], cwd=tmp_path, check=True, capture_output=True, text=True
+    ).stdout.split()
+    assert out[0] == str(venv / "share" / "edge-deploy" / "firmware_configs")
+    assert out[1] == ",".join(p.removesuffix(".toml") for p in profiles)
