@@ -6,17 +6,13 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
 from edge.profiles import DEFAULT_PROFILE_DIR, Precision, Runtime, available_targets, load_profile
+from edge_deploy.common import print_json
 
 DEFAULT_CACHE = Path.home() / ".cache" / "edge-deploy" / "build"
-
-
-def _print_json(data: object) -> None:
-    print(json.dumps(data, indent=2))
 
 
 def _cmd_build(args: argparse.Namespace) -> int:
@@ -36,14 +32,14 @@ def _cmd_build(args: argparse.Namespace) -> int:
         site = build_browser_site(profile, [args.model], Path(args.output), Path(args.cache), progress)
         data = {"site": str(site.out_dir), "files": site.files, "bytes": site.bytes}
         if args.json:
-            _print_json(data)
+            print_json(data)
         else:
             print(f"browser site in {site.out_dir}: {site.files} files, {site.bytes / 1e6:.1f} MB")
             print(f"serve it with: edge-deploy serve-web {site.out_dir}")
         return 0
     bundle = build_bundle(profile, [args.model], Path(args.output), Path(args.cache), progress, options)
     if args.json:
-        _print_json(bundle.to_dict())
+        print_json(bundle.to_dict())
     else:
         print(bundle.summary())
     return 0
@@ -82,7 +78,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
 
     report = verify_bundle(Path(args.bundle))
     if args.json:
-        _print_json(report.to_dict())
+        print_json(report.to_dict())
     else:
         models = ", ".join(report.models) or "none"
         print(

@@ -16,6 +16,7 @@ from pathlib import Path
 from edge import __version__
 from edge.errors import EdgeDeployError
 from edge.profiles import DEFAULT_PROFILE_DIR, available_targets, load_all, load_profile
+from edge_deploy.common import print_json, run
 
 EPILOG = """\
 examples:
@@ -33,10 +34,6 @@ Every subcommand has --help. Exit codes: 0 ok, 1 error, 2 bad profile, 3 bad inp
 """
 
 
-def _print_json(data: object) -> None:
-    print(json.dumps(data, indent=2, sort_keys=False))
-
-
 # --- targets ----------------------------------------------------------------------------------------------
 
 
@@ -49,7 +46,7 @@ def _cmd_targets(args: argparse.Namespace) -> int:
             )
         profile = load_profile(args.name, profile_dir)
         if args.json:
-            _print_json(profile.to_dict())
+            print_json(profile.to_dict())
             return 0
         d = profile.to_dict()
         print(f"{profile.name}: {profile.description}")
@@ -60,7 +57,7 @@ def _cmd_targets(args: argparse.Namespace) -> int:
         return 0
     profiles = load_all(profile_dir)
     if args.json:
-        _print_json([p.to_dict() for p in profiles])
+        print_json([p.to_dict() for p in profiles])
         return 0
     header = f"{'target':17} {'cpu':11} {'arch':8} {'cores':>5}  {'isa':25} {'runtime':16} {'precision':9} threads"
     print(header)
@@ -101,7 +98,7 @@ def _cmd_convert_face(args: argparse.Namespace) -> int:
     precision = Precision(args.precision) if args.precision else None
     fp32, quant = build_face_models(profile, Path(args.output), precision, args.dynamic, progress)
     if args.json:
-        _print_json({"fp32": fp32.to_dict(), "quantized": quant.to_dict() if quant else None})
+        print_json({"fp32": fp32.to_dict(), "quantized": quant.to_dict() if quant else None})
     else:
         print(fp32.summary())
         if quant:
@@ -121,7 +118,7 @@ def _cmd_convert_slm(args: argparse.Namespace) -> int:
         precision = Precision.INT4  # a profile's int8 is for CNNs; the LM's weight-only default is int4
     build = convert_slm(profile, precision, Path(args.output), progress)
     if args.json:
-        _print_json(json.loads(Path(build.report_json).read_text(encoding="utf-8")))
+        print_json(json.loads(Path(build.report_json).read_text(encoding="utf-8")))
     else:
         g = build.gate
         print(f"SmolLM2-135M {build.precision.value} ({build.method}) for {profile.name} in {build.out_dir}")
@@ -216,22 +213,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the CLI; returns the exit code (0 ok). Only this function prints errors."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    try:
-        return int(args.func(args))
-    except EdgeDeployError as exc:
-        print(f"Error: {exc}", file=sys.stderr)
-        return exc.exit_code
-    except KeyboardInterrupt:
-        print("Interrupted.", file=sys.stderr)
-        return 130
-    except BrokenPipeError:  # e.g. `edge-deploy targets | head`: the reader left, not an error of ours
-        import os
-
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
+    """Run the CLI; returns the exit code (0 ok). Errors are printed by ``edge_deploy.common.run`` only."""
+    return run(build_parser(), argv)
 
 
 if __name__ == "__main__":

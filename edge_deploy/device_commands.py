@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
 from edge.errors import InputError
+from edge_deploy.common import print_json
 
 
 def add_broker_options(p: argparse.ArgumentParser) -> None:
@@ -68,7 +68,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     if args.plot:
         result.plot_png(args.plot)
     if args.json:
-        print(json.dumps(result.to_dict(), indent=2))
+        print_json(result.to_dict())
     else:
         print(result.to_table())
         if args.plot:
@@ -130,7 +130,7 @@ def _cmd_monitor(args: argparse.Namespace) -> int:
         "png": str(summary.png_path),
     }
     if args.json:
-        print(json.dumps(data, indent=2))
+        print_json(data)
     else:
         print(
             f"{data['devices']} device(s), {data['reports']} report(s) stored, "

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -11,6 +10,7 @@ from edge.errors import InputError
 from edge.face.recognize import DEFAULT_MIN_SCORE
 from edge.face.types import DLIB_SAME_PERSON_THRESHOLD
 from edge.profiles import DEFAULT_PROFILE_DIR
+from edge_deploy.common import print_json
 
 
 def _threads(args: argparse.Namespace) -> int:
@@ -31,7 +31,7 @@ def _cmd_enroll(args: argparse.Namespace) -> int:
     out = gallery.save(Path(args.output))
     data = {"gallery": str(out), "enrolled": report.enrolled, "skipped": report.skipped}
     if args.json:
-        print(json.dumps(data, indent=2))
+        print_json(data)
         return 0
     for name, count in report.enrolled.items():
         print(f"enrolled {name}: {count} photo(s)")
@@ -54,7 +54,7 @@ def _cmd_recognize(args: argparse.Namespace) -> int:
             faces = recognize_image(pipeline, gallery, load_image(Path(image)), args.threshold, args.min_score)
             results.append({"image": str(image), "faces": faces})
     if args.json:
-        print(json.dumps(results, indent=2))
+        print_json(results)
         return 0
     for r in results:
         print(f"{r['image']}: {len(r['faces'])} face(s)")
@@ -124,7 +124,10 @@ def _cmd_demo(args: argparse.Namespace) -> int:
         threads=args.threads,
         progress=progress,
     )
-    print(json.dumps(result.to_dict(), indent=2) if args.json else result.summary())
+    if args.json:
+        print_json(result.to_dict())
+    else:
+        print(result.summary())
     return 0 if result.passed else 5
 
 

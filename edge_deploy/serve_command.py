@@ -6,10 +6,11 @@ Register both in ``edge_deploy.cli._registrars``: ``serve_command.add_serve`` an
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import sys
 from pathlib import Path
+
+from edge_deploy.common import print_json, run
 
 EXAMPLES = """\
 examples:
@@ -36,7 +37,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     daemon.install_signal_handlers()
     summary = daemon.run()
     if args.json:
-        print(json.dumps(summary.to_dict(), indent=2))
+        print_json(summary.to_dict())
     return 0
 
 
@@ -102,18 +103,11 @@ def add_command(sub: argparse._SubParsersAction) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Run ``serve``/``command`` without the full CLI (``python -m edge_deploy.serve_command serve ...``)."""
-    from edge.errors import EdgeDeployError
-
     parser = argparse.ArgumentParser(prog="edge-deploy")
     sub = parser.add_subparsers(dest="command", required=True)
     add_serve(sub)
     add_command(sub)
-    args = parser.parse_args(argv)
-    try:
-        return int(args.func(args))
-    except EdgeDeployError as exc:
-        print(f"Error: {exc}", file=sys.stderr)
-        return exc.exit_code
+    return run(parser, argv)
 
 
 if __name__ == "__main__":

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import sys
 from pathlib import Path
+
+from edge_deploy.common import print_json
 
 
 def _cmd_generate(args: argparse.Namespace) -> int:
@@ -24,7 +25,7 @@ def _cmd_generate(args: argparse.Namespace) -> int:
                 sys.stdout.flush()
         result = stream.result
     if args.json:
-        print(json.dumps(dataclasses.asdict(result), indent=2))
+        print_json(dataclasses.asdict(result))
     else:
         print()
         print(

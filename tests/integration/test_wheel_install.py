@@ -22,14 +22,12 @@ def test_a_wheel_install_loads_every_profile_outside_the_repository(tmp_path: Pa
     assert {"edge/daemon/edge-deploy.service", "edge/daemon/edge-deploy.example.toml"} <= names
     assert {"edge/bundle_files/install.sh", "edge/bundle_files/README.device.md"} <= names
 
+    # The new venv's own pip: the test's pip would first uninstall the editable edge-deploy it runs from.
     venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
-    target = subprocess.run(
-        [str(venv / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        check=True, capture_output=True, text=True,
-    ).stdout.strip()  # fmt: skip
-    subprocess.run([*pip, "install", "--no-deps", "--no-index", "--prefix", str(venv), str(wheel)], check=True)
-    assert Path(target, "edge", "profiles.py").is_file()
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    subprocess.run(
+        [str(venv / "bin" / "python"), *pip[1:], "install", "--no-deps", "--no-index", str(wheel)], check=True
+    )
     probe = (
         "from edge.profiles import DEFAULT_PROFILE_DIR, available_targets, load_all; "
         "print(DEFAULT_PROFILE_DIR); print(','.join(p.name for p in load_all()))"
