@@ -29,7 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from converters.arm import DEFAULT_CACHE, REPO, prepare_guest  # noqa: E402
 from converters.arm_cost import DEFAULT_PLUGIN, ModelCost, measure_model  # noqa: E402
-from converters.arm_face import export_face_models, write_probe_photos  # noqa: E402
+from converters.arm_face import write_probe_photos  # noqa: E402
+from converters.face import export_face_models  # noqa: E402
 from edge.face import models as face_models  # noqa: E402
 
 PROFILE_OF_CPU = {"cortex-a72": "rpi4", "cortex-a76": "rpi5"}

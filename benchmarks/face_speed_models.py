@@ -61,19 +61,10 @@ def _usable(folder: Path) -> bool:
 
 
 def build_fp32(cache: Path, progress: ProgressFn = silent) -> Path:
-    """The fp32 face models folder, exported once into ``cache/face-fp32``."""
-    from converters.face import _export
-    from edge import __version__
+    """The fp32 face models folder, exported once into ``cache/face-fp32`` (``export_face_models``)."""
+    from converters.face import export_face_models
 
-    folder = cache / "face-fp32"
-    if _usable(folder):
-        return folder
-    folder.mkdir(parents=True, exist_ok=True)
-    entries, checks = _export(folder, progress)
-    worst = max((c.max_abs_diff for c in checks), default=0.0)
-    progress(f"fp32 export checked against its sources: max |diff| {worst:.2e}")
-    face_models.write_models_file(folder, entries, "host", __version__)
-    return folder
+    return export_face_models(cache / "face-fp32", "host", progress)
 
 
 def build_int8(fp32_dir: Path, profile: TargetProfile, cache: Path, calibration_count: int, progress: ProgressFn):

@@ -24,34 +24,6 @@ RUN_FACE = SCRIPTS / "run_face.py"
 T1_CROP = (230, 130, 610, 450)
 
 
-def export_face_models(out_dir: Path, target: str = "rpi4", progress: ProgressFn = silent) -> Path:
-    """The fp32 face models folder (ONNX nets, landmarks, models.json) as ``edge-deploy convert face`` makes it.
-
-    Only the export and its checks against the source networks: the dlib proof and the pipeline agreement
-    of ``convert_face`` are left to that command. Reused when ``out_dir/models.json`` exists.
-
-    Raises:
-        ConversionError: a model could not be read or exported.
-        ValidationError: an exported model differs from its source network beyond tolerance.
-    """
-    from converters.face import _export
-    from converters.quiet import quiet_torch_export
-    from edge import __version__
-    from edge.face import models as face_models
-
-    out_dir = Path(out_dir)
-    if (out_dir / face_models.MODELS_FILE).is_file():
-        return out_dir
-    out_dir.mkdir(parents=True, exist_ok=True)
-    with quiet_torch_export():
-        entries, checks = _export(out_dir, progress)
-    bad = [f"{c.model} {c.output}: max |diff| {c.max_abs_diff:.3g} > {c.tolerance:g}" for c in checks if not c.ok]
-    if bad:
-        raise ValidationError(f"{out_dir}: exported face models differ from their sources: " + "; ".join(bad))
-    face_models.write_models_file(out_dir, entries, target, __version__)
-    return out_dir
-
-
 def write_probe_photos(out_dir: Path, seed: int = 0) -> list[Path]:
     """Write the few real photos the guest check uses, as PNG (small, for emulation's sake).
 

@@ -318,3 +318,26 @@ def build_face_models(
     mode = QuantMode.DYNAMIC if dynamic else None
     quant = quantize_face_models(Path(out_dir) / "fp32", out_dir, profile, precision, progress=progress, mode=mode)
     return fp32, quant
+
+
+def export_face_models(out_dir: Path, target: str = "rpi4", progress: ProgressFn = silent) -> Path:
+    """The fp32 face models folder (ONNX nets, landmarks, models.json) as ``edge-deploy convert face`` makes it.
+
+    Only the export and its checks against the source networks: the dlib proof and the pipeline agreement
+    of ``convert_face`` are left to that command. Reused when ``out_dir/models.json`` exists.
+
+    Raises:
+        ConversionError: a model could not be read or exported.
+        ValidationError: an exported model differs from its source network beyond tolerance.
+    """
+    out_dir = Path(out_dir)
+    if (out_dir / face_models.MODELS_FILE).is_file():
+        return out_dir
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with quiet_torch_export():
+        entries, checks = _export(out_dir, progress)
+    bad = [f"{c.model} {c.output}: max |diff| {c.max_abs_diff:.3g} > {c.tolerance:g}" for c in checks if not c.ok]
+    if bad:
+        raise ValidationError(f"{out_dir}: exported face models differ from their sources: " + "; ".join(bad))
+    face_models.write_models_file(out_dir, entries, target, __version__)
+    return out_dir

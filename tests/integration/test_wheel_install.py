@@ -1,4 +1,4 @@
-"""An installed (non-editable) edge-deploy finds its target profiles and ships the daemon's files."""
+"""The edge-deploy wheel a bundle ships: installed (non-editable) it finds its target profiles."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def test_a_wheel_install_loads_every_profile_outside_the_repository(tmp_path: Path) -> None:
-    wheels = tmp_path / "wheels"
+    from converters.wheelhouse import own_wheel
+
+    wheel, _ = own_wheel(tmp_path / "cache")  # the wheel a bundle ships, built from a clean copy of the sources
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
-    subprocess.run([*pip, "wheel", "--no-deps", "--no-build-isolation", str(REPO), "-w", str(wheels)], check=True)
-    (wheel,) = wheels.glob("edge_deploy-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
     profiles = sorted(p.name for p in (REPO / "firmware_configs").glob("*.toml"))
     data = "edge_deploy-0.1.0.data/data/share/edge-deploy/firmware_configs/"
