@@ -16,18 +16,9 @@ import platform
 import sys
 from pathlib import Path
 
+from marks import marker  # scripts/arm/marks.py: this script's folder is on sys.path
+
 DEFAULT_PROMPT = "What is the capital of France?"
-MARK_SYSCALL, MARK_KEY = 0x7ED0, 0x45444745  # as in scripts/arm/insncount.c
-
-
-def _marker(enabled: bool):
-    if not enabled:
-        return lambda region, stop: None
-    import ctypes
-
-    syscall = ctypes.CDLL(None, use_errno=True).syscall
-    args = (ctypes.c_long(MARK_SYSCALL), ctypes.c_long(MARK_KEY))
-    return lambda region, stop: syscall(*args, ctypes.c_long(region), ctypes.c_long(stop))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -39,7 +30,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--mark", action="store_true", help="mark generate() for the counting plugin")
     args = parser.parse_args(argv)
-    mark = _marker(args.mark)
+    mark = marker(args.mark)
 
     from edge.errors import EdgeDeployError
     from edge.text.generator import TextGenerator
