@@ -430,8 +430,9 @@ def explain(rows: dict, result: dict, args: argparse.Namespace) -> list[str]:
     )
     return [
         "",
-        "How: `TelemetryClient.report` numbers the report, serialises it and queues it; the outbox's writer "
-        "thread commits everything queued in one SQLite transaction (WAL, `synchronous=FULL`) at most every "
+        "How: `TelemetryClient.report` checks the message's fields, numbers it and queues it; the outbox's "
+        "writer thread serialises and commits everything queued in one SQLite transaction (WAL, "
+        "`synchronous=FULL`) at most every "
         f"`commit_interval_s` ({DEFAULT_COMMIT_INTERVAL_S} s by default), so one fsync covers many reports and "
         "the inference thread never waits for the disk. The link publishes only committed rows. The daemon "
         "stores each frame's receipt in the same transaction as its result, so a frame counts as done exactly "
@@ -447,8 +448,8 @@ def explain(rows: dict, result: dict, args: argparse.Namespace) -> list[str]:
         "What the table can and cannot say: the goal verdict needs both the measured median loss and the loss "
         "implied by the time spent inside `report()` alone to be within 1 %. The writer and link threads run "
         "beside inference (this machine has 2 cores; the runner uses "
-        f"{args.threads} thread(s)): their CPU time (serialising is on the caller, the SQLite insert and the "
-        "paho publish are not) shows up in the measured loss only when they compete for a core. On a Pi "
+        f"{args.threads} thread(s)): their CPU time (JSON, the SQLite insert, the paho publish and its "
+        "acknowledgement) shows up in the measured loss when they compete for a core or for Python's GIL. On a Pi "
         "with every core given to inference they would compete: set the runner's threads one below the "
         "core count there, or measure. The median loss of a few tenths of a percent either way is within "
         "this shared machine's noise (see the p25..p75 column)."
