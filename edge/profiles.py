@@ -86,6 +86,15 @@ class CalibrationMethod(enum.Enum):
     PERCENTILE = "percentile"
 
 
+class Projection(enum.Enum):
+    """The weight projections of a llama layer in our graphs (fused QKV and gate/up)."""
+
+    QKV = "qkv_proj"
+    OUT = "o_proj"
+    GATE_UP = "gate_up_proj"
+    DOWN = "down_proj"
+
+
 @dataclass(frozen=True)
 class CpuSpec:
     model: str
@@ -118,6 +127,7 @@ class QuantSpec:
     keep_float_ops: tuple[str, ...]
     int4_block_size: int
     int4_accuracy_level: int
+    int4_fp32_projections: tuple[Projection, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -130,6 +140,7 @@ class Thresholds:
     detect_iou: float
     detect_max_lost: int
     slm_perplexity_ratio: float
+    slm_greedy_tokens: int
 
 
 @dataclass(frozen=True)
@@ -174,6 +185,7 @@ class TargetProfile:
                 "keep_float_ops": list(self.quant.keep_float_ops),
                 "int4_block_size": self.quant.int4_block_size,
                 "int4_accuracy_level": self.quant.int4_accuracy_level,
+                "int4_fp32_projections": [p.value for p in self.quant.int4_fp32_projections],
             },
             "thresholds": dict(self.thresholds.__dict__),
             "device_tree_models": list(self.device_tree_models),
@@ -207,6 +219,7 @@ _SCHEMA: dict[str, dict[str, tuple[Any, bool]]] = {
         "keep_float_ops": ([str], True),
         "int4_block_size": (int, True),
         "int4_accuracy_level": (int, True),
+        "int4_fp32_projections": ([Projection], False),
     },
     "thresholds": {
         "embed_max_abs_diff_fp32": (float, True),
@@ -215,6 +228,7 @@ _SCHEMA: dict[str, dict[str, tuple[Any, bool]]] = {
         "detect_iou": (float, True),
         "detect_max_lost": (int, True),
         "slm_perplexity_ratio": (float, True),
+        "slm_greedy_tokens": (int, True),
     },
 }
 
@@ -318,6 +332,10 @@ def _check_rules(where: str, p: TargetProfile) -> None:
         raise ProfileError(
             f"{where}: thresholds.slm_perplexity_ratio = {p.thresholds.slm_perplexity_ratio}; expected at least 1.0"
         )
+    if p.thresholds.slm_greedy_tokens < 0:
+        raise ProfileError(
+            f"{where}: thresholds.slm_greedy_tokens = {p.thresholds.slm_greedy_tokens}; expected 0 (no check) or more"
+        )
     if p.quant.int4_block_size not in (16, 32, 64, 128, 256):
         raise ProfileError(
             f"{where}: quant.int4_block_size = {p.quant.int4_block_size}; expected one of 16, 32, 64, 128, 256"
@@ -357,6 +375,7 @@ def load_profile_file(path: Path) -> TargetProfile:
     cpu["isa_features"] = frozenset(cpu["isa_features"])
     quant = dict(t["quant"])
     quant["keep_float_ops"] = tuple(quant["keep_float_ops"])
+    quant["int4_fp32_projections"] = tuple(quant.get("int4_fp32_projections", ()))
     profile = TargetProfile(
         name=top["name"],
         description=top["description"],

@@ -23,9 +23,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from converters.slm import grid_quant, quantize
+from converters.slm.agreement import GreedyAgreement, greedy_agreement
 from converters.slm.chat_template import derive_chat_format
 from converters.slm.export import export_onnx
 from converters.slm.gguf_source import HfFolder, locate_smollm2_gguf, read_gguf, write_hf_folder
+from converters.slm.gqa_graph import build_gqa_onnx
 from converters.slm.perplexity import DEFAULT_TEXT, PerplexityGate, compare, perplexity, text_windows
 from converters.slm.report import write_reports
 from edge.errors import ConversionError, InputError, require
@@ -34,6 +36,8 @@ from edge.text.chat import ChatFormat
 from edge.text.spec import GENERATION_FILE, GenerationSpec
 
 MODEL_FILE = "model.onnx"
+#: logits of the 8-bit LM head recomputed exactly (fp32) for the largest this many (see grid_quant)
+EXACT_TOP_K = 8
 TOKENIZER_FILE = "tokenizer.json"
 SUPPORTED = (Precision.FP32, Precision.INT8, Precision.INT4)
 
@@ -41,7 +45,8 @@ SUPPORTED = (Precision.FP32, Precision.INT8, Precision.INT4)
 class Int4Method(enum.Enum):
     """How INT4 weights are made.
 
-    GRID: the GGUF's own Q4_1/Q8_0 codes written into MatMulNBits (lossless; see ``grid_quant``).
+    GRID: the GGUF's own Q4_1/Q8_0 codes written into MatMulNBits (lossless; see ``grid_quant``), in the
+        fused-attention graph with a shared KV buffer (``gqa_graph``).
     RTN: onnxruntime's MatMulNBitsQuantizer (symmetric round-to-nearest of the fp32 weights).
     """
 
@@ -98,6 +103,7 @@ class SlmBuild:
     settings: dict
     op_counts: dict[str, int]
     gate: PerplexityGate
+    greedy: GreedyAgreement | None = None
     hf_dir: Path | None = None
     fp32_model: Path | None = None
     timings_s: dict[str, float] = field(default_factory=dict)
@@ -109,7 +115,7 @@ def _stop_ids(folder: HfFolder) -> tuple[int, ...]:
     return tuple(dict.fromkeys([tok.eos_id, *extra]))
 
 
-def _quantize(fp32: Path, out: Path, precision: Precision, profile: TargetProfile, opts: SlmOptions):
+def _quantize(fp32: Path, out: Path, precision: Precision, profile: TargetProfile, opts: SlmOptions, hf_dir: Path):
     """Returns (method name, settings, op counts)."""
     quant = profile.quant
     if precision is Precision.FP32:
@@ -121,6 +127,10 @@ def _quantize(fp32: Path, out: Path, precision: Precision, profile: TargetProfil
             q = quantize.quantize_int8_dynamic(fp32, out, per_channel=quant.per_channel)
         else:
             q = quantize.quantize_nbits(fp32, out, 8, quant.int4_block_size, quant.int4_accuracy_level)
+            levels = {p.value: 0 for p in quant.int4_fp32_projections}
+            refined = grid_quant.refine_nbits(out, levels, EXACT_TOP_K)
+            settings = {**q.settings, "fp32_projections": sorted(levels), "exact_top_k": refined["exact_top_k"]}
+            return q.method, settings, quantize.op_counts(out)
         return q.method, q.settings, q.op_counts
     if opts.int4_method is Int4Method.RTN:
         q = quantize.quantize_int4(fp32, out, profile.quant.int4_block_size, profile.quant.int4_accuracy_level)
@@ -130,12 +140,18 @@ def _quantize(fp32: Path, out: Path, precision: Precision, profile: TargetProfil
             f"{profile.source}: quant.int4_block_size = {profile.quant.int4_block_size}; the grid method "
             f"keeps the GGUF's blocks of {grid_quant.GRID_BLOCK} (use Int4Method.RTN for other sizes)"
         )
-    counts = grid_quant.repack_grid(fp32, out, profile.quant.int4_accuracy_level)
+    fused = build_gqa_onnx(hf_dir, fp32.parent.parent / "gqa" / MODEL_FILE)
+    levels = {p.value: 0 for p in profile.quant.int4_fp32_projections}
+    counts = grid_quant.repack_grid(fused, out, profile.quant.int4_accuracy_level, levels, EXACT_TOP_K)
     settings = {
         "block_size": grid_quant.GRID_BLOCK,
         "accuracy_level": profile.quant.int4_accuracy_level,
+        "fp32_projections": sorted(levels),
+        "exact_top_k": counts.get("exact_top_k", 0),
         "weights_int4": counts["int4"],
         "weights_int8": counts["int8"],
+        "embedding_int8": counts["embedding_int8"],
+        "graph": "gqa_shared_kv",
     }
     return "gguf_grid", settings, quantize.op_counts(out)
 
@@ -175,7 +191,8 @@ def convert_slm(
 
     Raises:
         ConversionError: reading, export or quantization failed, or the precision is not supported.
-        ValidationError: the perplexity ratio is above the profile's threshold (report still written).
+        ValidationError: the perplexity ratio is above the profile's threshold, or greedy answers to the
+            fixed prompts differ from fp32's within ``thresholds.slm_greedy_tokens`` (report still written).
     """
     if precision not in SUPPORTED:
         allowed = ", ".join(p.value for p in SUPPORTED)
@@ -205,16 +222,28 @@ def convert_slm(
         lap("export")
         say(f"quantizing ({precision.value})")
         model = out_dir / MODEL_FILE
-        method, settings, counts = _quantize(fp32, model, precision, profile, opts)
+        method, settings, counts = _quantize(fp32, model, precision, profile, opts, folder.path)
         lap("quantize")
         shutil.copyfile(folder.path / TOKENIZER_FILE, out_dir / TOKENIZER_FILE)
         write_generation(out_dir / GENERATION_FILE, _generation_spec(folder, chat, precision))
         say("perplexity gate")
         result = _gate(out_dir / TOKENIZER_FILE, fp32, model, profile, opts, precision is Precision.FP32)
         lap("perplexity")
+        greedy = None
+        if precision is not Precision.FP32 and profile.thresholds.slm_greedy_tokens > 0:
+            say("greedy agreement")
+            tokens = profile.thresholds.slm_greedy_tokens
+            greedy = greedy_agreement(
+                fp32, model, out_dir / TOKENIZER_FILE, chat, _stop_ids(folder), tokens, threads=opts.threads
+            )
+            lap("greedy")
         record = {"profile": profile, "precision": precision, "method": method, "settings": settings}
+        record["greedy"] = greedy.to_dict() if greedy else None
         paths = write_reports(out_dir, folder, record, counts, result, timings, opts)
-        result.check(f"{model} ({profile.name}, {precision.value}, {method})")
+        label = f"{model} ({profile.name}, {precision.value}, {method})"
+        result.check(label)
+        if greedy is not None:
+            greedy.check(label)
     return SlmBuild(
         out_dir=out_dir,
         model=model,
@@ -227,6 +256,7 @@ def convert_slm(
         settings=settings,
         op_counts=counts,
         gate=result,
+        greedy=greedy,
         hf_dir=folder.path if opts.work_dir else None,
         fp32_model=fp32 if opts.work_dir else None,
         timings_s=timings,

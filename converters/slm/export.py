@@ -186,4 +186,47 @@ def export_onnx(hf_dir: Path, out_path: Path) -> ExportedModel:
             )
     except (RuntimeError, ValueError, TypeError) as exc:
         raise ConversionError(f"{hf_dir}: ONNX export failed ({type(exc).__name__}: {exc})") from exc
+    if config.get("tie_word_embeddings", False):
+        share_tied_embedding(out_path)
     return ExportedModel(out_path, shape, OPSET)
+
+
+def share_tied_embedding(path: Path) -> bool:
+    """Store a tied embedding once: the exporter writes the table twice (``[vocab, hidden]`` for the
+    embedding Gather and, folded, ``[hidden, vocab]`` for the LM head MatMul: 113 MB each for SmolLM2).
+    Rewrite the Gather to read the LM head's copy along axis 1 (+ Transpose) and drop the other.
+
+    Returns:
+        Whether the file was rewritten (False when the two tables are not transposes of each other).
+    """
+    onnx = require("onnx", "convert", "rewriting the ONNX graph")
+    import numpy as np
+    from onnx import helper, numpy_helper
+
+    model = onnx.load(str(path))
+    graph = model.graph
+    inits = {i.name: i for i in graph.initializer}
+    gathers = [
+        n for n in graph.node if n.op_type == "Gather" and n.input[0] in inits and len(inits[n.input[0]].dims) == 2
+    ]
+    heads = [n for n in graph.node if n.op_type == "MatMul" and n.output[0] == "logits" and n.input[1] in inits]
+    if len(gathers) != 1 or len(heads) != 1:
+        return False
+    gather, head = gathers[0], heads[0]
+    table, head_weight = inits[gather.input[0]], inits[head.input[1]]
+    if tuple(table.dims) != tuple(reversed(head_weight.dims)):
+        return False
+    if not np.array_equal(numpy_helper.to_array(table).T, numpy_helper.to_array(head_weight)):
+        return False
+    columns = f"{gather.output[0]}_columns"
+    index = list(graph.node).index(gather)
+    graph.node.remove(gather)
+    graph.node.insert(
+        index, helper.make_node("Transpose", [columns], [gather.output[0]], name=f"{gather.name}_T", perm=[1, 2, 0])
+    )
+    graph.node.insert(
+        index, helper.make_node("Gather", [head_weight.name, gather.input[1]], [columns], name=gather.name, axis=1)
+    )
+    graph.initializer.remove(table)
+    onnx.save(model, str(path))
+    return True

@@ -10,13 +10,20 @@ measurements. onnxruntime's float zero points (HQQ) keep the grid but run on a s
     x @ W = MatMulNBits(x; q, d)  +  blocksum(x) @ C,     C[b, n] = m[b, n] + 8 * d[b, n]
 
 where ``blocksum`` sums each block of 32 input features (Reshape + ReduceSum) and ``C`` is a small
-``[K/32, N]`` float matrix. The Q8_0 LM head (tied embedding) becomes an 8-bit ``MatMulNBits`` with its
-own codes. The grid of every weight is found from the fp32 values and checked to reproduce them; a weight
-off both grids raises ConversionError.
+``[K/32, N]`` float matrix. (MatMulNBits' integer zero points cannot carry Q4_1: ``-m/d`` is no integer.)
+The Q8_0 LM head (tied embedding) becomes an 8-bit ``MatMulNBits`` with its own codes. The grid of every
+weight is found from the fp32 values and checked to reproduce them; a weight off both grids raises
+ConversionError.
+
+Nothing is stored twice or wider than the GGUF has it: scales and minima are fp16 there, so they are
+stored as fp16 + Cast (``C = m + 8d`` is a constant subgraph onnxruntime folds at load); a tied embedding
+(``Gather`` along axis 1 of the LM head's weight) becomes ``GatherBlockQuantized`` over the head's 8-bit
+codes. Optionally the head's ``top_k`` largest logits are recomputed exactly in fp32 (see ``_exact_head``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -79,18 +86,49 @@ def pack(grid: GridWeight) -> np.ndarray:
     return (codes[..., 0::2] | (codes[..., 1::2] << 4)).astype(np.uint8)
 
 
-def _replace(graph, node, grid: GridWeight, accuracy_level: int, onnx, helper) -> list:
-    """The nodes and initializers that replace one weight MatMul."""
+def _half_if_exact(values: np.ndarray) -> np.ndarray:
+    """``values`` as float16 when that loses nothing (GGUF block scales and minima are fp16), else float32."""
+    half = values.astype(np.float16)
+    return half if np.array_equal(half.astype(np.float32), values) else values.astype(np.float32)
+
+
+class _Writer:
+    """New nodes and initializers for one graph; constant subgraphs are folded by onnxruntime at load."""
+
+    def __init__(self, onnx) -> None:
+        self.onnx, self.helper = onnx, onnx.helper
+        self.nodes: list = []
+        self.inits: list = []
+
+    def init(self, name: str, array: np.ndarray) -> str:
+        self.inits.append(self.onnx.numpy_helper.from_array(array, name))
+        return name
+
+    def node(self, op: str, inputs: list[str], output: str, **attrs) -> str:
+        self.nodes.append(self.helper.make_node(op, inputs, [output], name=output, **attrs))
+        return output
+
+    def float32(self, name: str, values: np.ndarray) -> str:
+        """An fp32 tensor stored as fp16 + Cast when exact (half the bytes in the file, same numbers)."""
+        stored = _half_if_exact(values)
+        if stored.dtype == np.float32:
+            return self.init(name, stored)
+        return self.node("Cast", [self.init(f"{name}_fp16", stored)], name, to=self.onnx.TensorProto.FLOAT)
+
+    def shape(self, name: str, dims: list[int]) -> str:
+        return self.init(name, np.array(dims, np.int64))
+
+
+def _replace(w: _Writer, node, grid: GridWeight, accuracy_level: int) -> str:
+    """Write the nodes that replace one weight MatMul; returns the name of its fp32 scales ``[N * K/32]``."""
     name = node.name or node.output[0]
     n, k = grid.codes.shape
-    b_name, s_name = f"{node.input[1]}_grid_q{grid.bits}", f"{node.input[1]}_grid_scales"
-    inits = [
-        onnx.numpy_helper.from_array(pack(grid), b_name),
-        onnx.numpy_helper.from_array(grid.scales.reshape(-1), s_name),
-    ]
+    weight = node.input[1]
+    b_name = w.init(f"{weight}_grid_q{grid.bits}", pack(grid))
+    s_name = w.float32(f"{weight}_grid_scales", grid.scales.reshape(-1))
     main_out = node.output[0] if grid.offsets is None else f"{name}_grid_main"
-    nodes = [
-        helper.make_node(
+    w.nodes.append(
+        w.helper.make_node(
             "MatMulNBits",
             [node.input[0], b_name, s_name],
             [main_out],
@@ -102,34 +140,162 @@ def _replace(graph, node, grid: GridWeight, accuracy_level: int, onnx, helper) -
             block_size=GRID_BLOCK,
             accuracy_level=accuracy_level,
         )
+    )
+    if grid.offsets is None:
+        return s_name
+    # C = m + 8 d: stored as the fp16 minimum m; 8 d comes from the scales (all exact in fp32)
+    low = grid.offsets - 8.0 * grid.scales.T
+    if np.array_equal(low + 8.0 * grid.scales.T, grid.offsets) and _half_if_exact(low).dtype == np.float16:
+        d_t = w.node(
+            "Transpose",
+            [w.node("Reshape", [s_name, w.shape(f"{name}_grid_nk", [n, -1])], f"{name}_grid_d")],
+            f"{name}_grid_dT",
+            perm=[1, 0],
+        )
+        eight = w.node("Mul", [d_t, w.init(f"{name}_grid_eight", np.array(8.0, np.float32))], f"{name}_grid_8d")
+        c_name = w.node("Add", [w.float32(f"{weight}_grid_min", low), eight], f"{weight}_grid_offsets")
+    else:
+        c_name = w.init(f"{weight}_grid_offsets", grid.offsets)
+    blocks = w.node(
+        "Reshape",
+        [node.input[0], w.shape(f"{name}_grid_blockshape", [0, 0, k // GRID_BLOCK, GRID_BLOCK])],
+        f"{name}_grid_blocks",
+    )
+    sums = w.node(
+        "ReduceSum", [blocks, w.init(f"{name}_grid_axes", np.array([-1], np.int64))], f"{name}_grid_sums", keepdims=0
+    )
+    offset = w.node("MatMul", [sums, c_name], f"{name}_grid_offset")
+    w.nodes.append(w.helper.make_node("Add", [main_out, offset], [node.output[0]], name=f"{name}_grid_add"))
+    return s_name
+
+
+@dataclass(frozen=True)
+class _Table:
+    """An 8-bit ``MatMulNBits`` weight as a table of rows: codes ``[N, K/32, 32]`` (zero point 128), scales."""
+
+    codes: str
+    scales: str
+    n: int
+    k: int
+
+
+def _scales3(w: _Writer, table: _Table) -> str:
+    """The table's scales as ``[N, K/32, 1]`` (GatherBlockQuantized's layout), made once."""
+    name = f"{table.codes}_scales3"
+    if not any(name in n.output for n in w.nodes):
+        w.node("Reshape", [table.scales, w.shape(f"{name}_shape", [table.n, table.k // GRID_BLOCK, 1])], name)
+    return name
+
+
+def _rows(w: _Writer, table: _Table, ids: tuple[str, int], out: str) -> str:
+    """``GatherBlockQuantized``: rows ``ids`` (name, rank) of the 8-bit ``[N, K]`` table, dequantized
+    exactly -> ``out`` of shape ``ids.shape + [K]``."""
+    ids, rank = ids
+    blocks = f"{out}_blocks"
+    w.nodes.append(
+        w.helper.make_node(
+            "GatherBlockQuantized",
+            [table.codes, ids, _scales3(w, table)],
+            [blocks],
+            name=blocks,
+            domain="com.microsoft",
+            bits=8,
+            block_size=GRID_BLOCK,
+            gather_axis=0,
+            quantize_axis=2,
+        )
+    )
+    return w.node("Reshape", [blocks, w.shape(f"{out}_shape", [0] * rank + [table.k])], out)
+
+
+def _exact_head(w: _Writer, head, table: _Table, top_k: int) -> None:
+    """Recompute the ``top_k`` largest logits in fp32 from the exactly dequantized rows of the 8-bit head.
+
+    ``MatMulNBits`` at accuracy level 4 rounds the hidden state to int8 per block of 32, which moves logits
+    by ~0.1: enough to flip a near tie of the greedy choice. The candidates' exact logits are a
+    ``[top_k, hidden]`` gather and a small MatMul per position; the other logits keep the fast values.
+    """
+    hidden = head.input[0]
+    head.output[0] = "logits_int8"
+    k_name = w.init("logits_top_k", np.array([top_k], np.int64))
+    top = w.helper.make_node(
+        "TopK", ["logits_int8", k_name], ["logits_top_values", "logits_top_ids"], name="logits_top"
+    )
+    w.nodes.append(top)
+    rows = _rows(w, table, ("logits_top_ids", 3), "logits_top_rows")  # [B, S, k, H]
+    column = w.node("Unsqueeze", [hidden, w.init("logits_axis", np.array([-1], np.int64))], "logits_hidden_column")
+    exact = w.node("MatMul", [rows, column], "logits_top_exact4")  # [B, S, k, 1]
+    exact = w.node("Squeeze", [exact, "logits_axis"], "logits_top_exact")
+    w.nodes.append(
+        w.helper.make_node(
+            "ScatterElements", ["logits_int8", "logits_top_ids", exact], ["logits"], name="logits", axis=-1
+        )
+    )
+
+
+def _head_table(nodes, initializers: dict) -> tuple[object, _Table] | None:
+    """The 8-bit, zero-point-free ``MatMulNBits`` writing ``logits`` and its table, or None."""
+    for node in nodes:
+        attrs = {a.name: a.i for a in node.attribute}
+        if node.op_type != "MatMulNBits" or list(node.output) != ["logits"] or attrs.get("bits") != 8:
+            continue
+        if len(node.input) > 3 and node.input[3]:
+            return None  # explicit zero points: GatherBlockQuantized would need them too
+        codes = initializers.get(node.input[1])
+        if (
+            codes is None
+            or len(codes.dims) != 3
+            or codes.dims[2] != GRID_BLOCK
+            or attrs.get("block_size") != GRID_BLOCK
+        ):
+            return None
+        return node, _Table(node.input[1], node.input[2], attrs["N"], attrs["K"])
+    return None
+
+
+def _tied_embedding(w: _Writer, graph, weight: str, table: _Table) -> bool:
+    """Replace ``Transpose(Gather(weight, ids, axis=1))`` (the tied embedding reading the LM head's
+    ``[hidden, vocab]`` weight) by ``GatherBlockQuantized`` over the LM head's own 8-bit codes: one copy
+    of the table in the file. Returns whether the pattern was found."""
+    consumers = {name: n for n in graph.node for name in n.input}
+    gathers = [
+        n
+        for n in graph.node
+        if n.op_type == "Gather" and n.input[0] == weight and any(a.name == "axis" and a.i == 1 for a in n.attribute)
     ]
-    if grid.offsets is not None:
-        c_name, shape_name = f"{node.input[1]}_grid_offsets", f"{name}_grid_blockshape"
-        axes_name = f"{name}_grid_axes"
-        inits += [
-            onnx.numpy_helper.from_array(grid.offsets, c_name),
-            onnx.numpy_helper.from_array(np.array([0, 0, k // GRID_BLOCK, GRID_BLOCK], np.int64), shape_name),
-            onnx.numpy_helper.from_array(np.array([-1], np.int64), axes_name),
-        ]
-        nodes += [
-            helper.make_node("Reshape", [node.input[0], shape_name], [f"{name}_grid_blocks"]),
-            helper.make_node("ReduceSum", [f"{name}_grid_blocks", axes_name], [f"{name}_grid_sums"], keepdims=0),
-            helper.make_node("MatMul", [f"{name}_grid_sums", c_name], [f"{name}_grid_offset"]),
-            helper.make_node("Add", [main_out, f"{name}_grid_offset"], [node.output[0]]),
-        ]
-    return [nodes, inits]
+    if len(gathers) != 1:
+        return False
+    gather = gathers[0]
+    transpose = consumers.get(gather.output[0])
+    perm = [list(a.ints) for a in transpose.attribute if a.name == "perm"] if transpose is not None else []
+    if transpose is None or transpose.op_type != "Transpose" or perm != [[1, 2, 0]]:
+        return False
+    _rows(w, table, (gather.input[1], 2), transpose.output[0])
+    graph.node.remove(gather)
+    graph.node.remove(transpose)
+    return True
 
 
-def repack_grid(fp32_path: Path, out_path: Path, accuracy_level: int) -> dict[str, int]:
+def repack_grid(
+    fp32_path: Path,
+    out_path: Path,
+    accuracy_level: int,
+    levels: Mapping[str, int] | None = None,
+    exact_top_k: int = 0,
+) -> dict[str, int]:
     """Rewrite every weight MatMul of a (rank-3 activation) decoder as exact block-grid MatMulNBits.
 
     Args:
         fp32_path: the exported fp32 model (weights dequantized from the GGUF).
         out_path: where to write the model.
         accuracy_level: MatMulNBits accuracy level (profile ``quant.int4_accuracy_level``).
+        levels: other accuracy levels by projection (``{"qkv_proj": 0}``: MatMuls whose node name
+            has ``/qkv_proj``); the rest use ``accuracy_level``.
+        exact_top_k: recompute this many largest logits of the 8-bit LM head in fp32 (0: off).
 
     Returns:
-        How many weights went to 4 and to 8 bits: ``{"int4": .., "int8": ..}``.
+        How many weights went to 4 and to 8 bits, and whether the tied embedding now reads the 8-bit
+        codes: ``{"int4": .., "int8": .., "embedding_int8": 0 or 1}``.
 
     Raises:
         ConversionError: a weight lies on neither grid.
@@ -140,11 +306,12 @@ def repack_grid(fp32_path: Path, out_path: Path, accuracy_level: int) -> dict[st
     model = onnx.load(str(fp32_path))
     graph = model.graph
     inits = {init.name: init for init in graph.initializer}
-    new_nodes, counts, used = [], {"int4": 0, "int8": 0}, set()
+    w = _Writer(onnx)
+    kept, grids, counts = [], {}, {"int4": 0, "int8": 0, "embedding_int8": 0}
     for node in graph.node:
         weight = inits.get(node.input[1]) if node.op_type == "MatMul" else None
         if weight is None or len(weight.dims) != 2:
-            new_nodes.append(node)
+            kept.append(node)
             continue
         grid = find_grid(numpy_helper.to_array(weight))
         if grid is None:
@@ -152,20 +319,87 @@ def repack_grid(fp32_path: Path, out_path: Path, accuracy_level: int) -> dict[st
                 f"{fp32_path}: weight {weight.name!r} of {node.name!r} lies on neither a Q4_1 nor a Q8_0 "
                 "block grid; expected weights dequantized from a GGUF (use the 'rtn' INT4 method instead)"
             )
-        nodes, extra = _replace(graph, node, grid, accuracy_level, onnx, helper)
-        new_nodes += nodes
-        graph.initializer.extend(extra)
-        used.add(weight.name)
+        level = next((v for k, v in (levels or {}).items() if f"/{k}" in node.name), accuracy_level)
+        grids[weight.name] = (grid, _replace(w, node, grid, level))
         counts["int4" if grid.bits == 4 else "int8"] += 1
     del graph.node[:]
-    graph.node.extend(new_nodes)
-    # a tied weight can feed a Gather too (the embedding); keep whatever a node still reads
+    graph.node.extend(kept)
+    for name, (grid, scales) in grids.items():
+        if grid.bits == 8:
+            n, k = grid.codes.shape
+            counts["embedding_int8"] += _tied_embedding(w, graph, name, _Table(f"{name}_grid_q8", scales, n, k))
+    head = _head_table(w.nodes, {i.name: i for i in w.inits})
+    if head is not None and exact_top_k > 0:
+        _exact_head(w, *head, exact_top_k)
+        counts["exact_top_k"] = exact_top_k
+    graph.node.extend(w.nodes)
+    graph.initializer.extend(w.inits)
+    # a tied weight can still feed a Gather (an untied embedding); keep whatever a node still reads
     still_read = {name for n in graph.node for name in n.input}
-    keep = [i for i in graph.initializer if i.name not in used or i.name in still_read]
+    keep = [i for i in graph.initializer if i.name not in grids or i.name in still_read]
     del graph.initializer[:]
     graph.initializer.extend(keep)
+    _sort_topologically(graph)
     if not any(op.domain == "com.microsoft" for op in model.opset_import):
         model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
     Path(out_path).parent.mkdir(parents=True, exist_ok=True)
     onnx.save(model, str(out_path))
     return counts
+
+
+def refine_nbits(path: Path, levels: Mapping[str, int] | None = None, exact_top_k: int = 0) -> dict[str, int]:
+    """Apply per-projection accuracy levels and the exact top-k head to a ``MatMulNBits`` graph in place
+    (the INT8 weight-only route: onnxruntime's quantizer wrote it).
+
+    Returns:
+        ``{"fp32_projections": how many nodes got another level, "exact_top_k": k or 0}``.
+    """
+    onnx = require("onnx", "convert", "rewriting the ONNX graph")
+    model = onnx.load(str(path))
+    graph = model.graph
+    changed = 0
+    for node in graph.node:
+        level = next((v for key, v in (levels or {}).items() if f"/{key}" in node.name), None)
+        if node.op_type == "MatMulNBits" and level is not None:
+            for attr in node.attribute:
+                if attr.name == "accuracy_level" and attr.i != level:
+                    attr.i, changed = level, changed + 1
+    w = _Writer(onnx)
+    head = _head_table(graph.node, {i.name: i for i in graph.initializer})
+    if head is not None and exact_top_k > 0:
+        _exact_head(w, *head, exact_top_k)
+        graph.node.extend(w.nodes)
+        graph.initializer.extend(w.inits)
+        _sort_topologically(graph)
+    onnx.save(model, str(path))
+    return {"fp32_projections": changed, "exact_top_k": exact_top_k if head is not None else 0}
+
+
+def _sort_topologically(graph) -> None:
+    """Order nodes so each comes after the producers of its inputs (ONNX requires it)."""
+    produced_by = {out: n for n in graph.node for out in n.output if out}
+    done, order = set(), []
+
+    def visit(node) -> None:
+        stack = [(node, False)]
+        while stack:
+            current, expanded = stack.pop()
+            if id(current) in done:
+                continue
+            if expanded:
+                done.add(id(current))
+                order.append(current)
+                continue
+            stack.append((current, True))
+            for name in current.input:
+                producer = produced_by.get(name)
+                if producer is not None and id(producer) not in done:
+                    stack.append((producer, False))
+
+    for node in list(graph.node):
+        visit(node)
+    nodes = [type(n)() for n in order]
+    for new, old in zip(nodes, order, strict=True):
+        new.CopyFrom(old)
+    del graph.node[:]
+    graph.node.extend(nodes)

@@ -60,8 +60,11 @@ def build_report(
             "MatMulNBits": counts.get("MatMulNBits", 0),
             "MatMul": counts.get("MatMul", 0),
             "MatMulInteger": counts.get("MatMulInteger", 0),
+            "GroupQueryAttention": counts.get("GroupQueryAttention", 0),
+            "GatherBlockQuantized": counts.get("GatherBlockQuantized", 0),
             "nodes": sum(counts.values()),
         },
+        "greedy_agreement": record.get("greedy"),
         "perplexity": {
             "text": str(opts.eval_text.name),
             "text_source": EVAL_TEXT_NOTE,
@@ -96,12 +99,22 @@ def render_markdown(report: dict) -> str:
         f"Perplexity gate {verdict}: {ppl['quantized']:.3f} vs fp32 {ppl['fp32']:.3f}, ratio {ppl['ratio']:.4f} "
         f"(limit {ppl['limit']}), {ppl['tokens_scored']} tokens of {ppl['text_source']}.",
         "",
+        *_greedy_lines(report.get("greedy_agreement")),
         "| file | bytes | sha256 |",
         "|---|---:|---|",
     ]
     lines += [f"| {name} | {f['bytes']} | `{f['sha256'][:16]}...` |" for name, f in report["files"].items()]
     lines += ["", "Stage timings (s): " + ", ".join(f"{k} {v}" for k, v in report["timings_s"].items()), ""]
     return "\n".join(lines)
+
+
+def _greedy_lines(greedy: dict | None) -> list[str]:
+    if not greedy:
+        return []
+    verdict = "passed" if greedy["passed"] else "FAILED"
+    lines = [f"Greedy agreement {verdict} (first {greedy['required_tokens']} tokens equal to fp32's):", ""]
+    lines += [f"- {p['prompt']!r}: {p['leading_equal']} equal; quantized {p['candidate']!r}" for p in greedy["prompts"]]
+    return [*lines, ""]
 
 
 def write_reports(

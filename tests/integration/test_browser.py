@@ -218,24 +218,30 @@ def text_page(slm, profile, browser, tmp_path_factory):
         yield browser
 
 
-def test_text_greedy_tokens_equal_native(text_page, slm):
+def _page_and_native(page, model_dir: Path, max_new_tokens: int = 12) -> tuple[dict, object]:
+    """Generate greedily for PROMPT in the page and with edge.text on ``model_dir``: (page result, native)."""
     from selenium.webdriver.common.by import By
 
     from edge.text.generator import TextGenerator
     from edge.text.sampling import SamplingConfig
 
-    d = text_page.driver
+    d = page.driver
     prompt = d.find_element(By.ID, "prompt")
     prompt.clear()
     prompt.send_keys(PROMPT)
     d.find_element(By.ID, "max-tokens").clear()
-    d.find_element(By.ID, "max-tokens").send_keys("12")
+    d.find_element(By.ID, "max-tokens").send_keys(str(max_new_tokens))
     d.find_element(By.ID, "generate").click()
-    assert text_page.wait_state("text-output", ("done", "error"), 300) == "done", text_page.text("error")
+    assert page.wait_state("text-output", ("done", "error"), 300) == "done", page.text("error")
     got = d.execute_script("return window.edgeLastText")
-    with TextGenerator(slm, threads=1) as native:
-        want = native.generate(PROMPT, SamplingConfig(max_new_tokens=12))
+    with TextGenerator(model_dir, threads=1) as native:
+        want = native.generate(PROMPT, SamplingConfig(max_new_tokens=max_new_tokens))
         assert got["prompt_ids"] == native.encode(native.prompt_text(PROMPT))
+    return got, want
+
+
+def test_text_greedy_tokens_equal_native(text_page, slm):
+    got, want = _page_and_native(text_page, slm)
     assert tuple(got["token_ids"]) == want.token_ids
     assert got["text"] == want.text == "The capital of France is Paris."
     assert text_page.text("text-output") == want.text
@@ -263,3 +269,31 @@ def test_tokenizer_in_the_page_equals_tokenizers(text_page, slm):
     for text, (ids, decoded) in zip(samples, got, strict=True):
         assert ids == ref.encode(text).ids
         assert decoded == ref.decode(ids, skip_special_tokens=True)
+
+
+# --- text: SmolLM2 INT4 (the Pi profiles' graph: fused attention, shared KV buffer natively) in the page ---
+
+
+@pytest.fixture(scope="module")
+def int4_page(request, profile, browser, tmp_path_factory):
+    """The site built around the session's rpi4 INT4 model (``slm_int4``, tests/conftest.py)."""
+    from converters.web import build_browser
+
+    reason = browser_missing()
+    if reason:
+        pytest.skip(reason)
+    model_dir = request.getfixturevalue("slm_int4")["result"].out_dir
+    out = tmp_path_factory.mktemp("site-text-int4")
+    build_browser(profile, None, out, text=model_dir)
+    with WebServer(out, port=0) as server:
+        assert browser.open(server.url) == "ready", browser.text("error")
+        yield browser, model_dir
+
+
+def test_int4_greedy_tokens_in_the_page_equal_native_int4(int4_page):
+    """onnxruntime-web runs the INT4 graph (MatMulNBits, GroupQueryAttention, GatherBlockQuantized) with a
+    growing cache, edge.text natively with the shared buffer: the same tokens, and the right answer."""
+    page, model_dir = int4_page
+    got, want = _page_and_native(page, model_dir)
+    assert tuple(got["token_ids"]) == want.token_ids
+    assert got["text"] == want.text == "The capital of France is Paris."

@@ -91,11 +91,67 @@ def test_repacked_graph_matches_fp32(tmp_path: Path) -> None:
     fp32, out = tmp_path / "fp32.onnx", tmp_path / "grid.onnx"
     _graph(fp32, [square, w8])
     counts = repack_grid(fp32, out, accuracy_level=0)
-    assert counts == {"int4": 1, "int8": 1}
-    ops = Counter(n.op_type for n in onnx.load(str(out)).graph.node)
-    assert ops == {"MatMulNBits": 2, "Reshape": 1, "ReduceSum": 1, "MatMul": 1, "Add": 1}
+    assert counts == {"int4": 1, "int8": 1, "embedding_int8": 0}
+    model = onnx.load(str(out))
+    ops = Counter(n.op_type for n in model.graph.node)
+    # offsets: Reshape + ReduceSum + MatMul + Add; C = Cast(fp16 minimum) + 8 * scales (Reshape, Transpose,
+    # Mul, Add), folded by onnxruntime at load; the two scale tensors and the minimum are stored as fp16 + Cast
+    assert ops == {
+        "MatMulNBits": 2,
+        "Reshape": 2,
+        "ReduceSum": 1,
+        "MatMul": 1,
+        "Add": 2,
+        "Cast": 3,
+        "Transpose": 1,
+        "Mul": 1,
+    }
+    halves = [i.name for i in model.graph.initializer if i.data_type == TensorProto.FLOAT16]
+    assert sorted(halves) == ["w0_grid_min_fp16", "w0_grid_scales_fp16", "w1_grid_scales_fp16"]
     x = rng.normal(size=(1, 3, K)).astype(np.float32)
     np.testing.assert_allclose(_run(out, x), _run(fp32, x), rtol=1e-4, atol=1e-4)
+
+
+def _tied_graph(path: Path, table: np.ndarray, hidden: np.ndarray) -> None:
+    """ids -> tied embedding (Gather axis 1 on the head's [K, V] weight + Transpose) -> MatMul -> LM head."""
+    nodes = [
+        helper.make_node("Gather", ["head", "input_ids"], ["cols"], name="/embed_tokens/Gather", axis=1),
+        helper.make_node("Transpose", ["cols"], ["x"], name="/embed_tokens/Transpose", perm=[1, 2, 0]),
+        helper.make_node("MatMul", ["x", "w_hidden"], ["h"], name="/layers.0/mlp/down_proj/MatMul"),
+        helper.make_node("MatMul", ["h", "head"], ["logits"], name="/lm_head/MatMul"),
+    ]
+    inits = [numpy_helper.from_array(table, "head"), numpy_helper.from_array(hidden, "w_hidden")]
+    graph = helper.make_graph(
+        nodes,
+        "tied",
+        [helper.make_tensor_value_info("input_ids", TensorProto.INT64, [1, "seq"])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, "seq", table.shape[1]])],
+        inits,
+    )
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+
+
+def test_tied_embedding_reads_the_head_codes_and_top_logits_are_exact(tmp_path: Path) -> None:
+    rng = np.random.default_rng(6)
+    vocab = 4 * N
+    table = np.concatenate([q8_0_weight(rng) for _ in range(vocab // N)], axis=1)  # [K, vocab] Q8_0
+    hidden = np.concatenate([q4_1_weight(rng)] * (K // N), axis=1)  # [K, K] Q4_1
+    fp32, out = tmp_path / "fp32.onnx", tmp_path / "grid.onnx"
+    _tied_graph(fp32, table, hidden)
+    counts = repack_grid(fp32, out, accuracy_level=4, levels={"down_proj": 0}, exact_top_k=4)
+    assert counts == {"int4": 1, "int8": 1, "embedding_int8": 1, "exact_top_k": 4}
+    model = onnx.load(str(out))
+    ops = Counter(n.op_type for n in model.graph.node)
+    assert ops["GatherBlockQuantized"] == 2 and ops["TopK"] == 1 and ops["ScatterElements"] == 1
+    assert ops["Gather"] == 0 and "head" not in {i.name for i in model.graph.initializer}  # one copy of the table
+    levels = {n.name: a.i for n in model.graph.node for a in n.attribute if a.name == "accuracy_level"}
+    assert levels == {"/layers.0/mlp/down_proj/MatMul_Q4": 0, "/lm_head/MatMul_Q8": 4}
+    ids = rng.integers(0, vocab, size=(1, 5)).astype(np.int64)
+    sess = {p: ort.InferenceSession(str(p), providers=["CPUExecutionProvider"]) for p in (fp32, out)}
+    ref, got = (sess[p].run(None, {"input_ids": ids})[0] for p in (fp32, out))
+    np.testing.assert_array_equal(got.argmax(-1), ref.argmax(-1))
+    top = np.argsort(-got, axis=-1)[..., :4]
+    np.testing.assert_allclose(np.take_along_axis(got, top, -1), np.take_along_axis(ref, top, -1), rtol=1e-5, atol=1e-5)
 
 
 def test_off_grid_weight_is_refused(tmp_path: Path) -> None:

@@ -98,7 +98,12 @@ def test_goals_report_met_and_missed() -> None:
     assert goals(rows, {"int4_vs_fp32": 0.25}) == [
         "- INT4 decode >= 1.0x llama.cpp (short prompt, 1 thread(s)): 0.80x — MISSED",
         "- INT4 decode >= 5.0x transformers (short prompt, 1 thread(s)): 6.00x — met",
-        "- INT4 model <= 0.20x the fp32 size: 0.250x — MISSED",
+        "- INT4 model <= 0.20x the fp32 size: 0.250x of the fp32 file — MISSED",
+    ]
+    sizes = {"int4_vs_fp32": 0.184, "int4_vs_fp32_params": 0.19, "parameters": 134_515_008}
+    assert goals(rows, sizes)[2:] == [
+        "- INT4 model <= 0.20x the fp32 size: 0.184x of the fp32 file — met",
+        "- INT4 model <= 0.20x 4 bytes x 134,515,008 parameters: 0.190x — met",
     ]
 
 
