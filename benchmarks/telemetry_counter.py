@@ -16,10 +16,10 @@ from benchmarks.overhead_stats import missing_seqs
 
 
 def count_reports(host: str, port: int, prefix: str, commands: Any, answers: Any, wait_s: float = 60.0) -> None:
-    """Subscribe to ``<prefix>/+/result`` (QoS 1), then answer one question about what arrived.
+    """Subscribe to ``<prefix>/+/result`` (QoS 1), then answer questions about what arrived.
 
-    Protocol: puts ``("ready", subscribed)`` on ``answers``; waits for ``{device_id: last_seq}`` on
-    ``commands``; waits up to ``wait_s`` for all of ``1..last_seq`` of each device; puts
+    Protocol: puts ``("ready", subscribed)`` on ``answers``; then for each ``{device_id: last_seq}`` on
+    ``commands`` (None ends it) waits up to ``wait_s`` for all of ``1..last_seq`` of each device and puts
     ``{device_id: {"distinct", "messages", "frames", "missing"}}`` on ``answers`` (``frames`` counts the frames
     inside batched reports, 1 per plain report; ``missing`` lists the absent seqs).
     """
@@ -51,25 +51,25 @@ def count_reports(host: str, port: int, prefix: str, commands: Any, answers: Any
     client.loop_start()
     try:
         answers.put(("ready", subscribed.wait(10.0)))
-        expected: dict[str, int] = commands.get(timeout=3600)
-        deadline = time.monotonic() + wait_s
-        while time.monotonic() < deadline:
+        while (expected := commands.get(timeout=3600)) is not None:
+            deadline = time.monotonic() + wait_s
+            while time.monotonic() < deadline:
+                with lock:
+                    if all(len(seen.get(d, ())) >= n for d, n in expected.items()):
+                        break
+                time.sleep(0.05)
             with lock:
-                if all(len(seen.get(d, ())) >= n for d, n in expected.items()):
-                    break
-            time.sleep(0.05)
-        with lock:
-            answers.put(
-                {
-                    d: {
-                        "distinct": len(seen.get(d, ())),
-                        "messages": messages.get(d, 0),
-                        "frames": frames.get(d, 0),
-                        "missing": missing_seqs(seen.get(d, set()), n),
+                answers.put(
+                    {
+                        d: {
+                            "distinct": len(seen.get(d, ())),
+                            "messages": messages.get(d, 0),
+                            "frames": frames.get(d, 0),
+                            "missing": missing_seqs(seen.get(d, set()), n),
+                        }
+                        for d, n in expected.items()
                     }
-                    for d, n in expected.items()
-                }
-            )
+                )
     finally:
         client.disconnect()
         client.loop_stop()

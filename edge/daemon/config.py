@@ -173,7 +173,7 @@ _SCHEMA: dict[str, dict[str, tuple[Any, Any]]] = {
         "outbox": (Path, _DEFAULT_STATE),
         "outbox_capacity": (int, 10_000),
         "flush_timeout_s": (float, 10.0),
-        "commit_interval_s": (float, 0.05),
+        "commit_interval_s": (float, 0.2),
     },
     "commands": {
         "secret_file": (Path, None),

@@ -42,6 +42,7 @@ from edge.telemetry.schema import (
     Message,
     MessageKind,
     Result,
+    body_json,
     check_fields,
     check_name,
     kind_of,
@@ -53,9 +54,10 @@ log = logging.getLogger("edge.telemetry")
 
 #: Default bound on stored, unacknowledged reports (about 3 MB of telemetry).
 DEFAULT_CAPACITY = 10_000
-#: Default least time between two commits of the writer thread: at most 20 fsyncs a second, kind to an
-#: SD card; a report is on disk within about this long after ``add``.
-DEFAULT_COMMIT_INTERVAL_S = 0.05
+#: Default least time between two commits of the writer thread: at most 5 fsyncs a second, kind to an SD
+#: card and to the CPU (a WAL commit with its fsync cost ~1.5 ms of CPU here, kernel included: at 0.05 s
+#: the writer took twice the CPU per report); a report is on disk within about this long after ``add``.
+DEFAULT_COMMIT_INTERVAL_S = 0.2
 #: How long ``add`` waits for the writer when ``capacity`` reports are already queued in memory.
 QUEUE_WAIT_S = 30.0
 #: After a failed commit the writer tries again this much later (the reports stay queued meanwhile).
@@ -84,7 +86,8 @@ class OutboxRow:
 
 @dataclass(frozen=True)
 class _Queued:
-    message: Message  # serialised by the writer thread
+    message: Message
+    body: dict  # checked by ``add``; JSON-encoded by the writer thread
     kind: str
     created: float
     key: str | None
@@ -148,6 +151,7 @@ class Outbox:
             self._db.executescript(_SCHEMA)
             self._claim_device()
             self._next_seq = self._meta("next_seq")
+            self._rows = int(self._db.execute("SELECT COUNT(*) FROM outbox").fetchone()[0])  # kept up to date
         except sqlite3.Error as exc:
             raise TelemetryError(f"outbox {self.path}: cannot open as an SQLite outbox ({exc})") from exc
         except OSError as exc:
@@ -221,9 +225,9 @@ class Outbox:
             seq = self._next_seq
             now = time.time()
             stored = stamped(message, self.device_id, seq, message.timestamp or now)
-            check_fields(stored, envelope=False)  # raises for an invalid field before the number is taken
+            body = check_fields(stored, envelope=False)  # raises for an invalid field before the number is taken
             self._next_seq = seq + 1
-            self._queue.append(_Queued(stored, kind.value, now, key))
+            self._queue.append(_Queued(stored, body, kind.value, now, key))
             if key is not None:
                 self._queued_keys.add(key)
             if len(self._queue) == 1:
@@ -328,28 +332,30 @@ class Outbox:
             try:
                 self._db.executemany(
                     "INSERT INTO outbox (seq, kind, payload, created) VALUES (?, ?, ?, ?)",
-                    [(q.seq, q.kind, self._encode(q.message), q.created) for q in batch],
+                    [(q.seq, q.kind, self._encode(q), q.created) for q in batch],
                 )
                 self._db.executemany(
                     "INSERT OR REPLACE INTO receipts (key, seq) VALUES (?, ?)",
                     [(q.key, q.seq) for q in batch if q.key is not None],
                 )
                 self._set_meta("next_seq", batch[-1].seq + 1)
-                self._drop_overflow()
+                rows = self._drop_overflow(self._rows + len(batch))
                 self._db.execute("COMMIT")
             except BaseException:
                 if self._db.in_transaction:
                     self._db.execute("ROLLBACK")
                 raise
+            self._rows = rows
 
-    def _encode(self, message: Message) -> str:
+    def _encode(self, queued: _Queued) -> str:
         """The report's JSON; a result whose ``data`` can't be JSON is stored as an error result instead.
 
         ``add`` checked every field; only what is nested in a result's ``data`` (NaN, a numpy scalar) can
         still fail here. Its number is kept (no gap) and the consumer sees why the data is missing.
         """
+        message = queued.message
         try:
-            return to_json(message)
+            return body_json(queued.body, message)
         except TelemetryError as exc:
             if not isinstance(message, Result):
                 raise
@@ -358,12 +364,14 @@ class Outbox:
             error = {"error": f"result data could not be serialised: {exc}"}
             return to_json(dataclasses.replace(message, data=error))
 
-    def _drop_overflow(self) -> None:
-        (count,) = self._db.execute("SELECT COUNT(*) FROM outbox").fetchone()
-        excess = count - self.capacity
+    def _drop_overflow(self, rows: int) -> int:
+        """Delete the oldest rows beyond ``capacity`` given ``rows`` stored; return the rows left."""
+        excess = rows - self.capacity
         if excess > 0:
             self._db.execute("DELETE FROM outbox WHERE seq IN (SELECT seq FROM outbox ORDER BY seq LIMIT ?)", (excess,))
             self._set_meta("dropped", self._meta("dropped") + excess)
+            return self.capacity
+        return rows
 
     def _meta(self, key: str) -> int:
         return int(self._db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()[0])
@@ -389,8 +397,9 @@ class Outbox:
         with self._db_lock:
             try:
                 self._db.execute("BEGIN IMMEDIATE")
-                self._db.executemany("DELETE FROM outbox WHERE seq = ?", [(int(s),) for s in seqs])
+                deleted = self._db.executemany("DELETE FROM outbox WHERE seq = ?", [(int(s),) for s in seqs]).rowcount
                 self._db.execute("COMMIT")
+                self._rows -= deleted
             except sqlite3.Error as exc:
                 if self._db.in_transaction:
                     self._db.execute("ROLLBACK")
@@ -400,7 +409,8 @@ class Outbox:
         """Number of messages waiting for acknowledgement (committed or still queued for the disk)."""
         with self._cond:
             queued = len(self._queue)
-        return int(self._query("SELECT COUNT(*) FROM outbox", ())[0][0]) + queued
+        with self._db_lock:
+            return self._rows + queued
 
     @property
     def dropped(self) -> int:

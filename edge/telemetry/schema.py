@@ -210,7 +210,7 @@ def check_fields(message: Message, envelope: bool = True) -> dict[str, Any]:
     Args:
         message: the message.
         envelope: also check ``device_id`` and ``seq`` (False: the caller set them itself, e.g. the outbox,
-            which numbers the report; they are then left out of the body).
+            which numbers the report).
 
     Returns:
         The message as the JSON body's dict (``type`` first), ready for ``json.dumps``.
@@ -221,9 +221,10 @@ def check_fields(message: Message, envelope: bool = True) -> dict[str, Any]:
     kind = kind_of(message)
     body: dict[str, Any] = {"type": kind.value}
     for name, plain, hint in _checks(type(message)):
-        if not envelope and name in ("device_id", "seq"):
-            continue
         value = getattr(message, name)
+        if not envelope and name in ("device_id", "seq"):
+            body[name] = value
+            continue
         # Fast path for the common case (this runs on the device's inference thread for every report).
         if (
             type(value) in plain
@@ -251,7 +252,15 @@ def to_json(message: Message) -> str:
         TelemetryError: if a field (or anything nested in it) has a value JSON cannot carry faithfully
             (e.g. NaN, a numpy scalar) or a reader would reject.
     """
-    body = check_fields(message)
+    return body_json(check_fields(message), message)
+
+
+def body_json(body: dict[str, Any], message: Message) -> str:
+    """The wire JSON of a body ``check_fields`` made from ``message``.
+
+    Raises:
+        TelemetryError: if something nested in a field can't be JSON (NaN, a numpy scalar).
+    """
     try:
         return json.dumps(body, separators=(",", ":"), allow_nan=False)
     except (TypeError, ValueError) as exc:
