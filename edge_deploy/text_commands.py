@@ -17,7 +17,9 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     config = SamplingConfig(
         max_new_tokens=args.max_tokens, temperature=args.temperature, top_p=args.top_p, seed=args.seed
     )
-    with TextGenerator(Path(args.model_dir), threads=args.threads or default_threads()) as generator:
+    model_file = Path(args.model_file) if args.model_file else None
+    threads = args.threads or default_threads()
+    with TextGenerator(Path(args.model_dir), threads=threads, model_file=model_file) as generator:
         stream = generator.stream(args.prompt, config, chat=not args.raw)
         for piece in stream:
             if not args.json:
@@ -42,8 +44,9 @@ def add_generate(sub: argparse._SubParsersAction) -> None:
         "generate",
         help="stream an answer from a converted small language model",
         description="Apply the model's chat template to PROMPT, run prefill and token-by-token decode with a "
-        "KV cache on onnxruntime, and stream the answer as it comes. Reports time to first token and decode "
-        "tokens/s. Greedy by default; --temperature/--top-p/--seed for sampling.",
+        "KV cache on onnxruntime (or LiteRT for a .tflite --model-file), and stream the answer as it comes. "
+        "Reports time to first token and decode tokens/s. Greedy by default; --temperature/--top-p/--seed for "
+        "sampling.",
         epilog='example: edge-deploy generate out/slm "What is the capital of France?" --max-tokens 32',
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -56,4 +59,9 @@ def add_generate(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--raw", action="store_true", help="no chat template: continue PROMPT as plain text")
     p.add_argument("--threads", type=int, help="intra-op threads (default: all CPUs)")
     p.add_argument("--json", action="store_true", help="print only the result as JSON")
+    p.add_argument(
+        "--model-file",
+        help="run this model instead of the folder's ONNX one, with the folder's tokenizer and chat template; "
+        "a .tflite file (from the litert-torch export) runs on LiteRT",
+    )
     p.set_defaults(func=_cmd_generate)

@@ -74,15 +74,20 @@ class TextGenerator:
 
     Args:
         model_dir: a folder with ``generation.json``, the ONNX model and ``tokenizer.json``.
-        threads: onnxruntime intra-op threads.
+        threads: onnxruntime (or LiteRT) intra-op threads.
         max_context: cap the context below the model's own (memory on small boards); None for the model's.
+        model_file: run this model instead of the folder's ONNX one (same tokenizer and chat template); a
+            ``.tflite`` file (``convert_slm_tflite``) runs on LiteRT, anything else on onnxruntime.
 
     Raises:
         InputError: the folder, generation.json or tokenizer.json is missing or invalid.
-        InferenceError: onnxruntime cannot load the model.
+        InferenceError: the runtime cannot load the model.
+        MissingDependencyError: a ``.tflite`` model without ai-edge-litert installed.
     """
 
-    def __init__(self, model_dir: Path, threads: int = 1, max_context: int | None = None) -> None:
+    def __init__(
+        self, model_dir: Path, threads: int = 1, max_context: int | None = None, model_file: Path | None = None
+    ) -> None:
         tokenizers = require("tokenizers", "device", "tokenizing text for the language model")
         self.model_dir = Path(model_dir)
         if not self.model_dir.is_dir():
@@ -100,10 +105,16 @@ class TextGenerator:
             if max_context < 2:
                 raise InputError(f"max_context = {max_context}; expected at least 2")
             self.context = min(self.context, max_context)
-        self.decoder = OnnxDecoder(self.model_dir / self.spec.model_file, threads)
+        path = Path(model_file) if model_file is not None else self.model_dir / self.spec.model_file
+        if path.suffix == ".tflite":
+            from edge.text.litert_decoder import LiteRtDecoder
+
+            self.decoder = LiteRtDecoder(path, threads)
+        else:
+            self.decoder = OnnxDecoder(path, threads)
 
     def close(self) -> None:
-        """Release the onnxruntime session."""
+        """Release the runtime session."""
         self.decoder = None
 
     def __enter__(self) -> TextGenerator:

@@ -62,8 +62,8 @@ def build(slm_int4, tmp_path_factory):
 @pytest.fixture(scope="module")
 def generators(build):
     onnx_gen = TextGenerator(build["onnx_dir"], threads=2, max_context=KV_LEN)
-    tfl_gen = TextGenerator(build["onnx_dir"], threads=2, max_context=KV_LEN)
-    tfl_gen.decoder = LiteRtDecoder(build["tflite"].path, threads=2)
+    tfl_gen = TextGenerator(build["onnx_dir"], threads=2, max_context=KV_LEN, model_file=build["tflite"].path)
+    assert isinstance(tfl_gen.decoder, LiteRtDecoder)  # picked by the file's format
     yield onnx_gen, tfl_gen
     onnx_gen.close()
     tfl_gen.close()
