@@ -25,18 +25,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from benchmarks.procstat import vm_hwm_kib  # noqa: E402
+
 KINDS = ("baseline", "pipeline", "embedder", "dlib")
-
-
-def vm_hwm_kib() -> int:
-    """Peak resident set size of this process (VmHWM), KiB; -1 where /proc is missing."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1])
-    except OSError:
-        pass
-    return -1
 
 
 def run(kind: str, photos: list[np.ndarray], folder: Path | None, threads: int) -> int:

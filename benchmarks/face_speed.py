@@ -34,6 +34,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.face_speed_models import CACHE, RaceModels, eval_photos, race_models, real_chips  # noqa: E402
+from benchmarks.procstat import thread_count  # noqa: E402
 from edge.errors import InferenceError  # noqa: E402
 from edge.face.types import DLIB_SAME_PERSON_THRESHOLD  # noqa: E402
 from edge.profiles import TargetProfile, load_profile  # noqa: E402
@@ -325,17 +326,6 @@ def cpu_int8_note() -> str:
             "VNNI on this host, /proc/cpuinfo says otherwise)."
         )
     return f"This host's CPU reports no VNNI ({'AVX2' if has_avx2 else 'no AVX2'}): INT8 gains little over fp32 here."
-
-
-def thread_count() -> int:
-    """Threads of this process now (``Threads:`` of /proc/self/status); -1 where /proc is missing."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("Threads:"):
-                return int(line.split()[1])
-    except OSError:
-        pass
-    return -1
 
 
 def dlib_threads_note(rows: list[dict]) -> str:
