@@ -40,6 +40,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from converters.slm.agreement import leading_equal  # noqa: E402
 from edge.errors import EdgeDeployError, InferenceError, require  # noqa: E402
 
 CHILD = Path(__file__).resolve().parent / "slm_speed_child.py"
@@ -99,16 +100,6 @@ def prefill_rate(prompt_tokens: int, ttft_s: float) -> float:
 def decode_rate(steps: int, seconds: float) -> float:
     """Decode steps per second (0 when nothing ran)."""
     return steps / seconds if steps > 0 and seconds > 0 else 0.0
-
-
-def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    """How many leading tokens two generations share."""
-    n = 0
-    for x, y in zip(a, b, strict=False):
-        if x != y:
-            break
-        n += 1
-    return n
 
 
 def ratio(value: float | None, base: float | None) -> float | None:
@@ -281,7 +272,7 @@ def agreement(rows: list[dict], series: list[Series]) -> None:
         mine = tokens[(row["kind"], row["threads"], row["prompt"])]
         for key, base in (("agree_ref", REFERENCE), ("agree_peer", PEER)):
             other = tokens.get((base, row["threads"], row["prompt"]))
-            row[key] = common_prefix(mine, other) if other is not None else None
+            row[key] = leading_equal(mine, other) if other is not None else None
         row["text_tokens"] = list(mine)
 
 
@@ -300,7 +291,7 @@ def tokenization_check(worker: Worker, prompts: list[Prompt]) -> list[dict]:
     out = []
     for p in prompts:
         theirs = worker.ask({"op": "tokenize", "text": p.text})["ids"]
-        same = common_prefix(theirs, p.ids)
+        same = leading_equal(theirs, p.ids)
         out.append(
             {
                 "prompt": p.name,

@@ -109,7 +109,8 @@ def greedy_ids(decoder: OnnxDecoder, prompt_ids: list[int], tokens: int, stops: 
     return out
 
 
-def _leading_equal(a: Sequence[int], b: Sequence[int]) -> int:
+def leading_equal(a: Sequence[int], b: Sequence[int]) -> int:
+    """How many leading tokens two generations share."""
     count = 0
     for x, y in zip(a, b, strict=False):
         if x != y:
@@ -161,7 +162,7 @@ def greedy_agreement(
                 candidate_ids=tuple(cand),
                 reference_text=tok.decode(ref),
                 candidate_text=tok.decode(cand),
-                leading_equal=_leading_equal(ref, cand),
+                leading_equal=leading_equal(ref, cand),
             )
         )
     return GreedyAgreement(tuple(results), required)

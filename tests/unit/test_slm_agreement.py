@@ -4,18 +4,18 @@ from __future__ import annotations
 
 import pytest
 
-from converters.slm.agreement import GreedyAgreement, PromptAgreement, _leading_equal
+from converters.slm.agreement import GreedyAgreement, PromptAgreement, leading_equal
 from edge.errors import ValidationError
 
 
 def _prompt(prompt: str, ref: tuple[int, ...], cand: tuple[int, ...], ref_text: str, cand_text: str):
-    return PromptAgreement(prompt, ref, cand, ref_text, cand_text, _leading_equal(ref, cand))
+    return PromptAgreement(prompt, ref, cand, ref_text, cand_text, leading_equal(ref, cand))
 
 
-def test_leading_equal_counts_up_to_the_first_difference() -> None:
-    assert _leading_equal([1, 2, 3], [1, 2, 4]) == 2
-    assert _leading_equal([1, 2], [1, 2, 3]) == 2
-    assert _leading_equal([5], [6]) == 0
+def testleading_equal_counts_up_to_the_first_difference() -> None:
+    assert leading_equal([1, 2, 3], [1, 2, 4]) == 2
+    assert leading_equal([1, 2], [1, 2, 3]) == 2
+    assert leading_equal([5], [6]) == 0
 
 
 def test_short_reference_answers_need_only_their_length() -> None:

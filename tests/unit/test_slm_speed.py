@@ -22,9 +22,9 @@ def test_rates() -> None:
 
 
 def test_common_prefix() -> None:
-    assert slm_speed.common_prefix([1, 2, 3, 4], [1, 2, 9, 4]) == 2
-    assert slm_speed.common_prefix([1, 2], [1, 2, 3]) == 2
-    assert slm_speed.common_prefix([5], [1]) == 0
+    assert slm_speed.leading_equal([1, 2, 3, 4], [1, 2, 9, 4]) == 2
+    assert slm_speed.leading_equal([1, 2], [1, 2, 3]) == 2
+    assert slm_speed.leading_equal([5], [1]) == 0
 
 
 def test_ratio() -> None:
