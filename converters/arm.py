@@ -26,6 +26,7 @@ import compileall
 import enum
 import fcntl
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -162,6 +163,18 @@ def _dist_name(wheel_file: str) -> str:
 def _host_pip() -> str:
     venv_pip = Path(sys.executable).with_name("pip")
     return str(venv_pip) if venv_pip.is_file() else "pip"
+
+
+def read_result(path: Path, script: Path) -> dict:
+    """The JSON result ``script`` (a guest script of scripts/arm) wrote to ``path``.
+
+    Raises:
+        InferenceError: the file is missing or not JSON (the script failed before writing it).
+    """
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise InferenceError(f"{path}: no readable result from {script.name} ({exc})") from exc
 
 
 def _run_host(cmd: list[str], timeout: float, what: str) -> None:

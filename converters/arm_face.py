@@ -8,14 +8,13 @@ same/different decision at dlib's 0.6.
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from converters.arm import SCRIPTS, ArmGuest, prepare_guest
+from converters.arm import SCRIPTS, ArmGuest, prepare_guest, read_result
 from edge.errors import InferenceError, InputError, ValidationError
 from edge.progress import ProgressFn, silent
 
@@ -147,14 +146,7 @@ def run_face_both(
     if done.returncode != 0:
         raise InferenceError(f"{RUN_FACE.name} on the host exited with {done.returncode}:\n{done.stderr[-2000:]}")
     guest.run(RUN_FACE, [*args, "--out", str(guest_out), *photos], timeout=timeout)
-    return _read(host_out), _read(guest_out)
-
-
-def _read(path: Path) -> dict:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
-        raise InferenceError(f"{path}: no readable result from {RUN_FACE.name} ({exc})") from exc
+    return read_result(host_out, RUN_FACE), read_result(guest_out, RUN_FACE)
 
 
 def check_face_models(

@@ -9,7 +9,6 @@ the greedy pick and the incremental detokenisation); the prompt's prefill is in 
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -17,7 +16,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from converters.arm import SCRIPTS, ArmGuest
+from converters.arm import SCRIPTS, ArmGuest, read_result
 from converters.arm_cost import DEFAULT_PLUGIN, InsnCounts, count_instructions
 from edge.errors import InferenceError, InputError
 
@@ -27,13 +26,6 @@ RUN_TEXT = SCRIPTS / "run_text.py"
 def _args(model_dir: Path, out: Path, tokens: int, prompt: str | None) -> list[str]:
     args = ["--model", str(Path(model_dir).resolve()), "--out", str(out), "--max-new-tokens", str(tokens)]
     return args + (["--prompt", prompt] if prompt else [])
-
-
-def _read(path: Path) -> dict:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
-        raise InferenceError(f"{path}: no readable result from {RUN_TEXT.name} ({exc})") from exc
 
 
 def run_text_both(
@@ -55,7 +47,7 @@ def run_text_both(
     if done.returncode != 0:
         raise InferenceError(f"{RUN_TEXT.name} on the host exited with {done.returncode}:\n{done.stderr[-2000:]}")
     guest.run(RUN_TEXT, _args(model_dir, guest_out, tokens, prompt), timeout=timeout)
-    return _read(host_out), _read(guest_out)
+    return read_result(host_out, RUN_TEXT), read_result(guest_out, RUN_TEXT)
 
 
 @dataclass(frozen=True)
@@ -98,7 +90,7 @@ def measure_generation(
             if 1 not in run.regions:
                 raise InferenceError(f"{RUN_TEXT.name} on {guest.cpu.value}: the plugin saw no region 1")
             counts.append(run.regions[1])
-            results.append(_read(out))
+            results.append(read_result(out, RUN_TEXT))
     finally:
         out.unlink(missing_ok=True)
     if results[1]["stop_reason"] != "max_tokens" or len(results[1]["tokens"]) != n + k:
