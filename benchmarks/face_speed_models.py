@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from edge.digest import file_sha256
 from edge.errors import ConversionError, EdgeDeployError, InputError
 from edge.face import models as face_models
 from edge.profiles import Precision, TargetProfile
@@ -100,7 +101,7 @@ def build_tflite(onnx_fp32: Path, cache: Path, calib_nchw: np.ndarray | None, pr
     """
     from converters.tflite import export_tflite
 
-    folder = cache / f"tflite-{face_models.sha256_of(onnx_fp32)[:KEY_CHARS]}"
+    folder = cache / f"tflite-{file_sha256(onnx_fp32)[:KEY_CHARS]}"
     files = {v: folder / f"{onnx_fp32.stem}_{v}.tflite" for v in ("fp32", "int8", "int8_float_io")}
     if all(p.is_file() for p in files.values()):
         return files
@@ -120,7 +121,7 @@ def race_models(profile: TargetProfile, calibration_count: int, progress: Progre
     chips = None
     if calib is not None:
         chips = np.concatenate([f["chip"] for f in calib.feeds["embedder"]])
-    elif not (CACHE / f"tflite-{face_models.sha256_of(onnx_fp32)[:KEY_CHARS]}").is_dir():
+    elif not (CACHE / f"tflite-{file_sha256(onnx_fp32)[:KEY_CHARS]}").is_dir():
         from converters.face_calib import collect_calibration
 
         calib = collect_calibration(fp32_dir, calibration_count, threads=2, progress=progress)

@@ -36,6 +36,7 @@ from converters.quantize import (
     to_ort_format_all,
 )
 from edge import __version__
+from edge.digest import file_sha256
 from edge.errors import ConversionError, InputError, ValidationError
 from edge.face import models as face_models
 from edge.profiles import Arch, Precision, TargetProfile
@@ -177,7 +178,7 @@ def _mode_for(precision: Precision, mode: QuantMode | None) -> QuantMode:
 
 
 def _file_info(path: Path) -> dict:
-    return {"file": path.name, "size": path.stat().st_size, "sha256": face_models.sha256_of(path)}
+    return {"file": path.name, "size": path.stat().st_size, "sha256": file_sha256(path)}
 
 
 def _quantize_all(fp32, out_dir, settings, calib: CalibrationSet | None, tag: str, progress) -> dict[str, Path]:

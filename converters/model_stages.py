@@ -20,6 +20,7 @@ from typing import Any
 
 from converters.sources import SMOLLM2, ModelSource
 from edge import __version__
+from edge.digest import file_sha256
 from edge.errors import ConversionError
 from edge.profiles import Precision, TargetProfile
 from edge.progress import ProgressFn
@@ -115,7 +116,7 @@ class ModelStage:
         h = hashlib.sha256()
         h.update(f"{self.kind}\0{precision.value}\0{__version__}\0{STAGE_CODE_VERSION}\0".encode())
         for source in self.sources():
-            h.update(source.key.encode() + b"\0" + _file_sha256(source.locate()).encode() + b"\0")
+            h.update(source.key.encode() + b"\0" + file_sha256(source.locate()).encode() + b"\0")
         h.update(Path(profile.source).read_bytes())
         for path in self.code_files():
             h.update(path.relative_to(REPO_ROOT).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
@@ -166,14 +167,6 @@ def import_closure(modules: tuple[str, ...], roots: tuple[str, ...] = ("converte
         package = name if path.name == "__init__.py" else name.rpartition(".")[0]
         todo.extend(_imported_names(path, package) - seen)
     return files
-
-
-def _file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _files_of(folder: Path) -> tuple[str, ...]:

@@ -19,7 +19,6 @@ Model stages are cached under ``cache_dir/stages`` (see ``converters.model_stage
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 import tarfile
@@ -33,6 +32,7 @@ from converters.model_stages import STAGES, ModelStage, StageContext, StageResul
 from converters.wheelhouse import REPO_ROOT, prepare_wheelhouse
 from edge import __version__
 from edge.bundle import BUNDLE_FORMAT, MANIFEST_FILE, MANIFEST_SCHEMA_VERSION, verify_bundle
+from edge.digest import file_sha256
 from edge.errors import BundleError
 from edge.profiles import Precision, TargetProfile
 from edge.progress import ProgressFn, silent
@@ -161,14 +161,6 @@ def _run_stage(
     return folder / "files", result, key, False
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def _prepare_folder(folder: Path) -> None:
     """Empty ``folder`` for a new build, refusing to delete anything that is not a bundle of ours."""
     if folder.exists():
@@ -200,13 +192,14 @@ def _manifest(folder: Path, profile: TargetProfile, models: list[dict], wheelhou
         "built_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "profile": {
             "file": f"profile/{Path(profile.source).name}",
-            "sha256": _sha256(Path(profile.source)),
+            "sha256": file_sha256(Path(profile.source)),
             "settings": profile.to_dict(),
         },
         "models": models,
         "wheelhouse": wheelhouse,
         "files": [
-            {"path": p.relative_to(folder).as_posix(), "size": p.stat().st_size, "sha256": _sha256(p)} for p in files
+            {"path": p.relative_to(folder).as_posix(), "size": p.stat().st_size, "sha256": file_sha256(p)}
+            for p in files
         ],
     }
 

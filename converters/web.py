@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from edge import __version__
+from edge.digest import file_sha256
 from edge.errors import BundleError, InputError, MissingDependencyError, ProfileError, require
 from edge.face import models as face_models
 from edge.face.types import DLIB_SAME_PERSON_THRESHOLD
@@ -259,7 +260,7 @@ def _manifest(profile: TargetProfile, out_dir: Path, model_rows: list[dict], ort
     for row in files:
         p = out_dir / row["path"]
         row["size"] = p.stat().st_size
-        row["sha256"] = face_models.sha256_of(p)
+        row["sha256"] = file_sha256(p)
     return {
         "schema_version": WEB_MANIFEST_SCHEMA_VERSION,
         "kind": "browser-site",

@@ -8,7 +8,6 @@ state (temperature, clock, throttling) before and after. The PNG plot lives in `
 
 from __future__ import annotations
 
-import hashlib
 import math
 import resource
 import sys
@@ -21,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from edge.board import BoardInfo, SocState, read_soc_state
+from edge.digest import file_sha256
 from edge.errors import InputError
 from edge.runtime.base import Model, TensorSpec
 
@@ -246,15 +246,6 @@ def _soc_text(state: SocState) -> str:
 
 
 # --- the run ---------------------------------------------------------------------------------------------
-
-
-def file_sha256(path: Path) -> str:
-    """The hex sha256 of a file, read in 1 MB blocks."""
-    digest = hashlib.sha256()
-    with Path(path).open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def peak_rss_mb() -> float:

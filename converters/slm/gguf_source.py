@@ -14,7 +14,6 @@ Usage::
 
 from __future__ import annotations
 
-import hashlib
 import importlib.metadata
 import importlib.util
 import json
@@ -25,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
+from edge.digest import file_sha256
 from edge.errors import ConversionError, InputError, require
 
 GGUF_MAGIC = b"GGUF"
@@ -143,11 +143,7 @@ def source_info(path: Path) -> SourceInfo:
         version = importlib.metadata.version(SMOLLM2_PACKAGE)
     except importlib.metadata.PackageNotFoundError:
         version = "unknown"
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return SourceInfo(SMOLLM2_PACKAGE, version, "Apache-2.0", path.name, digest.hexdigest())
+    return SourceInfo(SMOLLM2_PACKAGE, version, "Apache-2.0", path.name, file_sha256(path))
 
 
 def check_header(path: Path) -> int:

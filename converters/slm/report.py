@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import hashlib
 import importlib.metadata
 import json
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from edge.digest import file_sha256
 
 if TYPE_CHECKING:
     from converters.slm.build import SlmOptions
@@ -20,14 +21,6 @@ EVAL_TEXT_NOTE = (
     "U.S. Constitution (a U.S. government work, public domain), as shipped in the wordcloud 1.9.6 sdist "
     "on PyPI (examples/constitution.txt)"
 )
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _version(name: str) -> str | None:
@@ -76,7 +69,7 @@ def build_report(
             "limit": result.limit,
             "passed": result.passed,
         },
-        "files": {p.name: {"bytes": p.stat().st_size, "sha256": _sha256(p)} for p in files},
+        "files": {p.name: {"bytes": p.stat().st_size, "sha256": file_sha256(p)} for p in files},
         "timings_s": timings,
         "tools": {name: _version(name) for name in _TOOLS},
     }

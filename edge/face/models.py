@@ -7,11 +7,11 @@ guessing from file names.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from edge.digest import file_sha256
 from edge.errors import InputError
 
 MODELS_FILE = "models.json"
@@ -41,17 +41,9 @@ class ModelEntry:
         return dict(self.__dict__)
 
 
-def sha256_of(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def describe(path: Path, role: str, fmt: str, precision: str, source: dict) -> ModelEntry:
     """A ModelEntry for a file that exists now (hash and size measured)."""
-    return ModelEntry(role, path.name, fmt, precision, sha256_of(path), path.stat().st_size, source)
+    return ModelEntry(role, path.name, fmt, precision, file_sha256(path), path.stat().st_size, source)
 
 
 def write_models_file(folder: Path, entries: list[ModelEntry], target: str, tool_version: str) -> Path:

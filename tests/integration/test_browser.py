@@ -153,12 +153,12 @@ def _broken_site(site: Path, out: Path, rehash: bool) -> Path:
     data[100:4000] = b"\x00" * 3900  # wreck the protobuf header region
     model.write_bytes(bytes(data))
     if rehash:  # a tampered manifest: only onnxruntime-web itself can notice
-        from edge.face.models import sha256_of
+        from edge.digest import file_sha256
 
         manifest = json.loads((out / "manifest.json").read_text())
         for row in manifest["files"]:
             if row["path"] == "models/face_embedder.onnx":
-                row["sha256"] = sha256_of(model)
+                row["sha256"] = file_sha256(model)
         (out / "manifest.json").write_text(json.dumps(manifest))
     return out
 
@@ -167,9 +167,9 @@ def test_damaged_model_file_shows_an_error(site, browser, tmp_path):
     broken = _broken_site(site, tmp_path / "site", rehash=False)
     manifest = json.loads((broken / "manifest.json").read_text())
     row = next(r for r in manifest["files"] if r["path"] == "models/face_embedder.onnx")
-    from edge.face.models import sha256_of
+    from edge.digest import file_sha256
 
-    digest = sha256_of(broken / "models" / "face_embedder.onnx")
+    digest = file_sha256(broken / "models" / "face_embedder.onnx")
     with WebServer(broken, port=0) as server:
         assert browser.open(server.url) == "error"
         assert browser.text("error") == (

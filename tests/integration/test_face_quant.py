@@ -22,6 +22,7 @@ from converters.face_quant import DEFAULT_CALIBRATION_COUNT, quantize_face_model
 from converters.face_quant_eval import fp32_reference  # noqa: E402
 from converters.facedata import make_eval_set  # noqa: E402
 from converters.quantize import QuantMode, op_counts, quantize_model, settings_for, to_ort_format  # noqa: E402
+from edge.digest import file_sha256
 from edge.errors import ValidationError  # noqa: E402
 from edge.face import models as face_models  # noqa: E402
 from edge.face.embed import FaceEmbedder  # noqa: E402
@@ -99,7 +100,7 @@ def test_models_json_points_at_the_shipped_ort_files(rpi4_build):
     }
     emb = entries[face_models.ROLE_EMBEDDER]
     assert emb.file == "face_embedder.int8.ort"
-    assert emb.sha256 == face_models.sha256_of(rpi4_build.out_dir / emb.file)
+    assert emb.sha256 == file_sha256(rpi4_build.out_dir / emb.file)
     fp32_size = rpi4_build.onnx_files["embedder"]["fp32_size"]
     assert fp32_size / rpi4_build.onnx_files["embedder"]["size"] > 3.5  # int8 weights: ~4x smaller
 

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from converters.web import ORT_FILES, PAGE_FILES, build_browser, ort_dist, shape5_to_web
+from edge.digest import file_sha256
 from edge.errors import BundleError, InputError, MissingDependencyError, ProfileError
 from edge.face import models as fm
-from edge.face.models import sha256_of
 from edge.profiles import load_profile
 
 SRC = {"package": "test", "licence": "CC0"}
@@ -89,7 +89,7 @@ def test_build_writes_page_runtime_models_and_a_manifest_of_hashes(models, web_d
         | {"models/shape5.bin", "models/shape5.json"}
     )
     for row in manifest["files"]:
-        assert row["sha256"] == sha256_of(out / row["path"]) and row["size"] == (out / row["path"]).stat().st_size
+        assert row["sha256"] == file_sha256(out / row["path"]) and row["size"] == (out / row["path"]).stat().st_size
     assert manifest["runtime"]["onnxruntime_web"] == "1.30.0" and manifest["runtime"]["precision"] == "fp32"
     assert manifest["text"] is None and manifest["profile"]["name"] == "browser-wasm"
     assert build.files == len(manifest["files"]) and build.bytes == sum(f["size"] for f in manifest["files"])
