@@ -87,8 +87,7 @@ class OutboxRow:
 @dataclass(frozen=True)
 class _Queued:
     message: Message
-    body: dict  # checked by ``add``; JSON-encoded by the writer thread
-    kind: str
+    body: dict  # checked by ``add`` (its "type" is the kind); JSON-encoded by the writer thread
     created: float
     key: str | None
 
@@ -227,7 +226,7 @@ class Outbox:
             stored = stamped(message, self.device_id, seq, message.timestamp or now)
             body = check_fields(stored, envelope=False)  # raises for an invalid field before the number is taken
             self._next_seq = seq + 1
-            self._queue.append(_Queued(stored, body, kind.value, now, key))
+            self._queue.append(_Queued(stored, body, now, key))
             if key is not None:
                 self._queued_keys.add(key)
             if len(self._queue) == 1:
@@ -332,7 +331,7 @@ class Outbox:
             try:
                 self._db.executemany(
                     "INSERT INTO outbox (seq, kind, payload, created) VALUES (?, ?, ?, ?)",
-                    [(q.seq, q.kind, self._encode(q), q.created) for q in batch],
+                    [(q.seq, q.body["type"], self._encode(q), q.created) for q in batch],
                 )
                 self._db.executemany(
                     "INSERT OR REPLACE INTO receipts (key, seq) VALUES (?, ?)",
