@@ -5,8 +5,9 @@ Design:
 - **Group commit.** ``add`` checks the report's fields, numbers it and queues it in memory; it never waits
   for the disk. A writer thread serialises and commits whatever has queued since its last commit in one
   transaction (one fsync for many reports), at most every ``commit_interval_s`` seconds. Serialising off
-  the caller's thread matters: right after an inference has swept the CPU caches, JSON-encoding one face
-  result took ~60 us, 1 % of a 6 ms inference on its own. A result whose nested ``data`` turns out not to
+  the caller's thread keeps the inference thread's share to a few checks: right after an inference has
+  swept the CPU caches, every line of Python there is slow (benchmarks/telemetry_overhead.py measures
+  what ``report()`` costs per call). A result whose nested ``data`` turns out not to
   be JSON (NaN, a numpy scalar) is stored under its number as an error result, and logged. The link only
   ever reads committed rows, so nothing is sent before it is on disk. ``add(..., wait=True)``,
   ``wait_stored`` and ``flush`` wait for the commit when a caller needs the report on disk before it goes
@@ -55,8 +56,8 @@ log = logging.getLogger("edge.telemetry")
 #: Default bound on stored, unacknowledged reports (about 3 MB of telemetry).
 DEFAULT_CAPACITY = 10_000
 #: Default least time between two commits of the writer thread: at most 5 fsyncs a second, kind to an SD
-#: card and to the CPU (a WAL commit with its fsync cost ~1.5 ms of CPU here, kernel included: at 0.05 s
-#: the writer took twice the CPU per report); a report is on disk within about this long after ``add``.
+#: card and to the CPU (each WAL commit and its fsync cost CPU time, the kernel's included); a report is on
+#: disk within about this long after ``add``.
 DEFAULT_COMMIT_INTERVAL_S = 0.2
 #: How long ``add`` waits for the writer when ``capacity`` reports are already queued in memory.
 QUEUE_WAIT_S = 30.0
