@@ -1,9 +1,9 @@
 """Exact ARM cost: executed instructions per inference of the face models on emulated Pi 4 / Pi 5 cores.
 
-Each model runs in the arm64 guest (``converters.arm``) under the counting TCG plugin
+Each model runs in the arm64 guest (``converters.arm.guest``) under the counting TCG plugin
 (``scripts/arm/insncount.c``) 0, 0, 1 and 1+k times; the differences give the first and the steady-state
-inference (``converters.arm_cost``). fp32 models are the ONNX export; INT8 models are the profile's static
-QDQ build (``converters.face_quant``: rpi4 for the A72, rpi5 for the A76) in the ORT format a bundle ships.
+inference (``converters.arm.cost``). fp32 models are the ONNX export; INT8 models are the profile's static
+QDQ build (``converters.face.quantize``: rpi4 for the A72, rpi5 for the A76) in the ORT format a bundle ships.
 With ``--litert``, the embedder also goes through onnx2tf to TFLite (fp32 and full-integer INT8) and runs
 on LiteRT (XNNPACK). Counts do not depend on the machine's load; they took ~10-40 s of emulation each.
 
@@ -27,10 +27,11 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from converters.arm import DEFAULT_CACHE, REPO, prepare_guest  # noqa: E402
-from converters.arm_cost import DEFAULT_PLUGIN, ModelCost, measure_model  # noqa: E402
-from converters.arm_face import write_probe_photos  # noqa: E402
-from converters.face import export_face_models  # noqa: E402
+from converters.arm.cost import DEFAULT_PLUGIN, ModelCost, measure_model  # noqa: E402
+from converters.arm.face import write_probe_photos  # noqa: E402
+from converters.arm.guest import DEFAULT_CACHE, prepare_guest
+from converters.face.build import export_face_models  # noqa: E402
+from converters.paths import REPO_ROOT as REPO  # noqa: E402
 from edge.face import models as face_models  # noqa: E402
 
 PROFILE_OF_CPU = {"cortex-a72": "rpi4", "cortex-a76": "rpi5"}
@@ -49,7 +50,7 @@ def say(message: str) -> None:
 
 def int8_folder(fp32: Path, target: str, calibration: int) -> Path:
     """The profile's INT8 face models (static QDQ, ORT format), built once into .cache/arm."""
-    from converters.face_quant import quantize_face_models
+    from converters.face.quantize import quantize_face_models
     from edge.profiles import Precision, load_profile
 
     out = DEFAULT_CACHE / f"face-int8-{target}"
@@ -60,7 +61,7 @@ def int8_folder(fp32: Path, target: str, calibration: int) -> Path:
 
 
 def int8_file(int8_dir: Path, fp32_file: Path) -> Path:
-    """The INT8 twin of an fp32 model in a ``face_quant`` folder: ``<stem>.int8.ort`` (else ``.int8.onnx``)."""
+    """The INT8 twin of an fp32 model in a quantized face folder: ``<stem>.int8.ort`` (else ``.int8.onnx``)."""
     for suffix in (".int8.ort", ".int8.onnx"):
         path = int8_dir / f"{fp32_file.stem}{suffix}"
         if path.is_file():
@@ -87,8 +88,8 @@ def model_inputs(fp32: Path, work: Path) -> dict[str, Path]:
 
 def litert_embedders(fp32: Path, chip_npy: Path, calibration: int) -> dict[str, Path]:
     """The embedder as TFLite (fp32 and full-integer INT8, float I/O) via onnx2tf, built once."""
-    from converters.face_calib import collect_calibration
-    from converters.tflite import export_tflite
+    from converters.face.calibration import collect_calibration
+    from converters.tflite.convert import export_tflite
 
     out = DEFAULT_CACHE / "face-tflite"
     files = {"fp32": out / "face_embedder_fp32.tflite", "int8": out / "face_embedder_int8_float_io.tflite"}

@@ -29,7 +29,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from benchmarks.report import machine_line, write_section  # noqa: E402
-from converters.web import build_browser  # noqa: E402
+from converters.package.web import build_browser  # noqa: E402
 from edge.imageio import load_image  # noqa: E402
 from edge.profiles import load_profile  # noqa: E402
 from edge.webserve import WebServer  # noqa: E402
@@ -41,7 +41,7 @@ SCREENSHOT = REPO / "docs" / "img" / "browser-demo.png"
 def _models(arg: str | None, work: Path) -> Path:
     if arg:
         return Path(arg)
-    from converters.face import _export
+    from converters.face.build import _export
     from edge.face.models import write_models_file
 
     out = work / "models"

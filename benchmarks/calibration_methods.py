@@ -4,7 +4,7 @@ per-channel weights, uint8 vs int8 activations, measured against fp32 on the eva
 Each net is quantized alone and swapped into the otherwise fp32 pipeline, so every number belongs to one
 net: the embedder is judged by cosine to fp32 on the same chips and same/different agreement on the
 evaluation pairs; PNet/RNet/ONet by the IoU of every fp32-found face's box with its twin and faces lost.
-Calibration data: ``converters.facedata.calibration_images`` (never the evaluation images).
+Calibration data: ``converters.face.facedata.calibration_images`` (never the evaluation images).
 
     .venv/bin/python benchmarks/calibration_methods.py --fp32-dir OUT_OF_CONVERT_FACE [--count 120]
 
@@ -24,9 +24,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from converters.face_calib import NET_ROLES, chip_landmarks, collect_calibration  # noqa: E402
-from converters.face_quant_eval import evaluate_detector, evaluate_embedder, fp32_reference  # noqa: E402
-from converters.facedata import make_eval_set  # noqa: E402
+from converters.face.calibration import NET_ROLES, chip_landmarks, collect_calibration  # noqa: E402
+from converters.face.facedata import make_eval_set  # noqa: E402
+from converters.face.quant_eval import evaluate_detector, evaluate_embedder, fp32_reference  # noqa: E402
 from converters.quantize import QuantMode, QuantSettings, quantize_model  # noqa: E402
 from edge.face import models as face_models  # noqa: E402
 from edge.profiles import CalibrationMethod, QuantType  # noqa: E402

@@ -53,7 +53,7 @@ def run(kind: str, photos: list[np.ndarray], folder: Path | None, threads: int) 
 
         with FaceEmbedder(folder, threads=threads) as embedder:
             return sum(len(embedder.embed(chip[None])) for chip in photos)
-    from converters.reference import ReferencePipeline  # imports only edge.errors and dlib
+    from converters.face.reference import ReferencePipeline  # imports only edge.errors and dlib
 
     reference = ReferencePipeline()
     return sum(len(reference.analyze(rgb)) for rgb in photos)

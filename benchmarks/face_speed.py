@@ -91,7 +91,7 @@ def _dlib_contender(path: Path) -> Contender:
 
 def _ours_contender(name: str, runtime: str, precision: str, path: Path, threads: int) -> Contender:
     """Our embedder through ``edge.runtime.open_model`` (what the device uses), one chip per call."""
-    from converters.tflite import dequantize, quantize
+    from converters.tflite.convert import dequantize, quantize
     from edge.runtime import open_model
 
     model = open_model(path, threads=threads, backend=runtime)
@@ -351,7 +351,7 @@ def _dlib_thread_verdict(row: dict) -> str:
 
 def run_race(profile: TargetProfile, rounds: int, n_chips: int, rss_photos: int, calibration: int, progress) -> dict:
     """Build or reuse the models, check, race, measure sizes and peak RSS; return everything as a dict."""
-    from converters.reference import dlib_model_path
+    from converters.face.reference import dlib_model_path
 
     models = race_models(profile, calibration, progress)
     photos = eval_photos()
@@ -389,7 +389,7 @@ def run_race(profile: TargetProfile, rounds: int, n_chips: int, rss_photos: int,
         "sizes": sizes(models, dlib_model),
         "rss": peak_rss(models, [rgb for _n, rgb in photos[:rss_photos]], chips, 1, progress),
         "dlib_note": dlib_threads_note(rows),
-        "int8_source": f"converters.face_quant.quantize_face_models(..., {profile.name}, int8) (static QDQ, "
+        "int8_source": f"converters.face.quantize.quantize_face_models(..., {profile.name}, int8) (static QDQ, "
         f"{q['settings']['embedder']['calibration']} calibration)",
         "quant_gate": gate_text,
         "cpu_note": cpu_int8_note(),

@@ -1,10 +1,10 @@
 """The models and chips the face speed race runs on, built once and cached under ``.cache/bench/``.
 
-* fp32 folder: ``converters.face._export`` + ``models.json`` (dlib's ResNet-29 embedder, MTCNN, shape5);
-* INT8 folder: ``converters.face_quant.quantize_face_models`` (static QDQ per target profile, with the
+* fp32 folder: ``converters.face.build._export`` + ``models.json`` (dlib's ResNet-29 embedder, MTCNN, shape5);
+* INT8 folder: ``converters.face.quantize.quantize_face_models`` (static QDQ per target profile, with the
   accuracy gate; it ships ORT-format files and keeps the QDQ ``.onnx`` next to them), keyed by the fp32
   embedder's sha256;
-* TFLite: ``converters.tflite.export_tflite`` (onnx2tf, its own venv) on the fp32 embedder, INT8 calibrated
+* TFLite: ``converters.tflite.convert.export_tflite`` (onnx2tf, its own venv) on the fp32 embedder, INT8 calibrated
   on the same embedder chips as the ONNX INT8 model, keyed by the fp32 embedder's sha256;
 * chips: real aligned chips the fp32 pipeline cuts from the evaluation photos (``make_eval_set(0)``).
 
@@ -63,7 +63,7 @@ def _usable(folder: Path) -> bool:
 
 def build_fp32(cache: Path, progress: ProgressFn = silent) -> Path:
     """The fp32 face models folder, exported once into ``cache/face-fp32`` (``export_face_models``)."""
-    from converters.face import export_face_models
+    from converters.face.build import export_face_models
 
     return export_face_models(cache / "face-fp32", "host", progress)
 
@@ -74,8 +74,8 @@ def build_int8(fp32_dir: Path, profile: TargetProfile, cache: Path, calibration_
     Returns:
         (int8 folder, calibration set or None when the folder came from the cache).
     """
-    from converters.face_calib import collect_calibration
-    from converters.face_quant import quantize_face_models
+    from converters.face.calibration import collect_calibration
+    from converters.face.quantize import quantize_face_models
 
     key = face_models.read_models_file(fp32_dir)[face_models.ROLE_EMBEDDER].sha256[:KEY_CHARS]
     folder = cache / f"face-int8-{profile.name}-c{calibration_count}-{key}"
@@ -99,7 +99,7 @@ def build_tflite(onnx_fp32: Path, cache: Path, calib_nchw: np.ndarray | None, pr
             collected again (only needed if the TFLite cache is empty).
         progress: one line per step.
     """
-    from converters.tflite import export_tflite
+    from converters.tflite.convert import export_tflite
 
     folder = cache / f"tflite-{file_sha256(onnx_fp32)[:KEY_CHARS]}"
     files = {v: folder / f"{onnx_fp32.stem}_{v}.tflite" for v in ("fp32", "int8", "int8_float_io")}
@@ -122,7 +122,7 @@ def race_models(profile: TargetProfile, calibration_count: int, progress: Progre
     if calib is not None:
         chips = np.concatenate([f["chip"] for f in calib.feeds["embedder"]])
     elif not (CACHE / f"tflite-{file_sha256(onnx_fp32)[:KEY_CHARS]}").is_dir():
-        from converters.face_calib import collect_calibration
+        from converters.face.calibration import collect_calibration
 
         calib = collect_calibration(fp32_dir, calibration_count, threads=2, progress=progress)
         chips = np.concatenate([f["chip"] for f in calib.feeds["embedder"]])
@@ -142,7 +142,7 @@ def race_models(profile: TargetProfile, calibration_count: int, progress: Progre
 
 def eval_photos(limit: int | None = None) -> list[tuple[str, np.ndarray]]:
     """(name, uint8 RGB) of the evaluation photos: originals and their seeded augmentations."""
-    from converters.facedata import make_eval_images
+    from converters.face.facedata import make_eval_images
 
     images = make_eval_images(0)
     return [(im.name, im.rgb) for im in images[:limit]]

@@ -16,7 +16,7 @@ DEFAULT_CACHE = Path.home() / ".cache" / "edge-deploy" / "build"
 
 
 def _cmd_build(args: argparse.Namespace) -> int:
-    from converters.package import BuildOptions, build_bundle
+    from converters.package.bundle import BuildOptions, build_bundle
     from edge.progress import StepProgress
 
     profile = load_profile(args.target, Path(args.profiles))
@@ -27,7 +27,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
     )
     progress = StepProgress(stream=None if args.quiet else sys.stderr)
     if profile.runtime.default is Runtime.ONNXRUNTIME_WEB:
-        from converters.package import build_browser_site
+        from converters.package.bundle import build_browser_site
 
         site = build_browser_site(profile, [args.model], Path(args.output), Path(args.cache), progress)
         data = {"site": str(site.out_dir), "files": site.files, "bytes": site.bytes}

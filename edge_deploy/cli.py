@@ -89,7 +89,7 @@ def _add_targets(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_convert_face(args: argparse.Namespace) -> int:
-    from converters.face import build_face_models
+    from converters.face.build import build_face_models
     from edge.profiles import Precision
     from edge.progress import StepProgress
 

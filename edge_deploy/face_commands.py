@@ -107,7 +107,7 @@ def add_face(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from converters.demo import run_main_job
+    from converters.demo.host import run_main_job
     from edge.profiles import load_profile
     from edge.progress import StepProgress
     from edge_deploy.device_commands import broker_config

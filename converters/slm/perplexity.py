@@ -14,11 +14,12 @@ from pathlib import Path
 
 import numpy as np
 
+from converters.paths import REPO_ROOT
 from edge.errors import InputError, ValidationError
 from edge.text.decoder import OnnxDecoder
 
 #: The evaluation text kept in the repository (see data/README.md for where it came from).
-DEFAULT_TEXT = Path(__file__).resolve().parents[2] / "data" / "us_constitution.txt"
+DEFAULT_TEXT = REPO_ROOT / "data" / "us_constitution.txt"
 
 
 @dataclass(frozen=True)

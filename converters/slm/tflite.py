@@ -2,7 +2,7 @@
 
 litert-torch pulls jax, transformers, torchao and its own converter (~2 GB) that the main environment must
 not carry, so it lives in ``.venv-litert-torch`` (``bash scripts/setup_litert_torch.sh``) and this module
-runs ``converters/slm/litert_export.py`` with that venv's python in a subprocess, with a timeout. The
+runs ``scripts/slm/litert_export.py`` with that venv's python in a subprocess, with a timeout. The
 result runs on the device with ``edge.text.litert_decoder.LiteRtDecoder`` (ai-edge-litert only).
 """
 
@@ -20,15 +20,15 @@ from pathlib import Path
 
 import numpy as np
 
+from converters.paths import REPO_ROOT
 from converters.slm.perplexity import PerplexityResult, _log_softmax
 from edge.errors import ConversionError, InputError
 from edge.text.litert_decoder import LiteRtDecoder
 
-REPO = Path(__file__).resolve().parents[2]
-VENV = REPO / ".venv-litert-torch"
+VENV = REPO_ROOT / ".venv-litert-torch"
 SETUP_SCRIPT = "scripts/setup_litert_torch.sh"
 STAMP = ".edge-deploy-setup"
-EXPORT_SCRIPT = Path(__file__).with_name("litert_export.py")
+EXPORT_SCRIPT = REPO_ROOT / "scripts" / "slm" / "litert_export.py"
 LOG_TAIL_LINES = 25
 #: glog info/warning lines and torchao's optional CUDA kernels: noise in every litert-torch run.
 _NOISE = re.compile(r"^([IW]\d{4} |WARNING: All log messages before absl|Failed to load .*torchao)")

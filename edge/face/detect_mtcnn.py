@@ -1,6 +1,6 @@
 """MTCNN face detection on the device: the three-stage cascade in numpy around ONNX Runtime.
 
-The nets are facenet-pytorch 2.6.0's PNet/RNet/ONet exported by ``converters/mtcnn.py``
+The nets are facenet-pytorch 2.6.0's PNet/RNet/ONet exported by ``converters/face/mtcnn.py``
 (``mtcnn_pnet.onnx``, ``mtcnn_rnet.onnx``, ``mtcnn_onet.onnx``). The cascade follows facenet-pytorch's
 ``detect_face()`` step by step so that results match it:
 
@@ -311,7 +311,7 @@ class MtcnnDetector:
         for name, file in MODEL_FILES.items():
             path = Path(model_dir[name]) if isinstance(model_dir, Mapping) else Path(model_dir) / file
             if not path.is_file():
-                raise InferenceError(f"{path}: MTCNN model file not found; export it with converters.mtcnn")
+                raise InferenceError(f"{path}: MTCNN model file not found; export it with converters.face.mtcnn")
             try:
                 sessions[name] = ort.InferenceSession(
                     str(path), sess_options=options, providers=["CPUExecutionProvider"]

@@ -1,6 +1,6 @@
 """Face embedding on the device: aligned 150x150 RGB chips -> dlib's 128-d face descriptors, via onnxruntime.
 
-The model is the ONNX export of dlib's face-recognition ResNet (``converters.dlib_resnet``): input ``chip``
+The model is the ONNX export of dlib's face-recognition ResNet (``converters.face.dlib_resnet``): input ``chip``
 float32 [N, 3, 150, 150] with raw 0..255 RGB values (the mean subtraction is inside the graph), output
 ``descriptor`` float32 [N, 128]. Two chips show the same person when the Euclidean distance between their
 descriptors is below ``DLIB_SAME_PERSON_THRESHOLD`` (0.6).
@@ -62,7 +62,7 @@ class FaceEmbedder:
         """Load the model.
 
         Args:
-            model_path: the .onnx file written by ``converters.dlib_resnet.export_dlib_embedder``.
+            model_path: the .onnx file written by ``converters.face.dlib_resnet.export_dlib_embedder``.
             threads: onnxruntime intra-op threads (>= 1).
 
         Raises:

@@ -6,7 +6,7 @@ pixels placed relative to the current shape, walk each tree by comparing pixel p
 Run on an MTCNN box mapped to the box dlib's HOG detector would give, it yields dlib's own 5 points, so our
 chip is cut like face_recognition's (docs/evaluation.md: agreement 0.988 -> 0.999).
 
-The model is the ``.npz`` written by ``converters.dlib_shape.export_shape_predictor``.
+The model is the ``.npz`` written by ``converters.face.dlib_shape.export_shape_predictor``.
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ class ShapePredictor:
         """
         self.model_path = Path(model_path)
         if not self.model_path.is_file():
-            raise InputError(f"{self.model_path}: shape predictor not found; export it with converters.dlib_shape")
+            raise InputError(f"{self.model_path}: shape predictor not found; export it with converters.face.dlib_shape")
         try:
             with np.load(self.model_path, allow_pickle=False) as npz:
                 data = {k: npz[k] for k in npz.files}

@@ -7,7 +7,7 @@
 # unfinished one is rebuilt from scratch. The build runs without emulation (~30 s + download):
 # `debootstrap --foreign` fetches the debs, then every deb is unpacked with dpkg-deb (the real second stage
 # takes 10+ minutes under qemu). The Pi-like /proc/cpuinfo and /sys cpu files are NOT written here: the
-# rootfs is shared by every CPU model, so converters/arm.py writes them before each guest run.
+# rootfs is shared by every CPU model, so converters/arm/guest.py writes them before each guest run.
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"

@@ -6,8 +6,8 @@ import cv2
 import numpy as np
 import pytest
 
-from converters.facedata import EVAL_PHOTOS
-from converters.reference import dlib_model_path
+from converters.face.facedata import EVAL_PHOTOS
+from converters.face.reference import dlib_model_path
 from edge.face import align
 
 pytestmark = pytest.mark.integration

@@ -15,9 +15,10 @@ import pytest
 
 pytest.importorskip("torch")
 
-from converters.arm import REPO, ArmGuest, prepare_guest  # noqa: E402
-from converters.arm_cost import DEFAULT_PLUGIN, RUN_MODEL, count_instructions  # noqa: E402
-from converters.arm_face import compare_face_results, run_face_both, write_probe_photos  # noqa: E402
+from converters.arm.cost import DEFAULT_PLUGIN, RUN_MODEL, count_instructions  # noqa: E402
+from converters.arm.face import compare_face_results, run_face_both, write_probe_photos  # noqa: E402
+from converters.arm.guest import ArmGuest, prepare_guest  # noqa: E402
+from converters.paths import REPO_ROOT as REPO  # noqa: E402
 from edge.errors import InferenceError  # noqa: E402
 
 pytestmark = [pytest.mark.integration, pytest.mark.arm]

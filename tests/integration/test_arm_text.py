@@ -22,9 +22,10 @@ import pytest
 
 pytest.importorskip("torch")
 
-from converters.arm import REPO, ArmGuest, prepare_guest  # noqa: E402
-from converters.arm_cost import DEFAULT_PLUGIN  # noqa: E402
-from converters.arm_text import RUN_TEXT, measure_generation, run_text_both  # noqa: E402
+from converters.arm.cost import DEFAULT_PLUGIN  # noqa: E402
+from converters.arm.guest import ArmGuest, prepare_guest  # noqa: E402
+from converters.arm.text import RUN_TEXT, measure_generation, run_text_both  # noqa: E402
+from converters.paths import REPO_ROOT as REPO  # noqa: E402
 
 pytestmark = [pytest.mark.integration, pytest.mark.arm]
 

@@ -52,7 +52,7 @@ def models(request) -> Path:
 
 @pytest.fixture(scope="module")
 def site(models, profile, tmp_path_factory) -> Path:
-    from converters.web import build_browser
+    from converters.package.web import build_browser
 
     out = tmp_path_factory.mktemp("site")
     build_browser(profile, models, out)
@@ -208,7 +208,7 @@ def slm(profile, tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def text_page(slm, profile, browser, tmp_path_factory):
-    from converters.web import build_browser
+    from converters.package.web import build_browser
 
     out = tmp_path_factory.mktemp("site-text")
     build_browser(profile, None, out, text=slm)  # as --model slm: no face models
@@ -277,7 +277,7 @@ def test_tokenizer_in_the_page_equals_tokenizers(text_page, slm):
 @pytest.fixture(scope="module")
 def int4_page(request, profile, browser, tmp_path_factory):
     """The site built around the session's rpi4 INT4 model (``slm_int4``, tests/conftest.py)."""
-    from converters.web import build_browser
+    from converters.package.web import build_browser
 
     reason = browser_missing()
     if reason:

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from converters.model_stages import STAGES
-from converters.package import BuildOptions, build_bundle
-from converters.wheelhouse import WheelhouseSpec, _check_platform_tags, check_offline
+from converters.package.bundle import BuildOptions, build_bundle
+from converters.package.stages import STAGES
+from converters.package.wheelhouse import WheelhouseSpec, _check_platform_tags, check_offline
 from edge.bundle import extract_bundle, verify_bundle
 from edge.errors import BundleError
 from edge.profiles import Precision, load_profile, load_profile_file
@@ -31,7 +31,7 @@ pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
 CACHE = REPO / ".cache" / "test_build"
-# The face stage at the profile's int8 needs converters/face_quant.py; the bundle machinery is the same at fp32.
+# The face stage at the profile's int8 needs converters/face/quantize.py; the bundle machinery is the same at fp32.
 OPTIONS = BuildOptions(precision=Precision.FP32)
 
 
@@ -305,7 +305,7 @@ def test_int8_bundle_runs_the_face_pipeline_close_to_fp32(int8_bundle, bundle) -
 def test_rpi4_int8_bundle_on_emulated_cortex_a72_equals_the_host(int8_bundle, bundle, tmp_path) -> None:
     """The bundle a Pi 4 owner gets (int8 models) on an emulated Pi 4, installed from a bundle's own
     aarch64 wheelhouse (the install.sh path: pip --no-index --find-links wheels), gives the host's answers."""
-    from converters.arm_face import check_face_models
+    from converters.arm.face import check_face_models
 
     comparison = check_face_models(
         int8_bundle.folder / "models" / "face", "cortex-a72", tmp_path, wheel_dir=bundle.folder / "wheels"

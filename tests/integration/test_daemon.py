@@ -49,7 +49,7 @@ def face_models(face_fp32_models: Path) -> Path:
 @pytest.fixture(scope="module")
 def photos() -> dict[str, np.ndarray]:
     """Real photos: astronaut, t1 (6 people), Tom Hanks, each original plus 2 seeded augmentations."""
-    from converters.facedata import make_eval_images
+    from converters.face.facedata import make_eval_images
 
     return {img.name.replace("/", "_"): img.rgb for img in make_eval_images(seed=3, variants=2)}
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from converters.dlib_resnet import export_dlib_embedder
+from converters.face.dlib_resnet import export_dlib_embedder
 from converters.sources import DLIB_RESNET
 from edge.errors import InferenceError, InputError
 from edge.face.embed import FaceEmbedder

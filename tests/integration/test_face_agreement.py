@@ -12,9 +12,9 @@ import json
 import numpy as np
 import pytest
 
-from converters.face_agreement import AGREEMENT_GOAL, compare_pipelines
-from converters.facedata import EVAL_PHOTOS, calibration_images, make_eval_set, package_dir
-from converters.reference import ReferencePipeline, dlib_model_path, measure_box_map
+from converters.face.agreement import AGREEMENT_GOAL, compare_pipelines
+from converters.face.facedata import EVAL_PHOTOS, calibration_images, make_eval_set, package_dir
+from converters.face.reference import ReferencePipeline, dlib_model_path, measure_box_map
 from edge.face.gallery import Gallery
 from edge.face.pipeline import FacePipeline
 from edge.imageio import load_image, save_image
@@ -43,9 +43,9 @@ class _CachedReference:
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
-    from converters.dlib_resnet import export_dlib_embedder
-    from converters.dlib_shape import export_shape_predictor
-    from converters.mtcnn import export_mtcnn
+    from converters.face.dlib_resnet import export_dlib_embedder
+    from converters.face.dlib_shape import export_shape_predictor
+    from converters.face.mtcnn import export_mtcnn
 
     out = tmp_path_factory.mktemp("face_models")
     export_mtcnn(out)

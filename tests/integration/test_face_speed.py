@@ -34,7 +34,7 @@ def chips(fp32_dir: Path) -> np.ndarray:
 
 @pytest.fixture(scope="module")
 def contenders(fp32_dir: Path, chips: np.ndarray):
-    from converters.reference import dlib_model_path
+    from converters.face.reference import dlib_model_path
 
     onnx = fp32_dir / "face_embedder.onnx"
     made = [fs._dlib_contender(dlib_model_path("embedder"))]

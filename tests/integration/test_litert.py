@@ -1,6 +1,6 @@
 """The LiteRT backend on a real model: BlazeFace short-range from the mediapipe 0.10.21 wheel (Apache-2.0).
 
-The wheel is fetched once per session with pip (PyPI) by converters.blazeface.fetch_blazeface; it finds
+The wheel is fetched once per session with pip (PyPI) by tests.integration.blazeface.fetch_blazeface; it finds
 the astronaut's face in skimage's photo, and it runs through run_bench.
 """
 
@@ -14,11 +14,11 @@ import cv2
 import numpy as np
 import pytest
 
-from converters.blazeface import OUTPUTS, SHA256, fetch_blazeface, verify_blazeface
 from edge.bench import make_inputs, run_bench
 from edge.errors import ConversionError, InferenceError, InputError
 from edge.profiles import load_profile
 from edge.runtime import ModelFormat, TensorSpec, detect_format, open_model
+from tests.integration.blazeface import OUTPUTS, SHA256, fetch_blazeface, verify_blazeface
 
 pytestmark = pytest.mark.integration
 

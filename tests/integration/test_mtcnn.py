@@ -21,7 +21,7 @@ import pytest
 torch = pytest.importorskip("torch")
 skimage_data = pytest.importorskip("skimage.data")
 
-from converters.mtcnn import (  # noqa: E402
+from converters.face.mtcnn import (  # noqa: E402
     TOLERANCE,
     compare_with_torch,
     export_mtcnn,

@@ -1,4 +1,4 @@
-"""converters.reference is face_recognition.face_encodings, descriptor for descriptor."""
+"""converters.face.reference is face_recognition.face_encodings, descriptor for descriptor."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import types
 import numpy as np
 import pytest
 
-from converters.facedata import make_eval_set
-from converters.reference import ReferencePipeline
+from converters.face.facedata import make_eval_set
+from converters.face.reference import ReferencePipeline
 
 pytestmark = pytest.mark.integration
 pytest.importorskip("dlib")

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from converters.dlib_shape import export_shape_predictor, read_shape_predictor
-from converters.facedata import make_eval_set
-from converters.reference import dlib_model_path
+from converters.face.dlib_shape import export_shape_predictor, read_shape_predictor
+from converters.face.facedata import make_eval_set
+from converters.face.reference import dlib_model_path
 from edge.face.shape5 import ShapePredictor
 
 pytestmark = pytest.mark.integration

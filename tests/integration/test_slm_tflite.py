@@ -24,8 +24,8 @@ pytestmark = pytest.mark.integration
 pytest.importorskip("torch")
 pytest.importorskip("ai_edge_litert")
 
+from converters.paths import REPO_ROOT as REPO  # noqa: E402
 from converters.slm.tflite import (  # noqa: E402
-    REPO,
     SETUP_SCRIPT,
     TfliteOptions,
     TfliteQuant,

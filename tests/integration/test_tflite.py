@@ -2,7 +2,7 @@
 
 Real models only: dlib's ResNet embedder and facenet-pytorch's MTCNN, exported by our converters, converted
 once per module. Samples are real face chips: dlib-aligned 150x150 chips of the evaluation faces
-(``converters.facedata.make_eval_set``), and for calibration chips of the disjoint calibration photos
+(``converters.face.facedata.make_eval_set``), and for calibration chips of the disjoint calibration photos
 (``calibration_images``). The first run creates ``.venv-onnx2tf`` (about 2 minutes, 2.6 GB).
 
 Tolerances: fp32 TFLite runs the same float graph through TensorFlow's kernels (XNNPACK), so outputs differ
@@ -20,8 +20,7 @@ import subprocess
 import numpy as np
 import pytest
 
-from converters.onnx2tf_prep import explicit_maxpool_padding
-from converters.tflite import (
+from converters.tflite.convert import (
     DEFAULT_VENV,
     REPO_ROOT,
     SETUP_SCRIPT,
@@ -32,6 +31,7 @@ from converters.tflite import (
     graph_summary,
     quantize,
 )
+from converters.tflite.prep import explicit_maxpool_padding
 from edge.errors import ConversionError, InputError, MissingDependencyError
 
 pytestmark = pytest.mark.integration
@@ -56,8 +56,8 @@ def onnx2tf_venv():
 
 @pytest.fixture(scope="module")
 def onnx_models(tmp_path_factory):
-    from converters.dlib_resnet import export_dlib_embedder
-    from converters.mtcnn import export_mtcnn
+    from converters.face.dlib_resnet import export_dlib_embedder
+    from converters.face.mtcnn import export_mtcnn
     from converters.sources import DLIB_RESNET
 
     out = tmp_path_factory.mktemp("onnx")
@@ -70,7 +70,7 @@ def _aligned_chips(images) -> np.ndarray:
     """dlib 5-point aligned 150x150 chips (uint8 NHWC) of every face dlib's HOG finds in ``images``."""
     import dlib
 
-    from converters.reference import dlib_model_path
+    from converters.face.reference import dlib_model_path
 
     detector = dlib.get_frontal_face_detector()
     shape5 = dlib.shape_predictor(str(dlib_model_path("landmarks5")))
@@ -85,7 +85,7 @@ def _aligned_chips(images) -> np.ndarray:
 @pytest.fixture(scope="module")
 def chips():
     """(evaluation chips, calibration chips), uint8 [N, 150, 150, 3], from disjoint photos."""
-    from converters import facedata
+    from converters.face import facedata
 
     evaluation = _aligned_chips(im.rgb for im in facedata.make_eval_set(0).images)
     calibration = _aligned_chips(rgb for _, rgb in facedata.calibration_images(CALIBRATION_PHOTOS, seed=0))

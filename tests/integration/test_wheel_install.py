@@ -11,7 +11,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def test_a_wheel_install_loads_every_profile_outside_the_repository(tmp_path: Path) -> None:
-    from converters.wheelhouse import own_wheel
+    from converters.package.wheelhouse import own_wheel
 
     wheel, _ = own_wheel(tmp_path / "cache")  # the wheel a bundle ships, built from a clean copy of the sources
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]

@@ -6,7 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from converters.arm import (
+from converters.arm.cost import InsnCounts, count_instructions, measure_model, parse_counts
+from converters.arm.face import compare_face_results
+from converters.arm.guest import (
     AARCH64_PLATFORMS,
     ROOTFS_STAMP,
     ArmGuest,
@@ -14,8 +16,6 @@ from converters.arm import (
     cpu_model,
     cpuinfo_text,
 )
-from converters.arm_cost import InsnCounts, count_instructions, measure_model, parse_counts
-from converters.arm_face import compare_face_results
 from edge.errors import InferenceError, InputError
 
 

@@ -1,4 +1,4 @@
-"""converters.dlib_reader on the real dlib_face_recognition_resnet_model_v1.dat and on broken copies of it.
+"""converters.face.dlib_reader on the real dlib_face_recognition_resnet_model_v1.dat and on broken copies of it.
 
 The byte offsets in the expected messages are those of face-recognition-models 0.3.0's file (pinned).
 """
@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from converters.dlib_reader import FACE_RESNET_V1, LayerKind, read_dlib_face_net
+from converters.face.dlib_reader import FACE_RESNET_V1, LayerKind, read_dlib_face_net
 from converters.sources import DLIB_RESNET
 from edge.errors import ConversionError
 

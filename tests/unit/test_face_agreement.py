@@ -1,10 +1,10 @@
-"""converters.face_agreement: box matching and the report's arithmetic (the real run: integration)."""
+"""converters.face.agreement: box matching and the report's arithmetic (the real run: integration)."""
 
 from __future__ import annotations
 
 import pytest
 
-from converters.face_agreement import AgreementReport, FaceRow, PairRow, iou, match_boxes
+from converters.face.agreement import AgreementReport, FaceRow, PairRow, iou, match_boxes
 
 
 def test_iou():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from converters.face_calib import CalibrationSet, _feeds, constant_calibration, pnet_windows
+from converters.face.calibration import CalibrationSet, _feeds, constant_calibration, pnet_windows
 
 
 def test_pnet_windows_are_receptive_fields_at_cell_positions():

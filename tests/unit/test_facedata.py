@@ -1,4 +1,4 @@
-"""converters.facedata: the evaluation set is deterministic, and disjoint from calibration."""
+"""converters.face.facedata: the evaluation set is deterministic, and disjoint from calibration."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import hashlib
 import numpy as np
 import pytest
 
-from converters import facedata
-from converters.facedata import (
+from converters.face import facedata
+from converters.face.facedata import (
     CALIB_AUGMENT,
     EVAL_AUGMENT,
     EVAL_PHOTOS,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from converters.facedata import package_dir
+from converters.face.facedata import package_dir
 from edge.errors import InputError
 from edge.imageio import decode_image, load_image, save_image
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 
-from converters.main_job import PiRun, _report_latency
+from converters.demo.pi import PiRun, _report_latency
 from edge.profiles import load_profile
 
 

@@ -167,7 +167,7 @@ def test_missing_model_file_names_it(tmp_path: Path):
     with pytest.raises(InferenceError) as err:
         MtcnnDetector(tmp_path)
     assert str(err.value) == (
-        f"{tmp_path / 'mtcnn_pnet.onnx'}: MTCNN model file not found; export it with converters.mtcnn"
+        f"{tmp_path / 'mtcnn_pnet.onnx'}: MTCNN model file not found; export it with converters.face.mtcnn"
     )
 
 

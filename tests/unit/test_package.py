@@ -1,4 +1,4 @@
-"""converters.package / converters.wheelhouse / install.sh: the parts that need no models and no network."""
+"""converters.package.bundle / converters.package.wheelhouse / install.sh: the parts that need no models and no network."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from converters.package import _prepare_folder, build_bundle, model_kinds
-from converters.wheelhouse import (
+from converters.package.bundle import _prepare_folder, build_bundle, model_kinds
+from converters.package.wheelhouse import (
     WheelhouseSpec,
     _check_platform_tags,
     aarch64_platforms,
@@ -131,22 +131,27 @@ def test_install_sh_outside_a_bundle_says_so(tmp_path: Path) -> None:
 
 
 def test_stage_code_is_the_import_closure() -> None:
-    from converters.model_stages import STAGES
+    from converters.package.stages import STAGES
 
     repo = INSTALL_SH.parents[2]
     face = {p.relative_to(repo).as_posix() for p in STAGES["face"].code_files()}
     slm = {p.relative_to(repo).as_posix() for p in STAGES["slm"].code_files()}
-    assert {"converters/face.py", "converters/mtcnn.py", "edge/face/embed.py", "converters/model_stages.py"} <= face
-    assert {"converters/slm/build.py", "converters/slm/export.py", "converters/model_stages.py"} <= slm
+    assert {
+        "converters/face/build.py",
+        "converters/face/mtcnn.py",
+        "edge/face/embed.py",
+        "converters/package/stages.py",
+    } <= face
+    assert {"converters/slm/build.py", "converters/slm/export.py", "converters/package/stages.py"} <= slm
     # Building bundles and the other model kind do not change a stage's output.
-    for path in ("converters/package.py", "converters/wheelhouse.py", "converters/slm/build.py"):
+    for path in ("converters/package/bundle.py", "converters/package/wheelhouse.py", "converters/slm/build.py"):
         assert path not in face
-    assert "converters/face.py" not in slm
+    assert "converters/face/build.py" not in slm
 
 
 def _counting_stage(calls: list[str], fail: bool = False):
     """A tiny stage (writes one text file) to test the cache mechanics, not a model."""
-    from converters.model_stages import ModelStage, StageContext, StageResult
+    from converters.package.stages import ModelStage, StageContext, StageResult
     from edge.errors import ValidationError
 
     def run(ctx: StageContext) -> StageResult:
@@ -165,7 +170,7 @@ def _counting_stage(calls: list[str], fail: bool = False):
 
 
 def test_stage_cache_hits_and_fp32_reuse(tmp_path: Path) -> None:
-    from converters.package import _run_stage
+    from converters.package.bundle import _run_stage
     from edge.profiles import Precision
 
     profile = load_profile("rpi4")
@@ -182,7 +187,7 @@ def test_stage_cache_hits_and_fp32_reuse(tmp_path: Path) -> None:
 
 
 def test_failed_stage_keeps_its_reports_and_is_not_cached(tmp_path: Path) -> None:
-    from converters.package import _run_stage
+    from converters.package.bundle import _run_stage
     from edge.errors import ValidationError
     from edge.profiles import Precision
 

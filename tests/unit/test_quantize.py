@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from converters.face_quant import QuantBuild, gate_failures, quantize_face_models
+from converters.face.quantize import QuantBuild, gate_failures, quantize_face_models
 from converters.quantize import (
     QuantMode,
     QuantSettings,

@@ -1,4 +1,4 @@
-"""edge.face.shape5 and converters.dlib_shape on small hand-made models (the real one: integration)."""
+"""edge.face.shape5 and converters.face.dlib_shape on small hand-made models (the real one: integration)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import io
 import numpy as np
 import pytest
 
-from converters.dlib_shape import read_shape_predictor
+from converters.face.dlib_shape import read_shape_predictor
 from edge.errors import ConversionError, InputError
 from edge.face.shape5 import SHAPE5_SCHEMA_VERSION, ShapePredictor, hog_like_rect
 
@@ -79,7 +79,7 @@ def test_load_errors(tmp_path):
     with pytest.raises(InputError) as err:
         ShapePredictor(tmp_path / "none.npz")
     assert str(err.value) == (
-        f"{tmp_path / 'none.npz'}: shape predictor not found; export it with converters.dlib_shape"
+        f"{tmp_path / 'none.npz'}: shape predictor not found; export it with converters.face.dlib_shape"
     )
 
 

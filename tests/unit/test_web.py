@@ -1,4 +1,4 @@
-"""converters/web.py: the browser site's files, manifest and errors (small stand-in files, no browser)."""
+"""converters/package/web.py: the browser site's files, manifest and errors (small stand-in files, no browser)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from converters.web import ORT_FILES, PAGE_FILES, build_browser, ort_dist, shape5_to_web
+from converters.package.web import ORT_FILES, PAGE_FILES, build_browser, ort_dist, shape5_to_web
 from edge.digest import file_sha256
 from edge.errors import BundleError, InputError, MissingDependencyError, ProfileError
 from edge.face import models as fm

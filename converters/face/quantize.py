@@ -1,8 +1,8 @@
 """Quantized face models per target, and the accuracy gate (``edge-deploy convert face --precision ...``).
 
-Stages: calibration inputs from the fp32 pipeline on calibration images (``converters.face_calib``) ->
+Stages: calibration inputs from the fp32 pipeline on calibration images (``converters.face.calibration``) ->
 quantize each net per the profile (``converters.quantize``) -> ORT-format copies for the target's CPU ->
-compare with fp32 on the evaluation set (``converters.face_quant_eval``) -> ``models.json`` pointing at the
+compare with fp32 on the evaluation set (``converters.face.quant_eval``) -> ``models.json`` pointing at the
 shipped files, ``quant_report.json``, ``quant_report.md`` and ``cosine_hist.png`` -> the gate. The report
 is written before the gate raises, so a failed build leaves its explanation on disk.
 """
@@ -16,8 +16,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from converters.face_calib import NET_ROLES, CalibrationSet, chip_landmarks, collect_calibration
-from converters.face_quant_eval import (
+from converters.face.calibration import NET_ROLES, CalibrationSet, chip_landmarks, collect_calibration
+from converters.face.facedata import make_eval_set
+from converters.face.quant_eval import (
     TWIN_MIN_IOU,
     Fp32Reference,
     evaluate_detector,
@@ -25,8 +26,7 @@ from converters.face_quant_eval import (
     evaluate_end_to_end,
     fp32_reference,
 )
-from converters.face_quant_report import render_markdown, write_histogram
-from converters.facedata import make_eval_set
+from converters.face.report import render_markdown, write_histogram
 from converters.quantize import (
     QuantMode,
     QuantSettings,
@@ -258,7 +258,7 @@ def quantize_face_models(
     """Quantize the face nets of an fp32 models folder for ``profile`` and check them against fp32.
 
     Args:
-        fp32_dir: folder written by ``converters.face.convert_face`` (fp32 .onnx + models.json).
+        fp32_dir: folder written by ``converters.face.build.convert_face`` (fp32 .onnx + models.json).
         out_dir: where the quantized models, models.json and the report go (created; not ``fp32_dir``).
         profile: the target: quantization settings, thresholds, ORT-format platform, threads.
         precision: ``Precision.INT8`` (static QDQ unless ``mode``) or ``Precision.FP16``.

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from converters.arm import SCRIPTS, ArmGuest, prepare_guest, read_result
+from converters.arm.guest import SCRIPTS, ArmGuest, prepare_guest, read_result
 from edge.errors import InferenceError, InputError, ValidationError
 from edge.progress import ProgressFn, silent
 
@@ -34,7 +34,7 @@ def write_probe_photos(out_dir: Path, seed: int = 0) -> list[Path]:
     """
     import numpy as np
 
-    from converters.facedata import EVAL_AUGMENT, EVAL_PHOTOS, apply_augmentation, draw_params
+    from converters.face.facedata import EVAL_AUGMENT, EVAL_PHOTOS, apply_augmentation, draw_params
     from edge.imageio import save_image
 
     out_dir = Path(out_dir)
@@ -124,7 +124,7 @@ def run_face_both(
     """Run ``run_face.py`` on the host (this interpreter) and in the guest on the same models and photos.
 
     Args:
-        guest: a prepared guest (``converters.arm.prepare_guest``).
+        guest: a prepared guest (``converters.arm.guest.prepare_guest``).
         models: face models folder (models.json), host path.
         photos: image files, host paths.
         work: folder for the two JSON outputs (``host.json``, ``<cpu>.json``).

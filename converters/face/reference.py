@@ -151,7 +151,7 @@ def measure_box_map(
     Raises:
         InputError: if no face is matched (IoU >= 0.3) in any image.
     """
-    from converters.face_agreement import match_boxes
+    from converters.face.agreement import match_boxes
 
     rows = []
     for mine, hog in zip(detector_boxes, reference_boxes, strict=True):

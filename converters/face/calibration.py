@@ -1,7 +1,7 @@
 """Calibration inputs for static INT8 of the face nets, taken from what the fp32 pipeline really feeds them.
 
 Every net is calibrated on the inputs it sees in use, never on the evaluation images
-(``converters.facedata.calibration_images``: scikit-image's LFW crops, scenes and mask textures under
+(``converters.face.facedata.calibration_images``: scikit-image's LFW crops, scenes and mask textures under
 other augmentations than the evaluation's):
 
 * PNet: 12x12 windows (its receptive field: each output cell sees exactly one) at its stride-2 cell
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from converters.facedata import calibration_images
+from converters.face.facedata import calibration_images
 from edge.errors import InputError
 from edge.face import models as face_models
 from edge.face.detect_mtcnn import MtcnnDetector
@@ -85,7 +85,7 @@ class CalibrationSet:
         return {
             "images": self.images,
             "seed": self.seed,
-            "source": "converters.facedata.calibration_images (LFW crops from scikit-image, scenes, mask "
+            "source": "converters.face.facedata.calibration_images (LFW crops from scikit-image, scenes, mask "
             "textures; CALIB_AUGMENT; disjoint from the evaluation set)",
             "image_sources": self.sources,
             "samples_used": self.samples,

@@ -1,7 +1,7 @@
 """Convert an HF llama folder to a TFLite decoder with litert-torch's generative API (prefill + decode).
 
 Runs **inside .venv-litert-torch** (see scripts/setup_litert_torch.sh), started by
-``converters/slm/tflite.py`` as ``python converters/slm/litert_export.py ARGS``; it imports only what that
+``converters/slm/tflite.py`` as ``python scripts/slm/litert_export.py ARGS``; it imports only what that
 venv has (litert_torch, torch, safetensors), never edge-deploy itself. The model is litert-torch's own
 SmolLM2 re-authoring (``examples/smollm/smollm.py``: its attention with an external KV cache and its
 rotary/mask layers) with every size read from our folder's ``config.json`` and checked, fed our

@@ -1,4 +1,4 @@
-"""Getting an ONNX model and onnx2tf's working directory ready for a conversion (see ``converters.tflite``).
+"""Getting an ONNX model and onnx2tf's working directory ready for a conversion (see ``converters.tflite.convert``).
 
 * ``fixed_input_shape``: the NCHW shape, batch 1, to convert at.
 * ``explicit_maxpool_padding``: onnx2tf pads MaxPool with 0.0 under ``-oiqt``; we make padding explicit.

@@ -56,10 +56,10 @@ from typing import Any
 
 import numpy as np
 
-from converters.onnx2tf_prep import explicit_maxpool_padding, fixed_input_shape, write_sample_data
+from converters.paths import REPO_ROOT
+from converters.tflite.prep import explicit_maxpool_padding, fixed_input_shape, write_sample_data
 from edge.errors import ConversionError, InputError, MissingDependencyError, ValidationError, require
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
 #: The venv ``scripts/setup_onnx2tf.sh`` creates.
 DEFAULT_VENV = REPO_ROOT / ".venv-onnx2tf"
 SETUP_SCRIPT = REPO_ROOT / "scripts" / "setup_onnx2tf.sh"

@@ -16,8 +16,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from converters.arm import SCRIPTS, ArmGuest, read_result
-from converters.arm_cost import DEFAULT_PLUGIN, InsnCounts, count_instructions
+from converters.arm.cost import DEFAULT_PLUGIN, InsnCounts, count_instructions
+from converters.arm.guest import SCRIPTS, ArmGuest, read_result
 from edge.errors import InferenceError, InputError
 
 RUN_TEXT = SCRIPTS / "run_text.py"

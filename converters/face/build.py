@@ -95,9 +95,9 @@ class FaceBuild:
 
 
 def _export(out_dir: Path, progress: ProgressFn) -> tuple[list[face_models.ModelEntry], list[OutputCheck]]:
-    from converters.dlib_reader import read_dlib_face_net
-    from converters.dlib_resnet import INPUT_NAME, OUTPUT_NAME, build_torch_embedder, export_dlib_embedder
-    from converters.mtcnn import compare_with_torch, export_mtcnn, load_mtcnn_nets
+    from converters.face.dlib_reader import read_dlib_face_net
+    from converters.face.dlib_resnet import INPUT_NAME, OUTPUT_NAME, build_torch_embedder, export_dlib_embedder
+    from converters.face.mtcnn import compare_with_torch, export_mtcnn, load_mtcnn_nets
 
     torch = __import__("torch")
     dat = DLIB_RESNET.locate()
@@ -111,7 +111,7 @@ def _export(out_dir: Path, progress: ProgressFn) -> tuple[list[face_models.Model
             return {OUTPUT_NAME: module(torch.from_numpy(feeds[INPUT_NAME])).numpy()}
 
     checks = check_against_source("dlib-resnet29", embedder, source, {INPUT_NAME: chips}, 1e-5)
-    from converters.dlib_shape import export_shape_predictor
+    from converters.face.dlib_shape import export_shape_predictor
 
     progress("exporting dlib's 5-point landmark model to numpy arrays")
     shape5 = export_shape_predictor(DLIB_SHAPE5.locate(), out_dir / SHAPE5_FILE)
@@ -134,9 +134,9 @@ def _reference_checks(out_dir: Path, profile: TargetProfile, threads: int, progr
     if importlib.util.find_spec("dlib") is None:
         reason = "dlib-bin is not installed: pip install 'edge-deploy[reference]'"
         return {"ran": False, "reason": reason}, {"ran": False, "reason": reason}
-    from converters.face_agreement import compare_pipelines
-    from converters.facedata import make_eval_set
-    from converters.reference import ReferencePipeline
+    from converters.face.agreement import compare_pipelines
+    from converters.face.facedata import make_eval_set
+    from converters.face.reference import ReferencePipeline
 
     progress("building the evaluation set from the photos shipped in packages")
     eval_set = make_eval_set(seed=0)
@@ -311,7 +311,7 @@ def build_face_models(
         if dynamic:
             raise InputError("--dynamic is dynamic INT8 quantization; it needs --precision int8")
         return convert_face(profile, out_dir, progress=progress), None
-    from converters.face_quant import quantize_face_models
+    from converters.face.quantize import quantize_face_models
     from converters.quantize import QuantMode
 
     fp32 = convert_face(profile, Path(out_dir) / "fp32", progress=progress)

@@ -13,7 +13,7 @@ Pi-like ``/proc/cpuinfo`` and ``/sys/devices/system/cpu/*`` for the chosen model
 segfaults on the host's x86 cpuinfo) and holds a lock for the run, so two CPU models never see each
 other's files. ``-cpu`` is always passed: qemu's default ``max`` CPU has SVE, which no Pi has.
 
-Exact instruction counts (``converters.arm_cost``) come from the TCG plugin ``scripts/arm/insncount.c`` run by
+Exact instruction counts (``converters.arm.cost``) come from the TCG plugin ``scripts/arm/insncount.c`` run by
 the dynamic ``qemu-aarch64`` (the static build cannot load plugins) under ``setarch x86_64 -R`` with
 ``PYTHONHASHSEED=0``, which makes counts repeat exactly.
 
@@ -37,12 +37,12 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from converters.paths import REPO_ROOT
 from edge.errors import InferenceError, InputError, MissingDependencyError
 from edge.progress import ProgressFn, silent
 
-REPO = Path(__file__).resolve().parent.parent
-SCRIPTS = REPO / "scripts" / "arm"
-DEFAULT_CACHE = REPO / ".cache" / "arm"
+SCRIPTS = REPO_ROOT / "scripts" / "arm"
+DEFAULT_CACHE = REPO_ROOT / ".cache" / "arm"
 ROOTFS_STAMP = ".edge-deploy-rootfs"
 GUEST_SITE = "/opt/site"
 GUEST_EDGE = "/opt/edge"
@@ -250,7 +250,7 @@ class ArmGuest:
             _run_host(cmd, timeout, f"installing {', '.join(wanted)} from {wheel_dir} into {site}")
             stamp.write_text(key, encoding="utf-8")
 
-    def install_edge(self, repo: Path = REPO) -> Path:
+    def install_edge(self, repo: Path = REPO_ROOT) -> Path:
         """Copy the device package (``edge/`` and ``firmware_configs/`` only) to the guest's ``/opt/edge``.
 
         Skipped when the copy is already of the same files; done under the rootfs lock, so a guest that

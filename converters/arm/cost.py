@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from converters.arm import DEFAULT_CACHE, SCRIPTS, ArmGuest
+from converters.arm.guest import DEFAULT_CACHE, SCRIPTS, ArmGuest
 from edge.errors import InferenceError, InputError
 from edge.runtime import ModelFormat, detect_format
 
@@ -156,7 +156,7 @@ def measure_model(
     """The executed instructions of one model: first and steady-state inference (see the module doc).
 
     Args:
-        guest: the emulated machine, prepared (``converters.arm.prepare_guest``).
+        guest: the emulated machine, prepared (``converters.arm.guest.prepare_guest``).
         model: .onnx, .ort or .tflite file (host path).
         backend: ``"onnxruntime"`` or ``"litert"``; None picks from the file's bytes.
         k: steady-state inferences to average over (>= 1).

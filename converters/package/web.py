@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
+from converters.paths import REPO_ROOT
 from edge import __version__
 from edge.digest import file_sha256
 from edge.errors import BundleError, InputError, MissingDependencyError, ProfileError, require
@@ -32,7 +33,7 @@ from edge.profiles import Runtime, TargetProfile
 from edge.progress import ProgressFn, silent
 
 WEB_MANIFEST_SCHEMA_VERSION = 1
-WEB_SOURCE_DIR = Path(__file__).resolve().parent.parent / "web"
+WEB_SOURCE_DIR = REPO_ROOT / "web"
 #: The page's own files, copied verbatim.
 PAGE_FILES = ("index.html", "style.css", "app.js", "face.js", "mtcnn.js", "align.js", "text.js")
 #: onnxruntime-web files the page needs: the wasm-only ES module and the SIMD+threads build. ``ort.min.js``
@@ -91,13 +92,15 @@ def shape5_to_web(npz_path: Path, out_dir: Path) -> tuple[Path, Path]:
         (bin path, header path).
 
     Raises:
-        InputError: the file is not the ``.npz`` ``converters.dlib_shape`` writes.
+        InputError: the file is not the ``.npz`` ``converters.face.dlib_shape`` writes.
     """
     try:
         with np.load(npz_path, allow_pickle=False) as npz:
             data = {k: npz[k] for k in _SHAPE5_ARRAYS}
     except (OSError, ValueError, EOFError, KeyError) as exc:
-        raise InputError(f"{npz_path}: not dlib's 5-point model as converters.dlib_shape writes it ({exc})") from exc
+        raise InputError(
+            f"{npz_path}: not dlib's 5-point model as converters.face.dlib_shape writes it ({exc})"
+        ) from exc
     levels, trees, splits, _ = data["split_idx"].shape
     header = {
         "dims": {

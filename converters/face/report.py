@@ -10,7 +10,7 @@ import numpy as np
 from edge.errors import require
 
 if TYPE_CHECKING:
-    from converters.face_quant import QuantBuild
+    from converters.face.quantize import QuantBuild
 
 
 def write_histogram(path: Path, cosines: np.ndarray, threshold: float, build: QuantBuild) -> Path:

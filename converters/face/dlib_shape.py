@@ -5,7 +5,7 @@
 -rows, -cols, then the values); ``forests`` (vector of cascade levels, each a vector of regression trees:
 ``splits`` = vector of (idx1, idx2, thresh), ``leaf_values`` = vector of matrix<float,0,1>); ``anchor_idx``
 (vector of vector<unsigned long>); ``deltas`` (vector of vector of dlib::vector<float,2>). Primitive
-encodings are those of ``converters.dlib_reader``.
+encodings are those of ``converters.face.dlib_reader``.
 
 ``export_shape_predictor`` writes the arrays to an ``.npz`` that ``edge.face.shape5.ShapePredictor`` runs
 with numpy alone on the device.
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from converters.dlib_reader import DlibCursor
+from converters.face.dlib_reader import DlibCursor
 from edge.errors import ConversionError
 from edge.face.shape5 import SHAPE5_SCHEMA_VERSION
 

@@ -18,11 +18,11 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from converters.paths import REPO_ROOT
 from edge import __version__
 from edge.errors import BundleError
 from edge.progress import ProgressFn, silent
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 PYTHON_VERSION = "3.11"  # Raspberry Pi OS bookworm's python3
 IMPLEMENTATION = "cp"
 ABIS = ("cp311", "abi3", "none")

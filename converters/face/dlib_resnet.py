@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from converters.dlib_reader import DlibFaceNet, DlibLayer, LayerKind, read_dlib_face_net
+from converters.face.dlib_reader import DlibFaceNet, DlibLayer, LayerKind, read_dlib_face_net
 from converters.validate import check_against_source, raise_if_off
 from edge.errors import ConversionError, require
 

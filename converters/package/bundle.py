@@ -13,7 +13,7 @@
       systemd/edge-deploy.service, config/edge-deploy.example.toml   (when edge/daemon/ ships them)
     dist/rpi4-face.tar.gz       the same folder, archived
 
-Model stages are cached under ``cache_dir/stages`` (see ``converters.model_stages``), the wheelhouse under
+Model stages are cached under ``cache_dir/stages`` (see ``converters.package.stages``), the wheelhouse under
 ``cache_dir/wheels``; the returned :class:`Bundle` says which came from the cache.
 """
 
@@ -28,8 +28,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from converters.model_stages import STAGES, ModelStage, StageContext, StageResult
-from converters.wheelhouse import REPO_ROOT, prepare_wheelhouse
+from converters.package.stages import STAGES, ModelStage, StageContext, StageResult
+from converters.package.wheelhouse import prepare_wheelhouse
+from converters.paths import REPO_ROOT
 from edge import __version__
 from edge.bundle import BUNDLE_FORMAT, MANIFEST_FILE, MANIFEST_SCHEMA_VERSION, verify_bundle
 from edge.digest import file_sha256
@@ -295,12 +296,12 @@ def build_browser_site(
     """The static onnxruntime-web site for the browser profile in ``out_dir`` (fp32 models, cached stages).
 
     Returns:
-        ``converters.web.WebBuild``.
+        ``converters.package.web.WebBuild``.
 
     Raises:
         ProfileError: the profile is not for onnxruntime-web; and whatever the model stages raise.
     """
-    from converters.web import build_browser
+    from converters.package.web import build_browser
 
     kinds = model_kinds(models)
     folders = {kind: _run_stage(STAGES[kind], profile, Precision.FP32, Path(cache_dir), progress)[0] for kind in kinds}

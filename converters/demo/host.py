@@ -1,6 +1,6 @@
 """The main job (``edge-deploy demo``): convert the face models, enroll a gallery, recognise, print matches.
 
-Everything comes from photos shipped in Python packages (see converters.facedata): the gallery is one crop
+Everything comes from photos shipped in Python packages (see converters.face.facedata): the gallery is one crop
 of each person's original photo; the queries are other views of the same photos (seeded pose, scale, light,
 blur and JPEG changes). One person is held out of the gallery, so the demo shows 'unknown' too.
 """
@@ -14,8 +14,8 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-from converters.face_agreement import match_boxes
-from converters.facedata import EVAL_PHOTOS, make_eval_images
+from converters.face.agreement import match_boxes
+from converters.face.facedata import EVAL_PHOTOS, make_eval_images
 from edge.face.gallery import Gallery
 from edge.face.models import open_face_pipeline
 from edge.face.recognize import recognize_image
@@ -193,7 +193,7 @@ def run_main_job(
     Raises:
         EdgeDeployError subclasses from the stage that failed (conversion, gate, bundle, emulation).
     """
-    from converters.main_job import build_and_verify, run_on_emulated_pi
+    from converters.demo.pi import build_and_verify, run_on_emulated_pi
 
     out_dir = Path(out_dir)
     bundle, pi = build_and_verify(profile, out_dir, cache_dir, progress)

@@ -15,7 +15,7 @@ from typing import Protocol
 
 import numpy as np
 
-from converters.facedata import EvalSet
+from converters.face.facedata import EvalSet
 from edge.face.types import DLIB_SAME_PERSON_THRESHOLD
 
 #: A detection belongs to an annotated face when their boxes overlap at least this much (IoU). dlib's HOG
@@ -221,16 +221,16 @@ def compare_pipelines(
     """Run our pipeline and face_recognition's on every evaluation image and compare their decisions.
 
     Args:
-        eval_set: from ``converters.facedata.make_eval_set``.
+        eval_set: from ``converters.face.facedata.make_eval_set``.
         pipeline: ours, e.g. ``edge.face.pipeline.FacePipeline`` (``analyze(rgb) -> list[Face]``).
-        reference: defaults to ``converters.reference.ReferencePipeline()`` (needs dlib).
+        reference: defaults to ``converters.face.reference.ReferencePipeline()`` (needs dlib).
         threshold: same-person distance threshold for both pipelines.
 
     Returns:
         AgreementReport.
     """
     if reference is None:
-        from converters.reference import ReferencePipeline
+        from converters.face.reference import ReferencePipeline
 
         reference = ReferencePipeline()
     report = AgreementReport(threshold=threshold, images=len(eval_set.images))

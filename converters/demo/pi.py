@@ -1,6 +1,6 @@
 """The main job's second half: the Pi bundle, verified, run on an emulated Pi, its latency sent over MQTT.
 
-``edge-deploy demo`` runs the face demo on the host (converters.demo) and then this: build the target's face
+``edge-deploy demo`` runs the face demo on the host (converters.demo.host) and then this: build the target's face
 bundle (cached stages, aarch64 wheelhouse), verify it (folder and archive), install its wheels into an
 emulated Pi (qemu-user with the profile's core) and run the bundle's face pipeline there, compare with the
 host, and report the emulated pipeline latency as a BenchReport through the telemetry client — to the broker
@@ -106,7 +106,7 @@ def build_and_verify(profile: TargetProfile, out_dir: Path, cache_dir: Path, pro
     Raises:
         BundleError / ConversionError / ValidationError: from the stages they name.
     """
-    from converters.package import build_bundle
+    from converters.package.bundle import build_bundle
     from edge.bundle import verify_bundle
 
     bundle = build_bundle(profile, ["face"], Path(out_dir) / "dist", Path(cache_dir), progress)
@@ -133,7 +133,7 @@ def run_on_emulated_pi(
         ValidationError: the emulated Pi's results differ from the host's.
         InferenceError: the root filesystem, pip or a run failed.
     """
-    from converters.arm_face import check_face_models
+    from converters.arm.face import check_face_models
 
     if not profile.cpu.qemu_cpu:
         raise InputError(f"{profile.source}: cpu.qemu_cpu is not set; the main job needs it to emulate the board")

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
-from converters.face_agreement import MIN_IOU, iou, match_boxes
-from converters.facedata import EvalSet
+from converters.face.agreement import MIN_IOU, iou, match_boxes
+from converters.face.facedata import EvalSet
 from edge.face.detect_mtcnn import MtcnnDetector
 from edge.face.embed import FaceEmbedder
 from edge.face.pipeline import FacePipeline
@@ -59,10 +59,10 @@ def fp32_reference(
     """Run the fp32 pipeline once over the evaluation set.
 
     Args:
-        eval_set: ``converters.facedata.make_eval_set(...)``.
+        eval_set: ``converters.face.facedata.make_eval_set(...)``.
         nets: fp32 model paths by net ("pnet", "rnet", "onet", "embedder").
         threads: ONNX Runtime intra-op threads.
-        shape_predictor: the 5-point landmark model that places chips (``face_calib.chip_landmarks``).
+        shape_predictor: the 5-point landmark model that places chips (``calibration.chip_landmarks``).
 
     Returns:
         Fp32Reference.

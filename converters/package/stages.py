@@ -2,7 +2,7 @@
 
 A stage gets the profile, the precision and an empty folder; it converts (and quantizes, and gates) its
 models into that folder and returns a :class:`StageResult`: which files it wrote, where the weights came from
-(package, version, licence), the quantization settings and the gate's metrics. ``converters.package``
+(package, version, licence), the quantization settings and the gate's metrics. ``converters.package.bundle``
 caches a stage's folder under a key made of the source weights' sha256s, the profile file, the tool version
 and the stage's code, so a second build with nothing changed reuses it.
 """
@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from converters.paths import REPO_ROOT
 from converters.sources import SMOLLM2, ModelSource
 from edge import __version__
 from edge.digest import file_sha256
@@ -27,7 +28,6 @@ from edge.progress import ProgressFn
 
 #: Bump when a stage wrapper changes what it writes (its converters' code is hashed on top of this).
 STAGE_CODE_VERSION = 1
-REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
 @dataclass(frozen=True)
@@ -194,7 +194,7 @@ def _face_metrics(report: dict[str, Any]) -> dict[str, Any]:
 
 def _face_quantized(ctx: StageContext) -> dict:
     """``quantize_face_models`` over the (cached) fp32 stage; ships only what the new models.json names."""
-    from converters.face_quant import quantize_face_models
+    from converters.face.quantize import quantize_face_models
     from edge.face import models as face_models
 
     fp32_dir, q_dir = ctx.fp32_folder(), ctx.work_dir / "quant"
@@ -235,7 +235,7 @@ def run_face(ctx: StageContext) -> StageResult:
     """dlib's ResNet-29 embedder, MTCNN and the 5-point landmarks at ``ctx.precision``: fp32 from
     ``convert_face``, int8/fp16 from ``quantize_face_models`` over the fp32 stage; each gated."""
     if ctx.precision is Precision.FP32:
-        from converters.face import convert_face
+        from converters.face.build import convert_face
 
         convert_face(ctx.profile, ctx.out_dir, progress=ctx.progress)
         metrics = _face_metrics(_read_json(ctx.out_dir / "report.json"))
@@ -287,7 +287,7 @@ def _slm_sources() -> tuple[ModelSource, ...]:
 
 
 #: The modules whose import closure (with this file) keys each stage's cache.
-_FACE_CODE = ("converters.face", "converters.face_quant")
+_FACE_CODE = ("converters.face.build", "converters.face.quantize")
 _SLM_CODE = ("converters.slm.build",)
 
 STAGES: dict[str, ModelStage] = {
