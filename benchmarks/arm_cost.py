@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -27,11 +26,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from converters.arm.cost import DEFAULT_PLUGIN, ModelCost, measure_model  # noqa: E402
+from converters.arm.cost import DEFAULT_PLUGIN, ModelCost, build_plugin, measure_model  # noqa: E402
 from converters.arm.face import write_probe_photos  # noqa: E402
 from converters.arm.guest import DEFAULT_CACHE, prepare_guest
 from converters.face.build import export_face_models  # noqa: E402
-from converters.paths import REPO_ROOT as REPO  # noqa: E402
 from edge.face import models as face_models  # noqa: E402
 
 PROFILE_OF_CPU = {"cortex-a72": "rpi4", "cortex-a76": "rpi5"}
@@ -190,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rootfs", type=Path, default=None, help="arm64 rootfs (default .cache/arm/rootfs)")
     parser.add_argument("--write", action="store_true", help="write the 'arm-cost' section of docs/benchmarks.md")
     args = parser.parse_args(argv)
-    subprocess.run(["bash", str(REPO / "scripts" / "arm" / "build_plugin.sh")], check=True)
+    build_plugin()
     work = DEFAULT_CACHE / "cost"
     work.mkdir(parents=True, exist_ok=True)
     fp32 = export_face_models(DEFAULT_CACHE / "face-fp32", progress=say)

@@ -22,7 +22,6 @@ import itertools
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -35,6 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.face_speed_models import CACHE, RaceModels, eval_photos, race_models, real_chips  # noqa: E402
 from benchmarks.procstat import thread_count  # noqa: E402
+from converters.tools import run_tool  # noqa: E402
 from edge.errors import InferenceError  # noqa: E402
 from edge.face.types import DLIB_SAME_PERSON_THRESHOLD  # noqa: E402
 from edge.profiles import TargetProfile, load_profile  # noqa: E402
@@ -273,9 +273,7 @@ def sizes(models: RaceModels, dlib_model: Path) -> dict:
 
 def _child(args: list[str], npz: Path, threads: int) -> dict:
     argv = [sys.executable, str(CHILD), args[0], str(npz), *args[1:], "--threads", str(threads)]
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=RSS_TIMEOUT_S, check=False)
-    if done.returncode != 0:
-        raise InferenceError(f"{CHILD.name} {' '.join(args)} exited {done.returncode}: {done.stderr[-2000:]}")
+    done = run_tool(argv, RSS_TIMEOUT_S, f"{CHILD.name} {' '.join(args)}", InferenceError)
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 

@@ -1,4 +1,6 @@
-"""Quantization stage: ONNX fp32 -> INT8 QDQ (static), INT8 dynamic, fp16, INT4 weight-only, and ORT format.
+"""Quantization stage: ONNX fp32 -> INT8 QDQ (static), INT8 dynamic, fp16, INT4 weight-only.
+
+The next stage, ORT format for the target CPU, is ``converters.compile``.
 
 The target profile decides what differs between cores (activation/weight types, per-channel, reduce-range,
 which op types stay float, INT4 block size); calibration data is passed in, never picked here.
@@ -7,9 +9,6 @@ which op types stay float, INT4 block size); calibration data is passed in, neve
 from __future__ import annotations
 
 import enum
-import shutil
-import subprocess
-import sys
 import tempfile
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
@@ -19,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from edge.errors import ConversionError, InputError
-from edge.profiles import Arch, CalibrationMethod, QuantType, TargetProfile
+from edge.profiles import CalibrationMethod, QuantType, TargetProfile
 
 
 class QuantMode(enum.Enum):
@@ -277,71 +276,3 @@ def op_counts(model_path: Path) -> Counter:
 
     model = onnx.load(str(model_path), load_external_data=False)
     return Counter(n.op_type for n in model.graph.node)
-
-
-def to_ort_format(model_in: Path, out_dir: Path, profile: TargetProfile) -> Path:
-    """Convert one model to ORT format for the profile's CPU; see ``to_ort_format_all``."""
-    return to_ort_format_all([model_in], out_dir, profile)[0]
-
-
-def ort_target_platform(profile: TargetProfile) -> str:
-    """The ``--target_platform`` of ORT-format builds for ``profile`` ("arm" or "amd64").
-
-    Raises:
-        ConversionError: for a profile without ORT-format builds (the browser).
-    """
-    platform = {Arch.AARCH64: "arm", Arch.X86_64: "amd64"}.get(profile.cpu.arch)
-    if platform is None:
-        raise ConversionError(
-            f"{profile.source}: cpu.arch = '{profile.cpu.arch.value}' has no ORT-format build; ship the .onnx"
-        )
-    return platform
-
-
-def to_ort_format_all(models: Sequence[Path], out_dir: Path, profile: TargetProfile) -> list[Path]:
-    """Convert models to ORT format with the offline optimisations that are safe for the profile's CPU.
-
-    'Fixed' optimisation bakes platform-specific layouts into the file, so we pass the target platform:
-    an ARM build never gets x86's NCHWc layout. The browser gets no ORT-format model. One converter run
-    handles all models (its start-up dominates for small nets).
-
-    Args:
-        models: .onnx files (distinct names).
-        out_dir: where the .ort files go (created).
-        profile: decides the target platform.
-
-    Returns:
-        The .ort files, in the order of ``models``.
-
-    Raises:
-        ConversionError: for the browser profile, or when the converter fails (quoting its output).
-    """
-    platform = ort_target_platform(profile)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="edort-") as tmp:
-        src_dir = Path(tmp) / "src"
-        src_dir.mkdir()
-        for model in models:
-            shutil.copy(model, src_dir / Path(model).name)
-        cmd = [
-            sys.executable,
-            "-m",
-            "onnxruntime.tools.convert_onnx_models_to_ort",
-            "--optimization_style",
-            "Fixed",
-            "--target_platform",
-            platform,
-            "--output_dir",
-            tmp,
-            str(src_dir),
-        ]
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
-        targets = []
-        for model in models:
-            produced = Path(tmp) / (Path(model).stem + ".ort")
-            if done.returncode != 0 or not produced.is_file():
-                tail = "\n".join((done.stdout + done.stderr).splitlines()[-15:])
-                raise ConversionError(f"{model}: ORT-format conversion for {platform} failed:\n{tail}")
-            targets.append(out_dir / produced.name)
-            shutil.copy(produced, targets[-1])
-    return targets

@@ -25,12 +25,24 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from converters.arm.guest import DEFAULT_CACHE, SCRIPTS, ArmGuest
+from converters.tools import run_tool
 from edge.errors import InferenceError, InputError
 from edge.runtime import ModelFormat, detect_format
 
 DEFAULT_PLUGIN = DEFAULT_CACHE / "libinsncount.so"
 RUN_MODEL = SCRIPTS / "run_model.py"
 _FIELDS = ("total", "simd", "vector", "sdot", "udot")
+
+
+def build_plugin(out: Path = DEFAULT_PLUGIN, timeout_s: float = 300) -> Path:
+    """Build the counting TCG plugin with ``scripts/arm/build_plugin.sh`` (quick when it is up to date).
+
+    Raises:
+        InferenceError: the build failed or timed out (with the end of its output).
+    """
+    script = SCRIPTS / "build_plugin.sh"
+    run_tool(["bash", script, out], timeout_s, f"{script.name} {out}", InferenceError)
+    return out
 
 
 @dataclass(frozen=True)

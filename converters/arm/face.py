@@ -8,14 +8,12 @@ same/different decision at dlib's 0.6.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from converters.arm.guest import SCRIPTS, ArmGuest, prepare_guest, read_result
-from edge.errors import InferenceError, InputError, ValidationError
+from converters.arm.guest import SCRIPTS, ArmGuest, prepare_guest, run_both
+from edge.errors import InputError, ValidationError
 from edge.progress import ProgressFn, silent
 
 RUN_FACE = SCRIPTS / "run_face.py"
@@ -119,7 +117,12 @@ def _distance(a: Sequence[float], b: Sequence[float]) -> float:
 
 
 def run_face_both(
-    guest: ArmGuest, models: Path, photos: Sequence[Path], work: Path, timeout: float = 900
+    guest: ArmGuest,
+    models: Path,
+    photos: Sequence[Path],
+    work: Path,
+    timeout: float = 900,
+    host_python: Path | None = None,
 ) -> tuple[dict, dict]:
     """Run ``run_face.py`` on the host (this interpreter) and in the guest on the same models and photos.
 
@@ -129,24 +132,20 @@ def run_face_both(
         photos: image files, host paths.
         work: folder for the two JSON outputs (``host.json``, ``<cpu>.json``).
         timeout: seconds for each run.
+        host_python: the host interpreter (default: this one).
 
     Returns:
         (host result, guest result) as dicts.
 
     Raises:
-        InferenceError: either run failed (the message carries its stderr).
+        InferenceError: either run failed or timed out (the message carries the end of its stderr).
     """
     work = Path(work).resolve()
     work.mkdir(parents=True, exist_ok=True)
     args = ["--models", str(Path(models).resolve())]
     photos = [str(Path(p).resolve()) for p in photos]
-    host_out, guest_out = work / "host.json", work / f"{guest.cpu.value}.json"
-    cmd = [sys.executable, str(RUN_FACE), *args, "--out", str(host_out), *photos]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
-    if done.returncode != 0:
-        raise InferenceError(f"{RUN_FACE.name} on the host exited with {done.returncode}:\n{done.stderr[-2000:]}")
-    guest.run(RUN_FACE, [*args, "--out", str(guest_out), *photos], timeout=timeout)
-    return read_result(host_out, RUN_FACE), read_result(guest_out, RUN_FACE)
+    outputs = (work / "host.json", work / f"{guest.cpu.value}.json")
+    return run_both(guest, RUN_FACE, lambda out: [*args, "--out", str(out), *photos], outputs, timeout, host_python)
 
 
 def check_face_models(

@@ -30,14 +30,14 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from converters.paths import REPO_ROOT
+from converters.tools import run_tool
 from edge.errors import InferenceError, InputError, MissingDependencyError
 from edge.progress import ProgressFn, silent
 
@@ -121,14 +121,8 @@ def build_rootfs(rootfs: Path | None = None, timeout: float = 1800) -> Path:
     rootfs = Path(rootfs) if rootfs else DEFAULT_CACHE / "rootfs"
     if (rootfs / ROOTFS_STAMP).is_file():
         return rootfs
-    cmd = ["bash", str(SCRIPTS / "rootfs.sh"), str(rootfs)]
-    try:
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
-    except subprocess.TimeoutExpired as exc:
-        raise InferenceError(f"{cmd[1]}: building {rootfs} took longer than {timeout:.0f} s") from exc
-    if done.returncode != 0:
-        tail = "\n".join(done.stderr.strip().splitlines()[-10:])
-        raise InferenceError(f"{cmd[1]} {rootfs} failed (exit {done.returncode}):\n{tail}")
+    script = SCRIPTS / "rootfs.sh"
+    run_tool(["bash", script, rootfs], timeout, f"{script} {rootfs}", InferenceError)
     return rootfs
 
 
@@ -148,7 +142,7 @@ def download_wheels(dest: Path, packages: Sequence[str] = DEVICE_PACKAGES, timeo
         return dest
     platforms = [a for tag in AARCH64_PLATFORMS for a in ("--platform", tag)]
     cmd = [_host_pip(), "download", "-q", *_PIP_TARGET_ARGS, *_ABIS, *platforms, "-d", str(dest), *packages]
-    _run_host(cmd, timeout, f"downloading aarch64 wheels into {dest}")
+    run_tool(cmd, timeout, f"pip downloading aarch64 wheels into {dest}", InferenceError)
     return dest
 
 
@@ -158,6 +152,41 @@ def _canon(name: str) -> str:
 
 def _dist_name(wheel_file: str) -> str:
     return _canon(wheel_file.split("-", 1)[0])
+
+
+def run_both(
+    guest: ArmGuest,
+    script: Path,
+    args_for: Callable[[Path], list[str]],
+    outputs: tuple[Path, Path],
+    timeout: float,
+    host_python: Path | None = None,
+) -> tuple[dict, dict]:
+    """Run a ``scripts/arm`` script on the host (this interpreter) and in the guest; read both JSON results.
+
+    Args:
+        guest: a prepared guest.
+        script: the script (host path).
+        args_for: its arguments, given the JSON file it is to write.
+        outputs: (host result file, guest result file).
+        timeout: seconds for each run.
+        host_python: the host interpreter (default: this one).
+
+    Returns:
+        (host result, guest result).
+
+    Raises:
+        InferenceError: either run failed or timed out (the message carries the end of its stderr).
+    """
+    host_out, guest_out = outputs
+    run_tool(
+        [host_python or sys.executable, script, *args_for(host_out)],
+        timeout,
+        f"{script.name} on the host",
+        InferenceError,
+    )
+    guest.run(script, args_for(guest_out), timeout=timeout)
+    return read_result(host_out, script), read_result(guest_out, script)
 
 
 def _host_pip() -> str:
@@ -175,16 +204,6 @@ def read_result(path: Path, script: Path) -> dict:
         return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as exc:
         raise InferenceError(f"{path}: no readable result from {script.name} ({exc})") from exc
-
-
-def _run_host(cmd: list[str], timeout: float, what: str) -> None:
-    try:
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
-    except subprocess.TimeoutExpired as exc:
-        raise InferenceError(f"{what}: no result after {timeout:.0f} s") from exc
-    if done.returncode != 0:
-        tail = "\n".join((done.stderr or done.stdout).strip().splitlines()[-8:])
-        raise InferenceError(f"{what} failed (exit {done.returncode}):\n{tail}")
 
 
 class ArmGuest:
@@ -247,7 +266,7 @@ class ArmGuest:
         with self._machine(self.timeout):  # no guest runs on a half-installed site
             shutil.rmtree(site, ignore_errors=True)
             site.mkdir(parents=True)
-            _run_host(cmd, timeout, f"installing {', '.join(wanted)} from {wheel_dir} into {site}")
+            run_tool(cmd, timeout, f"pip installing {', '.join(wanted)} from {wheel_dir} into {site}", InferenceError)
             stamp.write_text(key, encoding="utf-8")
 
     def install_edge(self, repo: Path = REPO_ROOT) -> Path:
@@ -349,18 +368,7 @@ class ArmGuest:
         }
         what = f"{Path(script).name} on emulated {self.cpu.value}"
         with self._machine(timeout):
-            try:
-                done = subprocess.run(cmd, env=guest_env, capture_output=True, text=True, timeout=timeout, check=False)
-            except subprocess.TimeoutExpired as exc:
-                raise InferenceError(f"{what}: no result after {timeout:.0f} s (timeout)") from exc
-        if check and done.returncode != 0:
-            if done.returncode < 0:
-                how = f"died of {signal.Signals(-done.returncode).name}"
-            else:
-                how = f"exited with {done.returncode}"
-            tail = "\n".join(done.stderr.strip().splitlines()[-12:])
-            raise InferenceError(f"{what} {how}:\n{tail}")
-        return done
+            return run_tool(cmd, timeout, what, InferenceError, env=guest_env, check=check)
 
     def _machine(self, timeout: float) -> _MachineLock:
         return _MachineLock(self, timeout)

@@ -10,14 +10,12 @@ the greedy pick and the incremental detokenisation); the prompt's prefill is in 
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from converters.arm.cost import DEFAULT_PLUGIN, InsnCounts, count_instructions
-from converters.arm.guest import SCRIPTS, ArmGuest, read_result
+from converters.arm.guest import SCRIPTS, ArmGuest, read_result, run_both
 from edge.errors import InferenceError, InputError
 
 RUN_TEXT = SCRIPTS / "run_text.py"
@@ -29,25 +27,39 @@ def _args(model_dir: Path, out: Path, tokens: int, prompt: str | None) -> list[s
 
 
 def run_text_both(
-    guest: ArmGuest, model_dir: Path, work: Path, tokens: int = 8, prompt: str | None = None, timeout: float = 1800
+    guest: ArmGuest,
+    model_dir: Path,
+    work: Path,
+    tokens: int = 8,
+    prompt: str | None = None,
+    timeout: float = 1800,
+    host_python: Path | None = None,
 ) -> tuple[dict, dict]:
-    """Generate ``tokens`` greedy tokens on the host (this interpreter) and in the guest.
+    """Generate ``tokens`` greedy tokens on the host and in the guest.
+
+    Args:
+        guest: a prepared guest.
+        model_dir: a converted language model folder (host path).
+        work: folder for the two JSON outputs.
+        tokens: how many tokens to generate.
+        prompt: the prompt (default: run_text.py's).
+        timeout: seconds for each run.
+        host_python: the host interpreter (default: this one).
 
     Returns:
         (host result, guest result): dicts with ``tokens``, ``text``, ``stop_reason``, ``machine``.
 
     Raises:
-        InferenceError: either run failed (the message carries its stderr).
+        InferenceError: either run failed or timed out (the message carries the end of its stderr).
     """
     work = Path(work).resolve()
     work.mkdir(parents=True, exist_ok=True)
-    host_out, guest_out = work / "text-host.json", work / f"text-{guest.cpu.value}.json"
-    cmd = [sys.executable, str(RUN_TEXT), *_args(model_dir, host_out, tokens, prompt)]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
-    if done.returncode != 0:
-        raise InferenceError(f"{RUN_TEXT.name} on the host exited with {done.returncode}:\n{done.stderr[-2000:]}")
-    guest.run(RUN_TEXT, _args(model_dir, guest_out, tokens, prompt), timeout=timeout)
-    return read_result(host_out, RUN_TEXT), read_result(guest_out, RUN_TEXT)
+    outputs = (work / "text-host.json", work / f"text-{guest.cpu.value}.json")
+
+    def args_for(out: Path) -> list[str]:
+        return _args(model_dir, out, tokens, prompt)
+
+    return run_both(guest, RUN_TEXT, args_for, outputs, timeout, host_python)
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from converters.compile import ort_target_platform, to_ort_format_all
 from converters.face.calibration import NET_ROLES, CalibrationSet, chip_landmarks, collect_calibration
 from converters.face.facedata import make_eval_set
 from converters.face.quant_eval import (
@@ -27,14 +28,7 @@ from converters.face.quant_eval import (
     fp32_reference,
 )
 from converters.face.report import render_markdown, write_histogram
-from converters.quantize import (
-    QuantMode,
-    QuantSettings,
-    ort_target_platform,
-    quantize_model,
-    settings_for,
-    to_ort_format_all,
-)
+from converters.quantize import QuantMode, QuantSettings, quantize_model, settings_for
 from edge import __version__
 from edge.digest import file_sha256
 from edge.errors import ConversionError, InputError, ValidationError

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from converters.paths import REPO_ROOT
+from converters.tools import run_tool
 from edge import __version__
 from edge.errors import BundleError
 from edge.progress import ProgressFn, silent
@@ -108,14 +109,7 @@ def device_requirements(kinds: list[str], pyproject: Path = REPO_ROOT / "pyproje
 
 def _pip(args: list[str], what: str) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "pip", "--disable-pip-version-check", *args]
-    try:
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=PIP_TIMEOUT_S, check=False)
-    except subprocess.TimeoutExpired as exc:
-        raise BundleError(f"{what}: pip did not finish in {PIP_TIMEOUT_S} s") from exc
-    if done.returncode != 0:
-        tail = "\n    ".join((done.stderr or done.stdout).strip().splitlines()[-8:])
-        raise BundleError(f"{what}: pip exited with {done.returncode}:\n    {tail}")
-    return done
+    return run_tool(cmd, PIP_TIMEOUT_S, f"pip ({what})", BundleError)
 
 
 def _check_platform_tags(folder: Path) -> None:

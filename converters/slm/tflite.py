@@ -13,7 +13,6 @@ import json
 import math
 import os
 import re
-import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,16 +21,15 @@ import numpy as np
 
 from converters.paths import REPO_ROOT
 from converters.slm.perplexity import PerplexityResult, _log_softmax
+from converters.tools import log_tail, run_tool, side_venv_program
 from edge.errors import ConversionError, InputError
 from edge.text.litert_decoder import LiteRtDecoder
 
 VENV = REPO_ROOT / ".venv-litert-torch"
 SETUP_SCRIPT = "scripts/setup_litert_torch.sh"
-STAMP = ".edge-deploy-setup"
 EXPORT_SCRIPT = REPO_ROOT / "scripts" / "slm" / "litert_export.py"
-LOG_TAIL_LINES = 25
 #: glog info/warning lines and torchao's optional CUDA kernels: noise in every litert-torch run.
-_NOISE = re.compile(r"^([IW]\d{4} |WARNING: All log messages before absl|Failed to load .*torchao)")
+NOISE = re.compile(r"^([IW]\d{4} |WARNING: All log messages before absl|Failed to load .*torchao)")
 
 
 class TfliteQuant(enum.Enum):
@@ -88,15 +86,9 @@ def venv_python(venv: Path = VENV) -> Path:
     """The python of a ready litert-torch venv.
 
     Raises:
-        ConversionError: the venv is missing or its setup did not finish.
+        MissingDependencyError: the venv is missing or its set-up did not finish (naming the set-up script).
     """
-    python = Path(venv) / "bin" / "python"
-    if not python.is_file() or not (Path(venv) / STAMP).is_file():
-        raise ConversionError(
-            f"{venv}: no ready litert-torch environment (missing {python.name} or {STAMP}); "
-            f"create it with: bash {SETUP_SCRIPT}"
-        )
-    return python
+    return side_venv_program(venv, "python", "litert-torch", SETUP_SCRIPT)
 
 
 def _check_options(options: TfliteOptions) -> None:
@@ -109,16 +101,6 @@ def _check_options(options: TfliteOptions) -> None:
             f"prefill_lengths = {options.prefill_lengths}; expected none above kv_cache_max_len "
             f"= {options.kv_cache_max_len}"
         )
-
-
-def log_tail(log: Path, lines: int = LOG_TAIL_LINES) -> str:
-    """The last ``lines`` lines of ``log`` (TensorFlow/absl info chatter dropped), for error messages."""
-    try:
-        text = log.read_text(encoding="utf-8", errors="replace").splitlines()
-    except OSError:
-        return "(no log)"
-    kept = [line for line in text if line.strip() and not _NOISE.match(line)]
-    return "\n".join(kept[-lines:])
 
 
 def convert_tflite(
@@ -137,7 +119,8 @@ def convert_tflite(
 
     Raises:
         InputError: the folder is incomplete or the options are out of range.
-        ConversionError: the venv is missing, or the conversion failed or timed out (with its log's tail).
+        MissingDependencyError: the litert-torch venv is not ready.
+        ConversionError: the conversion failed or timed out (with its log's tail).
     """
     opts = options or TfliteOptions()
     _check_options(opts)
@@ -154,22 +137,9 @@ def convert_tflite(
         cmd += ["--prefill-len", str(n)]
     env = {**os.environ, "EDGE_LITERT_THREADS": str(opts.threads), "TF_CPP_MIN_LOG_LEVEL": "2"}
     start = time.perf_counter()
-    with log.open("w", encoding="utf-8") as sink:
-        try:
-            proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=sink, text=True, timeout=opts.timeout_s, env=env)
-        except subprocess.TimeoutExpired as exc:
-            raise ConversionError(
-                f"{hf_dir}: litert-torch conversion ({quant.value}) did not finish in {opts.timeout_s:.0f} s; "
-                f"log {log} ends:\n{log_tail(log)}"
-            ) from exc
+    what = f"{hf_dir}: litert-torch conversion ({quant.value})"
+    proc = run_tool(cmd, opts.timeout_s, what, ConversionError, env=env, log=log, keep_stdout=True, noise=NOISE)
     seconds = time.perf_counter() - start
-    with log.open("a", encoding="utf-8") as sink:
-        sink.write(proc.stdout)
-    if proc.returncode != 0:
-        raise ConversionError(
-            f"{hf_dir}: litert-torch conversion ({quant.value}) failed with exit code {proc.returncode}; "
-            f"log {log} ends:\n{log_tail(log)}"
-        )
     return _record(proc.stdout, quant, opts, seconds, log)
 
 
@@ -179,7 +149,9 @@ def _record(stdout: str, quant: TfliteQuant, opts: TfliteOptions, seconds: float
         info = json.loads(lines[-1])
         path = Path(info["path"])
     except (IndexError, json.JSONDecodeError, KeyError, TypeError) as exc:
-        raise ConversionError(f"litert_export.py printed no result record; log {log} ends:\n{log_tail(log)}") from exc
+        raise ConversionError(
+            f"litert_export.py printed no result record; last lines of {log}:\n{log_tail(log, noise=NOISE)}"
+        ) from exc
     if not path.is_file():
         raise ConversionError(f"{path}: litert-torch reported this file but it does not exist; see {log}")
     final = path.with_name(f"model_{quant.value}.tflite")

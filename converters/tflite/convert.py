@@ -42,10 +42,7 @@ from __future__ import annotations
 
 import enum
 import os
-import re
 import shutil
-import signal
-import subprocess
 import tempfile
 import time
 from collections import Counter
@@ -58,16 +55,15 @@ import numpy as np
 
 from converters.paths import REPO_ROOT
 from converters.tflite.prep import explicit_maxpool_padding, fixed_input_shape, write_sample_data
-from edge.errors import ConversionError, InputError, MissingDependencyError, ValidationError, require
+from converters.tools import log_tail, run_tool, side_venv_program
+from edge.errors import ConversionError, InputError, ValidationError, require
 
 #: The venv ``scripts/setup_onnx2tf.sh`` creates.
 DEFAULT_VENV = REPO_ROOT / ".venv-onnx2tf"
-SETUP_SCRIPT = REPO_ROOT / "scripts" / "setup_onnx2tf.sh"
+SETUP_SCRIPT = "scripts/setup_onnx2tf.sh"
 ONNX2TF_VERSION = "1.29.24"
 DEFAULT_TIMEOUT_S = 1800.0
 SIGNATURE_KEY = "serving_default"
-LOG_TAIL_LINES = 25
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
 class TfliteVariant(enum.Enum):
@@ -180,15 +176,9 @@ def onnx2tf_executable(venv: Path = DEFAULT_VENV) -> Path:
     """The ``onnx2tf`` CLI of ``venv``.
 
     Raises:
-        MissingDependencyError: when the venv or its onnx2tf is missing, naming the set-up script.
+        MissingDependencyError: when the venv is not ready, naming the set-up script.
     """
-    exe = Path(venv) / "bin" / "onnx2tf"
-    if not exe.is_file():
-        raise MissingDependencyError(
-            f"{exe}: onnx2tf is not installed; TFLite conversion runs it from its own venv: "
-            f"bash {SETUP_SCRIPT.relative_to(REPO_ROOT)}"
-        )
-    return exe
+    return side_venv_program(venv, "onnx2tf", "onnx2tf", SETUP_SCRIPT)
 
 
 def _check_calibration(calibration: np.ndarray | None, nchw: tuple[int, ...]) -> np.ndarray:
@@ -206,47 +196,13 @@ def _check_calibration(calibration: np.ndarray | None, nchw: tuple[int, ...]) ->
     return arr.astype(np.float32)
 
 
-def _log_tail(log_path: Path, lines: int = LOG_TAIL_LINES) -> str:
-    try:
-        text = log_path.read_text(errors="replace")
-    except OSError:
-        return "(no log)"
-    kept = [_ANSI.sub("", line).rstrip() for line in text.splitlines() if line.strip()]
-    return "\n".join("    " + line[:300] for line in kept[-lines:])
-
-
 def _run_onnx2tf(argv: list[str], work_dir: Path, log_path: Path, timeout_s: float, what: str) -> None:
-    """Run onnx2tf in its own process group; kill the whole group on timeout (it spawns onnxsim)."""
+    """Run onnx2tf (the tool kills its whole group on timeout: onnx2tf spawns onnxsim)."""
     env = dict(os.environ)
     env["PATH"] = f"{Path(argv[0]).parent}{os.pathsep}{env.get('PATH', '')}"
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
     env["CUDA_VISIBLE_DEVICES"] = ""
-    with open(log_path, "wb") as log:
-        try:
-            proc = subprocess.Popen(
-                argv,
-                cwd=work_dir,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                env=env,
-                start_new_session=True,
-            )
-        except OSError as exc:
-            raise ConversionError(f"{what}: cannot start {argv[0]}: {exc}") from exc
-        try:
-            code = proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-            raise ConversionError(
-                f"{what}: onnx2tf did not finish within {timeout_s:g} s; last lines of {log_path}:\n"
-                + _log_tail(log_path)
-            ) from None
-    if code != 0:
-        raise ConversionError(
-            f"{what}: onnx2tf failed (exit code {code}); last lines of {log_path}:\n" + _log_tail(log_path)
-        )
+    run_tool(argv, timeout_s, f"onnx2tf ({what})", ConversionError, cwd=work_dir, env=env, log=log_path)
 
 
 def _argv(exe: Path, model: Path, nchw: tuple[int, ...], input_name: str, int8: bool) -> list[str]:
@@ -316,7 +272,7 @@ def _collect(tf_dir: Path, stem: str, out_dir: Path, variants: tuple[TfliteVaria
         if not made.is_file():
             raise ConversionError(
                 f"{what}: onnx2tf finished but wrote no {made.name} ({variant.value}); last lines of {log}:\n"
-                + _log_tail(log)
+                + log_tail(log)
             )
         files[variant] = out_dir / f"{stem}_{variant.value}.tflite"
         shutil.move(made, files[variant])

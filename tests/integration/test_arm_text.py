@@ -22,10 +22,9 @@ import pytest
 
 pytest.importorskip("torch")
 
-from converters.arm.cost import DEFAULT_PLUGIN  # noqa: E402
+from converters.arm.cost import build_plugin  # noqa: E402
 from converters.arm.guest import ArmGuest, prepare_guest  # noqa: E402
 from converters.arm.text import RUN_TEXT, measure_generation, run_text_both  # noqa: E402
-from converters.paths import REPO_ROOT as REPO  # noqa: E402
 
 pytestmark = [pytest.mark.integration, pytest.mark.arm]
 
@@ -57,8 +56,7 @@ def test_int4_greedy_tokens_under_cortex_a76_equal_the_host_fp32_tokens(guest_a7
 
 
 def test_instructions_per_token_show_dot_products_on_the_a76(guest_a76, slm):
-    subprocess.run(["bash", str(REPO / "scripts/arm/build_plugin.sh")], check=True, capture_output=True)
-    cost = measure_generation(guest_a76, slm["int4"], n=1, k=2, plugin=DEFAULT_PLUGIN)
+    cost = measure_generation(guest_a76, slm["int4"], n=1, k=2, plugin=build_plugin())
     per = cost.per_token
     assert cost.tokens == (1, 3)
     # 134.5 M parameters, each used once per token: tens of millions of instructions at the very least.

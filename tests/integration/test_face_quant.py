@@ -17,11 +17,12 @@ import pytest
 
 pytest.importorskip("torch")
 
+from converters.compile import to_ort_format  # noqa: E402
 from converters.face.calibration import NET_ROLES, chip_landmarks, collect_calibration, constant_calibration  # noqa: E402
 from converters.face.facedata import make_eval_set  # noqa: E402
 from converters.face.quant_eval import fp32_reference  # noqa: E402
 from converters.face.quantize import DEFAULT_CALIBRATION_COUNT, quantize_face_models  # noqa: E402
-from converters.quantize import QuantMode, op_counts, quantize_model, settings_for, to_ort_format  # noqa: E402
+from converters.quantize import QuantMode, op_counts, quantize_model, settings_for  # noqa: E402
 from edge.digest import file_sha256
 from edge.errors import ValidationError  # noqa: E402
 from edge.face import models as face_models  # noqa: E402

@@ -31,7 +31,7 @@ from converters.slm.tflite import (  # noqa: E402
     TfliteQuant,
     convert_tflite,
 )
-from edge.errors import ConversionError, InputError  # noqa: E402
+from edge.errors import ConversionError, InputError, MissingDependencyError  # noqa: E402
 from edge.text import SamplingConfig, TextGenerator  # noqa: E402
 from edge.text.litert_decoder import LiteRtDecoder  # noqa: E402
 
@@ -127,10 +127,10 @@ def test_position_past_the_kv_cache_is_a_readable_error(build, generators) -> No
 
 def test_missing_venv_is_a_readable_error(build, tmp_path: Path) -> None:
     venv = tmp_path / "no-venv"
-    with pytest.raises(ConversionError) as err:
+    with pytest.raises(MissingDependencyError) as err:
         convert_tflite(build["hf_dir"], tmp_path / "out", options=TfliteOptions(venv=venv))
     assert str(err.value) == (
-        f"{venv}: no ready litert-torch environment (missing python or .edge-deploy-setup); "
+        f"{venv}: no ready litert-torch environment (missing bin/python or .edge-deploy-setup); "
         "create it with: bash scripts/setup_litert_torch.sh"
     )
 
@@ -143,6 +143,7 @@ def test_failing_conversion_quotes_the_log(build, tmp_path: Path) -> None:
     with pytest.raises(ConversionError) as err:
         convert_tflite(hf, tmp_path / "out", options=TfliteOptions(kv_cache_max_len=64, prefill_lengths=(8,)))
     message = str(err.value)
-    assert message.startswith(f"{hf}: litert-torch conversion (none) failed with exit code 1; log ")
-    assert message.endswith(f"\n{hf / 'config.json'}: hidden_act = 'gelu'; expected 'silu'")
+    log = tmp_path / "out" / "litert_export_none.log"
+    assert message.startswith(f"{hf}: litert-torch conversion (none) exited with 1; last lines of {log}:\n    ")
+    assert message.endswith(f"\n    {hf / 'config.json'}: hidden_act = 'gelu'; expected 'silu'")
     assert os.path.isfile(tmp_path / "out" / "litert_export_none.log")

@@ -306,7 +306,7 @@ def test_onnx2tf_failure_quotes_its_log(tmp_path, onnx2tf_venv):
     log = tmp_path / "out" / "frob_fp32.onnx2tf.log"
     message = str(err.value)
     print(message)
-    assert message.startswith(f"frob.onnx -> TFLite fp32: onnx2tf failed (exit code 1); last lines of {log}:\n    ")
+    assert message.startswith(f"onnx2tf (frob.onnx -> TFLite fp32) exited with 1; last lines of {log}:\n    ")
     assert "Frobnicate" in message
 
 
@@ -314,9 +314,9 @@ def test_timeout_kills_onnx2tf_and_says_so(onnx_models, onnx2tf_venv, tmp_path):
     with pytest.raises(ConversionError) as err:
         export_tflite(onnx_models["rnet"], tmp_path, int8=False, calibration=None, input_name="input", timeout_s=0.5)
     log = tmp_path / "mtcnn_rnet_fp32.onnx2tf.log"
-    assert str(err.value).startswith(
-        f"mtcnn_rnet.onnx -> TFLite fp32: onnx2tf did not finish within 0.5 s; last lines of {log}:\n"
-    )
+    first_line = str(err.value).split("\n")[0]
+    subject = "onnx2tf (mtcnn_rnet.onnx -> TFLite fp32) did not finish within 0.5 s"
+    assert first_line in (f"{subject}; last lines of {log}:", f"{subject}; {log} is empty")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["mtcnn_rnet_fp32.onnx2tf.log"]
 
 
@@ -348,8 +348,8 @@ def test_missing_venv_names_the_setup_script(onnx_models, tmp_path):
     with pytest.raises(MissingDependencyError) as err:
         export_tflite(onnx_models["rnet"], tmp_path, int8=False, calibration=None, input_name="input", venv=tmp_path)
     assert str(err.value) == (
-        f"{tmp_path}/bin/onnx2tf: onnx2tf is not installed; TFLite conversion runs it from its own venv: "
-        "bash scripts/setup_onnx2tf.sh"
+        f"{tmp_path}: no ready onnx2tf environment (missing bin/onnx2tf or .edge-deploy-setup); "
+        "create it with: bash scripts/setup_onnx2tf.sh"
     )
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from converters.arm.cost import InsnCounts, count_instructions, measure_model, parse_counts
-from converters.arm.face import compare_face_results
+from converters.arm.face import compare_face_results, run_face_both
 from converters.arm.guest import (
     AARCH64_PLATFORMS,
     ROOTFS_STAMP,
@@ -16,7 +16,9 @@ from converters.arm.guest import (
     cpu_model,
     cpuinfo_text,
 )
+from converters.arm.text import run_text_both
 from edge.errors import InferenceError, InputError
+from tests.unit.tool_helpers import never_finishing_tool, printed_error
 
 
 def test_cpu_models_and_their_errors():
@@ -153,3 +155,29 @@ def test_face_comparison_needs_the_same_photos():
     with pytest.raises(InputError) as err:
         compare_face_results(_result([]), _result([], []))
     assert str(err.value) == "host photos ['p0.png'] != guest photos ['p0.png', 'p1.png']; expected the same photos"
+
+
+def test_a_hung_host_run_of_the_face_comparison_is_a_one_line_error(tmp_path, capsys):
+    (tmp_path / "rootfs").mkdir()
+    guest = _guest(tmp_path / "rootfs")
+    hung = never_finishing_tool(tmp_path)
+
+    def compare() -> tuple[dict, dict]:
+        return run_face_both(guest, tmp_path / "models", [tmp_path / "a.png"], tmp_path, timeout=0.5, host_python=hung)
+
+    code, printed = printed_error(compare, capsys)
+    assert printed == "Error: run_face.py on the host did not finish within 0.5 s\n"
+    assert code == InferenceError.exit_code
+
+
+def test_a_hung_host_run_of_the_text_comparison_is_a_one_line_error(tmp_path, capsys):
+    (tmp_path / "rootfs").mkdir()
+    guest = _guest(tmp_path / "rootfs")
+    hung = never_finishing_tool(tmp_path)
+
+    def compare() -> tuple[dict, dict]:
+        return run_text_both(guest, tmp_path / "model", tmp_path, timeout=0.5, host_python=hung)
+
+    code, printed = printed_error(compare, capsys)
+    assert printed == "Error: run_text.py on the host did not finish within 0.5 s\n"
+    assert code == InferenceError.exit_code

@@ -2,19 +2,10 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from converters.face.quantize import QuantBuild, gate_failures, quantize_face_models
-from converters.quantize import (
-    QuantMode,
-    QuantSettings,
-    ort_target_platform,
-    quantize_model,
-    settings_for,
-    to_ort_format,
-)
+from converters.quantize import QuantMode, QuantSettings, quantize_model, settings_for
 from edge.errors import ConversionError, InputError, ValidationError
 from edge.profiles import CalibrationMethod, Precision, QuantType, load_profile
 
@@ -71,16 +62,6 @@ def test_a_model_that_is_not_onnx_is_a_conversion_error(tmp_path):
     with pytest.raises(ConversionError) as err:
         quantize_model(model, tmp_path / "q.onnx", settings_for(load_profile("rpi4"), QuantMode.DYNAMIC))
     assert str(err.value).startswith(f"{model}: quantization pre-processing failed (")
-
-
-def test_ort_format_platforms():
-    assert ort_target_platform(load_profile("rpi4")) == "arm"
-    assert ort_target_platform(load_profile("rpi-zero-2w")) == "arm"
-    assert ort_target_platform(load_profile("x86_64-host")) == "amd64"
-    browser = load_profile("browser-wasm")
-    with pytest.raises(ConversionError) as err:
-        to_ort_format(Path("m.onnx"), Path("out"), browser)
-    assert str(err.value) == f"{browser.source}: cpu.arch = 'wasm32' has no ORT-format build; ship the .onnx"
 
 
 def _measured(cos=0.9996, agree=1427, lost=0, iou=0.95) -> tuple[dict, dict]:

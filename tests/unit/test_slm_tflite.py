@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from converters.slm.tflite import TfliteOptions, TfliteQuant, convert_tflite, log_tail, venv_python
-from edge.errors import ConversionError, InputError
+from converters.slm.tflite import NOISE, TfliteOptions, TfliteQuant, convert_tflite, venv_python
+from converters.tools import log_tail
+from edge.errors import InputError, MissingDependencyError
 from edge.text.litert_decoder import LiteRtDecoder, cache_names
 
 
@@ -49,10 +50,10 @@ def test_bad_options_are_named(tmp_path: Path, options: TfliteOptions, message: 
 def test_venv_without_stamp_is_not_ready(tmp_path: Path) -> None:
     (tmp_path / "bin").mkdir()
     (tmp_path / "bin" / "python").write_text("", encoding="utf-8")
-    with pytest.raises(ConversionError) as err:
+    with pytest.raises(MissingDependencyError) as err:
         venv_python(tmp_path)
     assert str(err.value) == (
-        f"{tmp_path}: no ready litert-torch environment (missing python or .edge-deploy-setup); "
+        f"{tmp_path}: no ready litert-torch environment (missing bin/python or .edge-deploy-setup); "
         "create it with: bash scripts/setup_litert_torch.sh"
     )
     (tmp_path / ".edge-deploy-setup").write_text("x", encoding="utf-8")
@@ -68,8 +69,8 @@ def test_log_tail_drops_info_chatter(tmp_path: Path) -> None:
         "SystemExit: boom",
     ]
     log.write_text("\n".join(lines), encoding="utf-8")
-    assert log_tail(log, 3) == "line 28\nline 29\nSystemExit: boom"
-    assert log_tail(tmp_path / "none.log") == "(no log)"
+    assert log_tail(log, 3, noise=NOISE) == "    line 28\n    line 29\n    SystemExit: boom"
+    assert log_tail(tmp_path / "none.log") == "    (no log)"
 
 
 def test_cache_names_follow_the_onnx_cache_order() -> None:
