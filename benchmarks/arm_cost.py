@@ -31,14 +31,9 @@ from converters.arm.face import write_probe_photos  # noqa: E402
 from converters.arm.guest import DEFAULT_CACHE, prepare_guest
 from converters.face.build import export_face_models  # noqa: E402
 from edge.face import models as face_models  # noqa: E402
+from edge.face.models import FaceModel  # noqa: E402
 
 PROFILE_OF_CPU = {"cortex-a72": "rpi4", "cortex-a76": "rpi5"}
-ROLES = {
-    "embedder": face_models.ROLE_EMBEDDER,
-    "pnet": face_models.ROLE_PNET,
-    "rnet": face_models.ROLE_RNET,
-    "onet": face_models.ROLE_ONET,
-}
 GOALS = {"cortex-a72": 0.6, "cortex-a76": 0.4}
 
 
@@ -78,9 +73,9 @@ def model_inputs(fp32: Path, work: Path) -> dict[str, Path]:
         chip = pipeline.chips(photo, pipeline.detector.detect(photo))[:1]
     level = cv2.resize(photo, (128, 128), interpolation=cv2.INTER_AREA).astype(np.float32)
     level = ((level - 127.5) * 0.0078125).transpose(2, 0, 1)[None]
-    paths = {"embedder": work / "chip_nchw.npy", "pnet": work / "pnet_level.npy"}
-    np.save(paths["embedder"], np.ascontiguousarray(chip.transpose(0, 3, 1, 2), dtype=np.float32))
-    np.save(paths["pnet"], np.ascontiguousarray(level))
+    paths = {FaceModel.EMBEDDER: work / "chip_nchw.npy", FaceModel.PNET: work / "pnet_level.npy"}
+    np.save(paths[FaceModel.EMBEDDER], np.ascontiguousarray(chip.transpose(0, 3, 1, 2), dtype=np.float32))
+    np.save(paths[FaceModel.PNET], np.ascontiguousarray(level))
     return paths
 
 
@@ -93,7 +88,7 @@ def litert_embedders(fp32: Path, chip_npy: Path, calibration: int) -> dict[str, 
     files = {"fp32": out / "face_embedder_fp32.tflite", "int8": out / "face_embedder_int8_float_io.tflite"}
     if not all(p.is_file() for p in files.values()):
         calib = collect_calibration(fp32, calibration, progress=say)
-        chips = np.concatenate([f["chip"] for f in calib.feeds["embedder"]]).transpose(0, 2, 3, 1)
+        chips = np.concatenate([f["chip"] for f in calib.feeds[FaceModel.EMBEDDER]]).transpose(0, 2, 3, 1)
         export_tflite(fp32 / "face_embedder.onnx", out, int8=True, calibration=chips, input_name="chip", progress=say)
     return files
 
@@ -121,13 +116,15 @@ def markdown(costs: list[tuple[str, str, ModelCost]], command: str) -> str:
 
 def goals(costs: list[tuple[str, str, ModelCost]]) -> str:
     """The verdict lines: best embedder INT8 / fp32 per core (any backend) against its goal, SDOT on A76."""
-    fp32 = {(c.cpu, c.backend): c.steady.total for net, prec, c in costs if net == "embedder" and prec == "fp32"}
+    fp32 = {
+        (c.cpu, c.backend): c.steady.total for net, prec, c in costs if net is FaceModel.EMBEDDER and prec == "fp32"
+    }
     lines = []
     for cpu, goal in (("cortex-a72", 0.6), ("cortex-a76", 0.4)):
         ratios = [
             (c.steady.total / fp32[(cpu, c.backend)], c.backend)
             for net, prec, c in costs
-            if net == "embedder" and prec == "int8" and c.cpu == cpu and (cpu, c.backend) in fp32
+            if net is FaceModel.EMBEDDER and prec == "int8" and c.cpu == cpu and (cpu, c.backend) in fp32
         ]
         if ratios:
             best, backend = min(ratios)
@@ -147,15 +144,15 @@ def count_cpu(cpu: str, nets: list[str], fp32: Path, inputs: dict[str, Path], ar
     int8 = int8_folder(fp32, PROFILE_OF_CPU.get(cpu, "rpi4"), args.calibration)
     variants = []
     for net in nets:
-        plain = face_models.model_path(fp32, ROLES[net])
+        plain = face_models.model_path(fp32, net.role)
         variants.append((net, "fp32", plain))
         try:
             variants.append((net, "int8", int8_file(int8, plain)))
         except FileNotFoundError as exc:
             say(f"no INT8 {net} for {cpu}, fp32 only: {exc}")
-    if args.litert and "embedder" in nets:
-        tflite = litert_embedders(fp32, inputs["embedder"], args.calibration)
-        variants += [("embedder", p, f) for p, f in tflite.items()]
+    if args.litert and FaceModel.EMBEDDER in nets:
+        tflite = litert_embedders(fp32, inputs[FaceModel.EMBEDDER], args.calibration)
+        variants += [(FaceModel.EMBEDDER, p, f) for p, f in tflite.items()]
     costs = []
     for net, prec, path in variants:
         say(f"counting {net} {prec} ({path.name}) on {cpu}")
@@ -193,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     work.mkdir(parents=True, exist_ok=True)
     fp32 = export_face_models(DEFAULT_CACHE / "face-fp32", progress=say)
     inputs = model_inputs(fp32, work)
-    nets = [n.strip() for n in args.models.split(",") if n.strip()]
+    nets = [FaceModel(n.strip()) for n in args.models.split(",") if n.strip()]
     costs: list[tuple[str, str, ModelCost]] = []
     for cpu in [c.strip() for c in args.cpus.split(",") if c.strip()]:
         costs += count_cpu(cpu, nets, fp32, inputs, args)

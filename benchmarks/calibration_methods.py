@@ -24,11 +24,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from converters.face.calibration import NET_ROLES, chip_landmarks, collect_calibration  # noqa: E402
+from converters.face.calibration import chip_landmarks, collect_calibration  # noqa: E402
 from converters.face.facedata import make_eval_set  # noqa: E402
 from converters.face.quant_eval import evaluate_detector, evaluate_embedder, fp32_reference  # noqa: E402
 from converters.quantize import QuantMode, QuantSettings, quantize_model  # noqa: E402
 from edge.face import models as face_models  # noqa: E402
+from edge.face.models import FaceModel  # noqa: E402
 from edge.profiles import CalibrationMethod, QuantType  # noqa: E402
 
 METHODS = (CalibrationMethod.MINMAX, CalibrationMethod.ENTROPY, CalibrationMethod.PERCENTILE)
@@ -44,11 +45,11 @@ def _grid(full: bool) -> list[QuantSettings]:
     ]
 
 
-def _measure(net: str, settings: QuantSettings, calib, ref, fp32: dict, workdir: Path, threads: int) -> dict:
+def _measure(net: FaceModel, settings: QuantSettings, calib, ref, fp32: dict, workdir: Path, threads: int) -> dict:
     start = time.perf_counter()
     out = quantize_model(fp32[net], workdir / f"{net}.onnx", settings, calib.feeds[net])
     row = {"net": net, **settings.to_dict(), "quantize_s": round(time.perf_counter() - start, 1)}
-    if net == "embedder":
+    if net is FaceModel.EMBEDDER:
         stats = evaluate_embedder(ref, out, threads)
         row.update(stats.to_dict())
         row.pop("decisions")
@@ -89,14 +90,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
-    fp32 = {n: face_models.model_path(args.fp32_dir, role) for n, role in NET_ROLES.items()}
+    fp32 = face_models.model_paths(args.fp32_dir, face_models.FACE_NETS)
     calib = collect_calibration(args.fp32_dir, args.count, threads=args.threads, progress=print)
     ref = fp32_reference(make_eval_set(0), fp32, args.threads, chip_landmarks(args.fp32_dir))
     print(f"evaluation: {ref.faces_found} annotated faces found by fp32, {len(ref.eval_set.pairs)} pairs")
     rows = []
     with tempfile.TemporaryDirectory(prefix="calib-bench-") as tmp:
-        for net in args.nets.split(","):
-            for settings in _grid(net == "embedder" or args.full_detector_grid):
+        for net in [FaceModel(name) for name in args.nets.split(",")]:
+            for settings in _grid(net is FaceModel.EMBEDDER or args.full_detector_grid):
                 rows.append(_measure(net, settings, calib, ref, fp32, Path(tmp), args.threads))
                 print(_table(rows[-1:]).splitlines()[-1], flush=True)
     print()

@@ -22,6 +22,7 @@ import numpy as np
 from edge.digest import file_sha256
 from edge.errors import ConversionError, EdgeDeployError, InputError
 from edge.face import models as face_models
+from edge.face.models import FaceModel
 from edge.profiles import Precision, TargetProfile
 from edge.progress import ProgressFn, silent
 
@@ -77,7 +78,7 @@ def build_int8(fp32_dir: Path, profile: TargetProfile, cache: Path, calibration_
     from converters.face.calibration import collect_calibration
     from converters.face.quantize import quantize_face_models
 
-    key = face_models.read_models_file(fp32_dir)[face_models.ROLE_EMBEDDER].sha256[:KEY_CHARS]
+    key = face_models.read_models_file(fp32_dir)[face_models.FaceModel.EMBEDDER.role].sha256[:KEY_CHARS]
     folder = cache / f"face-int8-{profile.name}-c{calibration_count}-{key}"
     if _usable(folder) and (folder / "quant_report.json").is_file():
         return folder, None
@@ -117,15 +118,15 @@ def race_models(profile: TargetProfile, calibration_count: int, progress: Progre
     CACHE.mkdir(parents=True, exist_ok=True)
     fp32_dir = build_fp32(CACHE, progress)
     int8_dir, calib = build_int8(fp32_dir, profile, CACHE, calibration_count, progress)
-    onnx_fp32 = face_models.model_path(fp32_dir, face_models.ROLE_EMBEDDER)
+    onnx_fp32 = face_models.model_path(fp32_dir, face_models.FaceModel.EMBEDDER.role)
     chips = None
     if calib is not None:
-        chips = np.concatenate([f["chip"] for f in calib.feeds["embedder"]])
+        chips = np.concatenate([f["chip"] for f in calib.feeds[FaceModel.EMBEDDER]])
     elif not (CACHE / f"tflite-{file_sha256(onnx_fp32)[:KEY_CHARS]}").is_dir():
         from converters.face.calibration import collect_calibration
 
         calib = collect_calibration(fp32_dir, calibration_count, threads=2, progress=progress)
-        chips = np.concatenate([f["chip"] for f in calib.feeds["embedder"]])
+        chips = np.concatenate([f["chip"] for f in calib.feeds[FaceModel.EMBEDDER]])
     tflite = build_tflite(onnx_fp32, CACHE, chips, progress)
     report = json.loads((int8_dir / "quant_report.json").read_text(encoding="utf-8"))
     int8_onnx = int8_dir / report["onnx_files"]["embedder"]["file"]
@@ -134,7 +135,7 @@ def race_models(profile: TargetProfile, calibration_count: int, progress: Progre
         int8_dir=int8_dir,
         onnx_fp32=onnx_fp32,
         onnx_int8=int8_onnx,
-        ort_int8=face_models.model_path(int8_dir, face_models.ROLE_EMBEDDER),
+        ort_int8=face_models.model_path(int8_dir, face_models.FaceModel.EMBEDDER.role),
         tflite=tflite,
         quant_report=report,
     )

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from edge.errors import InputError
+from edge.face.models import DETECTOR_NETS
 
 
 @dataclass(frozen=True)
@@ -102,7 +103,7 @@ MTCNN_NETS = {
         licence="MIT",
         description=f"MTCNN {net.upper()} face detector stage (facenet-pytorch port of Zhang et al. 2016)",
     )
-    for net in ("pnet", "rnet", "onet")
+    for net in DETECTOR_NETS
 }
 
 SMOLLM2 = ModelSource(

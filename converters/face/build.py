@@ -23,6 +23,7 @@ from converters.validate import OutputCheck, check_against_source
 from edge import __version__
 from edge.errors import ConversionError, InputError, ValidationError
 from edge.face import models as face_models
+from edge.face.models import FaceModel
 from edge.profiles import Precision, TargetProfile
 from edge.progress import ProgressFn, silent
 from edge.runtime import default_threads
@@ -120,11 +121,12 @@ def _export(out_dir: Path, progress: ProgressFn) -> tuple[list[face_models.Model
     for net, diff in compare_with_torch(load_mtcnn_nets(), mtcnn).items():
         checks.append(OutputCheck(f"mtcnn-{net}", "all outputs", (), diff, 1e-5))
     entries = [
-        face_models.describe(mtcnn["pnet"], face_models.ROLE_PNET, "onnx", "fp32", MTCNN_NETS["pnet"].provenance()),
-        face_models.describe(mtcnn["rnet"], face_models.ROLE_RNET, "onnx", "fp32", MTCNN_NETS["rnet"].provenance()),
-        face_models.describe(mtcnn["onet"], face_models.ROLE_ONET, "onnx", "fp32", MTCNN_NETS["onet"].provenance()),
-        face_models.describe(shape5, face_models.ROLE_LANDMARKS, "npz", "fp32", DLIB_SHAPE5.provenance()),
-        face_models.describe(embedder, face_models.ROLE_EMBEDDER, "onnx", "fp32", DLIB_RESNET.provenance()),
+        face_models.describe(mtcnn[net], net.role, "onnx", "fp32", MTCNN_NETS[net].provenance())
+        for net in face_models.DETECTOR_NETS
+    ]
+    entries += [
+        face_models.describe(shape5, FaceModel.SHAPE5.role, "npz", "fp32", DLIB_SHAPE5.provenance()),
+        face_models.describe(embedder, FaceModel.EMBEDDER.role, "onnx", "fp32", DLIB_RESNET.provenance()),
     ]
     return entries, checks
 

@@ -28,22 +28,16 @@ from edge.errors import InputError
 from edge.face import models as face_models
 from edge.face.detect_mtcnn import MtcnnDetector
 from edge.face.embed import INPUT_NAME as EMBEDDER_INPUT
+from edge.face.models import DETECTOR_NETS, FACE_NETS, FaceModel
 from edge.face.pipeline import FacePipeline
 from edge.face.shape5 import ShapePredictor
 from edge.progress import ProgressFn, silent
 
-#: Net keys used throughout the face quantization, in cascade order, with their models.json roles.
-NET_ROLES = {
-    "pnet": face_models.ROLE_PNET,
-    "rnet": face_models.ROLE_RNET,
-    "onet": face_models.ROLE_ONET,
-    "embedder": face_models.ROLE_EMBEDDER,
-}
 MTCNN_INPUT = "input"
 #: At most this many samples per net go into calibration (seeded sub-sample; more only costs time).
-MAX_SAMPLES = {"pnet": 8192, "rnet": 2048, "onet": 1024, "embedder": 256}
+MAX_SAMPLES = {FaceModel.PNET: 8192, FaceModel.RNET: 2048, FaceModel.ONET: 1024, FaceModel.EMBEDDER: 256}
 #: Samples per calibration feed.
-FEED_BATCH = {"pnet": 256, "rnet": 64, "onet": 32, "embedder": 8}
+FEED_BATCH = {FaceModel.PNET: 256, FaceModel.RNET: 64, FaceModel.ONET: 32, FaceModel.EMBEDDER: 8}
 _PNET_WINDOW, _PNET_STRIDE = 12, 2
 
 
@@ -53,19 +47,19 @@ def chip_landmarks(fp32_dir: Path) -> ShapePredictor | None:
     Without one, chips are placed by MTCNN's own five landmarks.
     """
     entries = face_models.read_models_file(fp32_dir)
-    if face_models.ROLE_LANDMARKS not in entries:
+    if FaceModel.SHAPE5.role not in entries:
         return None
-    return ShapePredictor(Path(fp32_dir) / entries[face_models.ROLE_LANDMARKS].file)
+    return ShapePredictor(Path(fp32_dir) / entries[FaceModel.SHAPE5.role].file)
 
 
 class _RecordingDetector(MtcnnDetector):
     """The fp32 MTCNN cascade, keeping a copy of every batch it feeds each net."""
 
-    def __init__(self, nets: dict[str, Path], threads: int) -> None:
+    def __init__(self, nets: dict[FaceModel, Path], threads: int) -> None:
         super().__init__(nets, threads=threads)
-        self.seen: dict[str, list[np.ndarray]] = {"pnet": [], "rnet": [], "onet": []}
+        self.seen: dict[FaceModel, list[np.ndarray]] = {net: [] for net in DETECTOR_NETS}
 
-    def _run(self, name: str, x: np.ndarray) -> list[np.ndarray]:
+    def _run(self, name: FaceModel, x: np.ndarray) -> list[np.ndarray]:
         self.seen[name].append(np.array(x, copy=True))
         return super()._run(name, x)
 
@@ -74,11 +68,11 @@ class _RecordingDetector(MtcnnDetector):
 class CalibrationSet:
     """Calibration feeds per net (``{"input": ...}`` / ``{"chip": ...}`` dicts) and where they came from."""
 
-    feeds: dict[str, list[dict[str, np.ndarray]]]
+    feeds: dict[FaceModel, list[dict[str, np.ndarray]]]
     images: int
     seed: int
-    samples: dict[str, int] = field(default_factory=dict)
-    available: dict[str, int] = field(default_factory=dict)
+    samples: dict[FaceModel, int] = field(default_factory=dict)
+    available: dict[FaceModel, int] = field(default_factory=dict)
     sources: dict[str, int] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
@@ -146,19 +140,19 @@ def collect_calibration(
         progress: called with a line per stage.
 
     Returns:
-        CalibrationSet with feeds for "pnet", "rnet", "onet" and "embedder".
+        CalibrationSet with feeds for every net of ``FACE_NETS`` (MTCNN's three and the embedder).
 
     Raises:
         InputError: ``count`` < 1, a missing models folder, or no face found in the calibration images.
     """
     if count < 1:
         raise InputError(f"calibration count = {count}; expected at least 1 image")
-    paths = {net: face_models.model_path(fp32_dir, role) for net, role in NET_ROLES.items()}
+    paths = face_models.model_paths(fp32_dir, FACE_NETS)
     images = calibration_images(count, seed)
     progress(f"calibration: running the fp32 cascade on {len(images)} calibration images")
-    samples: dict[str, list[np.ndarray]] = {"pnet": [], "rnet": [], "onet": [], "embedder": []}
+    samples: dict[FaceModel, list[np.ndarray]] = {net: [] for net in FACE_NETS}
     sources: dict[str, int] = {}
-    with _RecordingDetector({k: paths[k] for k in ("pnet", "rnet", "onet")}, threads) as detector:
+    with _RecordingDetector({k: paths[k] for k in DETECTOR_NETS}, threads) as detector:
         # Only the pipeline's chip cutting is used.
         pipeline = FacePipeline(detector, embedder=None, shape_predictor=chip_landmarks(fp32_dir))
         for name, rgb in images:
@@ -166,11 +160,11 @@ def collect_calibration(
             sources[kind] = sources.get(kind, 0) + 1
             dets = detector.detect(rgb)
             if dets:
-                samples["embedder"] += list(pipeline.chips(rgb, dets).transpose(0, 3, 1, 2).astype(np.float32))
-        for net in ("pnet", "rnet", "onet"):
+                samples[FaceModel.EMBEDDER] += list(pipeline.chips(rgb, dets).transpose(0, 3, 1, 2).astype(np.float32))
+        for net in DETECTOR_NETS:
             for batch in detector.seen[net]:
                 samples[net] += list(batch)
-    if not samples["embedder"]:
+    if not samples[FaceModel.EMBEDDER]:
         raise InputError(
             f"calibration: the fp32 detector found no face in {count} calibration images; expected faces "
             "to calibrate the embedder on (use more images)"
@@ -179,16 +173,13 @@ def collect_calibration(
     calib = CalibrationSet({}, len(images), seed, sources=sources)
     for net, items in samples.items():
         calib.available[net] = len(items)
-        if net == "pnet":
+        if net is FaceModel.PNET:
             kept, calib.available[net] = pnet_windows(items, MAX_SAMPLES[net], rng)
         else:
             kept = _subsample(items, MAX_SAMPLES[net], rng)
-        calib.feeds[net] = _feeds(kept, FEED_BATCH[net], EMBEDDER_INPUT if net == "embedder" else MTCNN_INPUT)
+        calib.feeds[net] = _feeds(kept, FEED_BATCH[net], EMBEDDER_INPUT if net is FaceModel.EMBEDDER else MTCNN_INPUT)
         calib.samples[net] = sum(len(next(iter(f.values()))) for f in calib.feeds[net])
-    progress(
-        "calibration samples: "
-        + ", ".join(f"{n} {calib.samples[n]} of {calib.available[n]}" for n in ("pnet", "rnet", "onet", "embedder"))
-    )
+    progress("calibration samples: " + ", ".join(f"{n} {calib.samples[n]} of {calib.available[n]}" for n in FACE_NETS))
     return calib
 
 

@@ -28,22 +28,21 @@ from pathlib import Path
 import numpy as np
 
 from edge.errors import ConversionError, InputError, MissingDependencyError, ValidationError, require
+from edge.face.detect_mtcnn import MODEL_FILES
+from edge.face.models import FaceModel
 
 #: ONNX opset of the exported nets (the dynamo exporter's minimum; onnxruntime >= 1.14 runs it).
 OPSET = 18
 
-#: File names ``export_mtcnn`` writes, by net.
-ONNX_NAMES = {"pnet": "mtcnn_pnet.onnx", "rnet": "mtcnn_rnet.onnx", "onet": "mtcnn_onet.onnx"}
-
 #: Output names of each net, in the order facenet-pytorch's ``forward`` returns them.
 OUTPUT_NAMES = {
-    "pnet": ("reg", "prob"),
-    "rnet": ("reg", "prob"),
-    "onet": ("reg", "landmarks", "prob"),
+    FaceModel.PNET: ("reg", "prob"),
+    FaceModel.RNET: ("reg", "prob"),
+    FaceModel.ONET: ("reg", "landmarks", "prob"),
 }
 
 #: Fixed input side of RNet and ONet (PNet takes any H, W >= 12).
-INPUT_SIDE = {"rnet": 24, "onet": 48}
+INPUT_SIDE = {FaceModel.RNET: 24, FaceModel.ONET: 48}
 
 #: Largest allowed max-abs difference between ONNX Runtime and PyTorch outputs.
 TOLERANCE = 1e-5
@@ -53,7 +52,7 @@ def _torch():
     return require("torch", "convert", "Rebuilding the MTCNN nets")
 
 
-def _build_modules() -> dict[str, object]:
+def _build_modules() -> dict[FaceModel, object]:
     """Define PNet/RNet/ONet as torch modules (torch is imported lazily, so classes are built here)."""
     torch = _torch()
     nn = torch.nn
@@ -139,7 +138,7 @@ def _build_modules() -> dict[str, object]:
             x = self.prelu5(self.dense5(x.view(x.shape[0], -1)))
             return self.dense6_2(x), self.dense6_3(x), self.softmax6_1(self.dense6_1(x))
 
-    return {"pnet": PNet, "rnet": RNet, "onet": ONet}
+    return {FaceModel.PNET: PNet, FaceModel.RNET: RNet, FaceModel.ONET: ONet}
 
 
 def facenet_data_dir() -> Path:
@@ -181,14 +180,14 @@ def _load_state_dict(path: Path) -> dict:
     return state
 
 
-def load_mtcnn_nets(data_dir: Path | None = None) -> dict[str, object]:
+def load_mtcnn_nets(data_dir: Path | None = None) -> dict[FaceModel, object]:
     """Build PNet, RNet and ONet and load facenet-pytorch's pretrained weights into them.
 
     Args:
         data_dir: folder with ``pnet.pt``, ``rnet.pt``, ``onet.pt``; default facenet-pytorch's own.
 
     Returns:
-        ``{"pnet": module, "rnet": module, "onet": module}``, float32, in eval mode.
+        ``{FaceModel.PNET: module, FaceModel.RNET: module, FaceModel.ONET: module}``, float32, in eval mode.
 
     Raises:
         MissingDependencyError: torch or facenet-pytorch missing.
@@ -242,7 +241,9 @@ def _export_one(name: str, net, path: Path) -> None:
         raise ConversionError(f"{path}: exporting MTCNN {name.upper()} to ONNX failed: {exc}") from exc
 
 
-def compare_with_torch(nets: dict[str, object], onnx_paths: dict[str, Path], seed: int = 0) -> dict[str, float]:
+def compare_with_torch(
+    nets: dict[FaceModel, object], onnx_paths: dict[FaceModel, Path], seed: int = 0
+) -> dict[FaceModel, float]:
     """Run each ONNX net and its torch net on seeded inputs and return the max abs difference per net.
 
     PNet is checked at three input sizes (the pyramid feeds many), RNet/ONet at batch 1 and 7.
@@ -253,7 +254,7 @@ def compare_with_torch(nets: dict[str, object], onnx_paths: dict[str, Path], see
         seed: seed of the random inputs.
 
     Returns:
-        ``{"pnet": diff, "rnet": diff, "onet": diff}``: the largest difference over all outputs.
+        ``{FaceModel.PNET: diff, ...}`` (every net): the largest difference over all outputs.
 
     Raises:
         ValidationError: listing every output whose difference exceeds ``TOLERANCE`` or whose shape differs.
@@ -261,9 +262,13 @@ def compare_with_torch(nets: dict[str, object], onnx_paths: dict[str, Path], see
     torch = _torch()
     ort = require("onnxruntime", "device", "Checking the exported MTCNN nets")
     rng = np.random.default_rng(seed)
-    worst: dict[str, float] = {}
+    worst: dict[FaceModel, float] = {}
     problems: list[str] = []
-    cases = {"pnet": [(1, (12, 12)), (2, (37, 61)), (1, (120, 90))], "rnet": [(1,), (7,)], "onet": [(1,), (7,)]}
+    cases = {
+        FaceModel.PNET: [(1, (12, 12)), (2, (37, 61)), (1, (120, 90))],
+        FaceModel.RNET: [(1,), (7,)],
+        FaceModel.ONET: [(1,), (7,)],
+    }
     for name, path in onnx_paths.items():
         sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
         worst[name] = 0.0
@@ -285,7 +290,7 @@ def compare_with_torch(nets: dict[str, object], onnx_paths: dict[str, Path], see
     return worst
 
 
-def export_mtcnn(out_dir: Path, data_dir: Path | None = None) -> dict[str, Path]:
+def export_mtcnn(out_dir: Path, data_dir: Path | None = None) -> dict[FaceModel, Path]:
     """Export facenet-pytorch's MTCNN nets to ONNX and prove each equals PyTorch within ``TOLERANCE``.
 
     Writes ``mtcnn_pnet.onnx`` (input [N,3,H,W]), ``mtcnn_rnet.onnx`` ([N,3,24,24]) and
@@ -296,7 +301,7 @@ def export_mtcnn(out_dir: Path, data_dir: Path | None = None) -> dict[str, Path]
         data_dir: folder with the ``.pt`` state dicts; default facenet-pytorch's own.
 
     Returns:
-        ``{"pnet": path, "rnet": path, "onet": path}``.
+        ``{FaceModel.PNET: path, ...}`` (every net; file names from ``edge.face.detect_mtcnn.MODEL_FILES``).
 
     Raises:
         MissingDependencyError, InputError, ConversionError: see ``load_mtcnn_nets``; export failure.
@@ -308,7 +313,7 @@ def export_mtcnn(out_dir: Path, data_dir: Path | None = None) -> dict[str, Path]
     except OSError as exc:
         raise ConversionError(f"{out_dir}: cannot create the output folder: {exc}") from exc
     nets = load_mtcnn_nets(data_dir)
-    paths = {name: out_dir / ONNX_NAMES[name] for name in nets}
+    paths = {name: out_dir / MODEL_FILES[name] for name in nets}
     for name, net in nets.items():
         _export_one(name, net, paths[name])
     compare_with_torch(nets, paths)

@@ -21,6 +21,7 @@ from converters.face.agreement import MIN_IOU, iou, match_boxes
 from converters.face.facedata import EvalSet
 from edge.face.detect_mtcnn import MtcnnDetector
 from edge.face.embed import FaceEmbedder
+from edge.face.models import DETECTOR_NETS, FaceModel
 from edge.face.pipeline import FacePipeline
 from edge.face.shape5 import ShapePredictor
 from edge.face.types import DLIB_SAME_PERSON_THRESHOLD, Detection
@@ -60,15 +61,15 @@ def fp32_reference(
 
     Args:
         eval_set: ``converters.face.facedata.make_eval_set(...)``.
-        nets: fp32 model paths by net ("pnet", "rnet", "onet", "embedder").
+        nets: fp32 model paths by net (every one of ``FACE_NETS``).
         threads: ONNX Runtime intra-op threads.
         shape_predictor: the 5-point landmark model that places chips (``calibration.chip_landmarks``).
 
     Returns:
         Fp32Reference.
     """
-    detector = MtcnnDetector({k: nets[k] for k in ("pnet", "rnet", "onet")}, threads=threads)
-    embedder = FaceEmbedder(nets["embedder"], threads=threads)
+    detector = MtcnnDetector({k: nets[k] for k in DETECTOR_NETS}, threads=threads)
+    embedder = FaceEmbedder(nets[FaceModel.EMBEDDER], threads=threads)
     with FacePipeline(detector, embedder, shape_predictor=shape_predictor) as pipeline:
         all_dets, face_det, chips, keys = [], {}, [], []
         for k, image in enumerate(eval_set.images):
@@ -193,7 +194,7 @@ def evaluate_detector(ref: Fp32Reference, nets: dict[str, Path], threads: int = 
     """
     stats = DetectorStats([], [], 0, 0)
     found: list[list[Detection]] = []
-    with MtcnnDetector({k: nets[k] for k in ("pnet", "rnet", "onet")}, threads=threads) as detector:
+    with MtcnnDetector({k: nets[k] for k in DETECTOR_NETS}, threads=threads) as detector:
         for k, image in enumerate(ref.eval_set.images):
             dets = detector.detect(image.rgb)
             found.append(dets)
@@ -215,7 +216,7 @@ def evaluate_end_to_end(ref: Fp32Reference, nets: dict[str, Path], found: list, 
     """The quantized detector's chips through the quantized embedder vs the fp32 pipeline (not gated)."""
     keys, chips = [], []
     # The candidate's detections are given: the pipeline only cuts chips and embeds them.
-    embedder = FaceEmbedder(nets["embedder"], threads=threads)
+    embedder = FaceEmbedder(nets[FaceModel.EMBEDDER], threads=threads)
     with FacePipeline(None, embedder, shape_predictor=ref.shape_predictor) as pipe:
         for k, image in enumerate(ref.eval_set.images):
             for i, j in sorted(_faces_of(ref.eval_set, k, found[k]).items()):

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from converters.compile import ort_target_platform, to_ort_format_all
-from converters.face.calibration import NET_ROLES, CalibrationSet, chip_landmarks, collect_calibration
+from converters.face.calibration import CalibrationSet, chip_landmarks, collect_calibration
 from converters.face.facedata import make_eval_set
 from converters.face.quant_eval import (
     TWIN_MIN_IOU,
@@ -33,6 +33,7 @@ from edge import __version__
 from edge.digest import file_sha256
 from edge.errors import ConversionError, InputError, ValidationError
 from edge.face import models as face_models
+from edge.face.models import FACE_NETS, FaceModel
 from edge.profiles import Arch, Precision, TargetProfile
 from edge.progress import ProgressFn, silent
 from edge.runtime import default_threads
@@ -42,7 +43,7 @@ DEFAULT_CALIBRATION_COUNT = 200
 #: Nets quantized by default. MTCNN's P/R/O-nets stay fp32: quantized alone, each moved some face's final
 #: box below the gate's IoU 0.9 (PNet 0.81, RNet 0.90, ONet 0.78 with MinMax; other methods no better,
 #: docs/quantization.md), while they hold 8 % of the bytes. The embedder holds 92 % and quantizes cleanly.
-DEFAULT_QUANTIZED_NETS = ("embedder",)
+DEFAULT_QUANTIZED_NETS = (FaceModel.EMBEDDER,)
 #: Quantization mode of each precision (``mode=`` picks dynamic INT8 instead of static).
 PRECISION_MODES = {Precision.INT8: QuantMode.STATIC_QDQ, Precision.FP16: QuantMode.FP16}
 _MODE_PRECISION = {
@@ -192,11 +193,11 @@ def _entries(fp32_dir: Path, out_dir: Path, shipped: dict[str, Path], fmt: str, 
     """models.json entries: the nets as shipped, then every other role of the fp32 folder copied as it is."""
     sources = face_models.read_models_file(fp32_dir)
     entries = [
-        face_models.describe(shipped[net], role, fmt, precisions[net], sources[role].source)
-        for net, role in NET_ROLES.items()
+        face_models.describe(shipped[net], net.role, fmt, precisions[net], sources[net.role].source)
+        for net in FACE_NETS
     ]
     for role, entry in sources.items():
-        if role not in NET_ROLES.values():  # e.g. the 5-point landmark model (numpy, not quantized)
+        if role not in {net.role for net in FACE_NETS}:  # e.g. the 5-point landmark model (numpy, not quantized)
             shutil.copy(fp32_dir / entry.file, out_dir / entry.file)
             entries.append(
                 face_models.describe(out_dir / entry.file, role, entry.format, entry.precision, entry.source)
@@ -230,8 +231,8 @@ def _write_report(build: QuantBuild, cosines, threshold: float, progress: Progre
 
 def _check_nets(nets: Sequence[str], overrides: Mapping[str, object]) -> None:
     for net in [*nets, *overrides]:
-        if net not in NET_ROLES:
-            raise InputError(f"face models: no net called {net!r}; expected one of {', '.join(NET_ROLES)}")
+        if net not in FACE_NETS:
+            raise InputError(f"face models: no net called {net!r}; expected one of {', '.join(FACE_NETS)}")
 
 
 def quantize_face_models(
@@ -259,9 +260,9 @@ def quantize_face_models(
         calibration_count: calibration images for static INT8.
         progress: called with a line per stage.
         mode: ``QuantMode.DYNAMIC`` for dynamic INT8 (else derived from ``precision``).
-        nets: which nets to quantize ("pnet", "rnet", "onet", "embedder"); the others ship fp32 (their
+        nets: which of ``FACE_NETS`` to quantize (``FaceModel`` or its name); the others ship fp32 (their
             models.json precision says so).
-        overrides: per net ("pnet", "rnet", "onet", "embedder") QuantSettings fields that replace the
+        overrides: per net (``FaceModel`` or its name) QuantSettings fields that replace the
             profile's (measurements and deliberately broken builds).
         calibration: feeds collected earlier by ``collect_calibration`` (else collected here).
         reference: the fp32 results from ``fp32_reference`` on ``make_eval_set(0)`` (else computed here).
@@ -282,7 +283,7 @@ def quantize_face_models(
     fp32_dir, out_dir = Path(fp32_dir), Path(out_dir)
     if out_dir.resolve() == fp32_dir.resolve():
         raise InputError(f"{out_dir}: the quantized models need their own folder, not the fp32 folder")
-    fp32 = {net: face_models.model_path(fp32_dir, role) for net, role in NET_ROLES.items()}
+    fp32 = face_models.model_paths(fp32_dir, FACE_NETS)
     overrides = overrides or {}
     settings = {net: settings_for(profile, quant_mode, **overrides.get(net, {})) for net in fp32 if net in nets}
     threads = max(1, min(profile.runtime.threads, default_threads()))
@@ -303,7 +304,7 @@ def quantize_face_models(
     progress("comparing with fp32 on the evaluation set")
     if reference is None:
         reference = fp32_reference(make_eval_set(0), fp32, threads, chip_landmarks(fp32_dir))
-    emb = evaluate_embedder(reference, shipped["embedder"], threads)
+    emb = evaluate_embedder(reference, shipped[FaceModel.EMBEDDER], threads)
     det, found = evaluate_detector(reference, shipped, threads)
     e2e = evaluate_end_to_end(reference, shipped, found, threads)
     times["evaluate"] = time.perf_counter() - t

@@ -28,7 +28,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from converters.package.stages import STAGES, ModelStage, StageContext, StageResult
+from converters.package.stages import STAGES, ModelKind, ModelStage, StageContext, StageResult
 from converters.package.wheelhouse import prepare_wheelhouse
 from converters.paths import REPO_ROOT
 from edge import __version__
@@ -38,7 +38,8 @@ from edge.errors import BundleError
 from edge.profiles import Precision, TargetProfile
 from edge.progress import ProgressFn, silent
 
-MODEL_CHOICES = ("face", "slm", "all")
+#: What ``--model`` accepts: a kind, or every kind.
+MODEL_CHOICES = (*(kind.value for kind in ModelKind), "all")
 BUNDLE_FILES = REPO_ROOT / "edge" / "bundle_files"
 DAEMON_DIR = REPO_ROOT / "edge" / "daemon"
 #: Files copied into every bundle when present: source -> path in the bundle.
@@ -115,17 +116,17 @@ class Bundle:
         return "\n".join(lines)
 
 
-def model_kinds(models: list[str]) -> list[str]:
+def model_kinds(models: list[str]) -> list[ModelKind]:
     """``["all"]`` -> every kind; otherwise the kinds in a fixed order, each once.
 
     Raises:
         BundleError: an unknown model name.
     """
-    kinds: list[str] = []
+    kinds: list[ModelKind] = []
     for name in models:
         if name not in MODEL_CHOICES:
             raise BundleError(f"model {name!r}; expected one of {', '.join(MODEL_CHOICES)}")
-        kinds += list(STAGES) if name == "all" else [name]
+        kinds += list(STAGES) if name == "all" else [ModelKind(name)]
     return [k for k in STAGES if k in kinds]
 
 

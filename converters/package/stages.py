@@ -10,6 +10,7 @@ and the stage's code, so a second build with nothing changed reuses it.
 from __future__ import annotations
 
 import ast
+import enum
 import hashlib
 import json
 import shutil
@@ -30,11 +31,18 @@ from edge.progress import ProgressFn
 STAGE_CODE_VERSION = 1
 
 
+class ModelKind(enum.StrEnum):
+    """The kinds of models a bundle carries: one stage each, one folder ``models/<kind>`` in the bundle."""
+
+    FACE = "face"
+    SLM = "slm"
+
+
 @dataclass(frozen=True)
 class StageResult:
     """What a stage produced, as the manifest records it."""
 
-    kind: str
+    kind: ModelKind
     precision: str
     format: str
     files: tuple[str, ...]
@@ -44,7 +52,7 @@ class StageResult:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "kind": self.kind,
+            "kind": self.kind.value,
             "precision": self.precision,
             "format": self.format,
             "files": list(self.files),
@@ -56,7 +64,7 @@ class StageResult:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> StageResult:
         return cls(
-            kind=data["kind"],
+            kind=ModelKind(data["kind"]),
             precision=data["precision"],
             format=data["format"],
             files=tuple(data["files"]),
@@ -96,13 +104,13 @@ class ModelStage:
     """One model kind: its source weights, the code that converts it, and the function that runs it.
 
     Attributes:
-        kind: ``"face"`` or ``"slm"``.
+        kind: which models it builds.
         sources: returns the pretrained weights it reads (their sha256s key the cache).
         code: the modules that do the work; their import closure within the repository keys the cache.
         run: fills a folder; see :data:`StageFn`.
     """
 
-    kind: str
+    kind: ModelKind
     sources: Callable[[], tuple[ModelSource, ...]]
     code: tuple[str, ...]
     run: StageFn
@@ -251,7 +259,9 @@ def run_face(ctx: StageContext) -> StageResult:
     models = _read_json(ctx.out_dir / "models.json").get("models", [])
     sources = tuple({m["role"]: m["source"] for m in models}.values())
     formats = "+".join(sorted({m["format"] for m in models}))
-    return StageResult("face", ctx.precision.value, formats, _files_of(ctx.out_dir), sources, quantization, metrics)
+    return StageResult(
+        ModelKind.FACE, ctx.precision.value, formats, _files_of(ctx.out_dir), sources, quantization, metrics
+    )
 
 
 def run_slm(ctx: StageContext) -> StageResult:
@@ -271,7 +281,13 @@ def run_slm(ctx: StageContext) -> StageResult:
     }
     quantization = {"method": build.method, "settings": build.settings, "op_counts": dict(build.op_counts)}
     return StageResult(
-        "slm", ctx.precision.value, "onnx", _files_of(ctx.out_dir), (SMOLLM2.provenance(),), quantization, metrics
+        ModelKind.SLM,
+        ctx.precision.value,
+        "onnx",
+        _files_of(ctx.out_dir),
+        (SMOLLM2.provenance(),),
+        quantization,
+        metrics,
     )
 
 
@@ -290,7 +306,7 @@ def _slm_sources() -> tuple[ModelSource, ...]:
 _FACE_CODE = ("converters.face.build", "converters.face.quantize")
 _SLM_CODE = ("converters.slm.build",)
 
-STAGES: dict[str, ModelStage] = {
-    "face": ModelStage("face", _face_sources, _FACE_CODE, run_face),
-    "slm": ModelStage("slm", _slm_sources, _SLM_CODE, run_slm),
+STAGES: dict[ModelKind, ModelStage] = {
+    ModelKind.FACE: ModelStage(ModelKind.FACE, _face_sources, _FACE_CODE, run_face),
+    ModelKind.SLM: ModelStage(ModelKind.SLM, _slm_sources, _SLM_CODE, run_slm),
 }

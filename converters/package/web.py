@@ -43,7 +43,7 @@ ORT_LICENCE = "MIT"
 SHAPE5_BIN = "shape5.bin"
 SHAPE5_HEADER = "shape5.json"
 ROLE_SHAPE5_HEADER = "landmarks.shape5.header"
-_ONNX_ROLES = (face_models.ROLE_PNET, face_models.ROLE_RNET, face_models.ROLE_ONET, face_models.ROLE_EMBEDDER)
+_ONNX_ROLES = tuple(net.role for net in face_models.FACE_NETS)
 _SHAPE5_ARRAYS = {
     "initial_shape": np.float32,
     "split_idx": np.int32,
@@ -133,7 +133,7 @@ def _check_profile(profile: TargetProfile) -> None:
 
 def _copy_models(profile: TargetProfile, models: Path, dest: Path) -> list[dict]:
     entries = face_models.read_models_file(models)
-    missing = [r for r in (*_ONNX_ROLES, face_models.ROLE_LANDMARKS) if r not in entries]
+    missing = [r for r in face_models.FACE_ROLES if r not in entries]
     if missing:
         raise InputError(f"{models / face_models.MODELS_FILE}: no model with role {', '.join(missing)}")
     rows = []
@@ -146,7 +146,7 @@ def _copy_models(profile: TargetProfile, models: Path, dest: Path) -> list[dict]
             )
         shutil.copyfile(models / entry.file, dest / entry.file)
         rows.append({"role": role, "file": entry.file, "source": entry.source, "precision": entry.precision})
-    shape = entries[face_models.ROLE_LANDMARKS]
+    shape = entries[face_models.FaceModel.SHAPE5.role]
     bin_path, header_path = shape5_to_web(models / shape.file, dest)
     rows.append({"role": shape.role, "file": bin_path.name, "source": shape.source, "precision": "fp32"})
     rows.append({"role": ROLE_SHAPE5_HEADER, "file": header_path.name, "source": shape.source, "precision": "fp32"})

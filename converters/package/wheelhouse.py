@@ -18,6 +18,7 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from converters.package.stages import ModelKind
 from converters.paths import REPO_ROOT
 from converters.tools import run_tool
 from edge import __version__
@@ -29,7 +30,7 @@ IMPLEMENTATION = "cp"
 ABIS = ("cp311", "abi3", "none")
 GLIBC_MAX_MINOR = 36  # bookworm's glibc 2.36
 #: Extra requirements per model kind, beyond the device extra.
-KIND_REQUIREMENTS = {"face": (), "slm": ("tokenizers>=0.20",)}
+KIND_REQUIREMENTS = {ModelKind.FACE: (), ModelKind.SLM: ("tokenizers>=0.20",)}
 REQUIREMENTS_FILE = "requirements.txt"
 #: Folders and files of the source tree that go into edge-deploy's own wheel.
 OWN_SOURCES = ("pyproject.toml", "README.md", "edge", "converters", "edge_deploy", "firmware_configs")
@@ -96,7 +97,7 @@ class Wheelhouse:
         }
 
 
-def device_requirements(kinds: list[str], pyproject: Path = REPO_ROOT / "pyproject.toml") -> tuple[str, ...]:
+def device_requirements(kinds: list[ModelKind], pyproject: Path = REPO_ROOT / "pyproject.toml") -> tuple[str, ...]:
     """The device extra from ``pyproject.toml`` plus what the model kinds need."""
     try:
         data = tomllib.loads(pyproject.read_text(encoding="utf-8"))
@@ -197,7 +198,9 @@ def check_offline(spec: WheelhouseSpec, folder: Path, install: tuple[str, ...]) 
     return {item["metadata"]["name"]: item["metadata"]["version"] for item in data.get("install", [])}
 
 
-def prepare_wheelhouse(kinds: list[str], dest: Path, cache_dir: Path, progress: ProgressFn = silent) -> Wheelhouse:
+def prepare_wheelhouse(
+    kinds: list[ModelKind], dest: Path, cache_dir: Path, progress: ProgressFn = silent
+) -> Wheelhouse:
     """Fill ``dest`` with the device wheels (cached) and edge-deploy's own wheel, and prove it offline.
 
     Args:

@@ -32,7 +32,7 @@ from edge.daemon.sources import Frame, open_source, receipt_key
 from edge.daemon.state import StateStore
 from edge.daemon.text_service import TextService
 from edge.errors import EdgeDeployError, InputError
-from edge.face.models import ROLE_EMBEDDER, read_models_file
+from edge.face.models import FaceModel, read_models_file
 from edge.telemetry.mqtt import TelemetryClient, TelemetryConfig
 from edge.telemetry.schema import BenchReport, Message, Result, Telemetry
 
@@ -341,7 +341,7 @@ class Daemon:
         runs = args.get("runs", cfg.bench_runs)
         if isinstance(runs, bool) or not isinstance(runs, int) or not 1 <= runs <= cfg.max_bench_runs:
             raise InputError(f"bench: runs = {runs!r}; expected a whole number in 1..{cfg.max_bench_runs}")
-        role = args.get("role", ROLE_EMBEDDER)
+        role = args.get("role", FaceModel.EMBEDDER.role)
         entries = read_models_file(self.config.face.models)
         runnable = sorted(r for r, e in entries.items() if e.format in RUNTIME_FORMATS)
         if role not in runnable:

@@ -29,10 +29,11 @@ from pathlib import Path
 import numpy as np
 
 from edge.errors import InferenceError, InputError, require
+from edge.face.models import FaceModel
 from edge.face.types import Detection
 
 #: Model files the detector loads from its folder, by net.
-MODEL_FILES = {"pnet": "mtcnn_pnet.onnx", "rnet": "mtcnn_rnet.onnx", "onet": "mtcnn_onet.onnx"}
+MODEL_FILES = {FaceModel.PNET: "mtcnn_pnet.onnx", FaceModel.RNET: "mtcnn_rnet.onnx", FaceModel.ONET: "mtcnn_onet.onnx"}
 
 _STRIDE = 2
 _CELL = 12
@@ -286,7 +287,7 @@ class MtcnnDetector:
 
         Args:
             model_dir: folder with ``mtcnn_pnet.onnx``, ``mtcnn_rnet.onnx``, ``mtcnn_onet.onnx``, or a
-                mapping ``{"pnet": path, "rnet": path, "onet": path}`` (e.g. quantized files).
+                mapping ``{FaceModel.PNET: path, ...}`` (e.g. quantized files; plain ``"pnet"`` keys work too).
             threads: intra-op threads of each ONNX Runtime session.
             min_face_size: smallest face side to find, in pixels.
             thresholds: face-probability thresholds of PNet, RNet and ONet.
@@ -302,7 +303,7 @@ class MtcnnDetector:
         self.min_face_size = min_face_size
         self.thresholds = tuple(float(t) for t in thresholds)
         self.factor = float(factor)
-        self._sessions: dict[str, object] | None = None
+        self._sessions: dict[FaceModel, object] | None = None
         ort = require("onnxruntime", "device", "MTCNN face detection")
         options = ort.SessionOptions()
         options.intra_op_num_threads = threads
@@ -330,7 +331,7 @@ class MtcnnDetector:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _run(self, name: str, x: np.ndarray) -> list[np.ndarray]:
+    def _run(self, name: FaceModel, x: np.ndarray) -> list[np.ndarray]:
         if self._sessions is None:
             raise InferenceError("MtcnnDetector is closed; create a new one to detect faces")
         try:
@@ -338,7 +339,7 @@ class MtcnnDetector:
         except Exception as exc:  # onnxruntime's errors carry no useful type
             raise InferenceError(f"MTCNN {name} failed on input {x.shape}: {exc}") from exc
 
-    def _run_batched(self, name: str, x: np.ndarray) -> list[np.ndarray]:
+    def _run_batched(self, name: FaceModel, x: np.ndarray) -> list[np.ndarray]:
         parts = [self._run(name, x[i : i + _MAX_BATCH]) for i in range(0, len(x), _MAX_BATCH)]
         return [np.concatenate(out, axis=0) for out in zip(*parts, strict=True)]
 
@@ -347,7 +348,7 @@ class MtcnnDetector:
         found = []
         for scale in pyramid_scales(h, w, self.min_face_size, self.factor):
             level = area_resize_window(integral, (0, h, 0, w), int(h * scale + 1), int(w * scale + 1))
-            reg, prob = self._run("pnet", normalise(level)[None])
+            reg, prob = self._run(FaceModel.PNET, normalise(level)[None])
             boxes = generate_boxes(reg[0], prob[0, 1], scale, self.thresholds[0])
             found.append(boxes[nms(boxes[:, :4], boxes[:, 4], 0.5)])
         boxes = np.concatenate(found, axis=0) if found else np.zeros((0, 9), np.float32)
@@ -362,7 +363,7 @@ class MtcnnDetector:
 
     def _stage2(self, integral: np.ndarray, boxes: np.ndarray) -> np.ndarray:
         crops, boxes = self._crops(integral, boxes, 24)
-        reg, prob = self._run_batched("rnet", crops)
+        reg, prob = self._run_batched(FaceModel.RNET, crops)
         keep = prob[:, 1] > self.thresholds[1]
         boxes = np.concatenate([boxes[keep, :4], prob[keep, 1:2]], axis=1)
         reg = reg[keep]
@@ -371,7 +372,7 @@ class MtcnnDetector:
 
     def _stage3(self, integral: np.ndarray, boxes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         crops, boxes = self._crops(integral, boxes, 48)
-        reg, marks, prob = self._run_batched("onet", crops)
+        reg, marks, prob = self._run_batched(FaceModel.ONET, crops)
         keep = prob[:, 1] > self.thresholds[2]
         boxes = np.concatenate([boxes[keep, :4], prob[keep, 1:2]], axis=1)
         reg, marks = reg[keep], marks[keep]

@@ -7,6 +7,7 @@ guessing from file names.
 
 from __future__ import annotations
 
+import enum
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,12 +18,36 @@ from edge.errors import InputError
 MODELS_FILE = "models.json"
 MODELS_SCHEMA_VERSION = 1
 
-ROLE_EMBEDDER = "embedder"
-ROLE_PNET = "detector.pnet"
-ROLE_RNET = "detector.rnet"
-ROLE_ONET = "detector.onet"
-ROLE_LANDMARKS = "landmarks.shape5"
-FACE_ROLES = (ROLE_PNET, ROLE_RNET, ROLE_ONET, ROLE_LANDMARKS, ROLE_EMBEDDER)
+
+class FaceModel(enum.StrEnum):
+    """The models of a face folder by short name: the keys of every per-model dict (files, calibration,
+    quantization settings, reports). ``role`` is the name ``models.json`` gives each."""
+
+    PNET = "pnet"
+    RNET = "rnet"
+    ONET = "onet"
+    SHAPE5 = "shape5"
+    EMBEDDER = "embedder"
+
+    @property
+    def role(self) -> str:
+        """Its role in ``models.json``: ``"detector.pnet"``, ``"landmarks.shape5"``, ``"embedder"``..."""
+        return _ROLES[self]
+
+
+_ROLES = {
+    FaceModel.PNET: "detector.pnet",
+    FaceModel.RNET: "detector.rnet",
+    FaceModel.ONET: "detector.onet",
+    FaceModel.SHAPE5: "landmarks.shape5",
+    FaceModel.EMBEDDER: "embedder",
+}
+#: MTCNN's three nets, in the order they run.
+DETECTOR_NETS = (FaceModel.PNET, FaceModel.RNET, FaceModel.ONET)
+#: The neural nets (ONNX) of a face folder: what quantization and the runtimes see (shape5 is a numpy model).
+FACE_NETS = (*DETECTOR_NETS, FaceModel.EMBEDDER)
+#: Every role of a complete face folder.
+FACE_ROLES = tuple(model.role for model in FaceModel)
 
 
 @dataclass(frozen=True)
@@ -104,6 +129,15 @@ def model_path(folder: Path, role: str) -> Path:
     return Path(folder) / entries[role].file
 
 
+def model_paths(folder: Path, models: tuple[FaceModel, ...] = tuple(FaceModel)) -> dict[FaceModel, Path]:
+    """The files of ``models`` in ``folder``, by model.
+
+    Raises:
+        InputError: models.json is missing, or has no model for one of their roles.
+    """
+    return {model: model_path(folder, model.role) for model in models}
+
+
 def open_face_pipeline(folder: Path, threads: int = 1):
     """The device pipeline over the models of a converted folder.
 
@@ -126,12 +160,11 @@ def open_face_pipeline(folder: Path, threads: int = 1):
     from edge.face.pipeline import FacePipeline
     from edge.face.shape5 import ShapePredictor
 
-    paths = {role: model_path(folder, role) for role in FACE_ROLES}
-    nets = {"pnet": paths[ROLE_PNET], "rnet": paths[ROLE_RNET], "onet": paths[ROLE_ONET]}
-    detector = MtcnnDetector(nets, threads=threads)
+    paths = model_paths(folder)
+    detector = MtcnnDetector({net: paths[net] for net in DETECTOR_NETS}, threads=threads)
     try:
-        embedder = FaceEmbedder(paths[ROLE_EMBEDDER], threads=threads)
-        shape = ShapePredictor(paths[ROLE_LANDMARKS])
+        embedder = FaceEmbedder(paths[FaceModel.EMBEDDER], threads=threads)
+        shape = ShapePredictor(paths[FaceModel.SHAPE5])
     except BaseException:
         detector.close()
         raise

@@ -274,7 +274,7 @@ def test_int8_bundle_ships_the_gated_quantized_models(int8_bundle) -> None:
     folder = int8_bundle.folder / "models" / "face"
     entries = face_models.read_models_file(folder)
     assert set(entries) == set(face_models.FACE_ROLES)
-    assert entries[face_models.ROLE_EMBEDDER].precision == "int8"
+    assert entries[face_models.FaceModel.EMBEDDER.role].precision == "int8"
     shipped = {e.file for e in entries.values()}
     # Exactly what models.json names, plus the reports: no intermediate models.
     reports = {"models.json", "quant_report.json", "quant_report.md", "cosine_hist.png", "fp32_report.json"}

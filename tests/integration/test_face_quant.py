@@ -18,7 +18,7 @@ import pytest
 pytest.importorskip("torch")
 
 from converters.compile import to_ort_format  # noqa: E402
-from converters.face.calibration import NET_ROLES, chip_landmarks, collect_calibration, constant_calibration  # noqa: E402
+from converters.face.calibration import chip_landmarks, collect_calibration, constant_calibration  # noqa: E402
 from converters.face.facedata import make_eval_set  # noqa: E402
 from converters.face.quant_eval import fp32_reference  # noqa: E402
 from converters.face.quantize import DEFAULT_CALIBRATION_COUNT, quantize_face_models  # noqa: E402
@@ -47,7 +47,7 @@ def calib(fp32_dir):
 
 @pytest.fixture(scope="module")
 def fp32_paths(fp32_dir) -> dict[str, Path]:
-    return {net: face_models.model_path(fp32_dir, role) for net, role in NET_ROLES.items()}
+    return face_models.model_paths(fp32_dir, face_models.FACE_NETS)
 
 
 @pytest.fixture(scope="module")
@@ -93,13 +93,13 @@ def test_models_json_points_at_the_shipped_ort_files(rpi4_build):
     entries = face_models.read_models_file(rpi4_build.out_dir)
     assert set(entries) == set(face_models.FACE_ROLES)
     assert {r: (e.format, e.precision) for r, e in entries.items()} == {
-        face_models.ROLE_EMBEDDER: ("ort", "int8"),
-        face_models.ROLE_PNET: ("ort", "fp32"),
-        face_models.ROLE_RNET: ("ort", "fp32"),
-        face_models.ROLE_ONET: ("ort", "fp32"),
-        face_models.ROLE_LANDMARKS: ("npz", "fp32"),
+        face_models.FaceModel.EMBEDDER.role: ("ort", "int8"),
+        face_models.FaceModel.PNET.role: ("ort", "fp32"),
+        face_models.FaceModel.RNET.role: ("ort", "fp32"),
+        face_models.FaceModel.ONET.role: ("ort", "fp32"),
+        face_models.FaceModel.SHAPE5.role: ("npz", "fp32"),
     }
-    emb = entries[face_models.ROLE_EMBEDDER]
+    emb = entries[face_models.FaceModel.EMBEDDER.role]
     assert emb.file == "face_embedder.int8.ort"
     assert emb.sha256 == file_sha256(rpi4_build.out_dir / emb.file)
     fp32_size = rpi4_build.onnx_files["embedder"]["fp32_size"]

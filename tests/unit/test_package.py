@@ -150,8 +150,8 @@ def test_stage_code_is_the_import_closure() -> None:
 
 
 def _counting_stage(calls: list[str], fail: bool = False):
-    """A tiny stage (writes one text file) to test the cache mechanics, not a model."""
-    from converters.package.stages import ModelStage, StageContext, StageResult
+    """A tiny stage (writes one text file) under the face kind, to test the cache mechanics, not a model."""
+    from converters.package.stages import ModelKind, ModelStage, StageContext, StageResult
     from edge.errors import ValidationError
 
     def run(ctx: StageContext) -> StageResult:
@@ -164,9 +164,9 @@ def _counting_stage(calls: list[str], fail: bool = False):
         (ctx.work_dir / "report.md").write_text("why it failed")
         if fail:
             raise ValidationError("gate missed")
-        return StageResult("toy", ctx.precision.value, "txt", ("weights.txt",), (), {}, {"passed": True})
+        return StageResult(ModelKind.FACE, ctx.precision.value, "txt", ("weights.txt",), (), {}, {"passed": True})
 
-    return ModelStage("toy", lambda: (), (), run)
+    return ModelStage(ModelKind.FACE, lambda: (), (), run)
 
 
 def test_stage_cache_hits_and_fp32_reuse(tmp_path: Path) -> None:
@@ -195,7 +195,7 @@ def test_failed_stage_keeps_its_reports_and_is_not_cached(tmp_path: Path) -> Non
     calls: list[str] = []
     with pytest.raises(ValidationError):
         _run_stage(_counting_stage(calls, fail=True), profile, Precision.FP32, tmp_path, lambda _m: None)
-    (partial,) = (tmp_path / "stages").glob("rpi4-toy-fp32-*.partial")
+    (partial,) = (tmp_path / "stages").glob("rpi4-face-fp32-*.partial")
     assert (partial / "work" / "report.md").read_text() == "why it failed"
     assert [p.name for p in (tmp_path / "stages").iterdir()] == [partial.name]  # nothing cached
     folder = _run_stage(_counting_stage(calls), profile, Precision.FP32, tmp_path, lambda _m: None)[0]

@@ -50,15 +50,15 @@ def models(tmp_path: Path) -> Path:
     folder.mkdir()
     entries = []
     for role, name in [
-        (fm.ROLE_PNET, "mtcnn_pnet.onnx"),
-        (fm.ROLE_RNET, "mtcnn_rnet.onnx"),
-        (fm.ROLE_ONET, "mtcnn_onet.onnx"),
-        (fm.ROLE_EMBEDDER, "face_embedder.onnx"),
+        (fm.FaceModel.PNET.role, "mtcnn_pnet.onnx"),
+        (fm.FaceModel.RNET.role, "mtcnn_rnet.onnx"),
+        (fm.FaceModel.ONET.role, "mtcnn_onet.onnx"),
+        (fm.FaceModel.EMBEDDER.role, "face_embedder.onnx"),
     ]:
         (folder / name).write_bytes(b"onnx " + name.encode())
         entries.append(fm.describe(folder / name, role, "onnx", "fp32", SRC))
     _shape5(folder / "shape5.npz")
-    entries.append(fm.describe(folder / "shape5.npz", fm.ROLE_LANDMARKS, "npz", "fp32", SRC))
+    entries.append(fm.describe(folder / "shape5.npz", fm.FaceModel.SHAPE5.role, "npz", "fp32", SRC))
     fm.write_models_file(folder, entries, "browser-wasm", "test")
     return folder
 
