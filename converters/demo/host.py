@@ -14,7 +14,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-from converters.face.agreement import match_boxes
+from converters.face.boxes import match_boxes
 from converters.face.facedata import EVAL_PHOTOS, make_eval_images
 from edge.face.gallery import Gallery
 from edge.face.models import open_face_pipeline

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from converters.face.agreement import MIN_IOU, iou, match_boxes
+from converters.face.boxes import MIN_IOU, iou, match_boxes
 from converters.face.facedata import EvalSet
 from edge.face.detect_mtcnn import MtcnnDetector
 from edge.face.embed import FaceEmbedder

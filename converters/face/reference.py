@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from converters.face.boxes import match_boxes
 from edge.errors import InputError, require
 
 #: Upsampling face_recognition.face_locations uses by default.
@@ -151,7 +152,6 @@ def measure_box_map(
     Raises:
         InputError: if no face is matched (IoU >= 0.3) in any image.
     """
-    from converters.face.agreement import match_boxes
 
     rows = []
     for mine, hog in zip(detector_boxes, reference_boxes, strict=True):

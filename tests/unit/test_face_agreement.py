@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from converters.face.agreement import AgreementReport, FaceRow, PairRow, iou, match_boxes
+from converters.face.agreement import AgreementReport, FaceRow, PairRow
+from converters.face.boxes import iou, match_boxes
 
 
 def test_iou():

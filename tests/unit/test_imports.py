@@ -54,3 +54,56 @@ def test_the_checker_sees_lazy_imports(tmp_path):
     f = tmp_path / "m.py"
     f.write_text("def f():\n    import torch.nn\n    from converters import face\n")
     assert _imports(f) >= {"torch", "converters"}
+
+
+CONVERTERS = EDGE.parent / "converters"
+
+
+def _converters_imports(path: Path, modules: set[str]) -> set[str]:
+    """The converters modules ``path`` imports at run time (lazy ones too; ``if TYPE_CHECKING:`` aside)."""
+    found: set[str] = set()
+    todo: list[ast.AST] = [ast.parse(path.read_text(), filename=str(path))]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, ast.If) and getattr(node.test, "id", None) == "TYPE_CHECKING":
+            todo.extend(node.orelse)
+            continue
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("converters."):
+            found.update(
+                f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in modules else node.module for a in node.names
+            )
+        todo.extend(ast.iter_child_nodes(node))
+    return found & modules
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str]:
+    """One import cycle of ``graph`` (module -> imported modules), or [] when there is none."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+
+    def visit(module: str, path: list[str]) -> list[str]:
+        state[module] = 1
+        for dep in sorted(graph[module]):
+            if state.get(dep) == 1:
+                return [*path[path.index(dep) :], dep]
+            if dep not in state and (found := visit(dep, [*path, dep])):
+                return found
+        state[module] = 2
+        return []
+
+    for module in sorted(graph):
+        if module not in state and (found := visit(module, [module])):
+            return found
+    return []
+
+
+def test_converters_modules_import_each_other_without_cycles():
+    files = {".".join(p.relative_to(EDGE.parent).with_suffix("").parts): p for p in CONVERTERS.rglob("*.py")}
+    files = {name.removesuffix(".__init__"): path for name, path in files.items()}
+    graph = {name: _converters_imports(path, set(files)) - {name} for name, path in files.items()}
+    assert len(graph) > 40
+    assert _cycle(graph) == []
+
+
+def test_the_cycle_finder_finds_a_lazy_cycle():
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == ["a", "b", "c", "a"]
+    assert _cycle({"a": {"b"}, "b": set()}) == []
