@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-#: The issue's goals.
+#: The race's goals: speed-up over dlib with the gate passing, INT8 size and peak RSS as shares of fp32's.
 SPEEDUP_GOAL = 5.0
 SIZE_RATIO_GOAL = 0.27
 RSS_RATIO_GOAL = 0.6
@@ -99,7 +99,7 @@ def rss_table(rss: dict) -> list[str]:
 
 
 def goals(rows: list[dict], sizes: dict, rss: dict) -> tuple[list[str], dict]:
-    """The issue's three goals, each with the measured value and whether it is met."""
+    """The race's three goals, each with the measured value and whether it is met."""
     best = best_passing(rows)
     e = sizes["embedder"]
     size_ratio = e["ONNX INT8 (QDQ)"] / e["ONNX fp32"]

@@ -7,7 +7,7 @@ from pathlib import Path
 from benchmarks.slm_speed import CONTENDERS, PEER, REFERENCE
 
 LABELS = dict(CONTENDERS)
-#: The issue's goals: ours INT4 decode against each peer, and the INT4 model's size against fp32.
+#: The race's goals: ours INT4 decode against each peer, and the INT4 model's size against fp32.
 DECODE_VS_LLAMA_GOAL = 1.0
 DECODE_VS_TRANSFORMERS_GOAL = 5.0
 SIZE_RATIO_GOAL = 0.20
@@ -53,7 +53,7 @@ def rss_table(rss: list[dict]) -> str:
 
 
 def goals(rows: list[dict], sizes: dict) -> list[str]:
-    """One line per goal of the issue: met or missed, with the measured figure."""
+    """One line per goal of the race: met or missed, with the measured figure."""
     out = []
     for r in sorted((r for r in rows if r["kind"] == "ours-int4"), key=lambda r: (r["prompt"], r["threads"])):
         where = f"{r['prompt']} prompt, {r['threads']} thread(s)"

@@ -30,7 +30,8 @@ examples:
   edge-deploy demo -o out/demo             the whole face job on the photos shipped in packages
 
 Every subcommand has --help. Exit codes: 0 ok, 1 error, 2 bad profile, 3 bad input, 4 conversion failed,
-5 validation/accuracy gate failed, 9 missing optional dependency.
+5 validation/accuracy gate failed, 6 bad bundle, 7 runtime failure, 8 telemetry/broker, 9 missing optional
+dependency, 130 interrupted.
 """
 
 

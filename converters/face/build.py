@@ -32,7 +32,7 @@ EMBEDDER_FILE = "face_embedder.onnx"
 SHAPE5_FILE = "shape5.npz"
 #: Decision agreement between our pipeline and face_recognition's that the build must reach.
 PIPELINE_AGREEMENT_GOAL = 0.99
-#: How many real aligned chips the dlib proof uses at least (the issue asks for 20).
+#: How many real aligned chips the dlib proof uses at least.
 MIN_PROOF_CHIPS = 20
 
 

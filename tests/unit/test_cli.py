@@ -41,3 +41,19 @@ def test_help_teaches(capsys):
     assert exc.value.code == 0
     out = capsys.readouterr().out
     assert "examples:" in out and "edge-deploy convert face --target rpi4" in out
+
+
+def test_help_lists_every_exit_code(capsys):
+    from edge import errors
+
+    codes = {errors.EdgeDeployError.exit_code}
+    codes |= {
+        cls.exit_code
+        for cls in vars(errors).values()
+        if isinstance(cls, type) and issubclass(cls, errors.EdgeDeployError)
+    }
+    assert codes == set(range(1, 10))
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    listed = " ".join(capsys.readouterr().out.split()).split("Exit codes: ")[1]
+    assert [int(item.split()[0]) for item in listed.split(", ")] == [0, *sorted(codes), 130]
