@@ -396,7 +396,7 @@ def run_race(profile: TargetProfile, rounds: int, n_chips: int, rss_photos: int,
 
 def main(argv: list[str] | None = None) -> int:
     from benchmarks import face_speed_report as report
-    from benchmarks.report import IMG, machine_line, write_section
+    from benchmarks.report import machine_line, publish
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=10, help="interleaved rounds (default 10)")
@@ -423,11 +423,7 @@ def main(argv: list[str] | None = None) -> int:
         command += f" --target {args.target} --calibration {args.calibration}"
     md = report.markdown(result, command, machine_line(), "img/face_speed.png")
     _, result["goals"] = report.goals(result["speed"], result["sizes"], result["rss"])
-    (CACHE / "face_speed.json").write_text(json.dumps(result, indent=2, default=str) + "\n", encoding="utf-8")
-    print(md)
-    if not args.quick:
-        report.plot(result["speed"], IMG / "face_speed.png")
-        print(f"wrote {write_section('face-speed', md)} and {IMG / 'face_speed.png'}", file=sys.stderr)
+    publish("face_speed", md, result, CACHE, None if args.quick else lambda png: report.plot(result["speed"], png))
     return 0
 
 

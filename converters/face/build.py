@@ -17,11 +17,12 @@ from pathlib import Path
 
 import numpy as np
 
+from converters.paths import make_output_dir
 from converters.quiet import quiet_torch_export
 from converters.sources import DLIB_RESNET, DLIB_SHAPE5, MTCNN_NETS
 from converters.validate import OutputCheck, check_against_source
 from edge import __version__
-from edge.errors import ConversionError, InputError, ValidationError
+from edge.errors import InputError, ValidationError
 from edge.face import models as face_models
 from edge.face.models import FaceModel
 from edge.profiles import Precision, TargetProfile
@@ -264,11 +265,7 @@ def convert_face(profile: TargetProfile, out_dir: Path, progress: ProgressFn = s
         ValidationError: a check failed; the report on disk says which.
     """
     start = time.perf_counter()
-    out_dir = Path(out_dir)
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ConversionError(f"{out_dir}: cannot create the output folder ({exc.strerror})") from exc
+    out_dir = make_output_dir(out_dir)
     with quiet_torch_export():
         entries, checks = _export(out_dir, progress)
     face_models.write_models_file(out_dir, entries, profile.name, __version__)

@@ -18,10 +18,9 @@ from pathlib import Path
 import cv2
 import numpy as np
 
+from converters.face.boxes import Box
 from edge.errors import InputError
 from edge.imageio import load_image
-
-Box = tuple[float, float, float, float]
 
 
 @dataclass(frozen=True)

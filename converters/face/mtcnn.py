@@ -27,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
+from converters.paths import make_output_dir
 from edge.errors import ConversionError, InputError, MissingDependencyError, ValidationError, require
 from edge.face.detect_mtcnn import MODEL_FILES
 from edge.face.models import FaceModel
@@ -54,9 +55,11 @@ def _torch():
 
 def _build_modules() -> dict[FaceModel, object]:
     """Define PNet/RNet/ONet as torch modules (torch is imported lazily, so classes are built here)."""
-    torch = _torch()
-    nn = torch.nn
+    nn = _torch().nn
+    return {FaceModel.PNET: _pnet_class(nn), FaceModel.RNET: _rnet_class(nn), FaceModel.ONET: _onet_class(nn)}
 
+
+def _pnet_class(nn) -> type:
     class PNet(nn.Module):
         """MTCNN proposal net, as facenet-pytorch's ``PNet``: outputs (reg [N,4,h,w], prob [N,2,h,w])."""
 
@@ -78,67 +81,66 @@ def _build_modules() -> dict[FaceModel, object]:
             x = self.prelu3(self.conv3(self.prelu2(self.conv2(x))))
             return self.conv4_2(x), self.softmax4_1(self.conv4_1(x))
 
-    class RNet(nn.Module):
-        """MTCNN refine net (24x24 input): outputs (reg [N,4], prob [N,2])."""
+    return PNet
 
+
+def _rnet_class(nn) -> type:
+    """MTCNN refine net (24x24 input): outputs (reg [N,4], prob [N,2])."""
+    return _dense_net_class(nn, "RNet", convs=((3, 28, 3, 3), (28, 48, 3, 3), (48, 64, 2, 0)), dense=576, heads=(2, 4))
+
+
+def _onet_class(nn) -> type:
+    """MTCNN output net (48x48 input): outputs (reg [N,4], landmarks [N,10], prob [N,2])."""
+    convs = ((3, 32, 3, 3), (32, 64, 3, 3), (64, 64, 3, 2), (64, 128, 2, 0))
+    return _dense_net_class(nn, "ONet", convs=convs, dense=1152, heads=(2, 4, 10), hidden=256)
+
+
+def _dense_net_class(
+    nn, name: str, convs: tuple[tuple[int, int, int, int], ...], dense: int, heads: tuple[int, ...], hidden: int = 128
+) -> type:
+    """An MTCNN net with a dense head, laid out exactly as facenet-pytorch's (its state dict loads strictly).
+
+    Args:
+        nn: ``torch.nn``.
+        name: the class name.
+        convs: (in, out, kernel, pool kernel or 0) per conv stage: ``conv<i>``, ``prelu<i>``, and a
+            ``pool<i>`` (stride 2, ceil mode) when the pool kernel is not 0.
+        dense: input features of the hidden layer ``dense<n>`` + ``prelu<n>`` (n = number of convs + 1).
+        heads: output features of ``dense<n+1>_<j>``, j = 1, 2...; head 1 is the face probability (softmax).
+        hidden: output features of the hidden layer.
+
+    Returns:
+        The class; its ``forward`` returns the heads 2, 3... then the probability, as facenet-pytorch does.
+    """
+    top = len(convs) + 1
+
+    class Net(nn.Module):
         def __init__(self) -> None:
             super().__init__()
-            self.conv1 = nn.Conv2d(3, 28, kernel_size=3)
-            self.prelu1 = nn.PReLU(28)
-            self.pool1 = nn.MaxPool2d(3, 2, ceil_mode=True)
-            self.conv2 = nn.Conv2d(28, 48, kernel_size=3)
-            self.prelu2 = nn.PReLU(48)
-            self.pool2 = nn.MaxPool2d(3, 2, ceil_mode=True)
-            self.conv3 = nn.Conv2d(48, 64, kernel_size=2)
-            self.prelu3 = nn.PReLU(64)
-            self.dense4 = nn.Linear(576, 128)
-            self.prelu4 = nn.PReLU(128)
-            self.dense5_1 = nn.Linear(128, 2)
-            self.softmax5_1 = nn.Softmax(dim=1)
-            self.dense5_2 = nn.Linear(128, 4)
+            for i, (cin, cout, kernel, pool) in enumerate(convs, 1):
+                setattr(self, f"conv{i}", nn.Conv2d(cin, cout, kernel_size=kernel))
+                setattr(self, f"prelu{i}", nn.PReLU(cout))
+                if pool:
+                    setattr(self, f"pool{i}", nn.MaxPool2d(pool, 2, ceil_mode=True))
+            setattr(self, f"dense{top}", nn.Linear(dense, hidden))
+            setattr(self, f"prelu{top}", nn.PReLU(hidden))
+            for j, out in enumerate(heads, 1):
+                setattr(self, f"dense{top + 1}_{j}", nn.Linear(hidden, out))
+                if j == 1:
+                    setattr(self, f"softmax{top + 1}_1", nn.Softmax(dim=1))
 
         def forward(self, x):
-            x = self.pool1(self.prelu1(self.conv1(x)))
-            x = self.pool2(self.prelu2(self.conv2(x)))
-            x = self.prelu3(self.conv3(x))
+            for i, (*_, pool) in enumerate(convs, 1):
+                x = getattr(self, f"prelu{i}")(getattr(self, f"conv{i}")(x))
+                x = getattr(self, f"pool{i}")(x) if pool else x
             # Caffe-ported weights: flatten in (W, H, C) order, as facenet-pytorch does.
             x = x.permute(0, 3, 2, 1).contiguous()
-            x = self.prelu4(self.dense4(x.view(x.shape[0], -1)))
-            return self.dense5_2(x), self.softmax5_1(self.dense5_1(x))
+            x = getattr(self, f"prelu{top}")(getattr(self, f"dense{top}")(x.view(x.shape[0], -1)))
+            rest = [getattr(self, f"dense{top + 1}_{j}")(x) for j in range(2, len(heads) + 1)]
+            return (*rest, getattr(self, f"softmax{top + 1}_1")(getattr(self, f"dense{top + 1}_1")(x)))
 
-    class ONet(nn.Module):
-        """MTCNN output net (48x48 input): outputs (reg [N,4], landmarks [N,10], prob [N,2])."""
-
-        def __init__(self) -> None:
-            super().__init__()
-            self.conv1 = nn.Conv2d(3, 32, kernel_size=3)
-            self.prelu1 = nn.PReLU(32)
-            self.pool1 = nn.MaxPool2d(3, 2, ceil_mode=True)
-            self.conv2 = nn.Conv2d(32, 64, kernel_size=3)
-            self.prelu2 = nn.PReLU(64)
-            self.pool2 = nn.MaxPool2d(3, 2, ceil_mode=True)
-            self.conv3 = nn.Conv2d(64, 64, kernel_size=3)
-            self.prelu3 = nn.PReLU(64)
-            self.pool3 = nn.MaxPool2d(2, 2, ceil_mode=True)
-            self.conv4 = nn.Conv2d(64, 128, kernel_size=2)
-            self.prelu4 = nn.PReLU(128)
-            self.dense5 = nn.Linear(1152, 256)
-            self.prelu5 = nn.PReLU(256)
-            self.dense6_1 = nn.Linear(256, 2)
-            self.softmax6_1 = nn.Softmax(dim=1)
-            self.dense6_2 = nn.Linear(256, 4)
-            self.dense6_3 = nn.Linear(256, 10)
-
-        def forward(self, x):
-            x = self.pool1(self.prelu1(self.conv1(x)))
-            x = self.pool2(self.prelu2(self.conv2(x)))
-            x = self.pool3(self.prelu3(self.conv3(x)))
-            x = self.prelu4(self.conv4(x))
-            x = x.permute(0, 3, 2, 1).contiguous()
-            x = self.prelu5(self.dense5(x.view(x.shape[0], -1)))
-            return self.dense6_2(x), self.dense6_3(x), self.softmax6_1(self.dense6_1(x))
-
-    return {FaceModel.PNET: PNet, FaceModel.RNET: RNet, FaceModel.ONET: ONet}
+    Net.__name__ = Net.__qualname__ = name
+    return Net
 
 
 def facenet_data_dir() -> Path:
@@ -307,11 +309,7 @@ def export_mtcnn(out_dir: Path, data_dir: Path | None = None) -> dict[FaceModel,
         MissingDependencyError, InputError, ConversionError: see ``load_mtcnn_nets``; export failure.
         ValidationError: an exported net differs from PyTorch by more than ``TOLERANCE``.
     """
-    out_dir = Path(out_dir)
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ConversionError(f"{out_dir}: cannot create the output folder: {exc}") from exc
+    out_dir = make_output_dir(out_dir)
     nets = load_mtcnn_nets(data_dir)
     paths = {name: out_dir / MODEL_FILES[name] for name in nets}
     for name, net in nets.items():

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,10 +27,12 @@ from converters.face.quant_eval import (
     fp32_reference,
 )
 from converters.face.report import render_markdown, write_histogram
+from converters.paths import make_output_dir
 from converters.quantize import QuantMode, QuantSettings, quantize_model, settings_for
+from converters.timing import Laps
 from edge import __version__
 from edge.digest import file_sha256
-from edge.errors import ConversionError, InputError, ValidationError
+from edge.errors import InputError, ValidationError
 from edge.face import models as face_models
 from edge.face.models import FACE_NETS, FaceModel
 from edge.profiles import Arch, Precision, TargetProfile
@@ -229,6 +230,22 @@ def _write_report(build: QuantBuild, cosines, threshold: float, progress: Progre
     progress("report written: " + str(out_dir / "quant_report.md"))
 
 
+def _evaluate(
+    reference: Fp32Reference | None, fp32_dir: Path, shipped: dict[FaceModel, Path], threads: int, progress: ProgressFn
+) -> tuple:
+    """The shipped nets against fp32 on the evaluation set: (embedder, detector, end-to-end) results.
+
+    ``reference`` (fp32's results on ``make_eval_set(0)``) is computed from ``fp32_dir`` when None.
+    """
+    progress("comparing with fp32 on the evaluation set")
+    if reference is None:
+        fp32 = face_models.model_paths(fp32_dir, FACE_NETS)
+        reference = fp32_reference(make_eval_set(0), fp32, threads, chip_landmarks(fp32_dir))
+    emb = evaluate_embedder(reference, shipped[FaceModel.EMBEDDER], threads)
+    det, found = evaluate_detector(reference, shipped, threads)
+    return emb, det, evaluate_end_to_end(reference, shipped, found, threads)
+
+
 def _check_nets(nets: Sequence[str], overrides: Mapping[str, object]) -> None:
     for net in [*nets, *overrides]:
         if net not in FACE_NETS:
@@ -276,8 +293,7 @@ def quantize_face_models(
         ConversionError: quantization or ORT-format conversion failed.
         ValidationError: ``check`` and a threshold is missed; the message lists every one.
     """
-    times: dict[str, float] = {}
-    start = time.perf_counter()
+    lap = Laps()
     quant_mode = _mode_for(precision, mode)
     _check_nets(nets, overrides or {})
     fp32_dir, out_dir = Path(fp32_dir), Path(out_dir)
@@ -287,27 +303,16 @@ def quantize_face_models(
     overrides = overrides or {}
     settings = {net: settings_for(profile, quant_mode, **overrides.get(net, {})) for net in fp32 if net in nets}
     threads = max(1, min(profile.runtime.threads, default_threads()))
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ConversionError(f"{out_dir}: cannot create the output folder ({exc.strerror})") from exc
+    out_dir = make_output_dir(out_dir)
     if quant_mode is QuantMode.STATIC_QDQ and calibration is None:
         calibration = collect_calibration(fp32_dir, calibration_count, threads=threads, progress=progress)
-        times["calibration"] = time.perf_counter() - start
-    t = time.perf_counter()
+        lap("calibration")
     quantized = _quantize_all(fp32, out_dir, settings, calibration, precision.value, progress)
-    times["quantize"] = time.perf_counter() - t
-    t = time.perf_counter()
+    lap("quantize")
     shipped, ort_files, platform = _ort_copies(quantized, out_dir, profile, progress)
-    times["ort_format"] = time.perf_counter() - t
-    t = time.perf_counter()
-    progress("comparing with fp32 on the evaluation set")
-    if reference is None:
-        reference = fp32_reference(make_eval_set(0), fp32, threads, chip_landmarks(fp32_dir))
-    emb = evaluate_embedder(reference, shipped[FaceModel.EMBEDDER], threads)
-    det, found = evaluate_detector(reference, shipped, threads)
-    e2e = evaluate_end_to_end(reference, shipped, found, threads)
-    times["evaluate"] = time.perf_counter() - t
+    lap("ort_format")
+    emb, det, e2e = _evaluate(reference, fp32_dir, shipped, threads, progress)
+    lap("evaluate")
     precisions = {net: precision.value if net in settings else "fp32" for net in fp32}
     entries = _entries(fp32_dir, out_dir, shipped, "ort" if ort_files else "onnx", precisions)
     face_models.write_models_file(out_dir, entries, profile.name, __version__)
@@ -328,7 +333,7 @@ def quantize_face_models(
         end_to_end=e2e,
     )
     build.failures = gate_failures(profile, build.embedder, build.detector)
-    build.seconds = {**times, "total": time.perf_counter() - start}
+    build.seconds = {**lap.seconds, "total": lap.total()}
     _write_report(build, emb.cosines, profile.thresholds.embed_mean_cosine, progress)
     if check:
         build.raise_if_failed()

@@ -17,7 +17,6 @@ import enum
 import json
 import shutil
 import tempfile
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,7 +28,8 @@ from converters.slm.export import export_onnx
 from converters.slm.gguf_source import HfFolder, locate_smollm2_gguf, read_gguf, write_hf_folder
 from converters.slm.gqa_graph import build_gqa_onnx
 from converters.slm.perplexity import DEFAULT_TEXT, PerplexityGate, compare, perplexity, text_windows
-from converters.slm.report import write_reports
+from converters.slm.report import build_report, write_reports
+from converters.timing import Laps
 from edge.errors import ConversionError, InputError, require
 from edge.profiles import Precision, TargetProfile
 from edge.text.chat import ChatFormat
@@ -169,6 +169,19 @@ def _gate(tok_path: Path, fp32: Path, model: Path, profile: TargetProfile, opts:
     return compare(reference, candidate, profile.thresholds.slm_perplexity_ratio)
 
 
+def _source_to_fp32(work: Path, say: Callable[[str], None], lap: Laps) -> tuple[HfFolder, ChatFormat, Path]:
+    """The GGUF as an HF folder, its chat format, and the fp32 ONNX export (in ``work``)."""
+    say("reading the GGUF and writing the HF folder")
+    gguf = read_gguf(locate_smollm2_gguf())
+    folder = write_hf_folder(gguf, work / "hf")
+    chat = derive_chat_format(gguf.tokenizer.chat_template)
+    lap("gguf_to_hf")
+    say("exporting fp32 ONNX with KV cache")
+    fp32 = export_onnx(folder.path, work / "fp32" / MODEL_FILE).path
+    lap("export")
+    return folder, chat, fp32
+
+
 def convert_slm(
     profile: TargetProfile,
     precision: Precision,
@@ -202,44 +215,26 @@ def convert_slm(
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="slm-") as tmp:
-        work = Path(opts.work_dir) if opts.work_dir else Path(tmp)
-        timings: dict[str, float] = {}
-        start = time.perf_counter()
-
-        def lap(stage: str) -> None:
-            nonlocal start
-            now = time.perf_counter()
-            timings[stage] = round(now - start, 2)
-            start = now
-
-        say("reading the GGUF and writing the HF folder")
-        gguf = read_gguf(locate_smollm2_gguf())
-        folder = write_hf_folder(gguf, work / "hf")
-        chat = derive_chat_format(gguf.tokenizer.chat_template)
-        lap("gguf_to_hf")
-        say("exporting fp32 ONNX with KV cache")
-        fp32 = export_onnx(folder.path, work / "fp32" / MODEL_FILE).path
-        lap("export")
+        lap = Laps()
+        folder, chat, fp32 = _source_to_fp32(Path(opts.work_dir) if opts.work_dir else Path(tmp), say, lap)
         say(f"quantizing ({precision.value})")
         model = out_dir / MODEL_FILE
         method, settings, counts = _quantize(fp32, model, precision, profile, opts, folder.path)
         lap("quantize")
-        shutil.copyfile(folder.path / TOKENIZER_FILE, out_dir / TOKENIZER_FILE)
+        tokenizer = out_dir / TOKENIZER_FILE
+        shutil.copyfile(folder.path / TOKENIZER_FILE, tokenizer)
         write_generation(out_dir / GENERATION_FILE, _generation_spec(folder, chat, precision))
         say("perplexity gate")
-        result = _gate(out_dir / TOKENIZER_FILE, fp32, model, profile, opts, precision is Precision.FP32)
+        result = _gate(tokenizer, fp32, model, profile, opts, precision is Precision.FP32)
         lap("perplexity")
-        greedy = None
-        if precision is not Precision.FP32 and profile.thresholds.slm_greedy_tokens > 0:
+        greedy, tokens = None, profile.thresholds.slm_greedy_tokens
+        if precision is not Precision.FP32 and tokens > 0:
             say("greedy agreement")
-            tokens = profile.thresholds.slm_greedy_tokens
-            greedy = greedy_agreement(
-                fp32, model, out_dir / TOKENIZER_FILE, chat, _stop_ids(folder), tokens, threads=opts.threads
-            )
+            greedy = greedy_agreement(fp32, model, tokenizer, chat, _stop_ids(folder), tokens, threads=opts.threads)
             lap("greedy")
         record = {"profile": profile, "precision": precision, "method": method, "settings": settings}
         record["greedy"] = greedy.to_dict() if greedy else None
-        paths = write_reports(out_dir, folder, record, counts, result, timings, opts)
+        paths = write_reports(out_dir, build_report(out_dir, folder, record, counts, result, lap.seconds, opts))
         label = f"{model} ({profile.name}, {precision.value}, {method})"
         result.check(label)
         if greedy is not None:
@@ -247,7 +242,7 @@ def convert_slm(
     return SlmBuild(
         out_dir=out_dir,
         model=model,
-        tokenizer=out_dir / TOKENIZER_FILE,
+        tokenizer=tokenizer,
         generation=out_dir / GENERATION_FILE,
         report_json=paths[0],
         report_md=paths[1],
@@ -259,7 +254,7 @@ def convert_slm(
         greedy=greedy,
         hf_dir=folder.path if opts.work_dir else None,
         fp32_model=fp32 if opts.work_dir else None,
-        timings_s=timings,
+        timings_s=lap.seconds,
     )
 
 

@@ -110,17 +110,12 @@ def _greedy_lines(greedy: dict | None) -> list[str]:
     return [*lines, ""]
 
 
-def write_reports(
-    out_dir: Path,
-    folder: HfFolder,
-    record: dict,
-    counts: dict[str, int],
-    result: PerplexityGate,
-    timings: dict[str, float],
-    opts: SlmOptions,
-) -> tuple[Path, Path]:
-    """Write ``report.json`` and ``report.md`` into ``out_dir``; returns their paths."""
-    report = build_report(out_dir, folder, record, counts, result, timings, opts)
+def write_reports(out_dir: Path, report: dict) -> tuple[Path, Path]:
+    """Write ``report`` (from :func:`build_report`) as ``report.json`` and ``report.md`` into ``out_dir``.
+
+    Returns:
+        Their paths.
+    """
     json_path, md_path = out_dir / "report.json", out_dir / "report.md"
     json_path.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     md_path.write_text(render_markdown(report), encoding="utf-8")

