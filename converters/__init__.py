@@ -12,5 +12,6 @@ Read top-down, the layout is the pipeline:
 * verify: ``validate`` (a converted model against its source) and ``arm/`` (device code on an emulated Pi).
 * ``demo/`` — the main job (``edge-deploy demo``): the face demo on the host, then the bundle on an emulated Pi.
 
-Shared helpers: ``tools`` (run a tool in a subprocess), ``quiet`` (exporter noise), ``paths``.
+Shared helpers: ``tools`` (run a tool in a subprocess), ``quiet`` (exporter noise), ``paths`` (repository
+files, output folders), ``timing`` (seconds per stage).
 """

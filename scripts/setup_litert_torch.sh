@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Idempotent creation of .venv-litert-torch/: litert-torch (PyTorch -> TFLite, generative API) in its own
 # environment. litert-torch pulls jax, transformers, tensorflow-free litert tooling etc. (~2 GB) that the main
-# .venv must not carry; converters/slm/tflite.py runs scripts/slm/litert_export.py with this venv's python.
+# .venv must not carry; converters/slm/tflite.py runs converters/slm/litert_export.py with this venv's python.
 # Safe to run again: pip runs only when this script (or scripts/side_venv.sh) changed. A few minutes the
 # first time. Usage: bash scripts/setup_litert_torch.sh
 set -euo pipefail

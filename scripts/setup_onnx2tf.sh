@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Idempotent creation of .venv-onnx2tf/: onnx2tf (ONNX -> TFLite) in its own environment.
 # onnx2tf pins tensorflow 2.19, onnx 1.19, onnxruntime 1.23 and numpy 1.26, which clash with the main .venv
-# (onnx 1.23, onnxruntime 1.32, numpy 2): converters/tflite/convert.py runs its CLI from here in a subprocess.
+# (onnx 1.23, onnxruntime 1.32, numpy 2): converters/tflite.py runs its CLI from here in a subprocess.
 # Safe to run again: pip runs only when this script (or scripts/side_venv.sh) changed. ~2.6 GB, a few
 # minutes the first time. Usage: bash scripts/setup_onnx2tf.sh
 set -euo pipefail
