@@ -62,12 +62,9 @@ def _int8_embedder(models: Path, out: Path) -> Path:
 
 
 def _native_model(path: Path, name: str, x: np.ndarray, threads: int, runs: int):
-    import onnxruntime as ort
+    from edge.runtime.ort_session import build_session
 
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = threads
-    opts.inter_op_num_threads = 1
-    session = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+    session = build_session(path, threads)
     session.run(None, {name: x})
 
     def block() -> list[float]:

@@ -25,11 +25,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from enum import Enum
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from edge.errors import InferenceError, InputError, require
+from edge.errors import InferenceError, InputError
 from edge.face.types import Detection
+from edge.runtime.ort_session import build_session
 
 #: Model files the detector loads from its folder, by net.
 MODEL_FILES = {"pnet": "mtcnn_pnet.onnx", "rnet": "mtcnn_rnet.onnx", "onet": "mtcnn_onet.onnx"}
@@ -302,22 +304,13 @@ class MtcnnDetector:
         self.min_face_size = min_face_size
         self.thresholds = tuple(float(t) for t in thresholds)
         self.factor = float(factor)
-        self._sessions: dict[str, object] | None = None
-        ort = require("onnxruntime", "device", "MTCNN face detection")
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = threads
-        options.inter_op_num_threads = 1
+        self._sessions: dict[str, Any] | None = None
         sessions = {}
         for name, file in MODEL_FILES.items():
             path = Path(model_dir[name]) if isinstance(model_dir, Mapping) else Path(model_dir) / file
             if not path.is_file():
                 raise InferenceError(f"{path}: MTCNN model file not found; export it with converters.mtcnn")
-            try:
-                sessions[name] = ort.InferenceSession(
-                    str(path), sess_options=options, providers=["CPUExecutionProvider"]
-                )
-            except Exception as exc:  # onnxruntime raises its own untyped errors on bad files
-                raise InferenceError(f"{path}: ONNX Runtime cannot load this MTCNN model: {exc}") from exc
+            sessions[name] = build_session(path, threads, what="this MTCNN model", purpose="MTCNN face detection")
         self._sessions = sessions
 
     def close(self) -> None:

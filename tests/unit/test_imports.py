@@ -54,3 +54,10 @@ def test_the_checker_sees_lazy_imports(tmp_path):
     f = tmp_path / "m.py"
     f.write_text("def f():\n    import torch.nn\n    from converters import face\n")
     assert _imports(f) >= {"torch", "converters"}
+
+
+def test_only_the_session_builder_imports_onnxruntime():
+    """One place imports onnxruntime on the device, so its telemetry is turned off before any session."""
+    files = sorted(EDGE.rglob("*.py"))
+    importers = sorted(str(f.relative_to(EDGE.parent)) for f in files if "onnxruntime" in _imports(f))
+    assert importers == ["edge/runtime/ort_session.py"]
