@@ -6,4 +6,5 @@ bash scripts/setup.sh
 dirs=()
 for d in edge converters edge_deploy tests scripts benchmarks; do [ -d "$d" ] && dirs+=("$d"); done
 .venv/bin/ruff check "${dirs[@]}"
+.venv/bin/mypy  # edge/ and edge_deploy/ (the files and settings are in pyproject.toml)
 exec .venv/bin/python -m pytest -q -p no:cacheprovider --timeout=900 "$@"

@@ -299,10 +299,10 @@ class MtcnnDetector:
             InferenceError: a model file is missing or ONNX Runtime cannot load it.
             MissingDependencyError: onnxruntime is not installed.
         """
-        thresholds = tuple(thresholds)
-        _check_settings(threads, min_face_size, thresholds, factor)
+        _check_settings(threads, min_face_size, tuple(thresholds), factor)
         self.min_face_size = min_face_size
-        self.thresholds = tuple(float(t) for t in thresholds)
+        low, mid, high = (float(t) for t in thresholds)
+        self.thresholds = (low, mid, high)
         self.factor = float(factor)
         self._sessions: dict[str, Any] | None = None
         sessions = {}
@@ -406,7 +406,7 @@ class MtcnnDetector:
         boxes, points = self._stage3(integral, boxes)
         return [
             Detection(
-                box=tuple(float(v) for v in b[:4]),
+                box=(float(b[0]), float(b[1]), float(b[2]), float(b[3])),
                 score=float(b[4]),
                 landmarks=p.astype(np.float32),
             )
