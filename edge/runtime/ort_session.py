@@ -8,8 +8,10 @@ optimisation unless the caller asks for less. A file onnxruntime refuses is an `
 onnxruntime (1.32) otherwise records telemetry about the device (a device id, CPU, OS, executable path) in
 ``~/.cache/Microsoft/DeveloperTools/.onnxruntime/`` as soon as its native library loads. A device toolkit must
 not do that: :func:`import_onnxruntime` sets ``ORT_DISABLE_TELEMETRY=1`` before the first import (the native
-library reads it when it loads; nothing else stops the event written at import) and then calls
-``onnxruntime.disable_telemetry_events()`` once, which also covers a process that imported onnxruntime earlier.
+library reads it when it loads; nothing else stops the event written at import: calling
+``onnxruntime.disable_telemetry_events()`` after the import, alone, still left the event and the device id on
+disk in our test) and then calls ``disable_telemetry_events()`` once too, onnxruntime's documented switch,
+for any event after the import in a process where something imported onnxruntime before us.
 """
 
 from __future__ import annotations
