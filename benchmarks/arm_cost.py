@@ -32,6 +32,7 @@ from converters.arm.guest import DEFAULT_CACHE, prepare_guest
 from converters.face.build import export_face_models  # noqa: E402
 from edge.face import models as face_models  # noqa: E402
 from edge.face.models import FaceModel  # noqa: E402
+from tests.integration.needs import ONNX2TF, install_on_first_use  # noqa: E402
 
 PROFILE_OF_CPU = {"cortex-a72": "rpi4", "cortex-a76": "rpi5"}
 GOALS = {"cortex-a72": 0.6, "cortex-a76": 0.4}
@@ -89,6 +90,7 @@ def litert_embedders(fp32: Path, chip_npy: Path, calibration: int) -> dict[str, 
     if not all(p.is_file() for p in files.values()):
         calib = collect_calibration(fp32, calibration, progress=say)
         chips = np.concatenate([f["chip"] for f in calib.feeds[FaceModel.EMBEDDER]]).transpose(0, 2, 3, 1)
+        install_on_first_use(ONNX2TF, "benchmarks/arm_cost.py (the TFLite embedders)")
         export_tflite(fp32 / "face_embedder.onnx", out, int8=True, calibration=chips, input_name="chip", progress=say)
     return files
 

@@ -34,6 +34,7 @@ from edge.imageio import load_image  # noqa: E402
 from edge.profiles import load_profile  # noqa: E402
 from edge.webserve import WebServer  # noqa: E402
 from tests.integration.browser_helpers import Chromium  # noqa: E402
+from tests.integration.needs import WEB, install_on_first_use  # noqa: E402
 
 SCREENSHOT = REPO / "docs" / "img" / "browser-demo.png"
 
@@ -62,12 +63,9 @@ def _int8_embedder(models: Path, out: Path) -> Path:
 
 
 def _native_model(path: Path, name: str, x: np.ndarray, threads: int, runs: int):
-    import onnxruntime as ort
+    from edge.runtime.ort_session import build_session
 
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = threads
-    opts.inter_op_num_threads = 1
-    session = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+    session = build_session(path, threads)
     session.run(None, {name: x})
 
     def block() -> list[float]:
@@ -180,6 +178,7 @@ def measure(
     photo = Path(importlib.util.find_spec("insightface").submodule_search_locations[0]) / "data/images/t1.jpg"
     chip = np.random.default_rng(1).uniform(0, 255, (1, 3, 150, 150)).astype(np.float32)
     rows = []
+    install_on_first_use(WEB, "benchmarks/browser_vs_native.py")
     page = Chromium()
     try:
         with WebServer(site, port=0) as server:

@@ -37,8 +37,9 @@ def run(kind: str, photos: list[np.ndarray], folder: Path | None, threads: int) 
     """
     if kind == "baseline":
         # the imports' own footprint (runtime, OpenCV) is the floor every pipeline stands on
-        import onnxruntime  # noqa: F401
+        from edge.runtime.ort_session import import_onnxruntime
 
+        import_onnxruntime()
         import edge.face.detect_mtcnn  # noqa: F401
         import edge.face.pipeline  # noqa: F401
 

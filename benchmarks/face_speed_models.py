@@ -25,6 +25,7 @@ from edge.face import models as face_models
 from edge.face.models import FaceModel
 from edge.profiles import Precision, TargetProfile
 from edge.progress import ProgressFn, silent
+from tests.integration.needs import ONNX2TF, install_on_first_use
 
 REPO = Path(__file__).resolve().parent.parent
 CACHE = REPO / ".cache" / "bench"
@@ -109,6 +110,7 @@ def build_tflite(onnx_fp32: Path, cache: Path, calib_nchw: np.ndarray | None, pr
     if calib_nchw is None:
         raise ConversionError(f"{folder}: TFLite files missing and no calibration chips given to make them")
     nhwc = np.ascontiguousarray(calib_nchw.transpose(0, 2, 3, 1), dtype=np.float32)
+    install_on_first_use(ONNX2TF, "benchmarks/face_speed.py (the TFLite embedders)")
     export_tflite(onnx_fp32, folder, int8=True, calibration=nhwc, input_name="chip", progress=progress)
     return files
 

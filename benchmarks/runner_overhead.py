@@ -25,7 +25,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-import onnxruntime
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -33,6 +32,7 @@ from benchmarks.overhead_stats import block_order, paired_ratios, runs_per_block
 from benchmarks.report import machine_line, write_section  # noqa: E402
 from edge.bench import _timed_loop, make_inputs, parse_shape_overrides, run_bench  # noqa: E402
 from edge.runtime import open_model  # noqa: E402
+from edge.runtime.ort_session import import_onnxruntime  # noqa: E402
 
 SECTION = "runner-overhead"
 #: The runner's goal: its loop costs at most this much over a bare session.run loop.
@@ -142,7 +142,7 @@ def render(rows: list[tuple[str, dict[str, float]]], cost_ns: float, args: argpa
         "## Runner loop overhead",
         "",
         f"Goal: the runner's loop costs <= {GOAL_PCT:.0f} % over a bare `session.run` loop. "
-        f"onnxruntime {onnxruntime.__version__}, {args.threads} thread(s), {platform.machine()}, "
+        f"onnxruntime {import_onnxruntime().__version__}, {args.threads} thread(s), {platform.machine()}, "
         f"Python {platform.python_version()}; {args.blocks} interleaved block pairs (order flips every block); "
         "overhead = median of the per-block time ratios (run_bench loop / bare loop).",
         "",

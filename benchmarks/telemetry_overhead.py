@@ -44,7 +44,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import onnxruntime
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -61,6 +60,7 @@ from benchmarks.report import machine_line, write_section  # noqa: E402
 from benchmarks.telemetry_counter import count_reports  # noqa: E402
 from edge.errors import TelemetryError  # noqa: E402
 from edge.runtime import open_model  # noqa: E402
+from edge.runtime.ort_session import import_onnxruntime  # noqa: E402
 from edge.telemetry.link import BrokerConfig  # noqa: E402
 from edge.telemetry.mqtt import TelemetryClient, TelemetryConfig  # noqa: E402
 from edge.telemetry.outbox import DEFAULT_COMMIT_INTERVAL_S  # noqa: E402
@@ -448,11 +448,12 @@ def summarize(result: dict) -> dict[str, dict]:
 
 def render(results: dict[str, dict], args: argparse.Namespace, command: str) -> str:
     """The markdown section: setup, one table per workload with a verdict per variant, the why, command, machine."""
+    ort_version = import_onnxruntime().__version__
     lines = [
         "## Telemetry overhead",
         "",
         f"Goal: publishing telemetry costs <= {GOAL_PCT:.0f} % of throughput. Per workload, at full speed with "
-        f"onnxruntime {onnxruntime.__version__} and {args.threads} thread(s): {args.rounds} rounds of one block "
+        f"onnxruntime {ort_version} and {args.threads} thread(s): {args.rounds} rounds of one block "
         "per variant, order rotating. Loss = 1 - 1 / median(block time / same round's bare block time); the "
         "total-time column uses the sums over all rounds instead. Every variant does the same application work "
         "(inference, matching, building the frame's result); only handing it to telemetry differs. Real "

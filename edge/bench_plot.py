@@ -63,6 +63,7 @@ def nice_ticks(lo: float, hi: float, target: int = 7) -> list[float]:
 
 def log_ticks(lo: float, hi: float) -> list[float]:
     """Ticks at 1, 2, 5 x 10^k in [lo, hi] (every digit 1..9 when that gives fewer than four)."""
+    ticks: list[float] = []
     for mantissas in ((1, 2, 5), (1, 2, 3, 4, 5, 6, 7, 8, 9)):
         ticks = [
             round(m * 10.0**k, 12)

@@ -79,8 +79,8 @@ def save_image(path: str | Path, rgb: np.ndarray, jpeg_quality: int = 95) -> Pat
     try:
         ok, buf = cv2.imencode(suffix, cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR), params)
     except cv2.error:  # raised (not returned) for a suffix no codec claims
-        ok = False
-    if not ok:
+        ok, buf = False, None
+    if not ok or buf is None:
         raise InputError(f"{path}: cv2 cannot encode an image with suffix '{path.suffix}'")
     path.write_bytes(buf.tobytes())
     return path

@@ -89,6 +89,8 @@ class WebServer:
     def url(self) -> str:
         """The site's address, e.g. ``http://127.0.0.1:8080/``."""
         host = self._server.server_address[0]
+        if isinstance(host, bytes):  # only for AF_UNIX; ours is an AF_INET server, but the type allows it
+            host = host.decode()
         return f"http://{host}:{self.port}/"
 
     def start(self) -> WebServer:

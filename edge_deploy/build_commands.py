@@ -6,13 +6,53 @@
 from __future__ import annotations
 
 import argparse
+import subprocess
 import sys
 from pathlib import Path
 
+from edge.errors import MissingDependencyError
 from edge.profiles import DEFAULT_PROFILE_DIR, Precision, Runtime, available_targets, load_profile
 from edge_deploy.common import print_json
 
 DEFAULT_CACHE = Path.home() / ".cache" / "edge-deploy" / "build"
+WEB_SETUP_TIMEOUT_S = 900
+
+
+def web_runtime_on_first_use(web_dir: Path | None = None, who: str = "edge-deploy build --target browser-wasm") -> None:
+    """Install onnxruntime-web (npm) the first time a browser site is built from a checkout.
+
+    Runs ``scripts/setup_web.sh --page`` (Node.js/npm from Debian if missing, then ``npm ci`` in ``web/``),
+    which says on stderr what it installs and for whom. Does nothing when the package is there.
+
+    Args:
+        web_dir: the checkout's ``web/`` folder (default: the one ``converters.package.web`` builds from).
+        who: who needs it, for the script's progress line.
+
+    Raises:
+        MissingDependencyError: when it is missing and cannot be installed here (no checkout's
+            ``scripts/setup_web.sh``, or the script fails, times out or leaves it missing).
+    """
+    from converters.package.web import WEB_SOURCE_DIR, ort_dist
+
+    web_dir = web_dir or WEB_SOURCE_DIR
+    try:
+        ort_dist(web_dir)
+        return
+    except MissingDependencyError:
+        script = web_dir.parent / "scripts" / "setup_web.sh"
+        if not script.is_file():
+            raise
+    try:
+        done = subprocess.run(["bash", str(script), "--page", who], stdout=sys.stderr, timeout=WEB_SETUP_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        raise MissingDependencyError(
+            f"{script} --page did not finish in {WEB_SETUP_TIMEOUT_S} s; run it by hand to install onnxruntime-web"
+        ) from None
+    if done.returncode != 0:
+        raise MissingDependencyError(
+            f"{script} --page failed (exit code {done.returncode}, output above); onnxruntime-web is not installed"
+        )
+    ort_dist(web_dir)  # still missing: its own error says which file
 
 
 def _cmd_build(args: argparse.Namespace) -> int:
@@ -29,6 +69,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
     if profile.runtime.default is Runtime.ONNXRUNTIME_WEB:
         from converters.package.bundle import build_browser_site
 
+        web_runtime_on_first_use()
         site = build_browser_site(profile, [args.model], Path(args.output), Path(args.cache), progress)
         data = {"site": str(site.out_dir), "files": site.files, "bytes": site.bytes}
         if args.json:

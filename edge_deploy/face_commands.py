@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
 
 from edge.errors import InputError
 from edge.face.recognize import DEFAULT_MIN_SCORE
@@ -48,7 +49,7 @@ def _cmd_recognize(args: argparse.Namespace) -> int:
     from edge.imageio import load_image
 
     gallery = Gallery.load(Path(args.gallery))
-    results = []
+    results: list[dict[str, Any]] = []
     with open_face_pipeline(Path(args.models), _threads(args)) as pipeline:
         for image in args.images:
             faces = recognize_image(pipeline, gallery, load_image(Path(image)), args.threshold, args.min_score)

@@ -1,7 +1,13 @@
 #!/usr/bin/env bash
-# Idempotent set-up on a fresh Debian 12 machine: apt packages, a venv in .venv, the pip extras.
-# Safe to run again: it installs only what is missing, and re-runs pip only when pyproject.toml or this
-# script changed. Usage: bash scripts/setup.sh
+# Idempotent set-up on a fresh Debian 12 machine of what the main job uses: apt packages (mosquitto, openssl),
+# a venv in .venv, the pip extras. Safe to run again: it installs only what is missing, and re-runs pip only
+# when pyproject.toml or this script changed. Usage: bash scripts/setup.sh
+#
+# Everything else comes on first use, from the scripts of the things that need it (each prints what it
+# installs and for whom): qemu-user + debootstrap for the emulated Pi (scripts/arm/rootfs.sh), the onnx2tf and
+# litert-torch side venvs (scripts/setup_onnx2tf.sh, scripts/setup_litert_torch.sh: TFLite conversion),
+# Chromium, chromedriver, Node.js and onnxruntime-web (scripts/setup_web.sh: the browser page).
+# scripts/test.sh runs all of them up front.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -55,12 +61,3 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
 else
   say ".venv is up to date"
 fi
-
-# onnx2tf (ONNX -> TFLite) lives in its own venv: it pins tensorflow/onnx/numpy versions that clash with ours.
-bash scripts/setup_onnx2tf.sh
-
-# litert-torch (PyTorch -> TFLite for the language model) also lives in its own venv (it pulls jax etc.).
-bash scripts/setup_litert_torch.sh
-
-# The browser page: Chromium + chromedriver (Debian), onnxruntime-web (npm, pinned in web/package-lock.json).
-bash scripts/setup_web.sh

@@ -3,8 +3,10 @@
 # environment. litert-torch pulls jax, transformers, tensorflow-free litert tooling etc. (~2 GB) that the main
 # .venv must not carry; converters/slm/tflite.py runs converters/slm/litert_export.py with this venv's python.
 # Safe to run again: pip runs only when this script (or scripts/side_venv.sh) changed. A few minutes the
-# first time. Usage: bash scripts/setup_litert_torch.sh
+# first time. Installed on first use (the language-model TFLite tests call this), and up front by
+# scripts/test.sh. Usage: bash scripts/setup_litert_torch.sh [WHO NEEDS IT, for the progress line]
 set -euo pipefail
+WHY="${*:-}"
 cd "$(dirname "$0")/.."
 source scripts/side_venv.sh
 

@@ -2,7 +2,8 @@
 # side_venv TAG VENV WHAT CHECK -- PIP_ARGS...
 #   Creates VENV if missing; when the calling script or this file changed since the last success, upgrades
 #   pip, runs 'pip install PIP_ARGS...', then runs CHECK (a shell command) before stamping the venv ready.
-#   pip's output goes to VENV/pip-install.log; its tail is shown on failure.
+#   pip's output goes to VENV/pip-install.log; its tail is shown on failure. WHY (set by the calling script from
+#   its arguments: who needs the venv) goes into the progress line, so a first use says what it installs and why.
 side_venv() {
   local tag=$1 venv=$2 what=$3 check=$4
   shift 4
@@ -19,7 +20,7 @@ side_venv() {
     say "$venv is up to date"
     return 0
   fi
-  say "installing $what into $venv (first time: a few minutes)"
+  say "installing $what into $venv${WHY:+, needed by $WHY} (first time only: a few minutes)"
   local log=$venv/pip-install.log
   : >"$log"
   local args

@@ -1,4 +1,14 @@
-"""Shared test fixtures. Heavy fixtures (converted models, brokers) live next to the tests that need them."""
+"""Shared test fixtures, and the test tiers. Heavy fixtures (converted models, brokers) live next to the tests
+that need them.
+
+Tiers (markers, applied here, so no test file has to remember them):
+
+- ``unit``: everything under ``tests/unit`` — no services, small models; ``pytest -m unit`` takes seconds.
+- ``integration``: everything under ``tests/integration`` — real models, mosquitto, Chromium, qemu.
+- ``slow``: the integration tests that convert models, build bundles, start a browser or an emulated Pi, or
+  pip-install a wheel (minutes each): those using the shared converted-model fixtures below, those marked
+  ``arm``, and the modules in ``SLOW_MODULES``. ``pytest -m "integration and not slow"`` is the quick half.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +17,40 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
+
+#: Session fixtures that convert a model (a minute or more the first time): a test using one is slow.
+SLOW_FIXTURES = frozenset({"face_fp32_models", "slm_int4"})
+
+#: Integration modules whose own fixtures convert, build or start something heavy.
+SLOW_MODULES = frozenset(
+    {
+        "test_browser",  # Chromium + onnxruntime-web, converted face and language models
+        "test_build",  # whole Pi bundles, aarch64 wheelhouse, emulated install
+        "test_face_agreement",  # our face pipeline vs face_recognition over the evaluation pairs
+        "test_face_quant",  # INT8 calibration and the accuracy gate
+        "test_face_speed",  # the speed race's rounds and peak-RSS child processes
+        "test_slm",  # SmolLM2 GGUF -> ONNX, against transformers
+        "test_slm_int8",  # a second SmolLM2 conversion
+        "test_slm_tflite",  # litert-torch in its own venv
+        "test_tflite",  # onnx2tf in its own venv
+        "test_wheel_install",  # builds the wheel and installs it in a fresh venv
+    }
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark every test with its tier from its folder, and ``slow`` where it is heavy."""
+    for item in items:
+        tier = item.path.parent.name
+        if tier in ("unit", "integration"):
+            item.add_marker(tier)
+        heavy = (
+            item.path.stem in SLOW_MODULES
+            or item.get_closest_marker("arm") is not None
+            or not SLOW_FIXTURES.isdisjoint(getattr(item, "fixturenames", ()))
+        )
+        if tier == "integration" and heavy:
+            item.add_marker("slow")
 
 
 @pytest.fixture(scope="session")

@@ -25,12 +25,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from enum import Enum
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from edge.errors import InferenceError, InputError, require
+from edge.errors import InferenceError, InputError
 from edge.face.models import FaceModel
 from edge.face.types import Detection
+from edge.runtime.ort_session import build_session
 
 #: Model files the detector loads from its folder, by net.
 MODEL_FILES = {FaceModel.PNET: "mtcnn_pnet.onnx", FaceModel.RNET: "mtcnn_rnet.onnx", FaceModel.ONET: "mtcnn_onet.onnx"}
@@ -298,27 +300,18 @@ class MtcnnDetector:
             InferenceError: a model file is missing or ONNX Runtime cannot load it.
             MissingDependencyError: onnxruntime is not installed.
         """
-        thresholds = tuple(thresholds)
-        _check_settings(threads, min_face_size, thresholds, factor)
+        _check_settings(threads, min_face_size, tuple(thresholds), factor)
         self.min_face_size = min_face_size
-        self.thresholds = tuple(float(t) for t in thresholds)
+        low, mid, high = (float(t) for t in thresholds)
+        self.thresholds = (low, mid, high)
         self.factor = float(factor)
-        self._sessions: dict[FaceModel, object] | None = None
-        ort = require("onnxruntime", "device", "MTCNN face detection")
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = threads
-        options.inter_op_num_threads = 1
+        self._sessions: dict[FaceModel, Any] | None = None
         sessions = {}
         for name, file in MODEL_FILES.items():
             path = Path(model_dir[name]) if isinstance(model_dir, Mapping) else Path(model_dir) / file
             if not path.is_file():
                 raise InferenceError(f"{path}: MTCNN model file not found; export it with converters.face.mtcnn")
-            try:
-                sessions[name] = ort.InferenceSession(
-                    str(path), sess_options=options, providers=["CPUExecutionProvider"]
-                )
-            except Exception as exc:  # onnxruntime raises its own untyped errors on bad files
-                raise InferenceError(f"{path}: ONNX Runtime cannot load this MTCNN model: {exc}") from exc
+            sessions[name] = build_session(path, threads, what="this MTCNN model", purpose="MTCNN face detection")
         self._sessions = sessions
 
     def close(self) -> None:
@@ -414,7 +407,7 @@ class MtcnnDetector:
         boxes, points = self._stage3(integral, boxes)
         return [
             Detection(
-                box=tuple(float(v) for v in b[:4]),
+                box=(float(b[0]), float(b[1]), float(b[2]), float(b[3])),
                 score=float(b[4]),
                 landmarks=p.astype(np.float32),
             )

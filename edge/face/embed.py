@@ -13,7 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from edge.errors import InferenceError, InputError, require
+from edge.errors import InferenceError, InputError
+from edge.runtime.ort_session import build_session, import_onnxruntime
 
 CHIP_SIZE = 150
 DESCRIPTOR_SIZE = 128
@@ -77,16 +78,10 @@ class FaceEmbedder:
         self._session: Any = self._load()
 
     def _load(self) -> Any:
-        ort = require("onnxruntime", "device", "Face embedding")
+        import_onnxruntime("Face embedding")  # a missing runtime is named before a missing file
         if not self.model_path.is_file():
             raise InferenceError(f"{self.model_path}: face embedding model not found")
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = self.threads
-        options.inter_op_num_threads = 1
-        try:
-            session = ort.InferenceSession(str(self.model_path), options, providers=["CPUExecutionProvider"])
-        except Exception as exc:  # onnxruntime's load errors share no narrower base class
-            raise InferenceError(f"{self.model_path}: onnxruntime cannot load the model ({exc})") from exc
+        session = build_session(self.model_path, self.threads, purpose="Face embedding")
         inputs = [(i.name, list(i.shape)) for i in session.get_inputs()]
         outputs = [(o.name, list(o.shape)) for o in session.get_outputs()]
         # The batch dimension may be named anything (or fixed): compare the rest.

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Protocol
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from edge.errors import EdgeDeployError, InputError
 from edge.face.types import DLIB_SAME_PERSON_THRESHOLD
@@ -46,7 +47,7 @@ class EnrollmentReport:
     skipped: list[tuple[str, str]] = field(default_factory=list)
 
 
-def _check_descriptors(values: object, what: str) -> np.ndarray:
+def _check_descriptors(values: ArrayLike, what: str) -> np.ndarray:
     arr = np.asarray(values, dtype=np.float32)
     if arr.ndim == 1:
         arr = arr[None, :]
@@ -175,7 +176,8 @@ class Gallery:
         """Write the gallery to ``path`` (.npz content, whatever the suffix). Returns the path."""
         path = Path(path)
         names = self.names
-        owner = np.concatenate([np.full(len(self._people[n]), i, np.int64) for i, n in enumerate(names)] or [[]])
+        owners = [np.full(len(self._people[n]), i, np.int64) for i, n in enumerate(names)]
+        owner = np.concatenate(owners) if owners else np.zeros(0, np.int64)
         desc = np.concatenate([self._people[n] for n in names]) if names else np.zeros((0, DESCRIPTOR_SIZE))
         buf = io.BytesIO()
         np.savez(

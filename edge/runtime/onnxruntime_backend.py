@@ -8,8 +8,9 @@ from typing import Any
 
 import numpy as np
 
-from edge.errors import InferenceError, require
-from edge.runtime.base import Dim, ModelFormat, TensorSpec, check_feeds, check_threads
+from edge.errors import InferenceError
+from edge.runtime.base import Dim, ModelFormat, TensorSpec, check_feeds
+from edge.runtime.ort_session import build_session
 
 NAME = "onnxruntime"
 
@@ -118,20 +119,11 @@ class OnnxRuntimeBackend:
     formats = frozenset({ModelFormat.ONNX, ModelFormat.ORT})
 
     def load(self, path: Path, threads: int) -> OnnxRuntimeModel:
-        """Load ``path`` with ``threads`` intra-op threads (one inter-op thread, sequential execution).
+        """Load ``path`` with ``threads`` intra-op threads (``edge.runtime.ort_session.build_session``).
 
         Raises:
             MissingDependencyError: if onnxruntime is not installed.
             InferenceError: if the session cannot be created.
         """
-        threads = check_threads(threads)
-        ort = require("onnxruntime", "device", "The ONNX Runtime backend")
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = threads
-        options.inter_op_num_threads = 1
-        options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-        try:
-            session = ort.InferenceSession(str(path), sess_options=options, providers=["CPUExecutionProvider"])
-        except Exception as exc:  # onnxruntime's load errors share no useful base class
-            raise InferenceError(f"{path}: onnxruntime could not load the model ({exc})") from exc
+        session = build_session(path, threads, purpose="The ONNX Runtime backend")
         return OnnxRuntimeModel(path, threads, session)

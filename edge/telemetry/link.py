@@ -15,8 +15,14 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from edge.errors import TelemetryError, require
+
+if TYPE_CHECKING:  # paho is imported lazily (the device extra); its types serve the checker only
+    from paho.mqtt.client import Client as MqttClient
+else:
+    MqttClient = object
 
 #: Refusals that a retry cannot fix, by paho reason-code name -> what to tell the user.
 _FATAL_REFUSALS = {
@@ -127,20 +133,20 @@ def refusal_message(address: str, reason_name: str) -> tuple[str, bool]:
 class LinkHooks:
     """What a link's owner does at each event; every hook runs on the link's thread."""
 
-    def configure(self, client: object) -> None:
+    def configure(self, client: MqttClient) -> None:
         """Set will, callbacks and limits on a new paho client (before it connects)."""
 
-    def on_connected(self, client: object) -> None:
+    def on_connected(self, client: MqttClient) -> None:
         """Called once per successful connection (CONNACK accepted)."""
 
-    def tick(self, client: object) -> bool:
+    def tick(self, client: MqttClient) -> bool:
         """Called after every network-loop step while connected; return False to force a reconnect."""
         return True
 
     def on_lost(self) -> None:
         """Called when a connection ends (lost, refused after connecting, or stopped)."""
 
-    def on_stopping(self, client: object) -> None:
+    def on_stopping(self, client: MqttClient) -> None:
         """Called while still connected when the link is asked to stop, before DISCONNECT."""
 
 
@@ -233,7 +239,7 @@ class Link:
             self.connected.clear()
             self._done.set()
 
-    def _new_client(self) -> object:
+    def _new_client(self) -> MqttClient:
         mqtt = self._mqtt
         client = mqtt.Client(
             mqtt.CallbackAPIVersion.VERSION2,
@@ -250,7 +256,7 @@ class Link:
         self.hooks.configure(client)
         return client
 
-    def _set_tls(self, client: object) -> None:
+    def _set_tls(self, client: MqttClient) -> None:
         b = self.broker
         try:
             client.tls_set(
@@ -269,7 +275,7 @@ class Link:
     def _on_connect(self, client, userdata, flags, reason_code, properties) -> None:
         self._connack = reason_code
 
-    def _connect(self, client: object) -> bool:
+    def _connect(self, client: MqttClient) -> bool:
         """One connection attempt: True when the broker accepted us; raises on a fatal refusal."""
         b = self.broker
         self.attempts += 1
@@ -302,7 +308,7 @@ class Link:
             return False
         return True
 
-    def _serve(self, client: object) -> None:
+    def _serve(self, client: MqttClient) -> None:
         """Run the network loop until the connection drops, a hook asks to reconnect, or stop()."""
         ok = self._mqtt.MQTT_ERR_SUCCESS
         self.last_error = None
@@ -325,7 +331,7 @@ class Link:
             self.hooks.on_lost()
 
 
-def _close_socket(client: object) -> None:
+def _close_socket(client: MqttClient) -> None:
     sock = client.socket()
     if sock is not None:
         sock.close()

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from edge.errors import TelemetryError
 from edge.telemetry.homeassistant import DEFAULT_HA_PREFIX, discovery_messages
-from edge.telemetry.link import BrokerConfig, Link, LinkHooks
+from edge.telemetry.link import BrokerConfig, Link, LinkHooks, MqttClient
 from edge.telemetry.outbox import DEFAULT_CAPACITY, DEFAULT_COMMIT_INTERVAL_S, Outbox
 from edge.telemetry.schema import (
     DeviceState,
@@ -273,12 +273,12 @@ class TelemetryClient(LinkHooks):
             )
         )
 
-    def configure(self, client: object) -> None:  # noqa: D102
+    def configure(self, client: MqttClient) -> None:  # noqa: D102
         client.will_set(self.config.topic(MessageKind.STATUS), self._status(DeviceState.OFFLINE), qos=1, retain=True)
         client.max_inflight_messages_set(self.config.queue_bound)
         client.on_publish = self._on_publish
 
-    def on_connected(self, client: object) -> None:  # noqa: D102
+    def on_connected(self, client: MqttClient) -> None:  # noqa: D102
         self._inflight.clear()
         self._last_sent = 0
         client.publish(self.config.topic(MessageKind.STATUS), self._status(DeviceState.ONLINE), qos=1, retain=True)
@@ -293,16 +293,16 @@ class TelemetryClient(LinkHooks):
         elif mid == self._final_mid:
             self._final_acked = True
 
-    def tick(self, client: object) -> bool:  # noqa: D102
+    def tick(self, client: MqttClient) -> bool:  # noqa: D102
         now = time.monotonic()
         # Acknowledged rows are deleted in one transaction per commit interval, not one per PUBACK.
         if self._acked and now - self._last_removal >= max(self.config.commit_interval_s, 0.01):
             self._flush_acked()
             self._last_removal = now
         if self._inflight and now - min(t for _, t in self._inflight.values()) > self.config.ack_timeout_s:
-            self._link.last_error = (
-                f"no PUBACK from broker {self.config.broker.address} in {self.config.ack_timeout_s} s; "
-                "reconnecting to resend"
+            link = self._hook_link()
+            link.last_error = (
+                f"no PUBACK from broker {link.broker.address} in {self.config.ack_timeout_s} s; reconnecting to resend"
             )
             return False
         room = self.config.queue_bound - len(self._inflight)
@@ -311,11 +311,17 @@ class TelemetryClient(LinkHooks):
         for row in self._outbox.pending(after=self._last_sent, limit=room):
             info = client.publish(self.config.topic(row.kind), row.payload, qos=1)
             if info.rc != 0:
-                self._link.last_error = f"publish of seq {row.seq} failed (rc {info.rc})"
+                self._hook_link().last_error = f"publish of seq {row.seq} failed (rc {info.rc})"
                 return False
             self._inflight[info.mid] = (row.seq, now)
             self._last_sent = row.seq
         return True
+
+    def _hook_link(self) -> Link:
+        """The link whose thread runs the hooks (only a client with a broker has one)."""
+        if self._link is None:
+            raise TelemetryError(f"telemetry client for {self.config.device_id!r} has no broker link")
+        return self._link
 
     def _flush_acked(self) -> None:
         if self._acked:
@@ -327,14 +333,14 @@ class TelemetryClient(LinkHooks):
         self._inflight.clear()
         self._last_sent = 0
 
-    def on_stopping(self, client: object) -> None:  # noqa: D102
+    def on_stopping(self, client: MqttClient) -> None:  # noqa: D102
         # A clean DISCONNECT fires no last will, so say "offline" ourselves; wait briefly for its PUBACK.
         self._final_acked = False
         info = client.publish(
             self.config.topic(MessageKind.STATUS), self._status(DeviceState.OFFLINE), qos=1, retain=True
         )
         self._final_mid = info.mid
-        deadline = time.monotonic() + min(2.0, self.config.broker.connect_timeout_s)
+        deadline = time.monotonic() + min(2.0, self._hook_link().broker.connect_timeout_s)
         while not self._final_acked and time.monotonic() < deadline:
             if client.loop(0.05) != 0:
                 break

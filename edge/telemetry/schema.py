@@ -19,7 +19,7 @@ import re
 import types
 import typing
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from edge.errors import TelemetryError
 
@@ -220,7 +220,8 @@ def check_fields(message: Message, envelope: bool = True) -> dict[str, Any]:
     """
     kind = kind_of(message)
     body: dict[str, Any] = {"type": kind.value}
-    for name, plain, hint in _checks(type(message)):
+    cls: type = type(message)  # as a plain type: mypy takes a frozen dataclass's class for unhashable
+    for name, plain, hint in _checks(cls):
         value = getattr(message, name)
         if not envelope and name in ("device_id", "seq"):
             body[name] = value
@@ -298,7 +299,7 @@ def from_json(data: str | bytes, source: str = "message") -> Message:
             "(sender and reader run different edge-deploy schema versions)"
         )
     cls = _CLASSES[MessageKind(raw_kind)]
-    fields, hints, names = _layout(cls)
+    fields, hints, names = _layout(cast(type, cls))  # a plain type: mypy takes the class for unhashable
     unknown = sorted(set(body) - names)
     if unknown:
         raise TelemetryError(f"{source}: unknown field {unknown[0]!r} in a {raw_kind} message")

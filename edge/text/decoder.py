@@ -19,7 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
-from edge.errors import InferenceError, InputError, require
+from edge.errors import InferenceError, InputError
+from edge.runtime.ort_session import build_session, import_onnxruntime
 
 _PAST = re.compile(r"^past_key_values\.(\d+)\.(key|value)$")
 
@@ -92,19 +93,13 @@ class OnnxDecoder:
     """
 
     def __init__(self, model_path: Path, threads: int = 1) -> None:
-        ort = require("onnxruntime", "device", "running the language model")
+        ort = import_onnxruntime("running the language model")
         self.path = Path(model_path)
         if not self.path.is_file():
             raise InputError(f"{self.path}: missing; expected the language model's ONNX file")
         if threads < 1:
             raise InputError(f"threads = {threads}; expected at least 1")
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = threads
-        options.inter_op_num_threads = 1
-        try:
-            self._session = ort.InferenceSession(str(self.path), options, providers=["CPUExecutionProvider"])
-        except Exception as exc:  # onnxruntime raises its own untyped Fail/InvalidGraph errors
-            raise InferenceError(f"{self.path}: onnxruntime cannot load the model ({exc})") from exc
+        self._session = build_session(self.path, threads, purpose="running the language model")
         self.layout = self._read_layout()
         self._outputs = [o.name for o in self._session.get_outputs()]
         # graphs with fused rotary attention (onnxruntime-genai's GroupQueryAttention) take no position_ids

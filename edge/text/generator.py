@@ -15,6 +15,7 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -22,6 +23,21 @@ from edge.errors import InferenceError, InputError, require
 from edge.text.decoder import OnnxDecoder
 from edge.text.sampling import Sampler, SamplingConfig
 from edge.text.spec import GenerationSpec, load_spec
+
+
+class Decoder(Protocol):
+    """What the generator drives (``OnnxDecoder``, ``LiteRtDecoder``): the cache is the decoder's own type,
+    handed back to it untouched."""
+
+    def empty_cache(self) -> Any:
+        """A zero-length cache for one sequence."""
+        ...
+
+    def forward(
+        self, input_ids: np.ndarray, attention_mask: np.ndarray, position_ids: np.ndarray, cache: Any
+    ) -> tuple[np.ndarray, Any]:
+        """One step: logits ``[batch, seq, vocab]`` and the updated cache."""
+        ...
 
 Prompt = str | Sequence[Mapping[str, str]]
 
@@ -106,6 +122,7 @@ class TextGenerator:
                 raise InputError(f"max_context = {max_context}; expected at least 2")
             self.context = min(self.context, max_context)
         path = Path(model_file) if model_file is not None else self.model_dir / self.spec.model_file
+        self.decoder: Decoder | None
         if path.suffix == ".tflite":
             from edge.text.litert_decoder import LiteRtDecoder
 

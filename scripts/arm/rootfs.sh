@@ -29,7 +29,7 @@ command -v qemu-aarch64 >/dev/null || need+=(qemu-user)
 command -v debootstrap >/dev/null || need+=(debootstrap)
 if ((${#need[@]})); then
     [[ $EUID -eq 0 ]] || die "missing ${need[*]}; run as root or: sudo apt-get install -y ${need[*]}"
-    log "installing ${need[*]}"
+    log "installing ${need[*]} (first time only: to run device code on an emulated Raspberry Pi)"
     apt-get -o DPkg::Lock::Timeout=600 install -y -q "${need[@]}" >/dev/null \
         || { apt-get -o DPkg::Lock::Timeout=600 update -q >/dev/null \
              && apt-get -o DPkg::Lock::Timeout=600 install -y -q "${need[@]}" >/dev/null; } \

@@ -23,9 +23,18 @@ from edge.face.types import DLIB_SAME_PERSON_THRESHOLD
 from edge.imageio import load_image
 from edge.profiles import load_profile
 from edge.webserve import WebServer
+from tests.integration import needs
 from tests.integration.browser_helpers import Chromium, browser_missing
 
 pytestmark = pytest.mark.integration
+
+
+def _browser_installed() -> None:
+    """Chromium, chromedriver, onnxruntime-web and selenium: installed on first use, then checked."""
+    needs.install_on_first_use(needs.WEB, "the browser tests (tests/integration/test_browser.py)")
+    reason = browser_missing()
+    assert reason is None, reason
+
 
 BOX_TOL = 0.01
 
@@ -44,9 +53,7 @@ def profile():
 
 @pytest.fixture(scope="module")
 def models(request) -> Path:
-    reason = browser_missing()
-    if reason:
-        pytest.skip(reason)
+    _browser_installed()
     return request.getfixturevalue("face_fp32_models")  # exported once per session (tests/conftest.py)
 
 
@@ -195,9 +202,7 @@ PROMPT = "What is the capital of France?"
 
 @pytest.fixture(scope="module")
 def slm(profile, tmp_path_factory) -> Path:
-    reason = browser_missing()
-    if reason:
-        pytest.skip(reason)
+    _browser_installed()
     if not (SLM_CACHE / "generation.json").is_file():
         from converters.slm.build import SlmOptions, convert_slm
         from edge.profiles import Precision
@@ -279,9 +284,7 @@ def int4_page(request, profile, browser, tmp_path_factory):
     """The site built around the session's rpi4 INT4 model (``slm_int4``, tests/conftest.py)."""
     from converters.package.web import build_browser
 
-    reason = browser_missing()
-    if reason:
-        pytest.skip(reason)
+    _browser_installed()
     model_dir = request.getfixturevalue("slm_int4")["result"].out_dir
     out = tmp_path_factory.mktemp("site-text-int4")
     build_browser(profile, None, out, text=model_dir)

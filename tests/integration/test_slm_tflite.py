@@ -13,20 +13,19 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
+
+from tests.integration.needs import LITERT_TORCH, install_on_first_use
 
 pytestmark = pytest.mark.integration
 
 pytest.importorskip("torch")
 pytest.importorskip("ai_edge_litert")
 
-from converters.paths import REPO_ROOT as REPO  # noqa: E402
 from converters.slm.tflite import (  # noqa: E402
-    SETUP_SCRIPT,
     TfliteOptions,
     TfliteQuant,
     convert_tflite,
@@ -48,7 +47,7 @@ PROMPTS = [
 @pytest.fixture(scope="module")
 def build(slm_int4, tmp_path_factory):
     """The shared session conversion's HF folder and fp32 ONNX folder, plus one fp32 TFLite conversion."""
-    subprocess.run(["bash", str(REPO / SETUP_SCRIPT)], check=True, timeout=1800)
+    install_on_first_use(LITERT_TORCH, "the language-model TFLite tests (tests/integration/test_slm_tflite.py)")
     hf_dir = slm_int4["result"].hf_dir
     tfl = convert_tflite(
         hf_dir,

@@ -15,15 +15,12 @@ wrong layout or padding moves descriptors by 1e-2 or more).
 from __future__ import annotations
 
 import hashlib
-import subprocess
 
 import numpy as np
 import pytest
 
 from converters.tflite.convert import (
     DEFAULT_VENV,
-    REPO_ROOT,
-    SETUP_SCRIPT,
     TfliteVariant,
     compare_tflite_with_onnx,
     dequantize,
@@ -33,6 +30,7 @@ from converters.tflite.convert import (
 )
 from converters.tflite.prep import explicit_maxpool_padding
 from edge.errors import ConversionError, InputError, MissingDependencyError
+from tests.integration.needs import ONNX2TF, install_on_first_use
 
 pytestmark = pytest.mark.integration
 
@@ -48,8 +46,7 @@ CALIBRATION_PHOTOS = 96
 @pytest.fixture(scope="module")
 def onnx2tf_venv():
     """Create or update .venv-onnx2tf (the script is idempotent: instant when up to date)."""
-    done = subprocess.run(["bash", str(SETUP_SCRIPT)], cwd=REPO_ROOT, capture_output=True, text=True, timeout=1800)
-    assert done.returncode == 0, f"{SETUP_SCRIPT} failed:\n{done.stderr[-3000:]}"
+    install_on_first_use(ONNX2TF, "the TFLite tests (tests/integration/test_tflite.py)")
     assert (DEFAULT_VENV / "bin" / "onnx2tf").is_file()
     return DEFAULT_VENV
 

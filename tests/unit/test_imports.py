@@ -107,3 +107,10 @@ def test_converters_modules_import_each_other_without_cycles():
 def test_the_cycle_finder_finds_a_lazy_cycle():
     assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == ["a", "b", "c", "a"]
     assert _cycle({"a": {"b"}, "b": set()}) == []
+
+
+def test_only_the_session_builder_imports_onnxruntime():
+    """One place imports onnxruntime on the device, so its telemetry is turned off before any session."""
+    files = sorted(EDGE.rglob("*.py"))
+    importers = sorted(str(f.relative_to(EDGE.parent)) for f in files if "onnxruntime" in _imports(f))
+    assert importers == ["edge/runtime/ort_session.py"]

@@ -157,7 +157,7 @@ def test_a_model_onnxruntime_cannot_load_is_an_inference_error(models):
     with pytest.raises(InferenceError) as err:
         open_model(path)
     message = str(err.value)  # ... that onnxruntime refuses; its own words follow ours
-    assert message.startswith(f"{path}: onnxruntime could not load the model (")
+    assert message.startswith(f"{path}: onnxruntime cannot load the model (")
     assert "NoSuchOperator" in message
 
 

@@ -1,0 +1,99 @@
+"""The one place on the device that imports onnxruntime and builds an ``InferenceSession``.
+
+Used by the ONNX Runtime backend (``open_model``, so ``bench`` and the daemon), the face pipeline's MTCNN
+detector and embedder, and the language model's decoder. Every session gets the same options: ``threads``
+intra-op threads, one inter-op thread, sequential execution, the CPU execution provider, and full graph
+optimisation unless the caller asks for less. A file onnxruntime refuses is an ``InferenceError`` naming it.
+
+onnxruntime (1.32) otherwise records telemetry about the device (a device id, CPU, OS, executable path) in
+``~/.cache/Microsoft/DeveloperTools/.onnxruntime/`` as soon as its native library loads. A device toolkit must
+not do that: :func:`import_onnxruntime` sets ``ORT_DISABLE_TELEMETRY=1`` before the first import (the native
+library reads it when it loads; nothing else stops the event written at import: calling
+``onnxruntime.disable_telemetry_events()`` after the import, alone, still left the event and the device id on
+disk in our test) and then calls ``disable_telemetry_events()`` once too, onnxruntime's documented switch,
+for any event after the import in a process where something imported onnxruntime before us.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+from pathlib import Path
+from typing import Any
+
+from edge.errors import InferenceError, require
+from edge.runtime.base import check_threads
+
+__all__ = ["Optimization", "build_session", "import_onnxruntime"]
+
+#: Read by onnxruntime's native library when it loads: "1" keeps it from writing telemetry events to disk.
+TELEMETRY_ENV = "ORT_DISABLE_TELEMETRY"
+
+_state: dict[str, Any] = {}
+
+
+class Optimization(enum.Enum):
+    """onnxruntime's graph optimisation level (``GraphOptimizationLevel``): ALL is onnxruntime's default."""
+
+    BASIC = "ORT_ENABLE_BASIC"
+    EXTENDED = "ORT_ENABLE_EXTENDED"
+    ALL = "ORT_ENABLE_ALL"
+
+
+def import_onnxruntime(purpose: str = "Running ONNX models") -> Any:
+    """onnxruntime, imported with its telemetry off (see the module docstring).
+
+    Args:
+        purpose: what needs it, for the message when it is missing.
+
+    Returns:
+        The ``onnxruntime`` module.
+
+    Raises:
+        MissingDependencyError: if onnxruntime is not installed, naming ``purpose`` and the pip extra.
+    """
+    ort = _state.get("module")
+    if ort is None:
+        os.environ[TELEMETRY_ENV] = "1"  # too late if onnxruntime was imported already; the call below is not
+        ort = require("onnxruntime", "device", purpose)
+        ort.disable_telemetry_events()
+        _state["module"] = ort
+    return ort
+
+
+def build_session(
+    path: Path,
+    threads: int,
+    *,
+    what: str = "the model",
+    purpose: str = "Running ONNX models",
+    optimization: Optimization = Optimization.ALL,
+) -> Any:
+    """An ``onnxruntime.InferenceSession`` over ``path`` on the CPU execution provider.
+
+    Args:
+        path: an ONNX or ORT-format model (an ONNX file's external ``.data`` next to it).
+        threads: intra-op threads (>= 1); one inter-op thread, sequential execution.
+        what: how the load error names the model, e.g. ``"the MTCNN model"``.
+        purpose: what needs onnxruntime, for the message when it is missing.
+        optimization: the graph optimisation level.
+
+    Returns:
+        The session.
+
+    Raises:
+        InferenceError: for a bad thread count, or when onnxruntime cannot load the file (naming it, with
+            onnxruntime's own words after ours).
+        MissingDependencyError: if onnxruntime is not installed.
+    """
+    threads = check_threads(threads)
+    ort = import_onnxruntime(purpose)
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    options.graph_optimization_level = getattr(ort.GraphOptimizationLevel, optimization.value)
+    try:
+        return ort.InferenceSession(str(path), sess_options=options, providers=["CPUExecutionProvider"])
+    except Exception as exc:  # onnxruntime's load errors (Fail, InvalidGraph, ...) share no narrower base
+        raise InferenceError(f"{path}: onnxruntime cannot load {what} ({exc})") from exc
