@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from edge.errors import TelemetryError
+from edge.sqlitedb import open_durable
 from edge.telemetry.schema import (
     Message,
     MessageKind,
@@ -143,19 +144,14 @@ class Outbox:
         self._attempts = 0  # commits tried by the writer
         self._closing = False
         self._closed = False
+        self._db = open_durable(self.path, _SCHEMA, TelemetryError, "outbox")
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=10)
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=FULL")
-            self._db.executescript(_SCHEMA)
             self._claim_device()
             self._next_seq = self._meta("next_seq")
             self._rows = int(self._db.execute("SELECT COUNT(*) FROM outbox").fetchone()[0])  # kept up to date
         except sqlite3.Error as exc:
+            self._db.close()
             raise TelemetryError(f"outbox {self.path}: cannot open as an SQLite outbox ({exc})") from exc
-        except OSError as exc:
-            raise TelemetryError(f"outbox {self.path}: cannot create it ({exc})") from exc
         self._stored_seq = self._next_seq - 1
         self._writer = threading.Thread(target=self._write_loop, name=f"outbox-{device_id}", daemon=True)
         self._writer.start()

@@ -91,7 +91,7 @@ def test_refusals_name_what_is_wrong(tmp_path: Path) -> None:
     junk.write_bytes(b"not a database at all, just some text that is long enough" * 20)
     with pytest.raises(TelemetryError) as info:
         Outbox(junk, "pi-1")
-    assert str(info.value) == f"outbox {junk}: cannot open as an SQLite outbox (file is not a database)"
+    assert str(info.value) == f"outbox {junk}: cannot open as an SQLite database (file is not a database)"
 
 
 CHILD = textwrap.dedent(
