@@ -83,6 +83,11 @@ def _no_constant(source: str):
     return parse_constant
 
 
+def has_surrogate_escape(text: str) -> bool:
+    """Whether JSON text holds a ``\\uD800``-``\\uDFFF`` escape (only then can a decoded string be invalid)."""
+    return _SURROGATE_ESCAPE.search(text) is not None
+
+
 def check_text(value: str, what: str) -> str:
     """Check that ``value`` is valid Unicode text (encodable as UTF-8: no lone surrogates).
 
@@ -99,8 +104,12 @@ def check_text(value: str, what: str) -> str:
     return value
 
 
-def _check_strings(value: Any, source: str) -> None:
-    """Check every string (keys included) of a decoded value; depth is already bounded by the caller."""
+def check_strings(value: Any, source: str) -> None:
+    """Check every string (keys included) of a JSON-like value; its depth must be bounded already.
+
+    Raises:
+        PayloadError: naming ``source`` at the first string with a lone surrogate.
+    """
     stack = [value]
     while stack:
         item = stack.pop()
@@ -153,6 +162,6 @@ def parse_json(
         )
     except ValueError as exc:  # JSONDecodeError is a ValueError
         raise PayloadError(f"{source}: not valid JSON ({exc})") from None
-    if _SURROGATE_ESCAPE.search(text):
-        _check_strings(value, source)
+    if has_surrogate_escape(text):
+        check_strings(value, source)
     return value

@@ -33,6 +33,7 @@ from edge.daemon.state import StateStore
 from edge.daemon.text_service import TextService
 from edge.errors import EdgeDeployError, InputError
 from edge.face.models import ROLE_EMBEDDER, read_models_file
+from edge.imageio import DEFAULT_MAX_PIXELS
 from edge.telemetry.mqtt import TelemetryClient, TelemetryConfig
 from edge.telemetry.schema import BenchReport, Message, Result, Telemetry
 
@@ -116,6 +117,8 @@ class Daemon:
         profile_threads = self._board.profile.runtime.threads if self._board.profile else 0
         self._threads = config.face.threads or profile_threads or min(4, os.cpu_count() or 1)
         self._text_threads = config.text.threads or profile_threads or min(4, os.cpu_count() or 1)
+        profile = self._board.profile
+        self._max_pixels = profile.memory.max_image_pixels if profile else DEFAULT_MAX_PIXELS
         self._secret = load_secret(config.commands.secret_file) if config.commands.secret_file else None
         self._rejections: list[float] = []
         self._suppressed = 0
@@ -157,13 +160,13 @@ class Daemon:
         try:
             self._client = self._open_telemetry()
             stack.append(self._client)
-            self._face = FaceService(cfg.face, self._threads)
+            self._face = FaceService(cfg.face, self._threads, self._max_pixels)
             stack.append(self._face)
             log.info("gallery: %s (%d people)", self._face.gallery_origin, len(self._face.gallery))
             self._text = TextService(cfg.text, self._text_threads)
             stack.append(self._text)
             self._listener = self._open_listener()
-            self._source = open_source(cfg.source, self._frame_done, self.once)
+            self._source = open_source(cfg.source, self._frame_done, self.once, self._max_pixels)
             stack.append(self._source)
             log.info("serving %s as device %s (%d threads)", self._source.name, cfg.device_id, self._threads)
             self._loop()

@@ -17,7 +17,7 @@ import numpy as np
 
 from edge.errors import EdgeDeployError, InputError
 from edge.face.types import DLIB_SAME_PERSON_THRESHOLD
-from edge.imageio import load_image
+from edge.imageio import DEFAULT_MAX_PIXELS, load_image
 
 GALLERY_SCHEMA_VERSION = 1
 DESCRIPTOR_SIZE = 128
@@ -120,7 +120,9 @@ class Gallery:
                 best_name, best = name, dist
         return Match(best_name if best <= threshold else None, best)
 
-    def enroll_folder(self, folder: str | Path, pipeline: _Analyzer) -> EnrollmentReport:
+    def enroll_folder(
+        self, folder: str | Path, pipeline: _Analyzer, max_pixels: int = DEFAULT_MAX_PIXELS
+    ) -> EnrollmentReport:
         """Enrol every person of ``folder``: one sub-folder per person, named after them, holding photos.
 
         Each photo must show the person; when it shows several faces the largest is taken. Photos with
@@ -129,6 +131,7 @@ class Gallery:
         Args:
             folder: the gallery folder.
             pipeline: anything with ``analyze(rgb) -> list[Face]``, e.g. FacePipeline.
+            max_pixels: photos declaring more pixels are skipped without being decoded.
 
         Returns:
             EnrollmentReport with descriptors added per person and skipped files with reasons.
@@ -145,7 +148,7 @@ class Gallery:
         report = EnrollmentReport()
         for person in people:
             for path in sorted(p for p in person.iterdir() if p.is_file() and not p.name.startswith(".")):
-                reason = self._enroll_photo(person.name, path, pipeline)
+                reason = self._enroll_photo(person.name, path, pipeline, max_pixels)
                 if reason is None:
                     report.enrolled[person.name] = report.enrolled.get(person.name, 0) + 1
                 else:
@@ -154,11 +157,11 @@ class Gallery:
             raise InputError(f"{root}: no face found in any photo ({len(report.skipped)} files skipped)")
         return report
 
-    def _enroll_photo(self, name: str, path: Path, pipeline: _Analyzer) -> str | None:
+    def _enroll_photo(self, name: str, path: Path, pipeline: _Analyzer, max_pixels: int) -> str | None:
         if path.suffix.lower() not in IMAGE_SUFFIXES:
             return f"not an image suffix ({', '.join(IMAGE_SUFFIXES)})"
         try:
-            faces = pipeline.analyze(load_image(path))
+            faces = pipeline.analyze(load_image(path, max_pixels))
         except EdgeDeployError as exc:
             return str(exc)
         if not faces:

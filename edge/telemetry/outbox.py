@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from edge.errors import TelemetryError
+from edge.payload import PayloadError, check_text
 from edge.sqlitedb import open_durable
 from edge.telemetry.schema import (
     Message,
@@ -96,6 +97,29 @@ class _Queued:
     @property
     def seq(self) -> int:
         return self.message.seq
+
+
+def _check_key(key: str | None) -> None:
+    """A receipt key goes to SQLite as UTF-8: refuse what can't be (a file name with invalid UTF-8)."""
+    if key is None:
+        return
+    if not isinstance(key, str) or not key:
+        raise TelemetryError(f"outbox receipt key = {key!r}; expected a non-empty string")
+    try:
+        check_text(key, "outbox receipt key")
+    except PayloadError as exc:
+        raise TelemetryError(str(exc)) from None
+
+
+def _check_top_strings(body: dict, kind: MessageKind) -> None:
+    """The report's own string fields must be valid text: the writer could store neither it nor an error
+    result in its place (a result's nested ``data`` is checked by the writer, which then stores an error)."""
+    for name, value in body.items():
+        if type(value) is str and not value.isascii():
+            try:
+                check_text(value, f"{kind.value} report: field {name!r}")
+            except PayloadError as exc:
+                raise TelemetryError(str(exc)) from None
 
 
 class Outbox:
@@ -206,8 +230,7 @@ class Outbox:
             raise TelemetryError(
                 f"{kind.value} message names device_id {message.device_id!r}; this outbox is for {self.device_id!r}"
             )
-        if key is not None and (not isinstance(key, str) or not key):
-            raise TelemetryError(f"outbox receipt key = {key!r}; expected a non-empty string")
+        _check_key(key)
         with self._cond:
             self._check_open()
             if len(self._queue) >= self.capacity and not self._cond.wait_for(
@@ -222,6 +245,7 @@ class Outbox:
             now = time.time()
             stored = stamped(message, self.device_id, seq, message.timestamp or now)
             body = check_fields(stored, envelope=False)  # raises for an invalid field before the number is taken
+            _check_top_strings(body, kind)
             self._next_seq = seq + 1
             self._queue.append(_Queued(stored, body, now, key))
             if key is not None:
@@ -302,7 +326,7 @@ class Outbox:
             last_commit = time.monotonic()
             try:
                 self._commit(batch)
-            except (sqlite3.Error, TelemetryError) as exc:
+            except (sqlite3.Error, TelemetryError, ValueError) as exc:  # ValueError: text SQLite can't take
                 with self._cond:
                     self._attempts += 1
                     self._error = TelemetryError(
