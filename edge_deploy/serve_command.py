@@ -27,6 +27,10 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
     config = load_config(Path(args.config))
     if args.check:
+        from edge.daemon.preflight import preflight
+
+        for line in preflight(config):
+            print(f"  {line}")
         print(f"{config.source_file}: ok (device {config.device_id}, source {config.source.kind.value})")
         return 0
     level = (args.log_level or config.log_level.value).upper()
@@ -55,7 +59,10 @@ def add_serve(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--config", "-c", required=True, help="daemon config (TOML), see edge-deploy.example.toml")
     p.add_argument("--once", action="store_true", help="stop when the source is exhausted (folder: files there now)")
-    p.add_argument("--check", action="store_true", help="validate the config and exit")
+    p.add_argument(
+        "--check", action="store_true", help="validate the config and the files it names (secret, models, gallery, "
+        "state_dir), then exit"
+    )
     p.add_argument("--json", action="store_true", help="print the run summary as JSON at exit")
     p.add_argument("--log-level", choices=["debug", "info", "warning", "error"], help="override log_level")
     p.set_defaults(func=_cmd_serve)

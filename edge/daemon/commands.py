@@ -212,7 +212,7 @@ def verify_command(
         raise CommandRejected(f"command is for device {body['device']!r}; this is {device_id!r}", nonce, cmd)
     now = time.time() if now is None else now
     skew = body["ts"] - now
-    if abs(skew) > max_skew_s:
+    if not abs(skew) <= max_skew_s:  # written so that a NaN bound refuses, never accepts
         raise CommandRejected(
             f"stale command: ts is {skew:+.1f} s from this device's clock; expected within {max_skew_s:g} s", nonce, cmd
         )
