@@ -61,3 +61,76 @@ def test_poison_reports_are_acknowledged_once_not_redelivered_forever(tmp_path: 
         assert (first["rejected"], first["reports"]) == (3, 1)
         second = _monitor(broker.port, out, "fleet")  # nothing was left unacknowledged in the session
         assert (second["rejected"], second["reports"]) == (3, 1)
+
+
+# --- defect 5: `edge-deploy command` sent in plaintext with broker.tls = true, and ignored tls_cert/tls_key ---
+
+
+def _device_config(tmp_path: Path, port: int, broker_extra: str) -> Path:
+    for name in ("face", "incoming"):
+        (tmp_path / name).mkdir(exist_ok=True)
+    key = tmp_path / "command.key"
+    key.write_text("0123456789abcdef0123456789abcdef\n")
+    key.chmod(0o600)
+    config = tmp_path / "edge-deploy.toml"
+    config.write_text(
+        'device_id = "pi-tls"\n[face]\nmodels = "face"\n[source]\npath = "incoming"\n'
+        f'[commands]\nsecret_file = "command.key"\n[broker]\nhost = "127.0.0.1"\nport = {port}\n{broker_extra}'
+    )
+    return config
+
+
+def _listen(port: int, topic: str, tls: dict | None = None):
+    import paho.mqtt.client as mqtt
+
+    got: list[bytes] = []
+    client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2)
+    if tls:
+        client.tls_set(**tls)
+    client.on_message = lambda c, u, m: got.append(m.payload)
+    client.connect("127.0.0.1", port)
+    client.subscribe(topic, qos=1)
+    client.loop_start()
+    return client, got
+
+
+def _command(config: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "edge_deploy", "command", "--config", str(config), "reload"],
+        capture_output=True, text=True, timeout=60, cwd=REPO,
+    )  # fmt: skip
+
+
+def test_command_never_falls_back_to_plaintext(tmp_path: Path) -> None:
+    import time
+
+    with Broker(tmp_path / "broker") as broker:  # a plaintext broker: what the outside test captured on
+        client, got = _listen(broker.port, "edge-deploy/pi-tls/cmd")
+        time.sleep(0.5)
+        run = _command(_device_config(tmp_path, broker.port, "tls = true\n"))
+        time.sleep(1.0)
+        client.loop_stop()
+        client.disconnect()
+    assert run.returncode == 3 and run.stderr.startswith(f"Error: cannot publish to broker 127.0.0.1:{broker.port}: ")
+    assert got == []  # nothing reached the broker in the clear
+
+
+def test_command_uses_the_client_certificate(tmp_path: Path) -> None:
+    import time
+
+    from tests.integration.broker import make_tls_files
+
+    files = make_tls_files(tmp_path / "tls")
+    with Broker(tmp_path / "broker", tls=files, require_client_cert=True) as broker:
+        tls = {"ca_certs": str(files.ca), "certfile": str(files.client_cert), "keyfile": str(files.client_key)}
+        client, got = _listen(broker.port, "edge-deploy/pi-tls/cmd", tls)
+        time.sleep(0.5)
+        extra = f'tls_ca = "{files.ca}"\ntls_cert = "{files.client_cert}"\ntls_key = "{files.client_key}"\n'
+        run = _command(_device_config(tmp_path, broker.port, extra))
+        deadline = time.monotonic() + 10
+        while not got and time.monotonic() < deadline:
+            time.sleep(0.1)
+        client.loop_stop()
+        client.disconnect()
+    assert run.returncode == 0, run.stderr
+    assert len(got) == 1 and json.loads(got[0])["cmd"] == "reload"
