@@ -33,3 +33,54 @@ def zero_png(path: Path, width: int, height: int) -> Path:
         fh.write(_chunk(b"IDAT", body))
         fh.write(_chunk(b"IEND", b""))
     return path
+
+
+def gallery_arrays() -> dict:
+    """The arrays of a valid one-person gallery file."""
+    import numpy as np
+
+    return {
+        "schema_version": np.array(1, np.int64),
+        "names": np.array(["ada"]),
+        "owner": np.zeros(1, np.int64),
+        "descriptors": np.full((1, 128), 0.1, np.float32),
+    }
+
+
+def npy_bytes(array) -> bytes:
+    import io
+
+    import numpy as np
+
+    buf = io.BytesIO()
+    np.save(buf, array, allow_pickle=False)
+    return buf.getvalue()
+
+
+def zip_bomb_gallery(path: Path, unpacked: int = 1536 << 20) -> Path:
+    """A valid gallery plus an unknown member ``bomb.npy`` of ``unpacked`` zero bytes (1.5 GiB in ~1.5 MB)."""
+    import zipfile
+
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
+        for key, array in gallery_arrays().items():
+            zf.writestr(f"{key}.npy", npy_bytes(array))
+        with zf.open("bomb.npy", "w", force_zip64=True) as fh:
+            block = bytes(16 << 20)
+            for _ in range(unpacked // len(block)):
+                fh.write(block)
+    return path
+
+
+def huge_header_gallery(path: Path) -> Path:
+    """A gallery whose ``descriptors`` header claims (10^10, 128) float32: 4.66 TiB."""
+    import zipfile
+
+    header = "{'descr': '<f4', 'fortran_order': False, 'shape': (10000000000, 128), }"
+    header += " " * (63 - (len(header) + 10) % 64) + "\n"
+    npy = b"\x93NUMPY\x01\x00" + len(header).to_bytes(2, "little") + header.encode() + bytes(512)
+    arrays = gallery_arrays()
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
+        for key in ("schema_version", "names", "owner"):
+            zf.writestr(f"{key}.npy", npy_bytes(arrays[key]))
+        zf.writestr("descriptors.npy", npy)
+    return path

@@ -9,9 +9,10 @@ from __future__ import annotations
 import io
 import math
 import zipfile
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import IO, Protocol
 
 import numpy as np
 
@@ -24,6 +25,62 @@ DESCRIPTOR_SIZE = 128
 #: Suffixes enrol_folder reads; other files are listed as skipped.
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".webp")
 _KEYS = ("schema_version", "names", "owner", "descriptors")
+#: Most descriptors a gallery file may hold (51 MB of float32), and most bytes all its arrays may take.
+MAX_DESCRIPTORS = 100_000
+MAX_GALLERY_BYTES = 64 << 20
+#: The dtype kinds each key may have ('i'/'u' integers, 'f' real floats, 'U' text): no objects, no complex.
+_KINDS = {"schema_version": "iu", "names": "U", "owner": "iu", "descriptors": "f"}
+
+
+def _npy_header(path: Path, key: str, fh: IO[bytes], size: int) -> tuple[tuple[int, ...], bool, np.dtype]:
+    """Read one member's .npy header and check it against the key's rules and the member's real size."""
+    readers = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
+    try:
+        version = np.lib.format.read_magic(fh)
+        if version not in readers:
+            raise ValueError(f"format version {version}; expected 1.0 or 2.0")
+        shape, fortran, dtype = readers[version](fh)
+    except ValueError as exc:
+        raise InputError(f"{path}: key '{key}' is not a NumPy array ({exc})") from None
+    if dtype.kind not in _KINDS[key] or dtype.hasobject:
+        raise InputError(f"{path}: key '{key}' has dtype {dtype}; expected {_KIND_TEXT[_KINDS[key]]}")
+    declared = math.prod(shape) * dtype.itemsize
+    if declared != size - fh.tell() or declared > MAX_GALLERY_BYTES:
+        raise InputError(
+            f"{path}: key '{key}' declares {shape} {dtype} ({declared} bytes) in a member of {size} bytes; "
+            f"expected a consistent array of at most {MAX_GALLERY_BYTES} bytes"
+        )
+    return shape, fortran, dtype
+
+
+_KIND_TEXT = {"iu": "integers", "U": "unicode text", "f": "real floating point (float32)"}
+
+
+def _read_npz(path: Path) -> dict[str, np.ndarray]:
+    """The four arrays of a gallery file, each member checked (name, size, header) before it is read."""
+    try:
+        with zipfile.ZipFile(path) as zf:
+            infos = zf.infolist()
+            names = [i.filename.removesuffix(".npy") for i in infos]
+            unknown = sorted(set(names) - set(_KEYS)) or ([n for n in names if names.count(n) > 1][:1])
+            if unknown or len(infos) > len(_KEYS):
+                raise InputError(f"{path}: member {unknown[0]!r} is not part of a gallery; it holds {', '.join(_KEYS)}")
+            if sum(i.file_size for i in infos) > MAX_GALLERY_BYTES + 4096 * len(infos):
+                raise InputError(
+                    f"{path}: members unpack to {sum(i.file_size for i in infos)} bytes; expected at most "
+                    f"{MAX_GALLERY_BYTES} (a gallery of up to {MAX_DESCRIPTORS} descriptors)"
+                )
+            data = {}
+            for info, key in zip(infos, names, strict=True):
+                with zf.open(info) as fh:
+                    shape, fortran, dtype = _npy_header(path, key, fh, info.file_size)
+                    raw = fh.read(info.file_size)
+                flat = np.frombuffer(raw, dtype=dtype, count=math.prod(shape))
+                data[key] = flat.reshape(shape, order="F" if fortran else "C")
+    except (OSError, EOFError, zipfile.BadZipFile, zlib.error, NotImplementedError) as exc:
+        raise InputError(f"{path}: not a gallery file (expected NumPy .npz: {exc})") from None
+    return data
+
 
 
 class _Analyzer(Protocol):
@@ -202,11 +259,7 @@ class Gallery:
         path = Path(path)
         if not path.is_file():
             raise InputError(f"{path}: no such gallery file")
-        try:
-            with np.load(path, allow_pickle=False) as npz:
-                data = {k: npz[k] for k in npz.files}
-        except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
-            raise InputError(f"{path}: not a gallery file (expected NumPy .npz: {exc})") from exc
+        data = _read_npz(path)
         return cls._from_arrays(path, data)
 
     @classmethod
@@ -222,6 +275,8 @@ class Gallery:
         names, owner, desc = data["names"], data["owner"], data["descriptors"]
         if names.ndim != 1 or names.dtype.kind != "U":
             raise InputError(f"{path}: key 'names' is {names.dtype} {names.shape}; expected 1-D strings")
+        if desc.ndim == 2 and desc.shape[0] > MAX_DESCRIPTORS:
+            raise InputError(f"{path}: {desc.shape[0]} descriptors; expected at most {MAX_DESCRIPTORS}")
         if desc.ndim != 2 or desc.shape[1] != DESCRIPTOR_SIZE:
             raise InputError(f"{path}: key 'descriptors' has shape {desc.shape}; expected (N, {DESCRIPTOR_SIZE})")
         if owner.shape != (desc.shape[0],) or owner.dtype.kind not in "iu":
