@@ -232,7 +232,11 @@ class Gallery:
         return None
 
     def save(self, path: str | Path) -> Path:
-        """Write the gallery to ``path`` (.npz content, whatever the suffix). Returns the path."""
+        """Write the gallery to ``path`` (.npz content, whatever the suffix). Returns the path.
+
+        Raises:
+            InputError: if the file can't be written (a folder, a missing parent folder, a full disk).
+        """
         path = Path(path)
         names = self.names
         owner = np.concatenate([np.full(len(self._people[n]), i, np.int64) for i, n in enumerate(names)] or [[]])
@@ -245,7 +249,10 @@ class Gallery:
             owner=owner.astype(np.int64),
             descriptors=desc.astype(np.float32),
         )
-        path.write_bytes(buf.getvalue())
+        try:
+            path.write_bytes(buf.getvalue())
+        except OSError as exc:
+            raise InputError(f"{path}: cannot write the gallery ({exc.strerror})") from None
         return path
 
     @classmethod
