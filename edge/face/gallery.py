@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import math
+import tokenize
 import zipfile
 import zlib
 from dataclasses import dataclass, field
@@ -40,7 +41,7 @@ def _npy_header(path: Path, key: str, fh: IO[bytes], size: int) -> tuple[tuple[i
         if version not in readers:
             raise ValueError(f"format version {version}; expected 1.0 or 2.0")
         shape, fortran, dtype = readers[version](fh)
-    except ValueError as exc:
+    except (ValueError, SyntaxError, tokenize.TokenError) as exc:  # numpy tokenizes old-format headers
         raise InputError(f"{path}: key '{key}' is not a NumPy array ({exc})") from None
     if dtype.kind not in _KINDS[key] or dtype.hasobject:
         raise InputError(f"{path}: key '{key}' has dtype {dtype}; expected {_KIND_TEXT[_KINDS[key]]}")

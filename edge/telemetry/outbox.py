@@ -246,6 +246,8 @@ class Outbox:
             stored = stamped(message, self.device_id, seq, message.timestamp or now)
             body = check_fields(stored, envelope=False)  # raises for an invalid field before the number is taken
             _check_top_strings(body, kind)
+            if kind is not MessageKind.RESULT:  # rare and small: serialise now, so the writer can never fail on it
+                body_json(body, stored)
             self._next_seq = seq + 1
             self._queue.append(_Queued(stored, body, now, key))
             if key is not None:

@@ -305,7 +305,7 @@ def from_json(data: str | bytes, source: str = "message") -> Message:
         raise TelemetryError(f"{source}: expected a JSON object, got {type(body).__name__}")
     kinds = ", ".join(k.value for k in MessageKind)
     raw_kind = body.pop("type", None)
-    if raw_kind not in {k.value for k in MessageKind}:
+    if not isinstance(raw_kind, str) or raw_kind not in {k.value for k in MessageKind}:
         raise TelemetryError(f"{source}: field 'type' = {raw_kind!r}; expected one of {kinds}")
     version = body.get("schema_version")
     if version != SCHEMA_VERSION or isinstance(version, bool):
