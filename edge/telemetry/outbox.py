@@ -297,6 +297,16 @@ class Outbox:
         self.wait_stored(self.last_seq, timeout)
 
     @property
+    def storage_error(self) -> TelemetryError | None:
+        """Why the last commit failed (a full or read-only disk), or None once a commit succeeds again.
+
+        While it is set, ``add`` refuses new reports and the writer retries the queued ones every
+        ``RETRY_S`` seconds; it clears itself when the disk takes them.
+        """
+        with self._cond:
+            return self._error
+
+    @property
     def stored_seq(self) -> int:
         """Highest sequence number committed to disk (0 before the first)."""
         with self._cond:

@@ -160,3 +160,67 @@ def test_sigkill_at_random_points_never_leaves_a_gap_or_a_duplicate(tmp_path: Pa
         last = len(seqs)
     print(f"{cycles} SIGKILLs: {last} reports stored, the outbox grew in {grew} cycles")
     assert grew >= cycles // 4  # the kills really landed while reports were being committed
+
+
+def test_the_daemon_waits_out_a_full_disk_and_loses_nothing(face_fp32_models: Path, tmp_path: Path, caplog) -> None:
+    """The disk fills while `serve` runs: frames wait (the daemon stays up), and when space returns every
+    photo is reported exactly once."""
+    import logging
+    import shutil
+    import threading
+
+    from converters.facedata import package_dir
+    from edge.daemon.config import load_config
+    from edge.daemon.service import Daemon
+
+    mnt = tmp_path / "state"
+    mnt.mkdir()
+    _mount(mnt, "size=2m")
+    try:
+        photo = package_dir("insightface") / "data" / "images" / "Tom_Hanks_54745.png"
+        incoming = tmp_path / "incoming"
+        incoming.mkdir()
+        config = tmp_path / "edge-deploy.toml"
+        config.write_text(
+            f'device_id = "pi-full"\nstate_dir = "{mnt}"\n[face]\nmodels = "{face_fp32_models}"\nthreads = 1\n'
+            '[source]\npath = "incoming"\nsettle_s = 0\npoll_interval_s = 0.05\n'
+            "[telemetry]\ninterval_s = 3600\ncommit_interval_s = 0\n"
+        )
+        daemon = Daemon(load_config(config))
+        runner = threading.Thread(target=daemon.run, daemon=True)
+        caplog.set_level(logging.INFO, logger="edge.daemon")
+        runner.start()
+        shutil.copy(photo, incoming / "a.png")
+        _wait(lambda: daemon.summary.frames == 1, "the first photo")
+        with open(mnt / "filler", "wb") as fh:  # fill the disk
+            try:
+                while True:
+                    fh.write(bytes(64 << 10))
+                    fh.flush()
+            except OSError:
+                pass
+        for name in ("b.png", "c.png"):
+            shutil.copy(photo, incoming / name)
+        _wait(lambda: "frames and messages wait until the disk takes reports again" in caplog.text, "the wait")
+        time.sleep(2.0)
+        assert runner.is_alive() and daemon._held  # waiting with the refused result in hand, not crashed
+        assert daemon._client.storage_error is not None
+        (mnt / "filler").unlink()  # space returns
+        _wait(lambda: daemon.summary.frames == 3 and not daemon._held, "the rest")
+        daemon.request_stop("test")
+        runner.join(30)
+        assert not runner.is_alive()
+        assert "the outbox stores reports again; going on" in caplog.text
+        db = sqlite3.connect(mnt / "outbox.sqlite")
+        files = sorted(json.loads(p).get("data", {}).get("file") or "" for (p,) in db.execute("SELECT payload FROM outbox"))
+        db.close()
+        assert [f for f in files if f] == ["a.png", "b.png", "c.png"]
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], capture_output=True, timeout=30)
+
+
+def _wait(condition, what: str, timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
