@@ -118,6 +118,7 @@ class WatchedFolder:
             raise InputError(f"{self.folder}: cannot list the watched folder ({exc.strerror})") from exc
         now = time.time()
         found = []
+        present: set[str] = set()
         for path in entries:
             try:
                 st = path.stat()
@@ -131,6 +132,7 @@ class WatchedFolder:
             if now - st.st_mtime < self.settle_s and not self.once:
                 continue
             key = f"{display_name(path.name)}|{st.st_size}|{st.st_mtime_ns}"
+            present.add(key)
             if key in self._seen:
                 continue
             if self.done(self.name, key):
@@ -138,6 +140,8 @@ class WatchedFolder:
             else:
                 found.append((st.st_mtime_ns, path.name, key))
         self._queue = [(name, key) for _, name, key in sorted(found)]
+        self._seen &= present  # forget files that are gone: a folder emptied by its producer keeps memory flat
+        self.ignored &= {p.name for p in entries}
         self._scans += 1
 
     def next_frame(self) -> Frame | None:
