@@ -55,10 +55,16 @@ def _depth(text: str) -> int:
     return deepest
 
 
+def _shown(text: str, count: int, unit: str) -> str:
+    """A number's text for a message: whole when short, else its start and its length."""
+    return text if len(text) <= 24 else f"{text[:12]}…({count} {unit})"
+
+
 def _int_hook(source: str):
     def parse_int(digits: str) -> int:
-        if len(digits.lstrip("-")) > _MAX_INT_DIGITS or abs(value := int(digits)) > MAX_INT:
-            shown = digits if len(digits) <= 24 else f"{digits[:12]}…({len(digits.lstrip('-'))} digits)"
+        count = len(digits.lstrip("-"))
+        if count > _MAX_INT_DIGITS or abs(value := int(digits)) > MAX_INT:
+            shown = _shown(digits, count, "digits")
             raise PayloadError(f"{source}: integer {shown} is out of range; expected at most ±{MAX_INT} (2^53 - 1)")
         return value
 
@@ -67,9 +73,8 @@ def _int_hook(source: str):
 
 def _float_hook(source: str):
     def parse_float(text: str) -> float:
-        value = float(text)
-        if not math.isfinite(value):
-            shown = text if len(text) <= 24 else f"{text[:12]}…({len(text)} characters)"
+        if not math.isfinite(value := float(text)):
+            shown = _shown(text, len(text), "characters")
             raise PayloadError(f"{source}: number {shown} is not a finite float; expected a finite number")
         return value
 
