@@ -119,13 +119,14 @@ def test_read_only_filesystem_clear_error_nothing_lost_then_recovery(small_fs: P
 def _child(path: Path, seed: int, ready: int) -> None:
     """What the daemon does: take frames in order, skip the ones with a receipt, report the rest."""
     try:
+        parent = os.getppid()
         rng = random.Random(seed)
         outbox = Outbox(path, "pi-1", capacity=1_000_000, commit_interval_s=rng.choice([0.0, 0.001, 0.01]))
         # Resume after the stored prefix (the daemon asks per file; asking for thousands of stored frames would
         # keep every kill away from the commits). A gap or a repeat would still show in the payloads below.
         frame = len(outbox.pending(limit=1_000_000))
         os.write(ready, b"1")
-        while True:
+        while os.getppid() == parent:  # never outlive the test that kills us
             if not outbox.has_key(f"frame-{frame}"):
                 outbox.add(Result(task="t", data={"frame": frame, "pad": PAD[: rng.randrange(0, 500)]}),
                            key=f"frame-{frame}", wait=rng.random() < 0.1)  # fmt: skip

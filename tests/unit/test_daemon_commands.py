@@ -151,3 +151,12 @@ def test_secret_file_rules(tmp_path: Path) -> None:
     assert str(info.value) == (
         f"commands.secret_file = '{short}': 3 bytes; expected at least 16 (e.g. head -c 32 /dev/urandom | base64)"
     )
+
+
+def test_a_nan_skew_bound_refuses_a_stale_signed_command() -> None:
+    """Issue 17, defect 4: with max_skew_s = nan a validly signed command 10^6 s old was executed (NaN made
+    the skew comparison false). The config reader now refuses nan; the check itself fails closed too."""
+    stale = signed("reload", ts=NOW - 1e6).encode()
+    with pytest.raises(CommandRejected) as info:
+        verify_command(stale, SECRET, "pi-a", float("nan"), Nonces(), now=NOW)
+    assert info.value.reason == "stale command: ts is -1000000.0 s from this device's clock; expected within nan s"
