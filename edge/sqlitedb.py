@@ -8,6 +8,7 @@ caller's lock (``check_same_thread=False``).
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from pathlib import Path
 
@@ -43,5 +44,15 @@ def open_durable(path: Path, schema: str, error: type[EdgeDeployError], what: st
     except (sqlite3.Error, OSError) as exc:
         if db is not None:
             db.close()
-        raise error(f"{what} {path}: cannot open as an SQLite database ({exc})") from exc
+        raise error(f"{what} {path}: cannot open as an SQLite database ({exc}{_read_only_hint(path)})") from exc
     return db
+
+
+def _read_only_hint(path: Path) -> str:
+    """``; its filesystem is mounted read-only`` when it is (SQLite then says only "unable to open")."""
+    for folder in (path.parent, *path.parent.parents):
+        try:
+            return "; its filesystem is mounted read-only" if os.statvfs(folder).f_flag & os.ST_RDONLY else ""
+        except OSError:
+            continue  # not there yet: ask its parent
+    return ""
