@@ -39,6 +39,8 @@ DEVICE = "soak-pi"
 WARMUP = 0.2
 #: The producer keeps at most this many frames written but not yet delivered.
 WINDOW = 400
+#: fds a sample may catch open in passing: the watched folder being listed and the image being read.
+TRANSIENT_FDS = 2
 #: Seconds between two samples of the daemon's RSS, fds and threads.
 SAMPLE_S = 0.2
 
@@ -95,9 +97,9 @@ class SoakResult:
             out.append(f"{self.missing} frames without a result, {self.duplicated} reported more than once")
         if not f["rss_growth_pct"] < 5.0:
             out.append(f"RSS grew {f['rss_growth_pct']:.1f} % after warm-up; expected < 5 %")
-        for name in ("fds", "threads"):  # they dip while the broker is down; the peak must not rise
+        for name, slack in (("fds", TRANSIENT_FDS), ("threads", 0)):  # dips while the broker is down are fine
             low, high, early, late = f[name]
-            if late > early:
+            if late > early + slack:
                 out.append(f"{name} peaked at {early} early after warm-up and at {late} later; expected flat")
         if self.daemon_rc != 0:
             out.append(f"the daemon exited {self.daemon_rc}; expected 0 after SIGTERM")
@@ -273,7 +275,9 @@ once delivered; the real mosquitto stopped {result.flaps} times ({result.seconds
 {rate:.0f} frames/s). RSS, fds and threads sampled every {SAMPLE_S} s; "after warm-up" = after the first
 {WARMUP:.0%} of the run; RSS compared as the median of the next 10 % against the median of the last 10 %.
 Open fds dip by 3 per MQTT connection (socket and paho's wake-up pair; the daemon has two links) while the
-broker is down, so "flat" means the peak after 60 % of the run is no higher than before.
+broker is down, and a sample may catch the folder listing and an image file open, so "flat" means the peak
+of fds after 60 % of the run is at most 2 above the peak before (a leak per frame or per reconnect would
+show as hundreds or as one per broker stop), and the peak of threads no higher.
 
 | figure | value |
 |---|---|
