@@ -10,11 +10,7 @@ here with their figures written to docs/benchmarks.md. Needs root (it mounts sma
 from __future__ import annotations
 
 import argparse
-import os
 import random
-import select
-import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -27,62 +23,44 @@ from benchmarks.report import machine_line, write_section  # noqa: E402
 from edge.errors import TelemetryError  # noqa: E402
 from edge.telemetry.outbox import Outbox  # noqa: E402
 from edge.telemetry.schema import Result  # noqa: E402
-from tests.integration.test_outbox_faults import _child, _fill, _stored  # noqa: E402
-
-
-def _mount(mnt: Path, options: str) -> None:
-    subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(mnt)], check=True, timeout=30)
-
-
-def _remount(mnt: Path, options: str) -> None:
-    subprocess.run(["mount", "-o", f"remount,{options}", str(mnt)], check=True, timeout=30)
+from tests.fault_helpers import fill, kill_once, remount, stored, tmpfs  # noqa: E402
 
 
 def full_disk(work: Path) -> dict:
     """Fill a 256 KiB tmpfs through the outbox, then give it space: what was refused, how fast it recovers."""
-    mnt = work / "full"
-    mnt.mkdir()
-    _mount(mnt, "size=256k")
-    try:
+    with tmpfs(work / "full", "256k") as mnt:
         path = mnt / "outbox.sqlite"
         outbox = Outbox(path, "pi-1", commit_interval_s=0)
-        accepted, error = _fill(outbox)
+        accepted, error = fill(outbox)
         start = time.monotonic()
-        _remount(mnt, "size=8m")
+        remount(mnt, "size=8m")
         outbox.flush(timeout=30)
         recovered_s = time.monotonic() - start
         outbox.close()
-        seqs, frames = _stored(path)
+        seqs, frames = stored(path)
         gapless = seqs == list(range(1, len(seqs) + 1)) and len(frames) == len(seqs)
         error_text = str(error).replace(str(path), "OUTBOX")
         return {"accepted": accepted, "error": error_text, "recovered_s": recovered_s, "stored": len(seqs),
                 "gapless": gapless}  # fmt: skip
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], timeout=30)
 
 
 def read_only(work: Path) -> dict:
     """Open an outbox on a filesystem that came up read-only; then read-write again."""
-    mnt = work / "ro"
-    mnt.mkdir()
-    _mount(mnt, "size=1m")
-    try:
+    with tmpfs(work / "ro", "1m") as mnt:
         path = mnt / "outbox.sqlite"
         with Outbox(path, "pi-1", commit_interval_s=0) as outbox:
             for i in range(5):
                 outbox.add(Result(task="t", data={"i": i}), key=f"frame-{i}", wait=True)
-        _remount(mnt, "ro")
+        remount(mnt, "ro")
         try:
             Outbox(path, "pi-1")
             error = "(opened: no error)"
         except TelemetryError as exc:
             error = str(exc).replace(str(path), "OUTBOX")
-        _remount(mnt, "rw")
+        remount(mnt, "rw")
         with Outbox(path, "pi-1") as outbox:
             kept = len(outbox.pending())
         return {"error": error, "kept": kept}
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], timeout=30)
 
 
 def kills(work: Path, cycles: int, seed: int = 17) -> dict:
@@ -93,19 +71,9 @@ def kills(work: Path, cycles: int, seed: int = 17) -> dict:
     grew = last = bad = 0
     start = time.monotonic()
     for cycle in range(cycles):
-        ready_r, ready_w = os.pipe()
-        pid = os.fork()
-        if pid == 0:
-            _child(path, cycle, ready_w)
-        os.close(ready_w)
-        if rng.random() >= 0.15:
-            select.select([ready_r], [], [], 30)
-        time.sleep(rng.uniform(0.0, 0.03))
-        os.kill(pid, signal.SIGKILL)
-        os.waitpid(pid, 0)
-        os.close(ready_r)
+        kill_once(path, cycle, rng)
         try:
-            seqs, frames = _stored(path)
+            seqs, frames = stored(path)
             bad += not (seqs == list(range(1, len(seqs) + 1)) and frames == list(range(len(frames))))
         except (AssertionError, OSError) as exc:  # a damaged file or a receipt without its report
             print(f"cycle {cycle}: {exc}", file=sys.stderr)
@@ -123,9 +91,9 @@ def report(full: dict, ro: dict, k: dict, command: str) -> str:
 
 - **Full filesystem** (256 KiB tmpfs, ~2 KB reports): {full['accepted'] - 1} reports stored, then
   `{full['error']}`. While the disk was full, `add` refused new reports with that error; the refused
-  commit's report stayed queued in memory. After the mount grew to 8 MiB, the writer's retry (every
-  1 s) stored it {full['recovered_s']:.2f} s after the remount began. {full['stored']} reports on disk,
-  numbered without a gap: {gapless}.
+  commit's report stayed queued in memory. After the mount grew to 8 MiB, the writer's next try (it
+  retries every 1 s; a `flush` wakes it at once) stored it {full['recovered_s']:.2f} s after the remount
+  began. {full['stored']} reports on disk, numbered without a gap: {gapless}.
 - **Read-only filesystem at start**: `{ro['error']}`. After remounting read-write, all {ro['kept']}
   stored reports were still there.
 - **SIGKILL at random points** (opening, adding, mid-commit): {k['cycles']} kills in {k['seconds']:.0f} s;
