@@ -197,7 +197,7 @@ KILLED_UNWAITED = textwrap.dedent(
     sys.path.insert(0, {repo!r})
     from edge.telemetry.outbox import Outbox
     from edge.telemetry.schema import Telemetry
-    box = Outbox(Path({path!r}), "pi-k", commit_interval_s=0.02)
+    box = Outbox(Path({path!r}), "pi-k", capacity=1_000_000, commit_interval_s=0.02)  # no overflow drops
     while True:
         m = box.add(Telemetry(latency_p50_ms=1.0, latency_p90_ms=2.0, fps=3.0), key=f"frame-{{box.last_seq + 1}}")
         print(m.seq, box.stored_seq, flush=True)
