@@ -14,7 +14,6 @@ extracts with tarfile's ``filter="data"``.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import re
 import stat
@@ -25,6 +24,7 @@ from pathlib import Path, PurePosixPath
 from typing import IO, Any
 
 from edge.errors import BundleError
+from edge.payload import PayloadError, parse_json
 
 MANIFEST_FILE = "manifest.json"
 MANIFEST_SCHEMA_VERSION = 1
@@ -32,6 +32,12 @@ BUNDLE_FORMAT = "edge-deploy-bundle"
 
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _BLOCK = 1 << 20
+#: Bounds of what verify/extract read: a real bundle has a few hundred files and a few hundred MB.
+MAX_MANIFEST_BYTES = 16 << 20
+MAX_MEMBERS = 10_000
+MAX_BUNDLE_BYTES = 4 << 30
+#: At most this many mismatches are listed one by one; the rest are counted.
+MAX_LISTED_PROBLEMS = 20
 #: Top-level manifest keys and their JSON types (checked on every read).
 _MANIFEST_KEYS: dict[str, type | tuple[type, ...]] = {
     "schema_version": int,
@@ -125,9 +131,9 @@ def parse_manifest(data: bytes, where: str) -> tuple[dict[str, Any], dict[str, F
         BundleError: not JSON, wrong schema version or format, a missing or mistyped key, a bad file entry.
     """
     try:
-        manifest = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise BundleError(f"{where}: not valid JSON ({exc})") from exc
+        manifest = parse_json(data, where, MAX_MANIFEST_BYTES)
+    except PayloadError as exc:
+        raise BundleError(str(exc)) from None
     if not isinstance(manifest, dict):
         raise BundleError(f"{where}: a JSON {type(manifest).__name__}; expected an object")
     if manifest.get("schema_version") != MANIFEST_SCHEMA_VERSION:
@@ -210,7 +216,10 @@ def _scan_folder(root: Path, expected: dict[str, FileEntry]) -> tuple[dict[str, 
 def _raise_problems(where: str, problems: list[str]) -> None:
     if problems:
         noun = "file does not" if len(problems) == 1 else "files do not"
-        raise BundleError(f"{where}: {len(problems)} {noun} match {MANIFEST_FILE}:\n  " + "\n  ".join(problems))
+        listed = problems[:MAX_LISTED_PROBLEMS]
+        if len(problems) > len(listed):
+            listed.append(f"… and {len(problems) - len(listed)} more")
+        raise BundleError(f"{where}: {len(problems)} {noun} match {MANIFEST_FILE}:\n  " + "\n  ".join(listed))
 
 
 def _verify_folder(root: Path) -> VerifyReport:
@@ -261,18 +270,33 @@ def check_member(where: str, member: tarfile.TarInfo) -> None:
         raise BundleError(f"{where}: member {name!r} is {kind}; refused")
 
 
+def member_path(member: tarfile.TarInfo) -> str:
+    """A member's path with ``./`` and empty parts removed (``./b/x`` and ``b/x`` are the same file)."""
+    return "/".join(PurePosixPath(member.name).parts)
+
+
 def _members(where: str, tar: tarfile.TarFile) -> tuple[str, list[tarfile.TarInfo]]:
-    """All members, each checked; and the single top folder they all live in."""
-    members = tar.getmembers()
-    for member in members:
+    """All members, each checked, within ``MAX_MEMBERS`` and ``MAX_BUNDLE_BYTES``; and the single top
+    folder they all live in (a ``.`` entry, as ``tar -C dir .`` writes, is ignored)."""
+    members: list[tarfile.TarInfo] = []
+    total = 0
+    for member in tar:
         check_member(where, member)
-    tops = {PurePosixPath(m.name).parts[0] for m in members if PurePosixPath(m.name).parts}
+        members.append(member)
+        total += member.size
+        if len(members) > MAX_MEMBERS or total > MAX_BUNDLE_BYTES:
+            raise BundleError(
+                f"{where}: more than {MAX_MEMBERS} members or {MAX_BUNDLE_BYTES} bytes; expected a bundle "
+                "(a few hundred files); refused before reading further"
+            )
+    members = [m for m in members if member_path(m)]
+    tops = {member_path(m).split("/")[0] for m in members}
     if len(tops) != 1:
-        found = ", ".join(sorted(tops)) or "nothing"
+        found = ", ".join(sorted(tops)[:10]) or "nothing"
         raise BundleError(f"{where}: expected one top folder (the bundle); found {found}")
     top = tops.pop()
     for member in members:
-        if member.name.rstrip("/") == top and not member.isdir():
+        if member_path(member) == top and not member.isdir():
             raise BundleError(f"{where}: member {member.name!r} is a file; expected the bundle's top folder")
     return top, members
 
@@ -289,7 +313,7 @@ def _verify_tar(path: Path) -> VerifyReport:
     with _open_tar(path) as tar:
         try:
             top, members = _members(where, tar)
-            files = {m.name[len(top) + 1 :]: m for m in members if m.isfile()}
+            files = {member_path(m)[len(top) + 1 :]: m for m in members if m.isfile()}
             if MANIFEST_FILE not in files:
                 raise BundleError(
                     f"{where}: no {top}/{MANIFEST_FILE}; expected a bundle written by 'edge-deploy build'"
@@ -334,29 +358,32 @@ def verify_bundle(path: Path | str) -> VerifyReport:
 
 
 def extract_bundle(archive: Path | str, dest: Path | str) -> Path:
-    """Extract a bundle archive into ``dest``, refusing unsafe members before writing anything.
+    """Extract a bundle archive into ``dest``, after verifying it against its manifest (nothing is written
+    for an archive with an unsafe member, a stray or changed file, or too many members).
 
     Args:
         archive: the ``.tar.gz`` written by ``edge-deploy build``.
         dest: the folder to extract into (created); the bundle lands in ``dest/<top folder>``.
 
     Returns:
-        The extracted bundle folder (not yet verified: call :func:`verify_bundle` on it).
+        The extracted bundle folder (its archive verified; :func:`verify_bundle` re-checks the folder).
 
     Raises:
         BundleError: an unreadable archive, a member with an absolute path, ``..``, a link or a device, more
-            than one top folder, or a bundle folder that already exists in ``dest``.
+            than one top folder, too many members or bytes, any file that does not match the manifest
+            (checked before anything is written), or a bundle folder that already exists in ``dest``.
     """
     archive, dest = Path(archive), Path(dest)
     where = str(archive)
+    _verify_tar(archive)  # every member checked and hashed against the manifest before anything is written
     with _open_tar(archive) as tar:
         try:
-            top, _members_checked = _members(where, tar)
+            top, members = _members(where, tar)
             target = dest / top
             if target.exists():
                 raise BundleError(f"{target}: already exists; remove it or extract elsewhere")
             dest.mkdir(parents=True, exist_ok=True)
-            tar.extractall(dest, filter="data")
+            tar.extractall(dest, members=members, filter="data")
         except tarfile.FilterError as exc:
             raise BundleError(f"{where}: refused by tarfile's data filter ({exc})") from exc
         except (tarfile.TarError, OSError, EOFError, zlib.error) as exc:

@@ -9,51 +9,156 @@ import numpy as np
 
 from edge.errors import InputError
 
+#: Largest image file read (a 24 MP JPEG is ~10 MB).
+MAX_FILE_BYTES = 64 << 20
+#: Pixel limit when no board profile says otherwise (``MemorySpec.max_image_pixels`` of a 4 GB machine).
+DEFAULT_MAX_PIXELS = 1 << 26
+#: The formats whose size is read from the header before decoding; others are refused.
+FORMATS = ("JPEG", "PNG", "BMP", "WebP")
+_JPEG_SOF = {0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF}
 
-def decode_image(data: bytes, name: str) -> np.ndarray:
-    """Decode an encoded image (JPEG, PNG, BMP, WebP, ...) held in memory.
+
+def _jpeg_size(data: bytes) -> tuple[int, int] | None:
+    """Width and height from the first SOF segment of a JPEG, or None when there is none."""
+    i = 2
+    while i + 4 <= len(data):
+        if data[i] != 0xFF:
+            return None
+        marker = data[i + 1]
+        if marker == 0xFF:  # fill byte
+            i += 1
+            continue
+        if marker in (0x01, *range(0xD0, 0xD8)):  # standalone markers carry no length
+            i += 2
+            continue
+        length = int.from_bytes(data[i + 2 : i + 4], "big")
+        if marker in _JPEG_SOF:
+            if i + 9 > len(data):
+                return None
+            return int.from_bytes(data[i + 7 : i + 9], "big"), int.from_bytes(data[i + 5 : i + 7], "big")
+        if length < 2 or marker == 0xDA:  # a scan before any frame header
+            return None
+        i += 2 + length
+    return None
+
+
+def _webp_size(data: bytes) -> tuple[int, int] | None:
+    chunk = data[12:16]
+    if chunk == b"VP8X" and len(data) >= 30:
+        return 1 + int.from_bytes(data[24:27], "little"), 1 + int.from_bytes(data[27:30], "little")
+    if chunk == b"VP8L" and len(data) >= 25:
+        b = data[21:25]
+        return 1 + (b[0] | (b[1] & 0x3F) << 8), 1 + (b[1] >> 6 | b[2] << 2 | (b[3] & 0x0F) << 10)
+    if chunk == b"VP8 " and len(data) >= 30:
+        return int.from_bytes(data[26:28], "little") & 0x3FFF, int.from_bytes(data[28:30], "little") & 0x3FFF
+    return None
+
+
+def image_header(data: bytes) -> tuple[str, tuple[int, int] | None] | None:
+    """The format and (width, height) an encoded image declares, read without decoding it.
+
+    Returns:
+        None for bytes of none of ``FORMATS``; else (format, size), size None when the header is damaged.
+    """
+    if data[:3] == b"\xff\xd8\xff":
+        return "JPEG", _jpeg_size(data)
+    if data[:8] == b"\x89PNG\r\n\x1a\n":
+        ok = len(data) >= 24 and data[12:16] == b"IHDR"
+        return "PNG", (int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")) if ok else None
+    if data[:2] == b"BM" and len(data) >= 26:
+        if int.from_bytes(data[14:18], "little") == 12:  # OS/2 BITMAPCOREHEADER
+            return "BMP", (int.from_bytes(data[18:20], "little"), int.from_bytes(data[20:22], "little"))
+        w, h = (int.from_bytes(data[o : o + 4], "little", signed=True) for o in (18, 22))
+        return "BMP", (abs(w), abs(h))
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return "WebP", _webp_size(data)
+    return None
+
+
+def check_header(data: bytes, name: str, max_pixels: int = DEFAULT_MAX_PIXELS) -> tuple[int, int]:
+    """Refuse an encoded image before decoding it: unknown format, damaged header, or too many pixels.
+
+    Returns:
+        (width, height) as the header declares them.
+
+    Raises:
+        InputError: naming the source, the declared size and the limit.
+    """
+    header = image_header(data)
+    if header is None:
+        raise InputError(f"{name}: not an image ({len(data)} bytes with no {', '.join(FORMATS)} signature)")
+    fmt, size = header
+    if size is None or min(size) < 1:
+        raise InputError(f"{name}: not an image (a {fmt} signature but no readable size in {len(data)} bytes)")
+    width, height = size
+    if width * height > max_pixels:
+        raise InputError(
+            f"{name}: {fmt} image of {width}x{height} = {width * height / 1e6:.1f} megapixels; expected at most "
+            f"{max_pixels / 1e6:.1f} (refused before decoding; the limit follows the board's memory)"
+        )
+    return width, height
+
+
+def decode_image(data: bytes, name: str, max_pixels: int = DEFAULT_MAX_PIXELS) -> np.ndarray:
+    """Decode an encoded image (JPEG, PNG, BMP, WebP) held in memory, checking its header first.
 
     Args:
         data: the encoded bytes.
         name: what to call the source in error messages (usually the file name).
+        max_pixels: largest width x height accepted, read from the header before decoding.
 
     Returns:
         uint8 array [H, W, 3], RGB. Grey images are expanded to three channels, alpha is dropped.
 
     Raises:
-        InputError: if the bytes are empty or cv2 cannot decode them.
+        InputError: if the bytes are empty, of another format, declare too many pixels, or cv2 cannot
+            decode them.
     """
     if len(data) == 0:
         raise InputError(f"{name}: empty file (0 bytes); expected an image")
+    check_header(data, name, max_pixels)
     buf = np.frombuffer(data, dtype=np.uint8)
-    bgr = cv2.imdecode(buf, cv2.IMREAD_COLOR)
+    try:
+        bgr = cv2.imdecode(buf, cv2.IMREAD_COLOR)
+    except cv2.error as exc:  # e.g. OpenCV's own size limit, or a decoder's allocation failure
+        raise InputError(f"{name}: not an image (cv2 could not decode {len(data)} bytes: {exc.err})") from None
     if bgr is None or bgr.size == 0:
         raise InputError(f"{name}: not an image (cv2 could not decode {len(data)} bytes)")
     return cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)
 
 
-def load_image(path: str | Path) -> np.ndarray:
+def load_image(path: str | Path, max_pixels: int = DEFAULT_MAX_PIXELS) -> np.ndarray:
     """Read an image file as uint8 RGB.
 
     Args:
         path: image file.
+        max_pixels: largest width x height accepted (see ``decode_image``).
 
     Returns:
         uint8 array [H, W, 3], RGB.
 
     Raises:
-        InputError: if the file is missing, a directory, empty or not a decodable image.
+        InputError: if the file is missing, a directory, larger than ``MAX_FILE_BYTES``, empty or not a
+            decodable image within the limits.
     """
     path = Path(path)
-    if not path.exists():
-        raise InputError(f"{path}: no such file; expected an image")
-    if not path.is_file():
-        raise InputError(f"{path}: not a file; expected an image")
+    shown = str(path).encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
     try:
-        data = path.read_bytes()
+        st = path.stat()
+    except FileNotFoundError:
+        raise InputError(f"{shown}: no such file; expected an image") from None
     except OSError as exc:
-        raise InputError(f"{path}: cannot read ({exc.strerror})") from exc
-    return decode_image(data, str(path))
+        raise InputError(f"{shown}: cannot read ({exc.strerror})") from None
+    if not path.is_file():
+        raise InputError(f"{shown}: not a file; expected an image")
+    if st.st_size > MAX_FILE_BYTES:
+        raise InputError(f"{shown}: {st.st_size} bytes; expected an image file of at most {MAX_FILE_BYTES}")
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(MAX_FILE_BYTES + 1)
+    except OSError as exc:
+        raise InputError(f"{shown}: cannot read ({exc.strerror})") from exc
+    return decode_image(data, shown, max_pixels)
 
 
 def save_image(path: str | Path, rgb: np.ndarray, jpeg_quality: int = 95) -> Path:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import csv
 import json
+import logging
 import sqlite3
 import threading
 import time
@@ -39,6 +40,8 @@ INSERT OR IGNORE INTO counters VALUES ('duplicates', 0), ('rejected', 0);
 CSV_COLUMNS = (
     "device_id", "seq", "timestamp", "latency_p50_ms", "latency_p90_ms", "fps", "temperature_c", "window_s",
 )  # fmt: skip
+
+log = logging.getLogger("edge.monitor")
 
 
 @dataclass(frozen=True)
@@ -125,9 +128,7 @@ class MonitorStore:
                     f"{message.device_id!r}; expected a {kind.value} message from {device_id!r}"
                 )
         except TelemetryError as exc:
-            self.last_rejection = str(exc)
-            with self._lock:
-                self._bump("rejected")
+            self.count_rejected(str(exc))
             return "rejected"
         text = payload.decode() if isinstance(payload, bytes) else payload
         with self._lock, self._db:  # one transaction: device row and report together
@@ -147,6 +148,12 @@ class MonitorStore:
                 self._bump("duplicates")
                 return "duplicate"
             return "stored"
+
+    def count_rejected(self, reason: str) -> None:
+        """Count a message that was not stored, and keep why (``last_rejection``)."""
+        self.last_rejection = reason
+        with self._lock:
+            self._bump("rejected")
 
     def _touch(self, device_id: str, received: float) -> None:
         self._db.execute(
@@ -337,7 +344,14 @@ class Monitor(LinkHooks):
             self._subscribed.set()
 
     def _on_message(self, client, userdata, message) -> None:
-        self.store.handle(message.topic, message.payload, retained=bool(message.retain))
+        # paho acknowledges a QoS 1 message only after this returns: an exception here would leave a poison
+        # message in the persistent session, redelivered to every restart. ``handle`` rejects hostile
+        # payloads (edge.payload's bounds); anything still unexpected is logged and counted, never raised.
+        try:
+            self.store.handle(message.topic, message.payload, retained=bool(message.retain))
+        except Exception as exc:  # noqa: BLE001 - the boundary of a network callback
+            log.exception("monitor: message on %r not stored: %s", message.topic, exc)
+            self.store.count_rejected(f"topic {message.topic}: not stored ({type(exc).__name__}: {exc})")
 
     def on_lost(self) -> None:  # noqa: D102
         self._subscribed.clear()

@@ -13,12 +13,12 @@ from __future__ import annotations
 import enum
 import site
 import sys
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from edge.errors import ProfileError
+from edge.tomlschema import Field, Schema, read_tables, read_toml
 
 SCHEMA_VERSION = 1
 
@@ -109,6 +109,15 @@ class MemorySpec:
     min_mb: int
     max_mb: int
 
+    @property
+    def max_image_pixels(self) -> int:
+        """Most pixels a photo may have on this board: ``min_mb`` MiB / 64 (a 512 MB Pi Zero 2 W: 8.4 MP).
+
+        Decoding takes 3 bytes a pixel, the RGB copy 3 more and the detector's image pyramid about 24 (float32
+        scales), so a photo at the limit needs about half the smallest board's memory at its peak.
+        """
+        return self.min_mb * (1 << 20) // 64
+
 
 @dataclass(frozen=True)
 class RuntimeSpec:
@@ -192,43 +201,44 @@ class TargetProfile:
         }
 
 
-# --- the schema: table -> key -> (kind, required) -------------------------------------------------------
+# --- the schema (read by edge.tomlschema) ----------------------------------------------------------------
 
-_SCHEMA: dict[str, dict[str, tuple[Any, bool]]] = {
+_OPTIONAL_LIST: Any = ()
+_SCHEMA: Schema = {
     "": {
-        "schema_version": (int, True),
-        "name": (str, True),
-        "description": (str, True),
-        "device_tree_models": ([str], False),
+        "schema_version": Field(int),
+        "name": Field(str),
+        "description": Field(str),
+        "device_tree_models": Field([str], _OPTIONAL_LIST),
     },
     "cpu": {
-        "model": (str, True),
-        "arch": (Arch, True),
-        "cores": (int, True),
-        "isa_features": ([IsaFeature], True),
-        "qemu_cpu": (str, False),
+        "model": Field(str),
+        "arch": Field(Arch),
+        "cores": Field(int, high=1024),
+        "isa_features": Field([IsaFeature]),
+        "qemu_cpu": Field(str, None),
     },
-    "memory": {"min_mb": (int, True), "max_mb": (int, True)},
-    "runtime": {"default": (Runtime, True), "precision": (Precision, True), "threads": (int, True)},
+    "memory": {"min_mb": Field(int, high=1 << 24), "max_mb": Field(int, high=1 << 24)},
+    "runtime": {"default": Field(Runtime), "precision": Field(Precision), "threads": Field(int)},
     "quant": {
-        "activations": (QuantType, True),
-        "weights": (QuantType, True),
-        "per_channel": (bool, True),
-        "reduce_range": (bool, True),
-        "calibration": (CalibrationMethod, True),
-        "keep_float_ops": ([str], True),
-        "int4_block_size": (int, True),
-        "int4_accuracy_level": (int, True),
-        "int4_fp32_projections": ([Projection], False),
+        "activations": Field(QuantType),
+        "weights": Field(QuantType),
+        "per_channel": Field(bool),
+        "reduce_range": Field(bool),
+        "calibration": Field(CalibrationMethod),
+        "keep_float_ops": Field([str]),
+        "int4_block_size": Field(int),
+        "int4_accuracy_level": Field(int),
+        "int4_fp32_projections": Field([Projection], _OPTIONAL_LIST),
     },
     "thresholds": {
-        "embed_max_abs_diff_fp32": (float, True),
-        "embed_mean_cosine": (float, True),
-        "embed_decision_agreement": (float, True),
-        "detect_iou": (float, True),
-        "detect_max_lost": (int, True),
-        "slm_perplexity_ratio": (float, True),
-        "slm_greedy_tokens": (int, True),
+        "embed_max_abs_diff_fp32": Field(float, low=0.0, low_open=True),
+        "embed_mean_cosine": Field(float),
+        "embed_decision_agreement": Field(float),
+        "detect_iou": Field(float),
+        "detect_max_lost": Field(int, low=0),
+        "slm_perplexity_ratio": Field(float),
+        "slm_greedy_tokens": Field(int),
     },
 }
 
@@ -236,63 +246,8 @@ _SCHEMA: dict[str, dict[str, tuple[Any, bool]]] = {
 def _display(path: Path) -> str:
     try:
         return str(path.resolve().relative_to(Path.cwd().resolve()))
-    except ValueError:
+    except (ValueError, OSError):
         return str(path)
-
-
-def _convert(where: str, key: str, value: Any, kind: Any) -> Any:
-    """Convert one TOML value to the schema's kind, or raise naming file, key, value and what is allowed."""
-    if isinstance(kind, list):
-        if not isinstance(value, list):
-            raise ProfileError(f"{where}: {key} = {value!r}; expected a list")
-        return [_convert(where, f"{key}[{i}]", v, kind[0]) for i, v in enumerate(value)]
-    if isinstance(kind, type) and issubclass(kind, enum.Enum):
-        allowed = [m.value for m in kind]
-        if value not in allowed:
-            raise ProfileError(f"{where}: {key} = {value!r}; expected one of {', '.join(allowed)}")
-        return kind(value)
-    if kind is float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ProfileError(f"{where}: {key} = {value!r}; expected a number")
-        return float(value)
-    if kind is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ProfileError(f"{where}: {key} = {value!r}; expected a whole number")
-        return value
-    if not isinstance(value, kind):
-        raise ProfileError(f"{where}: {key} = {value!r}; expected a {kind.__name__}")
-    return value
-
-
-def _read_tables(path: Path, data: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    where = _display(path)
-    tables: dict[str, dict[str, Any]] = {"": {}}
-    for key, value in data.items():
-        if isinstance(value, dict):
-            if key not in _SCHEMA or key == "":
-                allowed = ", ".join(sorted(k for k in _SCHEMA if k))
-                raise ProfileError(f"{where}: unknown table [{key}]; expected one of {allowed}")
-            tables[key] = value
-        else:
-            tables[""][key] = value
-    out: dict[str, dict[str, Any]] = {}
-    for table, spec in _SCHEMA.items():
-        raw = tables.get(table)
-        if raw is None:
-            raise ProfileError(f"{where}: missing table [{table}]")
-        prefix = f"{table}." if table else ""
-        for key in raw:
-            if key not in spec:
-                raise ProfileError(f"{where}: unknown key {prefix}{key}; expected one of {', '.join(sorted(spec))}")
-        converted: dict[str, Any] = {}
-        for key, (kind, required) in spec.items():
-            if key not in raw:
-                if required:
-                    raise ProfileError(f"{where}: missing key {prefix}{key}")
-                continue
-            converted[key] = _convert(where, prefix + key, raw[key], kind)
-        out[table] = converted
-    return out
 
 
 def _check_rules(where: str, p: TargetProfile) -> None:
@@ -357,15 +312,8 @@ def load_profile_file(path: Path) -> TargetProfile:
         ProfileError: naming the file and key when anything is missing, unknown or out of range.
     """
     where = _display(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ProfileError(f"{where}: cannot read the profile ({exc.strerror})") from exc
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise ProfileError(f"{where}: not valid TOML ({exc})") from exc
-    t = _read_tables(path, data)
+    data = read_toml(path, where, ProfileError, "profile")
+    t = read_tables(where, data, _SCHEMA, ProfileError, required_tables=tuple(k for k in _SCHEMA if k))
     top = t[""]
     if top["schema_version"] != SCHEMA_VERSION:
         raise ProfileError(f"{where}: schema_version = {top['schema_version']}; expected {SCHEMA_VERSION}")
@@ -375,7 +323,7 @@ def load_profile_file(path: Path) -> TargetProfile:
     cpu["isa_features"] = frozenset(cpu["isa_features"])
     quant = dict(t["quant"])
     quant["keep_float_ops"] = tuple(quant["keep_float_ops"])
-    quant["int4_fp32_projections"] = tuple(quant.get("int4_fp32_projections", ()))
+    quant["int4_fp32_projections"] = tuple(quant["int4_fp32_projections"])
     profile = TargetProfile(
         name=top["name"],
         description=top["description"],
@@ -385,7 +333,7 @@ def load_profile_file(path: Path) -> TargetProfile:
         runtime=RuntimeSpec(**t["runtime"]),
         quant=QuantSpec(**quant),
         thresholds=Thresholds(**t["thresholds"]),
-        device_tree_models=tuple(top.get("device_tree_models", ())),
+        device_tree_models=tuple(top["device_tree_models"]),
     )
     _check_rules(where, profile)
     return profile

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
 
@@ -54,14 +55,44 @@ def broker_config(args: argparse.Namespace):
 # --- bench -----------------------------------------------------------------------------------------------
 
 
+#: Bounds of the bench options: a bench must end, and its inputs must fit a device's memory.
+MAX_BENCH_COUNT = 1_000_000
+MAX_BENCH_SECONDS = 86_400.0
+MAX_INPUT_ELEMENTS = 1 << 28  # 1 GiB of float32
+
+
+def _check_bench_args(args: argparse.Namespace, shapes: dict[str, tuple[int, ...]]) -> None:
+    """Refuse options that would never end or never fit (NaN or infinite durations, 10^12 runs, 10^10-pixel
+    inputs) with a one-line error naming the option."""
+    from edge.daemon.config import MAX_THREADS
+
+    for flag, value, low, high in (
+        ("--count", args.count, 1, MAX_BENCH_COUNT),
+        ("--warmup", args.warmup, 0, MAX_BENCH_COUNT),
+        ("--threads", args.threads if args.threads is not None else 1, 1, MAX_THREADS),
+    ):
+        if not low <= value <= high:
+            raise InputError(f"{flag} {value}; expected a whole number in {low}..{high}")
+    if not (math.isfinite(args.min_duration) and 0 <= args.min_duration <= MAX_BENCH_SECONDS):
+        raise InputError(f"--min-duration {args.min_duration}; expected seconds in 0..{MAX_BENCH_SECONDS:g}")
+    for name, shape in shapes.items():
+        if math.prod(shape) > MAX_INPUT_ELEMENTS:
+            raise InputError(
+                f"--shape {name}={'x'.join(map(str, shape))}: {math.prod(shape)} elements; expected at most "
+                f"{MAX_INPUT_ELEMENTS} (1 GiB of float32)"
+            )
+
+
 def _cmd_bench(args: argparse.Namespace) -> int:
     from edge.bench import make_inputs, parse_shape_overrides, run_bench
     from edge.board import detect_board
     from edge.runtime import open_model
 
+    shapes = parse_shape_overrides(args.shape or [])
+    _check_bench_args(args, shapes)
     board = detect_board(override=args.target)
     with open_model(args.model, threads=args.threads, backend=args.backend, profile=board.profile) as model:
-        feeds = make_inputs(model.inputs, parse_shape_overrides(args.shape or []), seed=args.seed)
+        feeds = make_inputs(model.inputs, shapes, seed=args.seed)
         result = run_bench(
             model, feeds, count=args.count, min_duration_s=args.min_duration, warmup=args.warmup, board=board
         )

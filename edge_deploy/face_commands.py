@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -15,21 +16,48 @@ from edge_deploy.common import print_json
 
 
 def _threads(args: argparse.Namespace) -> int:
+    from edge.daemon.config import MAX_THREADS
     from edge.runtime import default_threads
 
-    if args.threads is not None and args.threads < 1:
-        raise InputError(f"--threads {args.threads}; expected a whole number >= 1")
+    if args.threads is not None and not 1 <= args.threads <= MAX_THREADS:
+        raise InputError(f"--threads {args.threads}; expected a whole number in 1..{MAX_THREADS}")
     return args.threads or default_threads()
+
+
+def _max_pixels() -> int:
+    """This board's image limit (its profile's memory), or the default off a known board."""
+    from edge.board import detect_board
+    from edge.imageio import DEFAULT_MAX_PIXELS
+
+    profile = detect_board().profile
+    return profile.memory.max_image_pixels if profile else DEFAULT_MAX_PIXELS
+
+
+def _check_output(path: Path) -> Path:
+    """Refuse a gallery path that can't be written, before the work (a folder, a missing parent)."""
+    if path.is_dir():
+        raise InputError(f"--output {path}: is a folder; expected a gallery file to write, e.g. {path / 'gallery.npz'}")
+    if not path.parent.is_dir():
+        raise InputError(f"--output {path}: folder {path.parent} does not exist; create it first")
+    return path
+
+
+def _check_thresholds(args: argparse.Namespace) -> None:
+    if not (math.isfinite(args.threshold) and 0 < args.threshold <= 2):
+        raise InputError(f"--threshold {args.threshold}; expected a descriptor distance in (0, 2]")
+    if not (math.isfinite(args.min_score) and 0 <= args.min_score <= 1):
+        raise InputError(f"--min-score {args.min_score}; expected a detection score in [0, 1]")
 
 
 def _cmd_enroll(args: argparse.Namespace) -> int:
     from edge.face.gallery import Gallery
     from edge.face.models import open_face_pipeline
 
+    output = _check_output(Path(args.output))
     gallery = Gallery()
     with open_face_pipeline(Path(args.models), _threads(args)) as pipeline:
-        report = gallery.enroll_folder(Path(args.photos), pipeline)
-    out = gallery.save(Path(args.output))
+        report = gallery.enroll_folder(Path(args.photos), pipeline, _max_pixels())
+    out = gallery.save(output)
     data = {"gallery": str(out), "enrolled": report.enrolled, "skipped": report.skipped}
     if args.json:
         print_json(data)
@@ -42,7 +70,9 @@ def _cmd_enroll(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_recognize(args: argparse.Namespace) -> int:
+def _recognize_all(args: argparse.Namespace) -> list[dict]:
+    """One entry per image: its faces, or the error that image gave (the others are still analysed)."""
+    from edge.errors import EdgeDeployError
     from edge.face.gallery import Gallery
     from edge.face.models import open_face_pipeline
     from edge.face.recognize import recognize_image
@@ -50,19 +80,37 @@ def _cmd_recognize(args: argparse.Namespace) -> int:
 
     gallery = Gallery.load(Path(args.gallery))
     results: list[dict[str, Any]] = []
+    limit = _max_pixels()
     with open_face_pipeline(Path(args.models), _threads(args)) as pipeline:
         for image in args.images:
-            faces = recognize_image(pipeline, gallery, load_image(Path(image)), args.threshold, args.min_score)
+            try:
+                rgb = load_image(Path(image), limit)
+                faces = recognize_image(pipeline, gallery, rgb, args.threshold, args.min_score)
+            except EdgeDeployError as exc:  # one bad image does not throw away the others' results
+                results.append({"image": str(image), "error": str(exc)})
+                continue
             results.append({"image": str(image), "faces": faces})
+    return results
+
+
+def _cmd_recognize(args: argparse.Namespace) -> int:
+    _check_thresholds(args)
+    results = _recognize_all(args)
     if args.json:
         print_json(results)
-        return 0
-    for r in results:
-        print(f"{r['image']}: {len(r['faces'])} face(s)")
-        for f in r["faces"]:
-            x1, y1, x2, y2 = f["box"]
-            who = f["name"] or "unknown"
-            print(f"  {who:20} distance {f['distance']:.3f}  box ({x1:.0f},{y1:.0f})-({x2:.0f},{y2:.0f})")
+    else:
+        for r in results:
+            if "error" in r:
+                print(f"{r['image']}: error: {r['error']}")
+                continue
+            print(f"{r['image']}: {len(r['faces'])} face(s)")
+            for f in r["faces"]:
+                x1, y1, x2, y2 = f["box"]
+                who = f["name"] or "unknown"
+                print(f"  {who:20} distance {f['distance']:.3f}  box ({x1:.0f},{y1:.0f})-({x2:.0f},{y2:.0f})")
+    failed = [r for r in results if "error" in r]
+    if failed:
+        raise InputError(f"{len(failed)} of {len(results)} images could not be analysed; first: {failed[0]['error']}")
     return 0
 
 

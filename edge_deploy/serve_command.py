@@ -27,6 +27,10 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
     config = load_config(Path(args.config))
     if args.check:
+        from edge.daemon.preflight import preflight
+
+        for line in preflight(config):
+            print(f"  {line}")
         print(f"{config.source_file}: ok (device {config.device_id}, source {config.source.kind.value})")
         return 0
     level = (args.log_level or config.log_level.value).upper()
@@ -55,10 +59,28 @@ def add_serve(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--config", "-c", required=True, help="daemon config (TOML), see edge-deploy.example.toml")
     p.add_argument("--once", action="store_true", help="stop when the source is exhausted (folder: files there now)")
-    p.add_argument("--check", action="store_true", help="validate the config and exit")
+    p.add_argument(
+        "--check", action="store_true", help="validate the config and the files it names (secret, models, gallery, "
+        "state_dir), then exit"
+    )
     p.add_argument("--json", action="store_true", help="print the run summary as JSON at exit")
     p.add_argument("--log-level", choices=["debug", "info", "warning", "error"], help="override log_level")
     p.set_defaults(func=_cmd_serve)
+
+
+def publish_tls(broker) -> dict | None:
+    """paho's ``tls`` argument for a broker config: None only when TLS is off.
+
+    ``tls = true`` without ``tls_ca`` means TLS checked against the system's CA store (never plaintext);
+    ``tls_cert``/``tls_key`` are the client certificate, for brokers that require one.
+    """
+    if not broker.uses_tls:
+        return None
+    return {
+        "ca_certs": str(broker.tls_ca) if broker.tls_ca else None,
+        "certfile": str(broker.tls_cert) if broker.tls_cert else None,
+        "keyfile": str(broker.tls_key) if broker.tls_key else None,
+    }
 
 
 def _cmd_command(args: argparse.Namespace) -> int:
@@ -77,11 +99,12 @@ def _cmd_command(args: argparse.Namespace) -> int:
     publish = require("paho.mqtt.publish", "device", "sending a command")
     b = config.broker
     auth = {"username": b.username, "password": b.password} if b.username else None
-    tls = {"ca_certs": str(b.tls_ca)} if b.uses_tls and b.tls_ca else None
     topic = command_topic(config.telemetry.prefix, config.device_id)
     try:
-        publish.single(topic, payload, qos=1, hostname=b.host, port=b.port, auth=auth, tls=tls)
-    except OSError as exc:
+        publish.single(
+            topic, payload, qos=1, hostname=b.host, port=b.port, auth=auth, tls=publish_tls(b), keepalive=b.keepalive_s
+        )
+    except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError
         raise InputError(f"cannot publish to broker {b.address}: {exc}") from exc
     print(f"sent {args.name} to {topic}; the answer arrives as a command.done/command.failed result")
     return 0

@@ -23,8 +23,8 @@ usage() {
     echo "options: --prefix DIR  --enable  --dry-run  --python PYTHON  --help"
 }
 
-die() { code=$1; shift; echo "install.sh: error: $*" >&2; exit "$code"; }
-say() { echo "install.sh: $*"; }
+die() { code=$1; shift; printf 'install.sh: error: %s\n' "$*" >&2; exit "$code"; }
+say() { printf 'install.sh: %s\n' "$*"; }
 run() {
     if [ "$DRY_RUN" = 1 ]; then echo "would run: $*"; else "$@"; fi
 }
@@ -49,6 +49,10 @@ while [ $# -gt 0 ]; do
     esac
 done
 
+# The prefix is written into the config (a TOML string, through sed): only plain path characters.
+case "$PREFIX" in
+    *[!A-Za-z0-9/._+-]*) die 2 "--prefix '$PREFIX': expected a path of letters, digits and / . _ + - only" ;;
+esac
 PREFIX=${PREFIX%/}
 SYSTEM=0
 [ -z "$PREFIX" ] && SYSTEM=1

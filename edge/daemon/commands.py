@@ -30,12 +30,15 @@ from pathlib import Path
 from typing import Any
 
 from edge.errors import InputError
+from edge.payload import MAX_INT, PayloadError, parse_json
 
 COMMAND_VERSION = 1
 #: Commands the daemon knows, with the arguments each accepts.
 COMMAND_ARGS: dict[str, tuple[str, ...]] = {"bench": ("runs", "role"), "reload": (), "enroll": ()}
 MIN_SECRET_BYTES = 16
 MAX_COMMAND_BYTES = 4096
+#: A command is an object holding ``args``, whose values are scalars or short lists.
+MAX_COMMAND_DEPTH = 4
 _NONCE_RE = re.compile(r"^[A-Za-z0-9_-]{16,64}$")
 _SIG_RE = re.compile(r"^[0-9a-f]{64}$")
 _FIELDS = ("v", "device", "cmd", "args", "ts", "nonce", "sig")
@@ -136,12 +139,10 @@ def sign_command(
 
 
 def _parse(payload: bytes) -> dict[str, Any]:
-    if len(payload) > MAX_COMMAND_BYTES:
-        raise CommandRejected(f"malformed command: {len(payload)} bytes; expected at most {MAX_COMMAND_BYTES}")
     try:
-        body = json.loads(payload.decode("utf-8"), parse_constant=_no_constant)
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise CommandRejected(f"malformed command: not valid JSON ({exc})") from exc
+        body = parse_json(payload, "malformed command", MAX_COMMAND_BYTES, MAX_COMMAND_DEPTH)
+    except PayloadError as exc:
+        raise CommandRejected(str(exc)) from None
     if not isinstance(body, dict):
         raise CommandRejected(f"malformed command: expected a JSON object, got {type(body).__name__}")
     nonce = body.get("nonce") if isinstance(body.get("nonce"), str) else None
@@ -166,12 +167,12 @@ def _parse(payload: bytes) -> dict[str, Any]:
     return body
 
 
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not allowed")
-
-
 def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, int):  # math.isfinite(10**400) raises OverflowError: compare as an integer
+        return abs(value) <= MAX_INT
+    return isinstance(value, float) and math.isfinite(value)
 
 
 def verify_command(
@@ -211,7 +212,7 @@ def verify_command(
         raise CommandRejected(f"command is for device {body['device']!r}; this is {device_id!r}", nonce, cmd)
     now = time.time() if now is None else now
     skew = body["ts"] - now
-    if abs(skew) > max_skew_s:
+    if not abs(skew) <= max_skew_s:  # written so that a NaN bound refuses, never accepts
         raise CommandRejected(
             f"stale command: ts is {skew:+.1f} s from this device's clock; expected within {max_skew_s:g} s", nonce, cmd
         )

@@ -15,7 +15,6 @@ from __future__ import annotations
 import enum
 import re
 import socket
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,6 +22,7 @@ from typing import Any
 from edge.errors import InputError, TelemetryError
 from edge.telemetry.link import BrokerConfig
 from edge.telemetry.schema import check_name, check_prefix
+from edge.tomlschema import Field, Schema, read_tables, read_toml
 
 #: The example config shipped next to this module (every key, documented).
 EXAMPLE_CONFIG = Path(__file__).resolve().parent / "edge-deploy.example.toml"
@@ -126,168 +126,84 @@ class DaemonConfig:
         return self.state_dir / "state.sqlite"
 
 
-_REQUIRED = object()
-_DEFAULT_STATE = object()  # "a file or folder under state_dir", resolved after state_dir is known
+_DEFAULT_STATE: Any = object()  # "a file or folder under state_dir", resolved after state_dir is known
+#: Most threads a thread-count key accepts (more only costs memory: a Pi has 4 cores).
+MAX_THREADS = 256
+_DAY_S = 86_400.0
 
-# table -> key -> (kind, default). Kinds: str, int, float, bool, Path, an Enum.
-_SCHEMA: dict[str, dict[str, tuple[Any, Any]]] = {
+
+def _seconds(default: float, low_open: bool = True, high: float = _DAY_S) -> Field:
+    return Field(float, default, low=0.0, high=high, low_open=low_open)
+
+
+# table -> key -> Field (read by edge.tomlschema). Every number has a documented range (docs/daemon.md).
+_SCHEMA: Schema = {
     "": {
-        "device_id": (str, None),
-        "state_dir": (Path, Path("state")),
-        "target": (str, None),
-        "log_level": (LogLevel, LogLevel.INFO),
-        "bundle": (Path, None),
+        "device_id": Field(str, None),
+        "state_dir": Field(Path, Path("state")),
+        "target": Field(str, None),
+        "log_level": Field(LogLevel, LogLevel.INFO),
+        "bundle": Field(Path, None),
     },
     "face": {
-        "models": (Path, _REQUIRED),
-        "gallery": (Path, _DEFAULT_STATE),
-        "enroll_dir": (Path, None),
-        "threshold": (float, 0.6),
-        "min_score": (float, 0.9),
-        "threads": (int, 0),
+        "models": Field(Path),
+        "gallery": Field(Path, _DEFAULT_STATE),
+        "enroll_dir": Field(Path, None),
+        "threshold": Field(float, 0.6, low=0.0, high=2.0, low_open=True),
+        "min_score": Field(float, 0.9, low=0.0, high=1.0),
+        "threads": Field(int, 0, low=0, high=MAX_THREADS),
     },
     "source": {
-        "kind": (SourceKind, SourceKind.FOLDER),
-        "path": (Path, None),
-        "camera_index": (int, 0),
-        "poll_interval_s": (float, 1.0),
-        "settle_s": (float, 1.0),
-        "stride": (int, 1),
-        "max_fps": (float, 0.0),
-        "max_frames": (int, 0),
+        "kind": Field(SourceKind, SourceKind.FOLDER),
+        "path": Field(Path, None),
+        "camera_index": Field(int, 0, low=0, high=1023),
+        "poll_interval_s": _seconds(1.0, high=3600.0),
+        "settle_s": _seconds(1.0, low_open=False, high=3600.0),
+        "stride": Field(int, 1, low=1, high=100_000),
+        "max_fps": Field(float, 0.0, low=0.0, high=1000.0),
+        "max_frames": Field(int, 0, low=0, high=10**12),
     },
     "broker": {
-        "host": (str, _REQUIRED),
-        "port": (int, 1883),
-        "username": (str, None),
-        "password_file": (Path, None),
-        "tls": (bool, False),
-        "tls_ca": (Path, None),
-        "tls_cert": (Path, None),
-        "tls_key": (Path, None),
-        "keepalive_s": (int, 30),
+        "host": Field(str),
+        "port": Field(int, 1883, low=1, high=65535),
+        "username": Field(str, None),
+        "password_file": Field(Path, None),
+        "tls": Field(bool, False),
+        "tls_ca": Field(Path, None),
+        "tls_cert": Field(Path, None),
+        "tls_key": Field(Path, None),
+        "keepalive_s": Field(int, 30, low=1, high=65535),  # MQTT's keepalive is a 16-bit field
     },
     "telemetry": {
-        "prefix": (str, "edge-deploy"),
-        "interval_s": (float, 30.0),
-        "outbox": (Path, _DEFAULT_STATE),
-        "outbox_capacity": (int, 10_000),
-        "flush_timeout_s": (float, 10.0),
-        "commit_interval_s": (float, 0.2),
+        "prefix": Field(str, "edge-deploy"),
+        "interval_s": _seconds(30.0),
+        "outbox": Field(Path, _DEFAULT_STATE),
+        "outbox_capacity": Field(int, 10_000, low=1, high=10_000_000),
+        "flush_timeout_s": _seconds(10.0, high=3600.0),
+        "commit_interval_s": _seconds(0.2, low_open=False, high=10.0),
     },
     "commands": {
-        "secret_file": (Path, None),
-        "max_skew_s": (float, 60.0),
-        "bench_runs": (int, 50),
-        "max_bench_runs": (int, 1000),
+        "secret_file": Field(Path, None),
+        "max_skew_s": _seconds(60.0),
+        "bench_runs": Field(int, 50, low=1, high=100_000),
+        "max_bench_runs": Field(int, 1000, low=1, high=100_000),
     },
     "text": {
-        "model_dir": (Path, None),
-        "max_new_tokens": (int, 64),
-        "max_prompt_chars": (int, 4000),
-        "threads": (int, 0),
+        "model_dir": Field(Path, None),
+        "max_new_tokens": Field(int, 64, low=1, high=8192),
+        "max_prompt_chars": Field(int, 4000, low=1, high=65_536),
+        "threads": Field(int, 0, low=0, high=MAX_THREADS),
     },
 }
-
-#: (table.key, lowest allowed, whether the bound is inclusive) for numbers.
-_RANGES: tuple[tuple[str, float, bool], ...] = (
-    ("face.threshold", 0.0, False),
-    ("face.min_score", 0.0, True),
-    ("face.threads", 0, True),
-    ("source.camera_index", 0, True),
-    ("source.poll_interval_s", 0.0, False),
-    ("source.settle_s", 0.0, True),
-    ("source.stride", 1, True),
-    ("source.max_fps", 0.0, True),
-    ("source.max_frames", 0, True),
-    ("broker.keepalive_s", 1, True),
-    ("telemetry.interval_s", 0.0, False),
-    ("telemetry.outbox_capacity", 1, True),
-    ("telemetry.flush_timeout_s", 0.0, False),
-    ("telemetry.commit_interval_s", 0.0, True),
-    ("commands.max_skew_s", 0.0, False),
-    ("commands.bench_runs", 1, True),
-    ("commands.max_bench_runs", 1, True),
-    ("text.max_new_tokens", 1, True),
-    ("text.max_prompt_chars", 1, True),
-    ("text.threads", 0, True),
-)
 
 _DEFAULT_FILES = {"face.gallery": "gallery.npz", "telemetry.outbox": "outbox.sqlite"}
 
 
-def _convert(where: str, key: str, value: Any, kind: Any, base: Path) -> Any:
-    """Convert one TOML value to the schema's kind, or raise naming file, key, value and what is allowed."""
-    if isinstance(kind, type) and issubclass(kind, enum.Enum):
-        allowed = [m.value for m in kind]
-        if value not in allowed:
-            raise InputError(f"{where}: {key} = {value!r}; expected one of {', '.join(allowed)}")
-        return kind(value)
-    if kind is float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise InputError(f"{where}: {key} = {value!r}; expected a number")
-        return float(value)
-    if kind is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise InputError(f"{where}: {key} = {value!r}; expected a whole number")
-        return value
-    if kind is bool:
-        if not isinstance(value, bool):
-            raise InputError(f"{where}: {key} = {value!r}; expected true or false")
-        return value
-    if not isinstance(value, str) or (kind is Path and not value.strip()):
-        expected = "a path (string)" if kind is Path else "a string"
-        raise InputError(f"{where}: {key} = {value!r}; expected {expected}")
-    return (base / value).resolve() if kind is Path else value
-
-
-def _read_tables(where: str, data: dict[str, Any], base: Path) -> dict[str, dict[str, Any]]:
-    tables: dict[str, dict[str, Any]] = {"": {}}
-    for key, value in data.items():
-        if isinstance(value, dict):
-            if key not in _SCHEMA or key == "":
-                allowed = ", ".join(f"[{k}]" for k in sorted(k for k in _SCHEMA if k))
-                raise InputError(f"{where}: unknown table [{key}]; expected one of {allowed}")
-            tables[key] = value
-        else:
-            tables[""][key] = value
-    for table in ("face", "source"):
-        if table not in tables:
-            raise InputError(f"{where}: missing table [{table}]")
-    out: dict[str, dict[str, Any]] = {}
-    for table, spec in _SCHEMA.items():
-        raw = tables.get(table)
-        if raw is None:
-            continue  # optional table: [broker], [telemetry], [commands], [text]
-        prefix = f"{table}." if table else ""
-        for key in raw:
-            if key not in spec:
-                raise InputError(f"{where}: unknown key {prefix}{key}; expected one of {', '.join(sorted(spec))}")
-        out[table] = {}
-        for key, (kind, default) in spec.items():
-            if key in raw:
-                out[table][key] = _convert(where, prefix + key, raw[key], kind, base)
-            elif default is _REQUIRED:
-                raise InputError(f"{where}: missing key {prefix}{key}")
-    return out
-
-
-def _with_defaults(table: str, values: dict[str, Any]) -> dict[str, Any]:
-    return {key: values.get(key, default) for key, (_, default) in _SCHEMA[table].items()}
-
-
-def _check_ranges(where: str, t: dict[str, dict[str, Any]]) -> None:
-    for dotted, low, inclusive in _RANGES:
-        table, key = dotted.split(".")
-        value = t.get(table, {}).get(key)
-        if value is None:
-            continue
-        if value < low or (value == low and not inclusive):
-            word = "whole number" if isinstance(value, int) else "number"
-            op = ">=" if inclusive else ">"
-            raise InputError(f"{where}: {dotted} = {value!r}; expected a {word} {op} {low}")
-    if "face" in t and t["face"].get("min_score", 0.0) > 1.0:
-        raise InputError(f"{where}: face.min_score = {t['face']['min_score']!r}; expected a number in [0, 1]")
+def _with_defaults(table: str, t: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Table ``table`` as read, or every key at its default when the table is absent."""
+    if table in t:
+        return dict(t[table])
+    return {key: f.default for key, f in _SCHEMA[table].items()}
 
 
 def _default_device_id() -> str:
@@ -348,10 +264,10 @@ def _state_path(values: dict[str, Any], dotted: str, state_dir: Path) -> None:
 
 
 def _build(where: str, path: Path, t: dict[str, dict[str, Any]]) -> DaemonConfig:
-    top = _with_defaults("", t[""])
+    top = _with_defaults("", t)
     top["state_dir"] = (path.resolve().parent / top["state_dir"]).resolve()  # the default is relative too
     device_id = top["device_id"] or _default_device_id()
-    face, tele = _with_defaults("face", t["face"]), _with_defaults("telemetry", t.get("telemetry", {}))
+    face, tele = _with_defaults("face", t), _with_defaults("telemetry", t)
     _state_path(face, "face.gallery", top["state_dir"])
     _state_path(tele, "telemetry.outbox", top["state_dir"])
     try:
@@ -368,13 +284,13 @@ def _build(where: str, path: Path, t: dict[str, dict[str, Any]]) -> DaemonConfig
         )
     if face["enroll_dir"] is not None and not face["enroll_dir"].is_dir():
         raise InputError(f"{where}: face.enroll_dir = '{face['enroll_dir']}'; expected a folder of per-person folders")
-    commands = _with_defaults("commands", t.get("commands", {}))
+    commands = _with_defaults("commands", t)
     if commands["bench_runs"] > commands["max_bench_runs"]:
         raise InputError(
             f"{where}: commands.bench_runs = {commands['bench_runs']}; expected at most commands.max_bench_runs "
             f"({commands['max_bench_runs']})"
         )
-    text = _with_defaults("text", t.get("text", {}))
+    text = _with_defaults("text", t)
     if text["model_dir"] is not None and not text["model_dir"].is_dir():
         raise InputError(f"{where}: text.model_dir = '{text['model_dir']}'; expected a converted language-model folder")
     return DaemonConfig(
@@ -385,8 +301,8 @@ def _build(where: str, path: Path, t: dict[str, dict[str, Any]]) -> DaemonConfig
         bundle=top["bundle"],
         log_level=top["log_level"],
         face=FaceSettings(**face),
-        source=_build_source(where, _with_defaults("source", t["source"])),
-        broker=_build_broker(where, _with_defaults("broker", t["broker"])) if "broker" in t else None,
+        source=_build_source(where, _with_defaults("source", t)),
+        broker=_build_broker(where, t["broker"]) if "broker" in t else None,
         telemetry=TelemetrySettings(**tele),
         commands=CommandSettings(**commands),
         text=TextSettings(**text),
@@ -408,16 +324,6 @@ def load_config(path: Path) -> DaemonConfig:
     """
     path = Path(path)
     where = str(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise InputError(f"{where}: cannot read the daemon config ({exc.strerror})") from exc
-    except UnicodeDecodeError as exc:
-        raise InputError(f"{where}: not UTF-8 text ({exc.reason})") from exc
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise InputError(f"{where}: not valid TOML ({exc})") from exc
-    tables = _read_tables(where, data, path.resolve().parent)
-    _check_ranges(where, tables)
+    data = read_toml(path, where, InputError, "daemon config")
+    tables = read_tables(where, data, _SCHEMA, InputError, ("face", "source"), base=path.resolve().parent)
     return _build(where, path, tables)

@@ -20,6 +20,7 @@ from edge.errors import InputError
 from edge.face.gallery import Gallery
 from edge.face.models import open_face_pipeline
 from edge.face.recognize import recognize_image
+from edge.imageio import DEFAULT_MAX_PIXELS
 
 
 def save_gallery_atomic(gallery: Gallery, path: Path) -> Path:
@@ -47,15 +48,17 @@ class FaceService:
     Args:
         settings: the ``[face]`` table.
         threads: onnxruntime threads per model (``face.threads``, or the profile's when that is 0).
+        max_pixels: enrolment photos larger than this are skipped without being decoded.
 
     Raises:
         InputError: if the models folder or the gallery file is invalid, or enrolment finds no face.
         InferenceError: if a model does not load.
     """
 
-    def __init__(self, settings: FaceSettings, threads: int) -> None:
+    def __init__(self, settings: FaceSettings, threads: int, max_pixels: int = DEFAULT_MAX_PIXELS) -> None:
         self.settings = settings
         self.threads = threads
+        self.max_pixels = max_pixels
         self.pipeline = open_face_pipeline(settings.models, threads)
         try:
             self.gallery, self.gallery_origin = self._initial_gallery()
@@ -96,7 +99,7 @@ class FaceService:
             )
         start = time.perf_counter()
         gallery = Gallery()
-        report = gallery.enroll_folder(folder, self.pipeline)
+        report = gallery.enroll_folder(folder, self.pipeline, self.max_pixels)
         save_gallery_atomic(gallery, self.settings.gallery)
         self.gallery = gallery
         return {

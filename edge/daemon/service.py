@@ -31,8 +31,9 @@ from edge.daemon.listener import Listener, command_topic, text_request_topic
 from edge.daemon.sources import Frame, open_source, receipt_key
 from edge.daemon.state import StateStore
 from edge.daemon.text_service import TextService
-from edge.errors import EdgeDeployError, InputError
+from edge.errors import EdgeDeployError, InputError, TelemetryError
 from edge.face.models import FaceModel, read_models_file
+from edge.imageio import DEFAULT_MAX_PIXELS
 from edge.telemetry.mqtt import TelemetryClient, TelemetryConfig
 from edge.telemetry.schema import BenchReport, Message, Result, Telemetry
 
@@ -46,6 +47,8 @@ TASK_FAILED = "command.failed"
 #: At most this many rejection reports per minute; the rest are logged and counted only.
 REJECTIONS_PER_MINUTE = 20
 _IDLE_WAIT_S = 0.05
+#: How often the loop retries reports held while the disk refused them.
+_HELD_WAIT_S = 0.5
 #: models.json formats a runtime backend runs (others, e.g. the npz shape predictor, are not benchmarked).
 RUNTIME_FORMATS = ("onnx", "ort", "tflite")
 #: Dynamic dimensions are benchmarked at batch 1 and this many pixels (MTCNN's P-net takes any image size).
@@ -116,8 +119,11 @@ class Daemon:
         profile_threads = self._board.profile.runtime.threads if self._board.profile else 0
         self._threads = config.face.threads or profile_threads or min(4, os.cpu_count() or 1)
         self._text_threads = config.text.threads or profile_threads or min(4, os.cpu_count() or 1)
+        profile = self._board.profile
+        self._max_pixels = profile.memory.max_image_pixels if profile else DEFAULT_MAX_PIXELS
         self._secret = load_secret(config.commands.secret_file) if config.commands.secret_file else None
         self._rejections: list[float] = []
+        self._held: list[tuple[Message, str | None]] = []
         self._suppressed = 0
         self._announced = False
 
@@ -157,13 +163,13 @@ class Daemon:
         try:
             self._client = self._open_telemetry()
             stack.append(self._client)
-            self._face = FaceService(cfg.face, self._threads)
+            self._face = FaceService(cfg.face, self._threads, self._max_pixels)
             stack.append(self._face)
             log.info("gallery: %s (%d people)", self._face.gallery_origin, len(self._face.gallery))
             self._text = TextService(cfg.text, self._text_threads)
             stack.append(self._text)
             self._listener = self._open_listener()
-            self._source = open_source(cfg.source, self._frame_done, self.once)
+            self._source = open_source(cfg.source, self._frame_done, self.once, self._max_pixels)
             stack.append(self._source)
             log.info("serving %s as device %s (%d threads)", self._source.name, cfg.device_id, self._threads)
             self._loop()
@@ -213,6 +219,9 @@ class Daemon:
         next_frame_at = 0.0
         while not self._stop.is_set():
             self._client.check()
+            if self._held and not self._release_held():
+                self._stop.wait(_HELD_WAIT_S)
+                continue
             self._handle_inbound()
             now = time.monotonic()
             if now >= next_telemetry:
@@ -236,7 +245,38 @@ class Daemon:
             self._report(window.telemetry(read_soc_state().temperature_c))
 
     def _report(self, message: Message, key: str | None = None) -> Message:
-        return self._client.report(message, key=key)
+        """Store a report; while the disk refuses (full, read-only) hold it in memory instead of failing.
+
+        While anything is held the loop takes no new frame or message (so what is held stays small) and
+        retries; a crash meanwhile loses nothing that was not already refused: a held frame has no receipt
+        and is analysed again after the restart.
+        """
+        if not self._held:
+            try:
+                return self._client.report(message, key=key)
+            except TelemetryError:
+                error = self._client.storage_error
+                if error is None:
+                    raise
+                log.error("%s; frames and messages wait until the disk takes reports again", error)
+        self._held.append((message, key))
+        return message
+
+    def _release_held(self) -> bool:
+        """Store what waited while the disk refused; True when nothing waits any more."""
+        while self._held:
+            if self._client.storage_error is not None:
+                return False
+            message, key = self._held[0]
+            try:
+                self._client.report(message, key=key)
+            except TelemetryError:
+                if self._client.storage_error is None:
+                    raise
+                return False
+            self._held.pop(0)
+        log.info("the outbox stores reports again; going on")
+        return True
 
     def _process(self, frame: Frame) -> float:
         """Analyse one frame and store its result durably; return the latency in ms."""
@@ -301,6 +341,9 @@ class Daemon:
             )
         except CommandRejected as exc:
             self._reject(exc)
+            return
+        except InputError as exc:  # the nonce could not be recorded (a full disk): refuse, never obey unrecorded
+            self._reject(CommandRejected(f"cannot record the command's nonce: {exc}"))
             return
         self.summary.commands += 1
         log.info("command %s (nonce %s) accepted", command.name, command.nonce)

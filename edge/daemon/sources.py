@@ -20,13 +20,19 @@ import numpy as np
 
 from edge.daemon.config import SourceKind, SourceSettings
 from edge.errors import EdgeDeployError, InputError, require
-from edge.imageio import load_image
+from edge.imageio import DEFAULT_MAX_PIXELS, load_image
 
 #: Image suffixes the watched folder takes; other files are ignored (and logged once).
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".webp")
 
 #: ``done(source, key)``: whether the frame ``key`` of ``source`` has its result reported.
 DoneCheck = Callable[[str, str], bool]
+
+
+def display_name(name: str) -> str:
+    """A file name as valid text: bytes that are not UTF-8 (kept by Python as surrogate escapes, which no
+    UTF-8 consumer takes) are shown as ``\\xff``. Stable, so it can key the file's frame across restarts."""
+    return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 
 def receipt_key(source: str, key: str) -> str:
@@ -79,14 +85,22 @@ class WatchedFolder:
         poll_interval_s: how often to list the folder when nothing is queued.
         settle_s: minimum age of a file before it is read.
         once: list the folder once; ``exhausted`` becomes True when that list is done.
+        max_pixels: larger images are reported as frame errors without being decoded (``edge.imageio``).
     """
 
     def __init__(
-        self, folder: Path, done: DoneCheck, poll_interval_s: float, settle_s: float, once: bool = False
+        self,
+        folder: Path,
+        done: DoneCheck,
+        poll_interval_s: float,
+        settle_s: float,
+        once: bool = False,
+        max_pixels: int = DEFAULT_MAX_PIXELS,
     ) -> None:
         self.folder = Path(folder)
-        self.name = f"folder:{self.folder}"
+        self.name = f"folder:{display_name(str(self.folder))}"
         self.done = done
+        self.max_pixels = max_pixels
         self.poll_interval_s = poll_interval_s
         self.settle_s = settle_s
         self.once = once
@@ -104,6 +118,7 @@ class WatchedFolder:
             raise InputError(f"{self.folder}: cannot list the watched folder ({exc.strerror})") from exc
         now = time.time()
         found = []
+        present: set[str] = set()
         for path in entries:
             try:
                 st = path.stat()
@@ -116,7 +131,8 @@ class WatchedFolder:
                 continue
             if now - st.st_mtime < self.settle_s and not self.once:
                 continue
-            key = f"{path.name}|{st.st_size}|{st.st_mtime_ns}"
+            key = f"{display_name(path.name)}|{st.st_size}|{st.st_mtime_ns}"
+            present.add(key)
             if key in self._seen:
                 continue
             if self.done(self.name, key):
@@ -124,6 +140,8 @@ class WatchedFolder:
             else:
                 found.append((st.st_mtime_ns, path.name, key))
         self._queue = [(name, key) for _, name, key in sorted(found)]
+        self._seen &= present  # forget files that are gone: a folder emptied by its producer keeps memory flat
+        self.ignored &= {p.name for p in entries}
         self._scans += 1
 
     def next_frame(self) -> Frame | None:
@@ -139,12 +157,13 @@ class WatchedFolder:
                 return None
         name, key = self._queue.pop(0)
         self._seen.add(key)
-        meta = {"file": name}
+        shown = display_name(name)
+        meta = {"file": shown}
         try:
-            rgb = load_image(self.folder / name)
+            rgb = load_image(self.folder / name, self.max_pixels)
         except EdgeDeployError as exc:
-            return Frame(name, None, self.name, key, meta, error=str(exc))
-        return Frame(name, rgb, self.name, key, meta)
+            return Frame(shown, None, self.name, key, meta, error=str(exc))
+        return Frame(shown, rgb, self.name, key, meta)
 
     def close(self) -> None:
         """Nothing to release."""
@@ -263,19 +282,22 @@ class Camera:
         self._cap.release()
 
 
-def open_source(settings: SourceSettings, done: DoneCheck, once: bool = False) -> FrameSource:
+def open_source(
+    settings: SourceSettings, done: DoneCheck, once: bool = False, max_pixels: int = DEFAULT_MAX_PIXELS
+) -> FrameSource:
     """Open the source a config describes.
 
     Args:
         settings: the ``[source]`` table.
         done: whether a frame's result was already reported (``done(source, key)``).
         once: for a folder, take what is there now and then report ``exhausted``.
+        max_pixels: a folder's images larger than this are frame errors, never decoded.
 
     Raises:
         InputError: if the folder, video or camera cannot be opened.
     """
     if settings.kind is SourceKind.FOLDER:
-        return WatchedFolder(settings.path, done, settings.poll_interval_s, settings.settle_s, once)
+        return WatchedFolder(settings.path, done, settings.poll_interval_s, settings.settle_s, once, max_pixels)
     if settings.kind is SourceKind.VIDEO:
         return VideoFile(settings.path, done, settings.stride)
     return Camera(settings.camera_index, settings.stride)

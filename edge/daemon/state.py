@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 from edge.errors import InputError
+from edge.sqlitedb import open_durable
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS nonces (nonce TEXT PRIMARY KEY, ts REAL NOT NULL);
@@ -34,14 +35,7 @@ class StateStore:
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
         self._lock = threading.Lock()
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=10)
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=FULL")
-            self._db.executescript(_SCHEMA)
-        except (sqlite3.Error, OSError) as exc:
-            raise InputError(f"{self.path}: cannot open the daemon's state database ({exc})") from exc
+        self._db = open_durable(self.path, _SCHEMA, InputError, "daemon state")
 
     def _run(self, *statements: tuple[str, tuple]) -> list[tuple]:
         """Run statements in one transaction; return the last one's rows."""

@@ -9,17 +9,19 @@ every request is answered with a "text model not configured" error.
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Any
 
 from edge.daemon.config import TextSettings
 from edge.errors import EdgeDeployError
+from edge.payload import PayloadError, parse_json
 
 TASK_REPLY = "text.reply"
 TASK_ERROR = "text.error"
 _ID_RE = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
 MAX_REQUEST_BYTES = 65536
+#: A request is one flat object.
+MAX_REQUEST_DEPTH = 2
 
 
 class TextRequestError(Exception):
@@ -61,12 +63,10 @@ class TextService:
         Raises:
             TextRequestError: naming the field at fault.
         """
-        if len(payload) > MAX_REQUEST_BYTES:
-            raise TextRequestError(f"request of {len(payload)} bytes; expected at most {MAX_REQUEST_BYTES}", None)
         try:
-            body = json.loads(payload.decode("utf-8"))
-        except (UnicodeDecodeError, ValueError) as exc:
-            raise TextRequestError(f"request is not valid JSON ({exc})", None) from exc
+            body = parse_json(payload, "request", MAX_REQUEST_BYTES, MAX_REQUEST_DEPTH)
+        except PayloadError as exc:
+            raise TextRequestError(str(exc), None) from None
         if not isinstance(body, dict):
             raise TextRequestError(f"request is a JSON {type(body).__name__}; expected an object", None)
         rid = body.get("id")

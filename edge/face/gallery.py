@@ -8,23 +8,81 @@ from __future__ import annotations
 
 import io
 import math
+import tokenize
 import zipfile
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import IO, Protocol
 
 import numpy as np
 from numpy.typing import ArrayLike
 
 from edge.errors import EdgeDeployError, InputError
 from edge.face.types import DLIB_SAME_PERSON_THRESHOLD
-from edge.imageio import load_image
+from edge.imageio import DEFAULT_MAX_PIXELS, load_image
 
 GALLERY_SCHEMA_VERSION = 1
 DESCRIPTOR_SIZE = 128
 #: Suffixes enrol_folder reads; other files are listed as skipped.
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".webp")
 _KEYS = ("schema_version", "names", "owner", "descriptors")
+#: Most descriptors a gallery file may hold (51 MB of float32), and most bytes all its arrays may take.
+MAX_DESCRIPTORS = 100_000
+MAX_GALLERY_BYTES = 64 << 20
+#: The dtype kinds each key may have ('i'/'u' integers, 'f' real floats, 'U' text): no objects, no complex.
+_KINDS = {"schema_version": "iu", "names": "U", "owner": "iu", "descriptors": "f"}
+
+
+def _npy_header(path: Path, key: str, fh: IO[bytes], size: int) -> tuple[tuple[int, ...], bool, np.dtype]:
+    """Read one member's .npy header and check it against the key's rules and the member's real size."""
+    readers = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
+    try:
+        version = np.lib.format.read_magic(fh)
+        if version not in readers:
+            raise ValueError(f"format version {version}; expected 1.0 or 2.0")
+        shape, fortran, dtype = readers[version](fh)
+    except (ValueError, SyntaxError, tokenize.TokenError) as exc:  # numpy tokenizes old-format headers
+        raise InputError(f"{path}: key '{key}' is not a NumPy array ({exc})") from None
+    if dtype.kind not in _KINDS[key] or dtype.hasobject:
+        raise InputError(f"{path}: key '{key}' has dtype {dtype}; expected {_KIND_TEXT[_KINDS[key]]}")
+    declared = math.prod(shape) * dtype.itemsize
+    if declared != size - fh.tell() or declared > MAX_GALLERY_BYTES:
+        raise InputError(
+            f"{path}: key '{key}' declares {shape} {dtype} ({declared} bytes) in a member of {size} bytes; "
+            f"expected a consistent array of at most {MAX_GALLERY_BYTES} bytes"
+        )
+    return shape, fortran, dtype
+
+
+_KIND_TEXT = {"iu": "integers", "U": "unicode text", "f": "real floating point (float32)"}
+
+
+def _read_npz(path: Path) -> dict[str, np.ndarray]:
+    """The four arrays of a gallery file, each member checked (name, size, header) before it is read."""
+    try:
+        with zipfile.ZipFile(path) as zf:
+            infos = zf.infolist()
+            names = [i.filename.removesuffix(".npy") for i in infos]
+            unknown = sorted(set(names) - set(_KEYS)) or ([n for n in names if names.count(n) > 1][:1])
+            if unknown or len(infos) > len(_KEYS):
+                raise InputError(f"{path}: member {unknown[0]!r} is not part of a gallery; it holds {', '.join(_KEYS)}")
+            if sum(i.file_size for i in infos) > MAX_GALLERY_BYTES + 4096 * len(infos):
+                raise InputError(
+                    f"{path}: members unpack to {sum(i.file_size for i in infos)} bytes; expected at most "
+                    f"{MAX_GALLERY_BYTES} (a gallery of up to {MAX_DESCRIPTORS} descriptors)"
+                )
+            data = {}
+            for info, key in zip(infos, names, strict=True):
+                with zf.open(info) as fh:
+                    shape, fortran, dtype = _npy_header(path, key, fh, info.file_size)
+                    raw = fh.read(info.file_size)
+                flat = np.frombuffer(raw, dtype=dtype, count=math.prod(shape))
+                data[key] = flat.reshape(shape, order="F" if fortran else "C")
+    except (OSError, EOFError, zipfile.BadZipFile, zlib.error, NotImplementedError) as exc:
+        raise InputError(f"{path}: not a gallery file (expected NumPy .npz: {exc})") from None
+    return data
+
 
 
 class _Analyzer(Protocol):
@@ -121,7 +179,9 @@ class Gallery:
                 best_name, best = name, dist
         return Match(best_name if best <= threshold else None, best)
 
-    def enroll_folder(self, folder: str | Path, pipeline: _Analyzer) -> EnrollmentReport:
+    def enroll_folder(
+        self, folder: str | Path, pipeline: _Analyzer, max_pixels: int = DEFAULT_MAX_PIXELS
+    ) -> EnrollmentReport:
         """Enrol every person of ``folder``: one sub-folder per person, named after them, holding photos.
 
         Each photo must show the person; when it shows several faces the largest is taken. Photos with
@@ -130,6 +190,7 @@ class Gallery:
         Args:
             folder: the gallery folder.
             pipeline: anything with ``analyze(rgb) -> list[Face]``, e.g. FacePipeline.
+            max_pixels: photos declaring more pixels are skipped without being decoded.
 
         Returns:
             EnrollmentReport with descriptors added per person and skipped files with reasons.
@@ -146,7 +207,7 @@ class Gallery:
         report = EnrollmentReport()
         for person in people:
             for path in sorted(p for p in person.iterdir() if p.is_file() and not p.name.startswith(".")):
-                reason = self._enroll_photo(person.name, path, pipeline)
+                reason = self._enroll_photo(person.name, path, pipeline, max_pixels)
                 if reason is None:
                     report.enrolled[person.name] = report.enrolled.get(person.name, 0) + 1
                 else:
@@ -155,11 +216,11 @@ class Gallery:
             raise InputError(f"{root}: no face found in any photo ({len(report.skipped)} files skipped)")
         return report
 
-    def _enroll_photo(self, name: str, path: Path, pipeline: _Analyzer) -> str | None:
+    def _enroll_photo(self, name: str, path: Path, pipeline: _Analyzer, max_pixels: int) -> str | None:
         if path.suffix.lower() not in IMAGE_SUFFIXES:
             return f"not an image suffix ({', '.join(IMAGE_SUFFIXES)})"
         try:
-            faces = pipeline.analyze(load_image(path))
+            faces = pipeline.analyze(load_image(path, max_pixels))
         except EdgeDeployError as exc:
             return str(exc)
         if not faces:
@@ -173,7 +234,11 @@ class Gallery:
         return None
 
     def save(self, path: str | Path) -> Path:
-        """Write the gallery to ``path`` (.npz content, whatever the suffix). Returns the path."""
+        """Write the gallery to ``path`` (.npz content, whatever the suffix). Returns the path.
+
+        Raises:
+            InputError: if the file can't be written (a folder, a missing parent folder, a full disk).
+        """
         path = Path(path)
         names = self.names
         owners = [np.full(len(self._people[n]), i, np.int64) for i, n in enumerate(names)]
@@ -187,7 +252,10 @@ class Gallery:
             owner=owner.astype(np.int64),
             descriptors=desc.astype(np.float32),
         )
-        path.write_bytes(buf.getvalue())
+        try:
+            path.write_bytes(buf.getvalue())
+        except OSError as exc:
+            raise InputError(f"{path}: cannot write the gallery ({exc.strerror})") from None
         return path
 
     @classmethod
@@ -201,11 +269,7 @@ class Gallery:
         path = Path(path)
         if not path.is_file():
             raise InputError(f"{path}: no such gallery file")
-        try:
-            with np.load(path, allow_pickle=False) as npz:
-                data = {k: npz[k] for k in npz.files}
-        except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
-            raise InputError(f"{path}: not a gallery file (expected NumPy .npz: {exc})") from exc
+        data = _read_npz(path)
         return cls._from_arrays(path, data)
 
     @classmethod
@@ -221,6 +285,8 @@ class Gallery:
         names, owner, desc = data["names"], data["owner"], data["descriptors"]
         if names.ndim != 1 or names.dtype.kind != "U":
             raise InputError(f"{path}: key 'names' is {names.dtype} {names.shape}; expected 1-D strings")
+        if desc.ndim == 2 and desc.shape[0] > MAX_DESCRIPTORS:
+            raise InputError(f"{path}: {desc.shape[0]} descriptors; expected at most {MAX_DESCRIPTORS}")
         if desc.ndim != 2 or desc.shape[1] != DESCRIPTOR_SIZE:
             raise InputError(f"{path}: key 'descriptors' has shape {desc.shape}; expected (N, {DESCRIPTOR_SIZE})")
         if owner.shape != (desc.shape[0],) or owner.dtype.kind not in "iu":

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import enum
 import json
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -83,34 +84,80 @@ def write_models_file(folder: Path, entries: list[ModelEntry], target: str, tool
     return path
 
 
+#: Largest models.json read (a real one is ~2 KB).
+MAX_MODELS_FILE_BYTES = 1 << 20
+_ENTRY_TYPES: dict[str, type] = {
+    "role": str, "file": str, "format": str, "precision": str, "sha256": str, "size": int, "source": dict,
+}  # fmt: skip
+#: (path, size, mtime_ns) -> sha256 of model files already checked by this process.
+_VERIFIED: dict[tuple[str, int, int], str] = {}
+
+
+def _checked_entry(path: Path, i: int, raw: object) -> ModelEntry:
+    """One ``models[i]`` entry: keys of the right types, a plain file name inside the folder, size and sha256."""
+    where = f"{path}: models[{i}]"
+    if not isinstance(raw, dict):
+        raise InputError(f"{where} = {raw!r:.80}; expected an object with {', '.join(_ENTRY_TYPES)}")
+    missing = [key for key in _ENTRY_TYPES if key not in raw]
+    if missing:
+        raise InputError(f"{where} lacks key '{missing[0]}'; expected {', '.join(_ENTRY_TYPES)}")
+    for key, kind in _ENTRY_TYPES.items():
+        if not isinstance(raw[key], kind) or isinstance(raw[key], bool):
+            expected = {str: "a string", int: "a whole number", dict: "an object"}[kind]
+            raise InputError(f"{where}.{key} = {raw[key]!r:.80}; expected {expected}")
+    entry = ModelEntry(**{k: raw[k] for k in _ENTRY_TYPES})
+    if entry.file in ("", ".", "..") or "/" in entry.file or "\\" in entry.file or "\0" in entry.file:
+        raise InputError(f"{where}.file = {entry.file!r:.80}; expected a file name inside {path.parent}")
+    file = path.parent / entry.file
+    try:
+        st = file.lstat()
+    except OSError:
+        raise InputError(f"{path}: models[{i}].file = {entry.file!r} is missing from {path.parent}") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise InputError(f"{where}.file = {entry.file!r}: not a regular file; expected the model file itself")
+    if st.st_size != entry.size:
+        raise InputError(f"{where}.file = {entry.file!r}: {st.st_size} bytes; models.json says {entry.size}")
+    seen = (str(file), st.st_size, st.st_mtime_ns)
+    digest = _VERIFIED.get(seen) or file_sha256(file)
+    if digest != entry.sha256:
+        raise InputError(
+            f"{where}.file = {entry.file!r}: sha256 {digest[:12]}… but models.json says {entry.sha256[:12]}…; "
+            "expected the file the conversion wrote"
+        )
+    _VERIFIED[seen] = digest
+    return entry
+
+
 def read_models_file(folder: Path) -> dict[str, ModelEntry]:
-    """The entries of ``folder/models.json`` by role.
+    """The entries of ``folder/models.json`` by role, each file checked against its size and sha256.
 
     Raises:
-        InputError: a missing folder or file, bad JSON, a missing key, or a listed file that is absent.
+        InputError: a missing folder or file, bad JSON, a missing or mistyped key, or a listed file that is
+            absent, outside the folder, or not the file the conversion wrote (size or sha256 differ).
     """
+    from edge.payload import PayloadError, parse_json
+
     path = Path(folder) / MODELS_FILE
     if not path.is_file():
         raise InputError(
             f"{path}: not found; expected a models folder written by 'edge-deploy convert face' (with {MODELS_FILE})"
         )
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InputError(f"{path}: not valid JSON ({exc})") from exc
+        with open(path, "rb") as fh:
+            data = parse_json(fh.read(MAX_MODELS_FILE_BYTES + 1), str(path), MAX_MODELS_FILE_BYTES)
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read ({exc.strerror})") from None
+    except PayloadError as exc:
+        raise InputError(str(exc)) from None
     if not isinstance(data, dict) or data.get("schema_version") != MODELS_SCHEMA_VERSION:
         found = data.get("schema_version") if isinstance(data, dict) else type(data).__name__
         raise InputError(f"{path}: schema_version = {found!r}; expected {MODELS_SCHEMA_VERSION}")
+    models = data.get("models", [])
+    if not isinstance(models, list):
+        raise InputError(f"{path}: models = {models!r:.80}; expected a list of model entries")
     entries: dict[str, ModelEntry] = {}
-    for i, raw in enumerate(data.get("models", [])):
-        try:
-            entry = ModelEntry(**{k: raw[k] for k in ModelEntry.__dataclass_fields__})
-        except (KeyError, TypeError) as exc:
-            raise InputError(
-                f"{path}: models[{i}] lacks key {exc}; expected {', '.join(ModelEntry.__dataclass_fields__)}"
-            ) from exc
-        if not (path.parent / entry.file).is_file():
-            raise InputError(f"{path}: models[{i}].file = {entry.file!r} is missing from {path.parent}")
+    for i, raw in enumerate(models):
+        entry = _checked_entry(path, i, raw)
         entries[entry.role] = entry
     return entries
 
@@ -160,7 +207,11 @@ def open_face_pipeline(folder: Path, threads: int = 1):
     from edge.face.pipeline import FacePipeline
     from edge.face.shape5 import ShapePredictor
 
-    paths = model_paths(folder)
+    entries = read_models_file(folder)  # once: every file's sha256 is checked
+    missing = [model for model in FaceModel if model.role not in entries]
+    if missing:
+        model_path(folder, missing[0].role)  # raises naming the role
+    paths = {model: Path(folder) / entries[model.role].file for model in FaceModel}
     detector = MtcnnDetector({net: paths[net] for net in DETECTOR_NETS}, threads=threads)
     try:
         embedder = FaceEmbedder(paths[FaceModel.EMBEDDER], threads=threads)

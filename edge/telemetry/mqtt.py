@@ -167,6 +167,11 @@ class TelemetryClient(LinkHooks):
         return self._outbox.has_key(key)
 
     @property
+    def storage_error(self) -> TelemetryError | None:
+        """The outbox's disk error (full, read-only), or None when it stores reports (see ``Outbox``)."""
+        return self._outbox.storage_error
+
+    @property
     def stored_seq(self) -> int:
         """Highest sequence number on disk; reports up to it survive a crash."""
         return self._outbox.stored_seq

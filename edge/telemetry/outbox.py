@@ -39,6 +39,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from edge.errors import TelemetryError
+from edge.payload import PayloadError, check_text
+from edge.sqlitedb import open_durable
 from edge.telemetry.schema import (
     Message,
     MessageKind,
@@ -97,6 +99,29 @@ class _Queued:
         return self.message.seq
 
 
+def _check_key(key: str | None) -> None:
+    """A receipt key goes to SQLite as UTF-8: refuse what can't be (a file name with invalid UTF-8)."""
+    if key is None:
+        return
+    if not isinstance(key, str) or not key:
+        raise TelemetryError(f"outbox receipt key = {key!r}; expected a non-empty string")
+    try:
+        check_text(key, "outbox receipt key")
+    except PayloadError as exc:
+        raise TelemetryError(str(exc)) from None
+
+
+def _check_top_strings(body: dict, kind: MessageKind) -> None:
+    """The report's own string fields must be valid text: the writer could store neither it nor an error
+    result in its place (a result's nested ``data`` is checked by the writer, which then stores an error)."""
+    for name, value in body.items():
+        if type(value) is str and not value.isascii():
+            try:
+                check_text(value, f"{kind.value} report: field {name!r}")
+            except PayloadError as exc:
+                raise TelemetryError(str(exc)) from None
+
+
 class Outbox:
     """Durable, bounded store of reports waiting for the broker's acknowledgement.
 
@@ -143,19 +168,14 @@ class Outbox:
         self._attempts = 0  # commits tried by the writer
         self._closing = False
         self._closed = False
+        self._db = open_durable(self.path, _SCHEMA, TelemetryError, "outbox")
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=10)
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=FULL")
-            self._db.executescript(_SCHEMA)
             self._claim_device()
             self._next_seq = self._meta("next_seq")
             self._rows = int(self._db.execute("SELECT COUNT(*) FROM outbox").fetchone()[0])  # kept up to date
         except sqlite3.Error as exc:
+            self._db.close()
             raise TelemetryError(f"outbox {self.path}: cannot open as an SQLite outbox ({exc})") from exc
-        except OSError as exc:
-            raise TelemetryError(f"outbox {self.path}: cannot create it ({exc})") from exc
         self._stored_seq = self._next_seq - 1
         self._writer = threading.Thread(target=self._write_loop, name=f"outbox-{device_id}", daemon=True)
         self._writer.start()
@@ -210,8 +230,7 @@ class Outbox:
             raise TelemetryError(
                 f"{kind.value} message names device_id {message.device_id!r}; this outbox is for {self.device_id!r}"
             )
-        if key is not None and (not isinstance(key, str) or not key):
-            raise TelemetryError(f"outbox receipt key = {key!r}; expected a non-empty string")
+        _check_key(key)
         with self._cond:
             self._check_open()
             if len(self._queue) >= self.capacity and not self._cond.wait_for(
@@ -226,6 +245,9 @@ class Outbox:
             now = time.time()
             stored = stamped(message, self.device_id, seq, message.timestamp or now)
             body = check_fields(stored, envelope=False)  # raises for an invalid field before the number is taken
+            _check_top_strings(body, kind)
+            if kind is not MessageKind.RESULT:  # rare and small: serialise now, so the writer can never fail on it
+                body_json(body, stored)
             self._next_seq = seq + 1
             self._queue.append(_Queued(stored, body, now, key))
             if key is not None:
@@ -275,6 +297,16 @@ class Outbox:
         self.wait_stored(self.last_seq, timeout)
 
     @property
+    def storage_error(self) -> TelemetryError | None:
+        """Why the last commit failed (a full or read-only disk), or None once a commit succeeds again.
+
+        While it is set, ``add`` refuses new reports and the writer retries the queued ones every
+        ``RETRY_S`` seconds; it clears itself when the disk takes them.
+        """
+        with self._cond:
+            return self._error
+
+    @property
     def stored_seq(self) -> int:
         """Highest sequence number committed to disk (0 before the first)."""
         with self._cond:
@@ -306,7 +338,7 @@ class Outbox:
             last_commit = time.monotonic()
             try:
                 self._commit(batch)
-            except (sqlite3.Error, TelemetryError) as exc:
+            except (sqlite3.Error, TelemetryError, ValueError) as exc:  # ValueError: text SQLite can't take
                 with self._cond:
                     self._attempts += 1
                     self._error = TelemetryError(

@@ -22,9 +22,14 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 from edge.errors import TelemetryError
+from edge.payload import PayloadError, check_strings, has_surrogate_escape, parse_json
 
 #: Bumped whenever a field is added, removed or changes meaning; readers reject other versions.
 SCHEMA_VERSION = 1
+#: Largest message a reader accepts (and a writer produces): a face result with 100 faces is ~30 KB.
+MAX_MESSAGE_BYTES = 256 * 1024
+#: Deepest nesting a reader accepts (a face result: message -> data -> faces -> face -> box = 5).
+MAX_MESSAGE_DEPTH = 16
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$")
 _PREFIX_RE = re.compile(r"^[A-Za-z0-9_.:-]+(/[A-Za-z0-9_.:-]+)*$")
@@ -263,9 +268,20 @@ def body_json(body: dict[str, Any], message: Message) -> str:
         TelemetryError: if something nested in a field can't be JSON (NaN, a numpy scalar).
     """
     try:
-        return json.dumps(body, separators=(",", ":"), allow_nan=False)
-    except (TypeError, ValueError) as exc:
+        text = json.dumps(body, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError, RecursionError) as exc:
         raise TelemetryError(f"{body['type']} message from {message.device_id!r} cannot be JSON: {exc}") from exc
+    if len(text) > MAX_MESSAGE_BYTES // 6 and len(text.encode("utf-8", "surrogatepass")) > MAX_MESSAGE_BYTES:
+        raise TelemetryError(
+            f"{body['type']} message from {message.device_id!r} cannot be JSON: {len(text.encode())} bytes; "
+            f"expected at most {MAX_MESSAGE_BYTES} (a reader refuses more)"
+        )
+    if has_surrogate_escape(text):  # json.dumps escapes a lone surrogate; every reader refuses it
+        try:
+            check_strings(body, f"{body['type']} message from {message.device_id!r}")
+        except PayloadError as exc:
+            raise TelemetryError(f"{exc} (a reader refuses it)") from None
+    return text
 
 
 def from_json(data: str | bytes, source: str = "message") -> Message:
@@ -283,14 +299,14 @@ def from_json(data: str | bytes, source: str = "message") -> Message:
             schema version different from ``SCHEMA_VERSION``, a field missing, unknown or of the wrong type.
     """
     try:
-        body = json.loads(data, parse_constant=_reject_constant)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise TelemetryError(f"{source}: not valid JSON ({exc})") from exc
+        body = parse_json(data, source, MAX_MESSAGE_BYTES, MAX_MESSAGE_DEPTH)
+    except PayloadError as exc:
+        raise TelemetryError(str(exc)) from None
     if not isinstance(body, dict):
         raise TelemetryError(f"{source}: expected a JSON object, got {type(body).__name__}")
     kinds = ", ".join(k.value for k in MessageKind)
     raw_kind = body.pop("type", None)
-    if raw_kind not in {k.value for k in MessageKind}:
+    if not isinstance(raw_kind, str) or raw_kind not in {k.value for k in MessageKind}:
         raise TelemetryError(f"{source}: field 'type' = {raw_kind!r}; expected one of {kinds}")
     version = body.get("schema_version")
     if version != SCHEMA_VERSION or isinstance(version, bool):
@@ -352,10 +368,6 @@ def _required(f: dataclasses.Field) -> bool:
     if f.name in _ENVELOPE:
         return True
     return f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
-
-
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not allowed")
 
 
 def _convert(source: str, name: str, value: Any, hint: Any) -> Any:

@@ -9,12 +9,17 @@ several conversations; the device only concatenates strings.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from edge.errors import InputError
+from edge.payload import PayloadError, check_text
 
 ROLES = ("system", "user", "assistant")
+#: Text shaped like a ChatML control token (``<|im_start|>``, ``<|im_end|>``, ``<|endoftext|>``, ...): the
+#: tokenizer turns it into the control token itself, so a message holding it could open its own turn.
+CONTROL_TOKEN = re.compile(r"<\|[^<>|\s]{1,48}\|>")
 
 
 @dataclass(frozen=True)
@@ -48,6 +53,33 @@ class ChatFormat:
             raise InputError(f"{where}: chat_format.default_system = {default!r}; expected a string or null")
         return cls(**values, default_system=default)
 
+    def markers(self) -> tuple[str, ...]:
+        """The template's own control text (e.g. ``<|im_start|>``, ``<|im_end|>``), which content may not hold."""
+        parts = (self.message_prefix, self.message_suffix, self.generation_prompt)
+        return tuple(sorted({p.strip() for p in parts if p.strip()} - {""}))
+
+    def check_content(self, what: str, content: str) -> None:
+        """Refuse message content that would be read as structure, or that no tokenizer can take.
+
+        Raises:
+            InputError: the content holds a control token (``<|im_start|>``...) or the template's markers, or
+                a lone surrogate.
+        """
+        try:
+            check_text(content, what)
+        except PayloadError as exc:
+            raise InputError(str(exc)) from None
+        found = CONTROL_TOKEN.search(content)
+        hits = [(content.find(m), m) for m in self.markers() if m in content]
+        if found:
+            hits.append((found.start(), found.group()))
+        if hits:
+            pos, token = min(hits)
+            raise InputError(
+                f"{what} holds the control token {token!r} at character {pos}; expected plain text (a message may "
+                "not open or close a turn)"
+            )
+
     def message(self, role: str, content: str) -> str:
         """One formatted message."""
         return self.message_prefix + role + self.role_suffix + content + self.message_suffix
@@ -69,6 +101,7 @@ class ChatFormat:
                 raise InputError(f"messages[{i}].role = {role!r}; expected one of {', '.join(ROLES)}")
             if not isinstance(content, str):
                 raise InputError(f"messages[{i}].content = {content!r}; expected a string")
+            self.check_content(f"messages[{i}].content", content)
             if i == 0 and role != "system" and self.default_system is not None:
                 parts.append(self.message("system", self.default_system))
             parts.append(self.message(role, content))

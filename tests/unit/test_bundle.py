@@ -292,3 +292,66 @@ def test_extract_refuses_an_existing_bundle_folder(bundle: Path, tmp_path: Path)
 def test_check_member_accepts_plain_files_and_folders() -> None:
     check_member("a.tar", _member("rpi4-face/models/x.onnx"))
     check_member("a.tar", _member("rpi4-face/models", tarfile.DIRTYPE))
+
+
+# --- issue 17, defect 9: extract wrote before verifying; './' members refused; 11 MB of error text -----------
+
+
+def test_extract_writes_nothing_for_an_archive_that_fails_verification(bundle: Path, tmp_path: Path) -> None:
+    (bundle / "payload.bin").write_bytes(b"\0" * 4096)  # a stray file the manifest does not list
+    archive = _archive(bundle)
+    with pytest.raises(BundleError) as err:
+        extract_bundle(archive, tmp_path / "out")
+    assert str(err.value) == (
+        f"{archive}: 1 file does not match manifest.json:\n  payload.bin: not listed in manifest.json (stray file)"
+    )
+    assert not (tmp_path / "out").exists()
+
+
+def test_members_starting_with_dot_slash_verify_and_extract(bundle: Path, tmp_path: Path) -> None:
+    archive = tmp_path / "dot.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:  # what `tar -czf x.tar.gz -C parent ./rpi4-face` writes
+        tar.add(bundle, arcname="./rpi4-face")
+    assert verify_bundle(archive).files == 4
+    assert verify_bundle(extract_bundle(archive, tmp_path / "out")).files == 4
+
+
+def _many_members(path: Path, count: int) -> Path:
+    with tarfile.open(path, "w") as tar:
+        for i in range(count):
+            tar.addfile(_member(f"rpi4-face/f{i}"), io.BytesIO(b"abc"))
+    return path
+
+
+def test_too_many_members_are_refused_early(tmp_path: Path) -> None:
+    from edge.bundle import MAX_MEMBERS
+
+    archive = _many_members(tmp_path / "many.tar", MAX_MEMBERS + 1)
+    for action in (lambda: verify_bundle(archive), lambda: extract_bundle(archive, tmp_path / "out")):
+        with pytest.raises(BundleError) as err:
+            action()
+        assert str(err.value) == (
+            f"{archive}: more than 10000 members or 4294967296 bytes; expected a bundle (a few hundred files); "
+            "refused before reading further"
+        )
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow
+def test_the_outside_tests_200k_entry_archive_gives_one_short_error(tmp_path: Path) -> None:
+    archive = _many_members(tmp_path / "200k.tar", 200_000)
+    with pytest.raises(BundleError) as err:
+        verify_bundle(archive)
+    assert len(str(err.value)) < 300
+
+
+def test_a_long_list_of_mismatches_is_capped(tmp_path: Path) -> None:
+    files = {f"f{i:04}": b"x" for i in range(1000)}
+    root = make_bundle(tmp_path / "b", files)
+    for i in range(1000):
+        (root / f"f{i:04}").unlink()
+    with pytest.raises(BundleError) as err:
+        verify_bundle(root)
+    lines = str(err.value).splitlines()
+    assert lines[0] == f"{root}: 1000 files do not match manifest.json:"
+    assert len(lines) == 22 and lines[-1] == "  … and 980 more"

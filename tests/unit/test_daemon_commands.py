@@ -74,8 +74,7 @@ def test_the_signature_covers_every_field_in_canonical_form() -> None:
     [
         (
             b"\xff\xfe",
-            "malformed command: not valid JSON ('utf-8' codec can't decode byte 0xff in position 0: "
-            "invalid start byte)",
+            "malformed command: not UTF-8 text (byte 0: invalid start byte)",
         ),  # fmt: skip
         ("[1, 2]", "malformed command: expected a JSON object, got list"),
         (
@@ -91,7 +90,16 @@ def test_the_signature_covers_every_field_in_canonical_form() -> None:
             "malformed command: field 'args' = []; expected a JSON object",
         ),  # fmt: skip
         (b"x" * 5000, "malformed command: 5000 bytes; expected at most 4096"),
-        ('{"v": NaN}', "malformed command: not valid JSON (NaN is not allowed)"),
+        ('{"v": NaN}', "malformed command: NaN is not allowed; expected a finite number"),
+        # issue 17, defect 1: these crashed the daemon (RecursionError, OverflowError) before any signature check
+        ("[" * 1500, "malformed command: nested 1500 levels deep; expected at most 4"),
+        (
+            '{"v": 1, "device": "pi-a", "cmd": "bench", "args": {}, "ts": ' + "9" * 400 + ', "nonce": "'
+            + NONCE + '", "sig": "' + "0" * 64 + '"}',
+            "malformed command: integer 999999999999…(400 digits) is out of range; expected at most "
+            "±9007199254740991 (2^53 - 1)",
+        ),  # fmt: skip
+        ('{"v": 1, "ts": 1e400}', "malformed command: number 1e400 is not a finite float; expected a finite number"),
     ],
 )
 def test_malformed_messages_are_rejected_with_a_reason(payload: str | bytes, expected: str) -> None:
@@ -143,3 +151,12 @@ def test_secret_file_rules(tmp_path: Path) -> None:
     assert str(info.value) == (
         f"commands.secret_file = '{short}': 3 bytes; expected at least 16 (e.g. head -c 32 /dev/urandom | base64)"
     )
+
+
+def test_a_nan_skew_bound_refuses_a_stale_signed_command() -> None:
+    """Issue 17, defect 4: with max_skew_s = nan a validly signed command 10^6 s old was executed (NaN made
+    the skew comparison false). The config reader now refuses nan; the check itself fails closed too."""
+    stale = signed("reload", ts=NOW - 1e6).encode()
+    with pytest.raises(CommandRejected) as info:
+        verify_command(stale, SECRET, "pi-a", float("nan"), Nonces(), now=NOW)
+    assert info.value.reason == "stale command: ts is -1000000.0 s from this device's clock; expected within nan s"

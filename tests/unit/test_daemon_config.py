@@ -72,7 +72,7 @@ def test_broker_table_with_password_file(folder: Path) -> None:
             "CFG: unknown key telemetry.interval; expected one of commit_interval_s, flush_timeout_s, interval_s, outbox, "
             "outbox_capacity, prefix",
         ),
-        ("[telemetry]\ninterval_s = 0\n", "CFG: telemetry.interval_s = 0.0; expected a number > 0.0"),
+        ("[telemetry]\ninterval_s = 0\n", "CFG: telemetry.interval_s = 0.0; expected a number in (0, 86400]"),
         ('[telemetry]\ninterval_s = "5"\n', "CFG: telemetry.interval_s = '5'; expected a number"),
         (
             '[telemetry]\nprefix = "a/#"\n',
@@ -80,7 +80,7 @@ def test_broker_table_with_password_file(folder: Path) -> None:
             "'_', '.', ':' or '-' separated by '/', without wildcards or a leading/trailing '/'",
         ),  # fmt: skip
         ("[broker]\nport = 1883\n", "CFG: missing key broker.host"),
-        ('[broker]\nhost = "h"\nport = 70000\n', "CFG: [broker] broker port = 70000; expected an integer in 1..65535"),
+        ('[broker]\nhost = "h"\nport = 70000\n', "CFG: broker.port = 70000; expected a whole number in 1..65535"),
         ('[broker]\nhost = "h"\ntls = "yes"\n', "CFG: broker.tls = 'yes'; expected true or false"),
         (
             '[broker]\nhost = "h"\npassword_file = "pw"\n',
@@ -90,7 +90,7 @@ def test_broker_table_with_password_file(folder: Path) -> None:
             "[commands]\nbench_runs = 2000\n",
             "CFG: commands.bench_runs = 2000; expected at most commands.max_bench_runs (1000)",
         ),  # fmt: skip
-        ("[text]\nmax_new_tokens = 0\n", "CFG: text.max_new_tokens = 0; expected a whole number >= 1"),
+        ("[text]\nmax_new_tokens = 0\n", "CFG: text.max_new_tokens = 0; expected a whole number in 1..8192"),
         (
             '[text]\nmodel_dir = "nowhere"\n',
             "CFG: text.model_dir = 'DIR/nowhere'; expected a converted language-model folder",
@@ -134,7 +134,7 @@ def test_mistakes_name_file_key_and_what_is_allowed(folder: Path, extra: str, me
         ),  # fmt: skip
         (
             '[face]\nmodels = "face"\n[source]\npath = "incoming"\nstride = 0\n',
-            "CFG: source.stride = 0; expected a whole number >= 1",
+            "CFG: source.stride = 0; expected a whole number in 1..100000",
         ),  # fmt: skip
         (
             '[face]\nmodels = "face"\n[source]\npath = "incoming"\nstride = 1.5\n',
@@ -146,7 +146,7 @@ def test_mistakes_name_file_key_and_what_is_allowed(folder: Path, extra: str, me
         ),  # fmt: skip
         (
             '[face]\nmodels = "face"\nthreshold = 0\n[source]\npath = "incoming"\n',
-            "CFG: face.threshold = 0.0; expected a number > 0.0",
+            "CFG: face.threshold = 0.0; expected a number in (0, 2]",
         ),  # fmt: skip
         ('[face]\nmodels = 7\n[source]\npath = "incoming"\n', "CFG: face.models = 7; expected a path (string)"),
         (
@@ -214,3 +214,114 @@ def test_the_daemon_refuses_to_start_on_a_bundle_that_fails_verification(folder:
         Daemon(config, once=True).run()
     assert str(info.value) == f"{bundle / 'manifest.json'}: missing key 'format'"
     assert not (folder / "state" / "state.sqlite").exists()  # refused before touching any state
+
+
+# --- issue 17, defect 4: NaN/inf and out-of-range numbers passed validation ---------------------------------
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        # a validly signed command 10^6 s old executed with this
+        ("[commands]\nmax_skew_s = nan\n", "CFG: commands.max_skew_s = nan; expected a finite number"),
+        ("[telemetry]\ninterval_s = nan\n", "CFG: telemetry.interval_s = nan; expected a finite number"),
+        ("[telemetry]\ninterval_s = inf\n", "CFG: telemetry.interval_s = inf; expected a finite number"),
+        ("[face]\nthreshold = -inf\n", "CFG: face.threshold = -inf; expected a finite number"),
+        (
+            "[telemetry]\ncommit_interval_s = 1000\n",
+            "CFG: telemetry.commit_interval_s = 1000.0; expected a number in [0, 10]",
+        ),
+        (
+            '[broker]\nhost = "h"\nkeepalive_s = 100000\n',
+            "CFG: broker.keepalive_s = 100000; expected a whole number in 1..65535",
+        ),
+        ("[face]\nthreads = 100000\n", "CFG: face.threads = 100000; expected a whole number in 0..256"),
+    ],
+)
+def test_non_finite_and_out_of_range_numbers_are_refused(folder: Path, extra: str, message: str) -> None:
+    if extra.startswith("[face]"):  # a second [face] table would be a TOML error: add the key to the first
+        text = MINIMAL.replace('models = "face"\n', 'models = "face"\n' + extra.split("\n", 1)[1])
+    else:
+        text = MINIMAL + extra
+    assert error(folder, text) == message
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('state_dir = "a\\u0000b"\n' + MINIMAL, "CFG: state_dir = 'a\\x00b'; expected text without control characters (found '\\x00')"),
+        (
+            'state_dir = "' + "x" * 10_000 + '"\n' + MINIMAL,
+            "CFG: state_dir = '" + "x" * 60 + "…(10000 characters)'; expected a path of at most 4096 bytes with names of "
+            "at most 255",
+        ),
+        ("a = " + "[" * 100_000 + "]" * 100_000 + "\n", "CFG: not valid TOML (nested too deeply to read); expected a flat config"),
+    ],
+)
+def test_hostile_paths_and_nesting_are_one_line_errors(folder: Path, text: str, message: str) -> None:
+    assert error(folder, text) == message
+
+
+def _models_folder(folder: Path) -> None:
+    import hashlib
+    import json
+
+    from edge.face.models import FACE_ROLES
+
+    models = []
+    for i, role in enumerate(FACE_ROLES):
+        data = f"model {i}".encode()
+        (folder / "face" / f"m{i}.onnx").write_bytes(data)
+        models.append({"role": role, "file": f"m{i}.onnx", "format": "onnx", "precision": "fp32",
+                       "sha256": hashlib.sha256(data).hexdigest(), "size": len(data), "source": {}})  # fmt: skip
+    (folder / "face" / "models.json").write_text(json.dumps({"schema_version": 1, "models": models}))
+
+
+def _check(folder: Path, text: str) -> str:
+    from edge.daemon.preflight import preflight
+
+    with pytest.raises(InputError) as info:
+        preflight(load_config(write(folder, text)))
+    return str(info.value).replace(str(folder / "edge-deploy.toml"), "CFG").replace(str(folder), "DIR")
+
+
+def test_check_finds_what_serve_would_refuse(folder: Path) -> None:
+    """`serve --check` said ok to all of these; only `serve` found them."""
+    from edge.daemon.preflight import preflight
+
+    assert _check(folder, MINIMAL) == (
+        "CFG: face.models: DIR/face/models.json: not found; expected a models folder written by 'edge-deploy "
+        "convert face' (with models.json)"
+    )
+    _models_folder(folder)
+    assert any("5 models" in line for line in preflight(load_config(write(folder, MINIMAL))))
+    secret = folder / "key"
+    with_secret = MINIMAL + '[commands]\nsecret_file = "key"\n'
+    assert _check(folder, with_secret) == (
+        "CFG: commands.secret_file = 'DIR/key': cannot read (No such file or directory)"
+    )
+    secret.write_text("0123456789abcdef0123\n")
+    secret.chmod(0o644)
+    assert "mode 644 lets group or others read it" in _check(folder, with_secret)
+    secret.write_text("short\n")
+    secret.chmod(0o600)
+    assert "5 bytes; expected at least 16" in _check(folder, with_secret)
+    (folder / "state").mkdir(exist_ok=True)
+    (folder / "state" / "gallery.npz").write_bytes(b"garbage")
+    assert _check(folder, MINIMAL).startswith("CFG: face.gallery: DIR/state/gallery.npz: not a gallery file")
+    (folder / "blocker").write_text("a file, not a folder")
+    assert _check(folder, 'state_dir = "blocker/state"\n' + MINIMAL) == (
+        "CFG: state_dir = 'DIR/blocker/state': cannot write there (Not a directory); expected a writable folder "
+        "(the outbox, the gallery and the command nonces live there)"
+    )
+
+
+def test_check_runs_from_the_cli(folder: Path, capsys) -> None:
+    from edge_deploy.cli import main
+
+    path = write(folder, MINIMAL)
+    assert main(["serve", "--config", str(path), "--check"]) == 3
+    assert "face.models" in capsys.readouterr().err
+    _models_folder(folder)
+    assert main(["serve", "--config", str(path), "--check"]) == 0
+    assert capsys.readouterr().out.endswith(f"{path}: ok (device {load_config(path).device_id}, source folder)\n")

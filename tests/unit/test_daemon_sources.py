@@ -64,7 +64,8 @@ def test_folder_in_arrival_order_skipping_hidden_and_other_files(tmp_path: Path)
     assert int(frames[0].rgb[0, 0, 0]) == 10 and frames[0].rgb.shape == (8, 8, 3)
     assert (
         frames[2].rgb is None
-        and frames[2].error == f"{watched / 'broken.jpg'}: not an image (cv2 could not decode 10 bytes)"
+        and frames[2].error
+        == f"{watched / 'broken.jpg'}: not an image (10 bytes with no JPEG, PNG, BMP, WebP signature)"
     )
     assert source.ignored == {"notes.txt"}
     for f in frames[:2]:  # 'broken.jpg' never reported: a crash before reporting repeats it
@@ -86,6 +87,35 @@ def test_a_replaced_file_is_a_new_frame(tmp_path: Path) -> None:
     (new,) = drain(source)
     assert new.key != frame.key and int(new.rgb[0, 0, 0]) == 2
     assert drain(source) == [] and source.exhausted
+
+
+def test_hostile_files_are_frame_errors_and_reported_once(tmp_path: Path) -> None:
+    """Issue 17, defect 2: a 40000x40000 PNG (cv2.error escaped) and a file name that is not UTF-8
+    (UnicodeEncodeError in the outbox) crashed the daemon at every start. Now each is one frame error,
+    stored with its receipt, and not taken again after a restart."""
+    from tests.hostile_files import zero_png
+
+    watched = tmp_path / "in"
+    watched.mkdir()
+    zero_png(watched / "huge.png", 40000, 40000)
+    bad_name = os.fsencode(watched) + b"/caf\xe9-\xff.png"
+    with open(bad_name, "wb") as fh:
+        fh.write(cv2.imencode(".png", np.full((8, 8, 3), 7, np.uint8))[1].tobytes())
+    past = time.time() - 100
+    os.utime(watched / "huge.png", (past, past))
+    os.utime(bad_name, (past + 1, past + 1))
+    ledger = Ledger(tmp_path / "o.db")
+    frames = drain(WatchedFolder(watched, ledger.done, 0.01, 0.0, once=True))
+    assert [f.frame_id for f in frames] == ["huge.png", "caf\\xe9-\\xff.png"]
+    assert frames[0].rgb is None and "PNG image of 40000x40000 = 1600.0 megapixels" in frames[0].error
+    assert frames[1].rgb is not None and frames[1].meta == {"file": "caf\\xe9-\\xff.png"}
+    for frame in frames:
+        ledger.report(frame)
+    ledger.outbox.close()
+    ledger = Ledger(tmp_path / "o.db")
+    assert [r.seq for r in ledger.outbox.pending()] == [1, 2]
+    assert drain(WatchedFolder(watched, ledger.done, 0.01, 0.0, once=True)) == []
+    ledger.outbox.close()
 
 
 def test_video_stride_and_resume(tmp_path: Path) -> None:

@@ -164,3 +164,67 @@ def test_corrupt_zip(tmp_path):
     with pytest.raises(InputError) as err:
         Gallery.load(path)
     assert str(err.value).startswith(f"{path}: not a gallery file (expected NumPy .npz: ")
+
+
+# --- issue 17, defect 6: members read before keys were checked; complex accepted; a 4.66 TiB header ---------
+
+
+def _load_error(path) -> str:
+    with pytest.raises(InputError) as info:
+        Gallery.load(path)
+    return str(info.value)
+
+
+def test_an_unknown_member_is_refused_before_it_is_read(tmp_path) -> None:
+    import resource
+
+    from tests.hostile_files import zip_bomb_gallery
+
+    path = zip_bomb_gallery(tmp_path / "bomb.npz", unpacked=64 << 20)  # the slow tier uses the 1.5 GiB one
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    assert _load_error(path) == f"{path}: member 'bomb' is not part of a gallery; it holds schema_version, names, owner, descriptors"
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 32 * 1024  # KiB
+
+
+@pytest.mark.slow
+def test_the_outside_tests_zip_bomb_is_refused(tmp_path) -> None:
+    """The exact file: 1.5 MB that unpacked to 1.6 GB RSS and was accepted."""
+    import resource
+
+    from tests.hostile_files import zip_bomb_gallery
+
+    path = zip_bomb_gallery(tmp_path / "bomb.npz")
+    assert path.stat().st_size < 2 << 20
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    assert "member 'bomb' is not part of a gallery" in _load_error(path)
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 32 * 1024
+
+
+def test_complex_descriptors_are_refused(tmp_path) -> None:
+    from tests.hostile_files import gallery_arrays
+
+    arrays = gallery_arrays()
+    arrays["descriptors"] = arrays["descriptors"].astype(np.complex64) + 1j
+    path = tmp_path / "c.npz"
+    np.savez(path, **arrays)
+    assert _load_error(path) == f"{path}: key 'descriptors' has dtype complex64; expected real floating point (float32)"
+
+
+def test_a_header_claiming_terabytes_is_refused_from_the_header(tmp_path) -> None:
+    from tests.hostile_files import huge_header_gallery
+
+    path = huge_header_gallery(tmp_path / "h.npz")
+    assert _load_error(path) == (
+        f"{path}: key 'descriptors' declares (10000000000, 128) float32 (5120000000000 bytes) in a member of "
+        "640 bytes; expected a consistent array of at most 67108864 bytes"
+    )
+
+
+def test_object_arrays_are_refused_without_unpickling(tmp_path) -> None:
+    from tests.hostile_files import gallery_arrays
+
+    arrays = gallery_arrays()
+    arrays["names"] = np.array([object()], dtype=object)
+    path = tmp_path / "o.npz"
+    np.savez(path, **arrays)
+    assert _load_error(path) == f"{path}: key 'names' has dtype object; expected unicode text"

@@ -118,3 +118,48 @@ def test_png_plot_draws_each_device(tmp_path: Path) -> None:
     assert blue > 500 and orange > 500
     empty = cv2.imread(str(plot_telemetry([], tmp_path / "empty.png")))
     assert np.all(empty == (180, 119, 31), axis=2).sum() == 0
+
+
+# --- issue 17, defect 3: one message killed `monitor` (exit 8, no CSV/PNG), and the session redelivered it ---
+
+
+def _telemetry_with(**raw: str) -> bytes:
+    """A telemetry body with some fields given as raw JSON text (numbers json.dumps would never write)."""
+    fields = {"type": '"telemetry"', "device_id": '"pi-1"', "seq": "1", "timestamp": "1.0", "schema_version": "1",
+              "latency_p50_ms": "1.0", "latency_p90_ms": "2.0", "fps": "3.0", **raw}  # fmt: skip
+    return ("{" + ",".join(f'"{k}":{v}' for k, v in fields.items()) + "}").encode()
+
+
+@pytest.mark.parametrize(
+    ("payload", "why"),
+    [
+        (
+            _telemetry_with(seq=str(2**64)),
+            "topic edge-deploy/pi-1/telemetry: integer 18446744073709551616 is out of range; expected at most "
+            "±9007199254740991 (2^53 - 1)",
+        ),
+        (
+            _telemetry_with(fps="7" * 400),
+            "topic edge-deploy/pi-1/telemetry: integer 777777777777…(400 digits) is out of range; expected at most "
+            "±9007199254740991 (2^53 - 1)",
+        ),
+        (
+            b"[" * 100_000 + b"]" * 100_000,
+            "topic edge-deploy/pi-1/telemetry: nested 100000 levels deep; expected at most 16",
+        ),
+        (_telemetry_with(fps="1e400"), "topic edge-deploy/pi-1/telemetry: number 1e400 is not a finite float"),
+        (b"x" * (256 * 1024 + 1), "topic edge-deploy/pi-1/telemetry: 262145 bytes; expected at most 262144"),
+    ],
+)
+def test_hostile_telemetry_is_rejected_and_counted(store: MonitorStore, payload: bytes, why: str) -> None:
+    assert store.handle("edge-deploy/pi-1/telemetry", payload) == "rejected"
+    assert store.last_rejection.startswith(why)
+    assert store.handle("edge-deploy/pi-1/telemetry", tele("pi-1", 1, 10.0, 100.0)) == "stored"  # still alive
+    assert (store.rejected, store.count()) == (1, 1)
+
+
+def test_a_nested_status_is_rejected(store: MonitorStore) -> None:
+    payload = b'{"type":"status","x":' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+    assert store.handle("edge-deploy/x/status", payload, retained=True) == "rejected"
+    assert store.last_rejection == "topic edge-deploy/x/status: nested 100001 levels deep; expected at most 16"
+    assert store.devices() == []

@@ -91,7 +91,7 @@ def test_refusals_name_what_is_wrong(tmp_path: Path) -> None:
     junk.write_bytes(b"not a database at all, just some text that is long enough" * 20)
     with pytest.raises(TelemetryError) as info:
         Outbox(junk, "pi-1")
-    assert str(info.value) == f"outbox {junk}: cannot open as an SQLite outbox (file is not a database)"
+    assert str(info.value) == f"outbox {junk}: cannot open as an SQLite database (file is not a database)"
 
 
 CHILD = textwrap.dedent(
@@ -197,7 +197,7 @@ KILLED_UNWAITED = textwrap.dedent(
     sys.path.insert(0, {repo!r})
     from edge.telemetry.outbox import Outbox
     from edge.telemetry.schema import Telemetry
-    box = Outbox(Path({path!r}), "pi-k", commit_interval_s=0.02)
+    box = Outbox(Path({path!r}), "pi-k", capacity=1_000_000, commit_interval_s=0.02)  # no overflow drops
     while True:
         m = box.add(Telemetry(latency_p50_ms=1.0, latency_p90_ms=2.0, fps=3.0), key=f"frame-{{box.last_seq + 1}}")
         print(m.seq, box.stored_seq, flush=True)

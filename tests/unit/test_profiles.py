@@ -81,7 +81,7 @@ def test_unknown_target_lists_the_known_ones():
             "thresholds.embed_mean_cosine = 1.5; expected a number in (0, 1]",
         ),
         ('name = "rpi4"', 'name = "rpi5"', "name = 'rpi5'; expected 'rpi4' (the file's name)"),
-        ("[memory]", "[memroy]", "unknown table [memroy]; expected one of cpu, memory, quant, runtime, thresholds"),
+        ("[memory]", "[memroy]", "unknown table [memroy]; expected one of [cpu], [memory], [quant], [runtime], [thresholds]"),
         (
             'default = "onnxruntime"',
             'default = "onnxruntime-web"',

@@ -1,0 +1,34 @@
+"""Issue 17 with the real face models: one bad image among good ones costs only its own result."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from edge.face.gallery import Gallery
+from edge_deploy.cli import main
+
+pytestmark = pytest.mark.integration
+
+
+def test_recognize_keeps_the_good_images_results(face_fp32_models: Path, tmp_path: Path, capsys) -> None:
+    from converters.facedata import package_dir
+
+    from tests.hostile_files import zero_png
+
+    good = package_dir("insightface") / "data" / "images" / "t1.jpg"
+    huge = zero_png(tmp_path / "huge.png", 40000, 40000)
+    text = tmp_path / "notes.jpg"
+    text.write_text("not a photo")
+    gallery = Gallery().save(tmp_path / "g.npz")
+    argv = ["face", "recognize", str(face_fp32_models), str(good), str(huge), str(text), "-g", str(gallery), "--json"]
+    assert main(argv) == 3
+    out, err = capsys.readouterr()
+    results = json.loads(out)
+    assert [r["image"] for r in results] == [str(good), str(huge), str(text)]
+    assert len(results[0]["faces"]) == 6  # the photo's six people, all unknown to an empty gallery
+    assert "PNG image of 40000x40000 = 1600.0 megapixels" in results[1]["error"]
+    assert results[2]["error"] == f"{text}: not an image (11 bytes with no JPEG, PNG, BMP, WebP signature)"
+    assert err.startswith(f"Error: 2 of 3 images could not be analysed; first: {huge}: PNG image of 40000x40000")

@@ -1,0 +1,79 @@
+"""models.json as the device reads it: types, file names inside the folder, size and sha256 (issue 17)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+
+from edge.errors import InputError
+from edge.face.models import read_models_file
+
+
+def _entry(name: str, data: bytes, **over) -> dict:
+    entry = {"role": "embedder", "file": name, "format": "onnx", "precision": "fp32",
+             "sha256": hashlib.sha256(data).hexdigest(), "size": len(data), "source": {}}  # fmt: skip
+    return {**entry, **over}
+
+
+def _write(folder: Path, models) -> Path:
+    folder.mkdir(exist_ok=True)
+    (folder / "models.json").write_text(json.dumps({"schema_version": 1, "models": models}))
+    return folder / "models.json"
+
+
+def _error(folder: Path) -> str:
+    with pytest.raises(InputError) as info:
+        read_models_file(folder)
+    return str(info.value).replace(str(folder), "DIR")
+
+
+def test_a_good_folder_reads(tmp_path: Path) -> None:
+    (tmp_path / "m.onnx").write_bytes(b"weights")
+    _write(tmp_path, [_entry("m.onnx", b"weights")])
+    assert read_models_file(tmp_path)["embedder"].file == "m.onnx"
+
+
+@pytest.mark.parametrize(
+    ("models", "message"),
+    [
+        (5, "DIR/models.json: models = 5; expected a list of model entries"),  # defect 8: was a TypeError
+        ([5], "DIR/models.json: models[0] = 5; expected an object with role, file, format, precision, sha256, size, source"),
+        ([{"role": 1}], "DIR/models.json: models[0] lacks key 'file'; expected role, file, format, precision, sha256, size, source"),
+        ([_entry("m.onnx", b"weights", size="7")], "DIR/models.json: models[0].size = '7'; expected a whole number"),
+        # defect 9: a file from outside the folder was loaded
+        ([_entry("/etc/hostname", b"x")], "DIR/models.json: models[0].file = '/etc/hostname'; expected a file name inside DIR"),
+        ([_entry("../m.onnx", b"x")], "DIR/models.json: models[0].file = '../m.onnx'; expected a file name inside DIR"),
+    ],
+)
+def test_wrong_types_and_paths_are_one_line_errors(tmp_path: Path, models, message: str) -> None:
+    (tmp_path / "m.onnx").write_bytes(b"weights")
+    _write(tmp_path, models)
+    assert _error(tmp_path) == message
+
+
+def test_the_sha256_is_checked(tmp_path: Path) -> None:
+    """Defect 9: models.json's sha256 was never checked."""
+    (tmp_path / "m.onnx").write_bytes(b"tampered")
+    _write(tmp_path, [_entry("m.onnx", b"weights!")])  # same size, other bytes
+    good = hashlib.sha256(b"weights!").hexdigest()[:12]
+    bad = hashlib.sha256(b"tampered").hexdigest()[:12]
+    assert _error(tmp_path) == (
+        f"DIR/models.json: models[0].file = 'm.onnx': sha256 {bad}… but models.json says {good}…; expected the "
+        "file the conversion wrote"
+    )
+    (tmp_path / "m.onnx").write_bytes(b"short")
+    assert _error(tmp_path) == "DIR/models.json: models[0].file = 'm.onnx': 5 bytes; models.json says 8"
+
+
+def test_a_link_to_a_file_outside_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "m.onnx").symlink_to("/etc/hostname")
+    _write(tmp_path, [_entry("m.onnx", Path("/etc/hostname").read_bytes())])
+    assert _error(tmp_path) == "DIR/models.json: models[0].file = 'm.onnx': not a regular file; expected the model file itself"
+
+
+def test_a_deeply_nested_models_file_is_an_error(tmp_path: Path) -> None:
+    (tmp_path / "models.json").write_text("[" * 100_000 + "]" * 100_000)
+    assert _error(tmp_path) == "DIR/models.json: nested 100000 levels deep; expected at most 32"
