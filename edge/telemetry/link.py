@@ -153,14 +153,26 @@ class Link:
         hooks: the owner's callbacks.
         clean_session: False to keep a broker-side session (subscriptions, queued QoS 1 messages).
         name: thread name.
+        receive_maximum: speak MQTT v5 and let the broker have at most this many QoS 1 messages to us
+            unacknowledged (v5's Receive Maximum; a persistent v5 session never expires). None: MQTT 3.1.1,
+            where the broker's own ``max_inflight_messages`` bounds them.
     """
 
-    def __init__(self, broker: BrokerConfig, client_id: str, hooks: LinkHooks, clean_session: bool, name: str) -> None:
+    def __init__(
+        self,
+        broker: BrokerConfig,
+        client_id: str,
+        hooks: LinkHooks,
+        clean_session: bool,
+        name: str,
+        receive_maximum: int | None = None,
+    ) -> None:
         self._mqtt = require("paho.mqtt.client", "device", "MQTT telemetry")
         self.broker = broker
         self.client_id = client_id
         self.hooks = hooks
         self.clean_session = clean_session
+        self.receive_maximum = receive_maximum
         self.connected = threading.Event()
         self.fatal: TelemetryError | None = None
         self.last_error: str | None = None
@@ -235,12 +247,15 @@ class Link:
 
     def _new_client(self) -> object:
         mqtt = self._mqtt
-        client = mqtt.Client(
-            mqtt.CallbackAPIVersion.VERSION2,
-            client_id=self.client_id,
-            clean_session=self.clean_session,
-            protocol=mqtt.MQTTv311,
-        )
+        if self.receive_maximum is None:
+            client = mqtt.Client(
+                mqtt.CallbackAPIVersion.VERSION2,
+                client_id=self.client_id,
+                clean_session=self.clean_session,
+                protocol=mqtt.MQTTv311,
+            )
+        else:
+            client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=self.client_id, protocol=mqtt.MQTTv5)
         client.connect_timeout = self.broker.connect_timeout_s
         if self.broker.username is not None:
             client.username_pw_set(self.broker.username, self.broker.password)
@@ -275,7 +290,7 @@ class Link:
         self.attempts += 1
         self._connack = None
         try:
-            client.connect(b.host, b.port, keepalive=int(b.keepalive_s))
+            client.connect(b.host, b.port, keepalive=int(b.keepalive_s), **self._v5_connect_options())
         except ssl.SSLCertVerificationError as exc:
             raise TelemetryError(
                 f"broker {b.address}: TLS certificate check failed ({exc.verify_message}); check tls_ca and "
@@ -301,6 +316,19 @@ class Link:
             self.last_error = message
             return False
         return True
+
+    def _v5_connect_options(self) -> dict:
+        """MQTT v5 CONNECT options: clean start or a session that never expires, and the Receive Maximum."""
+        if self.receive_maximum is None:
+            return {}
+        from paho.mqtt.packettypes import PacketTypes
+        from paho.mqtt.properties import Properties
+
+        props = Properties(PacketTypes.CONNECT)
+        props.ReceiveMaximum = self.receive_maximum
+        if not self.clean_session:
+            props.SessionExpiryInterval = 0xFFFFFFFF  # the v5 way of "persistent": never expires
+        return {"clean_start": self.clean_session, "properties": props}
 
     def _serve(self, client: object) -> None:
         """Run the network loop until the connection drops, a hook asks to reconnect, or stop()."""

@@ -25,7 +25,7 @@ import pytest
 
 from edge.daemon.commands import sign_command, write_secret
 from edge.imageio import save_image
-from edge.monitor import Monitor, MonitorConfig
+from edge.fleet import Monitor, MonitorConfig
 from edge.telemetry.link import BrokerConfig
 from edge_deploy import serve_command
 from tests.integration.broker import Broker
