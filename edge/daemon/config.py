@@ -81,6 +81,7 @@ class TelemetrySettings:
     outbox_capacity: int
     flush_timeout_s: float
     commit_interval_s: float
+    require_subscriber: bool
 
 
 @dataclass(frozen=True)
@@ -174,6 +175,7 @@ _SCHEMA: dict[str, dict[str, tuple[Any, Any]]] = {
         "outbox_capacity": (int, 10_000),
         "flush_timeout_s": (float, 10.0),
         "commit_interval_s": (float, 0.2),
+        "require_subscriber": (bool, False),
     },
     "commands": {
         "secret_file": (Path, None),

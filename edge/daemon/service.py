@@ -181,6 +181,7 @@ class Daemon:
                 prefix=cfg.telemetry.prefix,
                 outbox_capacity=cfg.telemetry.outbox_capacity,
                 commit_interval_s=cfg.telemetry.commit_interval_s,
+                require_subscriber=cfg.telemetry.require_subscriber,
             )
         )
         if cfg.broker is None:

@@ -116,6 +116,7 @@ class Monitor(LinkHooks):
             self,
             clean_session=not config.persistent_session,
             name="monitor",
+            mqtt5=True,
             receive_maximum=config.receive_maximum,
         )
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from edge.fleet.ingest import Monitor, MonitorConfig
 from edge.fleet.records import DeviceRow
-from edge.fleet.store import FleetStore
+from edge.fleet.store import FleetStore, StoreUnavailable
 
 
 @dataclass(frozen=True)
@@ -101,7 +101,10 @@ def run_monitor(
                 print_fn(f"waiting for broker {config.broker.address}: {monitor.last_error or 'not reachable yet'}")
 
             def step() -> None:
-                print_fn(format_table(monitor.store.devices()))
+                try:
+                    print_fn(format_table(monitor.store.devices()))
+                except StoreUnavailable as exc:  # e.g. PostgreSQL restarting: ingest retries, so does the table
+                    print_fn(f"fleet store unavailable, retrying: {exc}")
                 monitor.check()
 
             _watch(duration, step, refresh_s)

@@ -153,9 +153,9 @@ class Link:
         hooks: the owner's callbacks.
         clean_session: False to keep a broker-side session (subscriptions, queued QoS 1 messages).
         name: thread name.
-        receive_maximum: speak MQTT v5 and let the broker have at most this many QoS 1 messages to us
-            unacknowledged (v5's Receive Maximum; a persistent v5 session never expires). None: MQTT 3.1.1,
-            where the broker's own ``max_inflight_messages`` bounds them.
+        mqtt5: speak MQTT v5 (a persistent v5 session never expires) instead of 3.1.1.
+        receive_maximum: with ``mqtt5``, let the broker have at most this many QoS 1 messages to us
+            unacknowledged (v5's Receive Maximum). None: the broker's own ``max_inflight_messages``.
     """
 
     def __init__(
@@ -165,6 +165,7 @@ class Link:
         hooks: LinkHooks,
         clean_session: bool,
         name: str,
+        mqtt5: bool = False,
         receive_maximum: int | None = None,
     ) -> None:
         self._mqtt = require("paho.mqtt.client", "device", "MQTT telemetry")
@@ -172,6 +173,7 @@ class Link:
         self.client_id = client_id
         self.hooks = hooks
         self.clean_session = clean_session
+        self.mqtt5 = mqtt5
         self.receive_maximum = receive_maximum
         self.connected = threading.Event()
         self.fatal: TelemetryError | None = None
@@ -247,7 +249,7 @@ class Link:
 
     def _new_client(self) -> object:
         mqtt = self._mqtt
-        if self.receive_maximum is None:
+        if not self.mqtt5:
             client = mqtt.Client(
                 mqtt.CallbackAPIVersion.VERSION2,
                 client_id=self.client_id,
@@ -319,13 +321,14 @@ class Link:
 
     def _v5_connect_options(self) -> dict:
         """MQTT v5 CONNECT options: clean start or a session that never expires, and the Receive Maximum."""
-        if self.receive_maximum is None:
+        if not self.mqtt5:
             return {}
         from paho.mqtt.packettypes import PacketTypes
         from paho.mqtt.properties import Properties
 
         props = Properties(PacketTypes.CONNECT)
-        props.ReceiveMaximum = self.receive_maximum
+        if self.receive_maximum is not None:
+            props.ReceiveMaximum = self.receive_maximum
         if not self.clean_session:
             props.SessionExpiryInterval = 0xFFFFFFFF  # the v5 way of "persistent": never expires
         return {"clean_start": self.clean_session, "properties": props}
