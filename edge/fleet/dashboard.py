@@ -67,6 +67,7 @@ def sparkline(points: list[tuple[float, float, float]], width: int = 220, height
         frame
         + f'<polyline fill="none" stroke="#ff7f0e" stroke-width="1.5" points="{path(2)}"/>'
         + f'<polyline fill="none" stroke="#1f77b4" stroke-width="1.5" points="{path(1)}"/>'
+        + f'<text x="{width - 2}" y="9" font-size="9" fill="#777" text-anchor="end">{top:.0f} ms</text>'
         + f"<title>p50/p90 ms, max {top:.1f} ms</title></svg>"
     )
 
@@ -117,7 +118,8 @@ def render_page(data: dict, refresh_s: int = 5) -> str:
         f'<!doctype html><html lang="en"><head><meta charset="utf-8"><meta http-equiv="refresh" '
         f'content="{int(refresh_s)}"><title>edge-deploy fleet</title><style>{_STYLE}</style></head><body>'
         f"<h1>edge-deploy fleet</h1><div class=cards>{cards}</div><h2>Models in use</h2><ul id=models>{models}</ul>"
-        "<table id=fleet><thead><tr><th>device</th><th>state</th><th>latency p50 / p90 (ms) over time</th>"
+        "<table id=fleet><thead><tr><th>device</th><th>state</th><th>latency <span style=color:#1f77b4>p50</span> / "
+        "<span style=color:#ff7f0e>p90</span> over time</th>"
         "<th>p50</th><th>p90</th><th>fps</th><th>temp °C</th><th>model</th><th>runtime</th><th>last error</th>"
         f"<th>last seen</th><th>reports</th></tr></thead><tbody>{body}</tbody></table></body></html>"
     )

@@ -40,6 +40,7 @@ __all__ = ["BrokerConfig", "ClientHealth", "TelemetryClient", "TelemetryConfig"]
 #: MQTT v5 PUBACK reason code: the broker took the message but no subscription matched it.
 _NO_MATCHING_SUBSCRIBERS = 0x10
 
+
 @dataclass(frozen=True)
 class TelemetryConfig:
     """Everything the device's telemetry client needs.

@@ -72,7 +72,9 @@ def test_both_stores_answer_the_query_api_alike(backend: str, tmp_path: Path, re
         assert store.handle("edge-deploy/pi-1/telemetry", tele("pi-1", 1, 100.0, **V1), received=1002.0) == "duplicate"
         store.handle("edge-deploy/pi-1/telemetry", tele("pi-1", 3, 300.0, **V2), received=1003.0)
         store.handle("edge-deploy/pi-1/telemetry", tele("pi-1", 2, 200.0, **V1), received=1004.0)
-        error = Result(device_id="pi-2", seq=1, timestamp=150.0, task="face.error", data={"error": "cannot decode x.png"})
+        error = Result(
+            device_id="pi-2", seq=1, timestamp=150.0, task="face.error", data={"error": "cannot decode x.png"}
+        )
         store.handle("edge-deploy/pi-2/result", to_json(error), received=1005.0)
         assert store.handle("edge-deploy/pi-2/result", b"{oops") == "rejected"
         assert (store.count(), store.seqs("pi-1"), store.duplicates, store.rejected) == (4, [1, 2, 3], 1, 1)
@@ -108,8 +110,7 @@ def test_shared_group_splits_the_stream_between_monitors(tmp_path: Path, pg_url:
     n = 300
     with Broker(tmp_path / "broker") as broker:
         monitors = [
-            Monitor(MonitorConfig(fast(broker.port), pg_url, client_id=f"m{i}", shared_group="ingest"))
-            for i in (1, 2)
+            Monitor(MonitorConfig(fast(broker.port), pg_url, client_id=f"m{i}", shared_group="ingest")) for i in (1, 2)
         ]
         try:
             assert all(m.start(timeout=10) for m in monitors)
@@ -129,6 +130,25 @@ def test_shared_group_splits_the_stream_between_monitors(tmp_path: Path, pg_url:
         finally:
             for m in monitors:
                 m.close()
+
+
+def test_a_device_keeps_reports_until_a_subscriber_takes_them(tmp_path: Path) -> None:
+    """mosquitto 2.0 forgets shared subscriptions on restart: the device must not count "nobody listened" as sent."""
+    with Broker(tmp_path / "broker") as broker:
+        config = TelemetryConfig(
+            device_id="pi-r", outbox_path=tmp_path / "o.db", broker=fast(broker.port), require_subscriber=True
+        )
+        with TelemetryClient(config) as client:
+            assert client.connect(timeout=10)
+            for i in range(5):
+                client.report(Telemetry(latency_p50_ms=1.0, latency_p90_ms=2.0, fps=float(i)))
+            wait_until(lambda: "has no subscriber for report" in (client.health().last_error or ""), 10, "a refusal")
+            assert client.health().pending == 5  # the broker took them, nobody subscribed: still in the outbox
+            with Monitor(MonitorConfig(fast(broker.port), tmp_path / "m.db", client_id="m", shared_group="g")) as m:
+                assert m.start(timeout=10)
+                assert m.wait_for("pi-r", 5, timeout=20)
+                assert client.wait_drained(10)
+                assert m.store.seqs("pi-r") == [1, 2, 3, 4, 5]
 
 
 class MonitorProcess:
@@ -168,10 +188,27 @@ def test_fifty_devices_lose_nothing_through_monitor_kill_postgres_restart_and_br
         monitors = [MonitorProcess(broker.port, pg_url, f"m{i}", tmp_path / "monitors") for i in (1, 2)]
         sims = [
             subprocess.Popen(
-                [sys.executable, str(DEVICES), "--port", str(broker.port), "--dir", str(tmp_path / f"dev{k}"),
-                 "--devices", str(devices // 2), "--first", str(k * devices // 2), "--rate", str(rate),
-                 "--duration", str(sending_s), "--drain-timeout", "90"],
-                stdout=subprocess.PIPE, text=True, cwd=ROOT,
+                [
+                    sys.executable,
+                    str(DEVICES),
+                    "--port",
+                    str(broker.port),
+                    "--dir",
+                    str(tmp_path / f"dev{k}"),
+                    "--devices",
+                    str(devices // 2),
+                    "--first",
+                    str(k * devices // 2),
+                    "--rate",
+                    str(rate),
+                    "--duration",
+                    str(sending_s),
+                    "--drain-timeout",
+                    "90",
+                ],
+                stdout=subprocess.PIPE,
+                text=True,
+                cwd=ROOT,
             )  # fmt: skip
             for k in (0, 1)
         ]
@@ -212,3 +249,64 @@ def test_fifty_devices_lose_nothing_through_monitor_kill_postgres_restart_and_br
                     p.wait(10)
             codes = [m.stop() for m in monitors]
         assert codes == [0, 0], [m.log.read_text()[-2000:] for m in monitors]
+
+
+def fill_fleet(store, now: float) -> None:
+    """Six devices over the last 10 minutes: two model versions, one offline, one with an error."""
+    for i in range(6):
+        dev = f"pi-{i}"
+        running = V2 if i < 2 else V1
+        state = DeviceState.OFFLINE if i == 5 else DeviceState.ONLINE
+        store.handle(f"edge-deploy/{dev}/status", to_json(Status(device_id=dev, timestamp=now - 600, state=state)),
+                     received=now - 600)  # fmt: skip
+        for k in range(20):
+            ts = now - 600 + k * 30
+            p50 = 30.0 + 10 * i + 8 * ((k * (i + 1)) % 5)
+            body = Telemetry(device_id=dev, seq=k + 1, timestamp=ts, latency_p50_ms=p50, latency_p90_ms=p50 * 1.4,
+                             fps=20.0 - i, temperature_c=45.0 + i + k % 3, **running)  # fmt: skip
+            store.handle(f"edge-deploy/{dev}/telemetry", to_json(body), received=ts + 0.2)
+    error = Result(
+        device_id="pi-3", seq=21, timestamp=now - 5, task="face.error", data={"error": "<b>x.png</b>: truncated"}
+    )
+    store.handle("edge-deploy/pi-3/result", to_json(error), received=now - 4)
+
+
+def test_dashboard_in_headless_chromium(tmp_path: Path, pg_url: str) -> None:
+    from tests.integration.browser_helpers import Chromium, browser_missing
+
+    why = browser_missing()
+    if why:
+        pytest.fail(why)
+    from selenium.webdriver.common.by import By
+
+    from edge.fleet.dashboard import Dashboard
+
+    with open_store(pg_url) as store, Dashboard(store, "127.0.0.1", 0).start() as board:
+        fill_fleet(store, time.time())
+        browser = Chromium()
+        try:
+            browser.driver.get(board.url)
+            d = browser.driver
+            assert d.title == "edge-deploy fleet"
+            cards = {k: d.find_element(By.ID, f"count-{k}").text.split() for k in ("devices", "online", "offline")}
+            assert cards == {"devices": ["devices", "6"], "online": ["online", "5"], "offline": ["offline", "1"]}
+            rows = d.find_elements(By.CSS_SELECTOR, "#fleet tbody tr")
+            assert [r.get_attribute("data-device") for r in rows] == [f"pi-{i}" for i in range(6)]
+            # one latency chart per device, two lines (p50, p90) of 20 points each
+            for r in rows:
+                lines = r.find_elements(By.TAG_NAME, "polyline")
+                assert [len(x.get_attribute("points").split()) for x in lines] == [20, 20]
+            assert "embedder 0.2.0" in rows[0].text and "embedder 0.1.0" in rows[2].text
+            assert "onnxruntime int8 on rpi4" in rows[0].text
+            models = d.find_element(By.ID, "models").text.splitlines()
+            assert models == [
+                "embedder 0.1.0 (int8, onnxruntime): 4 device(s)",
+                "embedder 0.2.0 (int8, onnxruntime): 2 device(s)",
+            ]
+            error_cell = rows[3].find_elements(By.TAG_NAME, "td")[9]
+            assert error_cell.text == "face.error: <b>x.png</b>: truncated"  # shown as text, never as markup
+            assert not d.find_elements(By.TAG_NAME, "script")
+            browser.driver.set_window_size(1400, 700)
+            assert d.save_screenshot(str(tmp_path / "fleet-dashboard.png"))
+        finally:
+            browser.close()

@@ -8,6 +8,7 @@ import pytest
 
 from edge.errors import TelemetryError
 from edge.telemetry.schema import (
+    RUNNING_FIELDS,
     SCHEMA_VERSION,
     BenchReport,
     DeviceState,
@@ -150,3 +151,12 @@ def test_topics() -> None:
         "prefix = 'edge-deploy/#'; expected topic levels of letters, digits, '_', '.', ':' or '-' separated by "
         "'/', without wildcards or a leading/trailing '/'"
     )
+
+
+def test_version_1_reports_are_still_read_without_what_runs() -> None:
+    old = {k: v for k, v in json.loads(body()).items() if k not in RUNNING_FIELDS} | {"schema_version": 1}
+    message = from_json(json.dumps(old), source="t")
+    assert (message.fps, message.model, message.model_sha256) == (31.0, "", "")
+    with pytest.raises(TelemetryError) as info:
+        from_json(json.dumps(old | {"model": "m"}), source="t")
+    assert str(info.value) == "t: unknown field 'model' in a telemetry message"
