@@ -307,7 +307,10 @@ def test_every_heartbeat_names_what_runs(scenario: dict, face_models: Path) -> N
     assert all(t["model_sha256"] == embedder.sha256 for t in scenario["telemetry"])
     [running] = scenario["running"]  # the monitor's store: which device runs which model
     assert (running.device_id, running.model_sha256, running.precision, running.runtime) == (
-        DEVICE, embedder.sha256, "fp32", "onnxruntime"
+        DEVICE,
+        embedder.sha256,
+        "fp32",
+        "onnxruntime",
     )
 
 
