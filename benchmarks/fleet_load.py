@@ -285,15 +285,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--live-s", type=float, default=60.0)
     parser.add_argument("--backlog", type=int, default=40000, help="drain phase: messages queued")
     parser.add_argument("--backlog-s", type=float, default=40.0, help="drain phase: seconds to publish them")
-    parser.add_argument("--ceiling", type=int, default=200000, help="messages of the broker-ceiling run")
+    parser.add_argument(
+        "--ceiling", type=int, default=60000, help="messages of the broker-ceiling run (< the broker's 100,000 queue)"
+    )
     parser.add_argument("--monitors", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args(argv)
     command = "python benchmarks/fleet_load.py " + " ".join(argv if argv is not None else sys.argv[1:])
     work = Path(tempfile.mkdtemp(prefix="fleet-load-"))
-    pg = Postgres().start()
+    pg = Postgres()
     drains, lives = [], []
     try:
+        pg.start()
         with Broker(work / "broker") as broker:
             ceiling = broker_ceiling(broker, args.ceiling, 4, work)
             print(f"ceiling {ceiling}", file=sys.stderr, flush=True)

@@ -269,13 +269,6 @@ class Monitor(LinkHooks):
             raise
         except TelemetryError:
             pass  # e.g. a number beyond the database's range: find the message(s) it refuses
-        refused = 0
         for item in batch:
-            try:
-                self.store.write([item])
-            except StoreUnavailable:
-                raise
-            except TelemetryError as exc:
-                self.store.last_rejection = f"topic {self.config.prefix}/{item.device_id}/{item.kind.value}: {exc}"
-                refused += 1
-        self.store.write([], rejected + refused)
+            self.store.write_one(item)
+        self.store.write([], rejected)

@@ -91,7 +91,10 @@ def decode(prefix: str, topic: str, payload: bytes | str, received: float, retai
             or device differs from the topic's.
     """
     device_id, kind = parse_topic(prefix, topic)
-    message = from_json(payload, source=f"topic {topic}")
+    try:
+        message = from_json(payload, source=f"topic {topic}")
+    except (RecursionError, OverflowError, ValueError) as exc:  # e.g. deep nesting, a 400-digit number
+        raise TelemetryError(f"topic {topic}: unreadable message ({type(exc).__name__}: {exc})"[:300]) from exc
     if kind_of(message) is not kind or message.device_id != device_id:
         raise TelemetryError(
             f"topic {topic}: carries a {kind_of(message).value} message from "

@@ -92,7 +92,25 @@ class FleetStore:
             self.last_rejection = str(exc)
             self.write([], rejected=1)
             return "rejected"
-        result = self.write([incoming])
+        return self.write_one(incoming)
+
+    def write_one(self, item: Incoming) -> str:
+        """Commit one decoded message; one the database refuses (e.g. a number beyond its range) is rejected.
+
+        Returns:
+            ``"stored"``, ``"duplicate"``, ``"status"`` or ``"rejected"`` (see ``last_rejection``).
+
+        Raises:
+            StoreUnavailable: the database can't be reached; retry.
+        """
+        try:
+            result = self.write([item])
+        except StoreUnavailable:
+            raise
+        except TelemetryError as exc:
+            self.last_rejection = f"topic {self.prefix}/{item.device_id}/{item.kind.value}: {exc}"
+            self.write([], rejected=1)
+            return "rejected"
         if result.statuses:
             return "status"
         return "stored" if result.stored else "duplicate"

@@ -118,3 +118,21 @@ def test_png_plot_draws_each_device(tmp_path: Path) -> None:
     assert blue > 500 and orange > 500
     empty = cv2.imread(str(plot_telemetry([], tmp_path / "empty.png")))
     assert np.all(empty == (180, 119, 31), axis=2).sum() == 0
+
+
+@pytest.mark.parametrize(
+    ("payload", "why"),
+    [
+        (b"[" * 100_000 + b"]" * 100_000, "topic edge-deploy/pi-1/telemetry: unreadable message (RecursionError"),
+        (tele("pi-1", 1, 1.0, 1.0).replace(b'"fps":21.0', b'"fps":' + b"9" * 400),
+         "topic edge-deploy/pi-1/telemetry: unreadable message (OverflowError"),
+        (tele("pi-1", 1, 1.0, 1.0).replace(b'"seq":1', b'"seq":' + str(2**64).encode()),
+         "topic edge-deploy/pi-1/telemetry: monitor database "),
+    ],
+)  # fmt: skip
+def test_poison_messages_are_rejected_and_the_store_goes_on(store: MonitorStore, payload: bytes, why: str) -> None:
+    topic = "edge-deploy/pi-1/telemetry"
+    assert store.handle(topic, payload) == "rejected"
+    assert store.last_rejection.startswith(why)
+    assert store.handle(topic, tele("pi-1", 1, 10.0, 100.0)) == "stored"
+    assert (store.rejected, store.count()) == (1, 1)
