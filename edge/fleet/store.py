@@ -299,6 +299,41 @@ def plan_batch(batch: list[Incoming]) -> BatchPlan:
     )
 
 
+def _newer(column: str, table: str, pick: str = ">") -> str:
+    """``column = the larger (or smaller) of the row's and the new value`` in portable SQL (upsert)."""
+    new, old = f"excluded.{column}", f"{table}.{column}"
+    return f"{column} = CASE WHEN {new} {pick} {old} THEN {new} ELSE {old} END"
+
+
+def plan_statements(plan: BatchPlan) -> list[tuple[str, list[tuple]]]:
+    """The device-row and model-history statements of a batch (``?`` placeholders), both backends' SQL.
+
+    Rows are locked in device-id order (the plan is sorted), so concurrent writers never deadlock.
+    """
+    running_key = ", ".join(("device_id", *RUNNING_COLUMNS))
+    return [
+        (
+            f"INSERT INTO devices (device_id, last_seen) VALUES (?, ?) ON CONFLICT (device_id) DO UPDATE SET "
+            f"{_newer('last_seen', 'devices')}",
+            plan.seen,
+        ),
+        (
+            "UPDATE devices SET state = ?, status = ? WHERE device_id = ?",
+            [(s.message.state.value, s.text, s.device_id) for s in plan.statuses],
+        ),
+        (
+            "UPDATE devices SET last_error_at = ?, last_error = ? WHERE device_id = ? "
+            "AND (last_error_at IS NULL OR last_error_at <= ?)",
+            [(ts, text, dev, ts) for dev, ts, text in plan.errors],
+        ),
+        (
+            f"INSERT INTO running VALUES ({', '.join('?' * (len(RUNNING_COLUMNS) + 3))}) ON CONFLICT ({running_key}) "
+            f"DO UPDATE SET {_newer('first_seen', 'running', '<')}, {_newer('last_seen', 'running')}",
+            sorted(running_rows(plan.reports)),
+        ),
+    ]
+
+
 def running_rows(reports: list[Incoming]) -> list[tuple]:
     """``running`` table rows (device_id, *RUNNING_COLUMNS, first_seen, last_seen) of reports naming a model."""
     out = []

@@ -15,7 +15,7 @@ from typing import Any
 
 from edge.errors import TelemetryError, require
 from edge.fleet.records import RUNNING_COLUMNS, Incoming, WriteResult, body_of
-from edge.fleet.store import BatchPlan, FleetStore, StoreUnavailable, plan_batch, running_rows
+from edge.fleet.store import BatchPlan, FleetStore, StoreUnavailable, plan_batch, plan_statements
 
 _RUNNING_KEY = ", ".join(("device_id", *RUNNING_COLUMNS))
 #: pg_advisory_xact_lock key serialising schema creation between monitors starting together.
@@ -125,20 +125,8 @@ class PostgresStore(FleetStore):
     def _write_plan(self, cur: Any, plan: BatchPlan) -> int:
         """The batch's statements (inside the caller's transaction); returns the number of new reports."""
         stored = self._write_reports(cur, plan.reports)
-        cur.executemany(
-            "INSERT INTO devices (device_id, last_seen) VALUES (%s, %s) ON CONFLICT (device_id) "
-            "DO UPDATE SET last_seen = GREATEST(devices.last_seen, excluded.last_seen)",
-            plan.seen,
-        )
-        cur.executemany(
-            "UPDATE devices SET state = %s, status = %s WHERE device_id = %s",
-            [(s.message.state.value, s.text, s.device_id) for s in plan.statuses],
-        )
-        cur.executemany(
-            "UPDATE devices SET last_error_at = %s, last_error = %s WHERE device_id = %s "
-            "AND (last_error_at IS NULL OR last_error_at <= %s)",
-            [(ts, text, dev, ts) for dev, ts, text in plan.errors],
-        )
+        for sql, rows in plan_statements(plan):
+            cur.executemany(sql.replace("?", "%s"), rows)
         self._write_latest(cur, plan.reports)
         return stored
 
@@ -167,13 +155,6 @@ class PostgresStore(FleetStore):
             "INSERT INTO latest VALUES (%s, %s, %s, %s) ON CONFLICT (device_id, kind) DO UPDATE "
             "SET seq = excluded.seq, payload = excluded.payload WHERE latest.seq < excluded.seq",
             [(d, k, r.message.seq, r.text) for (d, k), r in sorted(newest.items())],
-        )
-        cur.executemany(
-            f"INSERT INTO running VALUES ({', '.join(['%s'] * (len(RUNNING_COLUMNS) + 3))}) "
-            f"ON CONFLICT ({_RUNNING_KEY}) DO UPDATE SET "
-            "first_seen = LEAST(running.first_seen, excluded.first_seen), "
-            "last_seen = GREATEST(running.last_seen, excluded.last_seen)",
-            sorted(running_rows(reports)),
         )
 
     def _drop_writer(self) -> None:

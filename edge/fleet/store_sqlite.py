@@ -8,7 +8,7 @@ from pathlib import Path
 
 from edge.errors import TelemetryError
 from edge.fleet.records import RUNNING_COLUMNS, Incoming, WriteResult
-from edge.fleet.store import BatchPlan, FleetStore, StoreUnavailable, plan_batch, running_rows
+from edge.fleet.store import BatchPlan, FleetStore, StoreUnavailable, plan_batch, plan_statements
 
 _RUNNING_KEY = ", ".join(("device_id", *RUNNING_COLUMNS))
 
@@ -89,20 +89,6 @@ class SqliteStore(FleetStore):
     def _write_plan(self, plan: BatchPlan, now: float) -> int:
         """The batch's statements (inside the caller's transaction); returns the number of new reports."""
         db = self._db
-        db.executemany(
-            "INSERT INTO devices (device_id, last_seen) VALUES (?, ?) ON CONFLICT(device_id) "
-            "DO UPDATE SET last_seen = MAX(last_seen, excluded.last_seen)",
-            plan.seen,
-        )
-        db.executemany(
-            "UPDATE devices SET state = ?, status = ? WHERE device_id = ?",
-            [(s.message.state.value, s.text, s.device_id) for s in plan.statuses],
-        )
-        db.executemany(
-            "UPDATE devices SET last_error_at = ?, last_error = ? WHERE device_id = ? "
-            "AND (last_error_at IS NULL OR last_error_at <= ?)",
-            [(ts, text, dev, ts) for dev, ts, text in plan.errors],
-        )
         before = db.total_changes
         db.executemany(
             "INSERT OR IGNORE INTO messages VALUES (?, ?, ?, ?, ?, ?, ?)",
@@ -112,12 +98,8 @@ class SqliteStore(FleetStore):
             ],
         )
         stored = db.total_changes - before
-        db.executemany(
-            f"INSERT INTO running VALUES ({', '.join('?' * (len(RUNNING_COLUMNS) + 3))}) "
-            f"ON CONFLICT({_RUNNING_KEY}) DO UPDATE SET first_seen = MIN(first_seen, excluded.first_seen), "
-            "last_seen = MAX(last_seen, excluded.last_seen)",
-            running_rows(plan.reports),
-        )
+        for sql, rows in plan_statements(plan):
+            db.executemany(sql, rows)
         return stored
 
     def _rows(self, sql: str, params: tuple = ()) -> list[tuple]:
