@@ -17,6 +17,7 @@ member of the group, so N monitors split the stream.
 
 from __future__ import annotations
 
+import logging
 import random
 import re
 import threading
@@ -30,6 +31,7 @@ from edge.fleet.store import FleetStore, StoreUnavailable, open_store
 from edge.telemetry.link import BrokerConfig, Link, LinkHooks, backoff_delay
 from edge.telemetry.schema import check_prefix
 
+log = logging.getLogger(__name__)
 _GROUP_RE = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
 
 
@@ -253,6 +255,10 @@ class Monitor(LinkHooks):
                 batch.append(decode(self.config.prefix, topic, payload, received, retained))
             except TelemetryError as exc:
                 self.store.last_rejection = str(exc)
+                rejected += 1
+            except Exception as exc:  # noqa: BLE001 - a network boundary: a poison message must not stop ingest
+                log.exception("monitor: message on %r not readable", topic)
+                self.store.last_rejection = f"topic {topic}: not readable ({type(exc).__name__}: {exc})"[:300]
                 rejected += 1
         return batch, rejected
 

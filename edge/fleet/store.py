@@ -89,10 +89,14 @@ class FleetStore:
         try:
             incoming = decode(self.prefix, topic, payload, received, retained)
         except TelemetryError as exc:
-            self.last_rejection = str(exc)
-            self.write([], rejected=1)
+            self.count_rejected(str(exc))
             return "rejected"
         return self.write_one(incoming)
+
+    def count_rejected(self, reason: str) -> None:
+        """Count a message that was not stored (in its own transaction), and keep why (``last_rejection``)."""
+        self.last_rejection = reason
+        self.write([], rejected=1)
 
     def write_one(self, item: Incoming) -> str:
         """Commit one decoded message; one the database refuses (e.g. a number beyond its range) is rejected.
@@ -108,8 +112,7 @@ class FleetStore:
         except StoreUnavailable:
             raise
         except TelemetryError as exc:
-            self.last_rejection = f"topic {self.prefix}/{item.device_id}/{item.kind.value}: {exc}"
-            self.write([], rejected=1)
+            self.count_rejected(f"topic {self.prefix}/{item.device_id}/{item.kind.value}: {exc}")
             return "rejected"
         if result.statuses:
             return "status"
