@@ -1,8 +1,9 @@
 """Ingest: subscribe to the fleet's topics and commit what arrives, acknowledging only what is committed.
 
 The monitor speaks MQTT v5 with paho's manual acknowledgement: ``on_message`` only queues a message;
-after each network-loop step the queue is committed to the store as one batch (when it is full or its
-oldest message has waited ``flush_s``), and only then is each message's PUBACK sent. A monitor killed
+after each network-loop step the queue is committed to the store as one batch (when it is full, its
+oldest message has waited ``flush_s``, or a loop step brought no new message: the broker sends no more than
+its in-flight window until we acknowledge), and only then is each message's PUBACK sent. A monitor killed
 between arrival and commit never acknowledged those messages, so the broker redelivers them to its
 persistent session (fixed client id, a session that never expires) when it comes back; the store's
 (device_id, seq) key drops the copies that were already committed. While the store is down, batches are
@@ -108,6 +109,7 @@ class Monitor(LinkHooks):
         self.committed = 0
         self.store_error: str | None = None
         self._pending = _Pending([])
+        self._arrived = 0
         self._retry_at = 0.0
         self._failures = 0
         self._rng = random.Random()
@@ -204,6 +206,7 @@ class Monitor(LinkHooks):
             self._subscribed.set()
 
     def _on_message(self, client, userdata, message) -> None:
+        self._arrived += 1
         now = time.time()
         if not self._pending.items:
             self._pending.since = time.monotonic()
@@ -213,9 +216,16 @@ class Monitor(LinkHooks):
 
     def tick(self, client: object) -> bool:  # noqa: D102
         pending = self._pending
+        arrived, self._arrived = self._arrived, 0
         if not pending.items or time.monotonic() < self._retry_at:
             return True
-        if len(pending.items) >= self.config.batch_max or time.monotonic() - pending.since >= self.config.flush_s:
+        # Commit when the batch is full, when its oldest waited flush_s, or as soon as the broker stops
+        # sending (a loop step brought nothing): it sends no more than its in-flight window until we ack.
+        if (
+            not arrived
+            or len(pending.items) >= self.config.batch_max
+            or time.monotonic() - pending.since >= self.config.flush_s
+        ):
             self._flush(client)
         return True
 
