@@ -151,7 +151,7 @@ def _cmd_monitor(args: argparse.Namespace) -> int:
             return
         print(("\033[2J\033[H" if live else "") + text, flush=True)
 
-    summary = run_monitor(config, args.duration, out, print_fn=show, web=web)
+    summary = run_monitor(config, args.duration, out, print_fn=show, web=web, table=not args.json)
     data = {
         "devices": summary.devices,
         "reports": summary.reports,

@@ -2,8 +2,8 @@
 
 The monitor speaks MQTT v5 with paho's manual acknowledgement: ``on_message`` only queues a message;
 after each network-loop step the queue is committed to the store as one batch (when it is full, its
-oldest message has waited ``flush_s``, or a loop step brought no new message: the broker sends no more than
-its in-flight window until we acknowledge), and only then is each message's PUBACK sent. A monitor killed
+oldest message has waited ``flush_s``, or a loop step brought no new message: the socket is drained), and
+only then is each message's PUBACK sent. A monitor killed
 between arrival and commit never acknowledged those messages, so the broker redelivers them to its
 persistent session (fixed client id, a session that never expires) when it comes back; the store's
 (device_id, seq) key drops the copies that were already committed. While the store is down, batches are
@@ -219,8 +219,8 @@ class Monitor(LinkHooks):
         arrived, self._arrived = self._arrived, 0
         if not pending.items or time.monotonic() < self._retry_at:
             return True
-        # Commit when the batch is full, when its oldest waited flush_s, or as soon as the broker stops
-        # sending (a loop step brought nothing): it sends no more than its in-flight window until we ack.
+        # Commit when the batch is full, when its oldest waited flush_s, or as soon as a loop step brought
+        # nothing (the socket is drained): waiting for more then only delays the acknowledgements.
         if (
             not arrived
             or len(pending.items) >= self.config.batch_max

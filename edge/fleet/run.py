@@ -75,6 +75,7 @@ def run_monitor(
     print_fn=print,
     refresh_s: float = 2.0,
     web: tuple[str, int] | None = None,
+    table: bool = True,
 ) -> MonitorSummary:
     """Watch the fleet, print the table every ``refresh_s``, then export CSV and PNG into ``out_dir``.
 
@@ -85,6 +86,7 @@ def run_monitor(
         print_fn: called with the whole table text at each refresh (the CLI may clear the screen first).
         refresh_s: seconds between tables.
         web: (host, port) to serve the fleet dashboard on while watching, or None.
+        table: build and print the table at each refresh (it reads the whole fleet from the store).
 
     Returns:
         Counts and the paths written.
@@ -102,13 +104,15 @@ def run_monitor(
 
             def step() -> None:
                 try:
-                    print_fn(format_table(monitor.store.devices()))
+                    if table:
+                        print_fn(format_table(monitor.store.devices()))
                 except StoreUnavailable as exc:  # e.g. PostgreSQL restarting: ingest retries, so does the table
                     print_fn(f"fleet store unavailable, retrying: {exc}")
                 monitor.check()
 
             _watch(duration, step, refresh_s)
-        print_fn(format_table(monitor.store.devices()))
+        if table:
+            print_fn(format_table(monitor.store.devices()))
         return _export(monitor, out_dir)
 
 

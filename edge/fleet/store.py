@@ -308,43 +308,47 @@ def _newer(column: str, table: str, pick: str = ">") -> str:
     return f"{column} = CASE WHEN {new} {pick} {old} THEN {new} ELSE {old} END"
 
 
-def plan_statements(plan: BatchPlan) -> list[tuple[str, list[tuple]]]:
+def plan_statements(plan: BatchPlan) -> dict[str, tuple[str, list[tuple]]]:
     """The device-row and model-history statements of a batch (``?`` placeholders), both backends' SQL.
 
-    Rows are locked in device-id order (the plan is sorted), so concurrent writers never deadlock.
+    Returns:
+        ``{"seen" | "statuses" | "errors" | "running": (sql, rows)}``, in the order to run them. Rows are
+        sorted by device id, so concurrent writers lock rows in one order and never deadlock.
     """
     running_key = ", ".join(("device_id", *RUNNING_COLUMNS))
-    return [
-        (
+    return {
+        "seen": (
             f"INSERT INTO devices (device_id, last_seen) VALUES (?, ?) ON CONFLICT (device_id) DO UPDATE SET "
             f"{_newer('last_seen', 'devices')}",
             plan.seen,
         ),
-        (
+        "statuses": (
             "UPDATE devices SET state = ?, status = ? WHERE device_id = ?",
             [(s.message.state.value, s.text, s.device_id) for s in plan.statuses],
         ),
-        (
+        "errors": (
             "UPDATE devices SET last_error_at = ?, last_error = ? WHERE device_id = ? "
             "AND (last_error_at IS NULL OR last_error_at <= ?)",
             [(ts, text, dev, ts) for dev, ts, text in plan.errors],
         ),
-        (
+        "running": (
             f"INSERT INTO running VALUES ({', '.join('?' * (len(RUNNING_COLUMNS) + 3))}) ON CONFLICT ({running_key}) "
             f"DO UPDATE SET {_newer('first_seen', 'running', '<')}, {_newer('last_seen', 'running')}",
-            sorted(running_rows(plan.reports)),
+            running_rows(plan.reports),
         ),
-    ]
+    }
 
 
 def running_rows(reports: list[Incoming]) -> list[tuple]:
-    """``running`` table rows (device_id, *RUNNING_COLUMNS, first_seen, last_seen) of reports naming a model."""
-    out = []
+    """``running`` rows (device_id, *RUNNING_COLUMNS, first_seen, last_seen), one per thing a device ran, sorted."""
+    spans: dict[tuple, tuple[float, float]] = {}
     for item in reports:
         running = item.running
         if running is not None:
-            out.append((item.device_id, *running, item.message.timestamp, item.message.timestamp))
-    return out
+            key, ts = (item.device_id, *running), item.message.timestamp
+            first, last = spans.get(key, (ts, ts))
+            spans[key] = (min(first, ts), max(last, ts))
+    return [(*key, first, last) for key, (first, last) in sorted(spans.items())]
 
 
 def open_store(target: str | Path, prefix: str = "edge-deploy") -> FleetStore:

@@ -51,6 +51,17 @@ _STAGING = (
 )
 
 
+#: Batch upserts as one statement over arrays, one parameter per column (the rows of ``plan_statements``).
+_SET_BASED = {
+    "seen": "INSERT INTO devices (device_id, last_seen) SELECT * FROM unnest(%s::text[], %s::float8[]) "
+    "ON CONFLICT (device_id) DO UPDATE SET last_seen = GREATEST(devices.last_seen, excluded.last_seen)",
+    "running": f"INSERT INTO running SELECT * FROM unnest({', '.join(['%s::text[]'] * (len(RUNNING_COLUMNS) + 1))}, "
+    f"%s::float8[], %s::float8[]) ON CONFLICT ({_RUNNING_KEY}) DO UPDATE SET "
+    "first_seen = LEAST(running.first_seen, excluded.first_seen), "
+    "last_seen = GREATEST(running.last_seen, excluded.last_seen)",
+}
+
+
 class PostgresStore(FleetStore):
     """PostgreSQL store with the same interface as the SQLite one.
 
@@ -123,16 +134,27 @@ class PostgresStore(FleetStore):
         return WriteResult(stored, duplicates, len(plan.statuses), rejected)
 
     def _write_plan(self, cur: Any, plan: BatchPlan) -> int:
-        """The batch's statements (inside the caller's transaction); returns the number of new reports."""
+        """The batch's statements (inside the caller's transaction); returns the number of new reports.
+
+        The per-device upserts go as one statement each over arrays (``unnest``), not one per row: a batch
+        touches up to one row per device in each table.
+        """
         stored = self._write_reports(cur, plan.reports)
-        for sql, rows in plan_statements(plan):
-            cur.executemany(sql.replace("?", "%s"), rows)
-        self._write_latest(cur, plan.reports)
+        statements = plan_statements(plan)
+        for name in ("seen", "statuses", "errors", "running"):
+            sql, rows = statements[name]
+            if not rows:
+                continue
+            if name in _SET_BASED:
+                cur.execute(_SET_BASED[name], [list(column) for column in zip(*rows, strict=True)])
+            else:
+                cur.executemany(sql.replace("?", "%s"), rows)
         return stored
 
     @staticmethod
     def _write_reports(cur: Any, reports: list[Incoming]) -> int:
-        """COPY the reports into staging, move the new ones into ``messages``; return how many were new."""
+        """COPY the reports into staging, move the new ones into ``messages`` and the newest per device and kind
+        into ``latest``; return how many were new."""
         if not reports:
             return 0
         with cur.copy("COPY incoming FROM STDIN") as copy:
@@ -142,20 +164,13 @@ class PostgresStore(FleetStore):
             "INSERT INTO messages (device_id, seq, kind, timestamp, received, payload) "
             "SELECT * FROM incoming ORDER BY device_id, seq ON CONFLICT DO NOTHING"
         )
-        return cur.rowcount
-
-    @staticmethod
-    def _write_latest(cur: Any, reports: list[Incoming]) -> None:
-        newest: dict[tuple[str, str], Incoming] = {}
-        for r in reports:
-            key = (r.device_id, r.kind.value)
-            if key not in newest or r.message.seq > newest[key].message.seq:
-                newest[key] = r
-        cur.executemany(
-            "INSERT INTO latest VALUES (%s, %s, %s, %s) ON CONFLICT (device_id, kind) DO UPDATE "
-            "SET seq = excluded.seq, payload = excluded.payload WHERE latest.seq < excluded.seq",
-            [(d, k, r.message.seq, r.text) for (d, k), r in sorted(newest.items())],
+        stored = cur.rowcount
+        cur.execute(
+            "INSERT INTO latest SELECT DISTINCT ON (device_id, kind) device_id, kind, seq, payload FROM incoming "
+            "ORDER BY device_id, kind, seq DESC ON CONFLICT (device_id, kind) DO UPDATE "
+            "SET seq = excluded.seq, payload = excluded.payload WHERE latest.seq < excluded.seq"
         )
+        return stored
 
     def _drop_writer(self) -> None:
         if self._write_conn is not None:

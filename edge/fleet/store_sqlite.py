@@ -98,7 +98,7 @@ class SqliteStore(FleetStore):
             ],
         )
         stored = db.total_changes - before
-        for sql, rows in plan_statements(plan):
+        for sql, rows in plan_statements(plan).values():
             db.executemany(sql, rows)
         return stored
 
