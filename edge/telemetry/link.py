@@ -179,6 +179,7 @@ class Link:
         self.fatal: TelemetryError | None = None
         self.last_error: str | None = None
         self.attempts = 0
+        self._hold_attempt = 0
         self._connack: object | None = None
         self._stop = threading.Event()
         self._done = threading.Event()
@@ -214,6 +215,14 @@ class Link:
             raise self.fatal
         return self.connected.is_set()
 
+    def hold_off(self, attempt: int) -> None:
+        """Before the next reconnect, wait as after ``attempt`` failed attempts (call from a hook).
+
+        For an owner that ends a working connection on purpose and wants to retry gently, e.g. a device whose
+        reports no subscriber took: without it every such reconnect would come after ``reconnect_min_s``.
+        """
+        self._hold_attempt = max(int(attempt), 0)
+
     def stop(self, timeout: float) -> bool:
         """Ask the thread to disconnect and end; wait at most ``timeout`` seconds.
 
@@ -233,6 +242,7 @@ class Link:
                 if self._connect(client):
                     attempt = 0
                     self._serve(client)
+                    attempt, self._hold_attempt = self._hold_attempt, 0
                 if self._stop.is_set():
                     break
                 self._stop.wait(

@@ -126,7 +126,8 @@ class TelemetryClient(LinkHooks):
         self._final_acked = False
         self._link: Link | None = None
         self._final_health: ClientHealth | None = None
-        self._unheard: str | None = None  # topic of a report the broker had no subscriber for
+        self._unheard: str | None = None  # a report the broker had no subscriber for
+        self._unheard_streak = 0  # reconnects in a row for that reason: each waits longer
         if config.broker is not None:
             self._link = Link(
                 config.broker,
@@ -304,6 +305,7 @@ class TelemetryClient(LinkHooks):
         sent = self._inflight.pop(mid, None)
         if sent is not None:
             self._acked.append(sent[0])
+            self._unheard_streak = 0
         elif mid == self._final_mid:
             self._final_acked = True
 
@@ -319,6 +321,8 @@ class TelemetryClient(LinkHooks):
                 "monitor subscribed?); keeping it in the outbox and reconnecting to resend"
             )
             self._unheard = None
+            self._unheard_streak += 1
+            self._link.hold_off(self._unheard_streak)  # back off as after failed connects: no reconnect each second
             return False
         if self._inflight and now - min(t for _, t in self._inflight.values()) > self.config.ack_timeout_s:
             self._link.last_error = (
