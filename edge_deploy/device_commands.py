@@ -1,4 +1,4 @@
-"""Device-side subcommands: ``bench`` and ``monitor`` (argv adapters over edge.bench and edge.monitor)."""
+"""Device-side subcommands: ``bench`` and ``monitor`` (argv adapters over edge.bench and edge.fleet)."""
 
 from __future__ import annotations
 
@@ -23,17 +23,31 @@ def add_broker_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--prefix", default="edge-deploy", help="topic prefix (default: edge-deploy)")
 
 
+def split_host_port(text: str, flag: str, default_port: int | None) -> tuple[str, int]:
+    """``HOST[:PORT]`` as (host, port); an empty host means 127.0.0.1.
+
+    Raises:
+        InputError: naming ``flag`` if the port is not a number, or missing without a default.
+    """
+    host, _, port = text.rpartition(":") if ":" in text else (text, "", "")
+    try:
+        if port:
+            return host or "127.0.0.1", int(port)
+        if default_port is None:
+            raise ValueError
+        return host or "127.0.0.1", default_port
+    except ValueError as exc:
+        form = "HOST[:PORT]" if default_port is not None else "HOST:PORT"
+        raise InputError(f"{flag} {text!r}: port {port!r} is not a number; expected {form}") from exc
+
+
 def broker_config(args: argparse.Namespace):
     """A BrokerConfig from the broker options, or None when --broker is not given."""
     from edge.telemetry.link import BrokerConfig
 
     if not args.broker:
         return None
-    host, _, port = args.broker.rpartition(":") if ":" in args.broker else (args.broker, "", "")
-    try:
-        port_no = int(port) if port else (8883 if args.tls_ca else 1883)
-    except ValueError as exc:
-        raise InputError(f"--broker {args.broker!r}: port {port!r} is not a number; expected HOST[:PORT]") from exc
+    host, port_no = split_host_port(args.broker, "--broker", 8883 if args.tls_ca else 1883)
     password = None
     if args.password_file:
         try:
@@ -41,7 +55,7 @@ def broker_config(args: argparse.Namespace):
         except (OSError, IndexError) as exc:
             raise InputError(f"{args.password_file}: cannot read a password from its first line ({exc})") from exc
     return BrokerConfig(
-        host=host or "127.0.0.1",
+        host=host,
         port=port_no,
         username=args.username,
         password=password,
@@ -136,14 +150,33 @@ def add_bench(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_monitor(args: argparse.Namespace) -> int:
-    from edge.monitor import MonitorConfig, run_monitor
+    from edge.fleet import MonitorConfig, open_store, run_monitor
+    from edge.fleet.run import serve_dashboard
 
-    broker = broker_config(args)
-    if broker is None:
-        raise InputError("monitor needs --broker HOST[:PORT], e.g. --broker 127.0.0.1:1883")
     out = Path(args.output)
+    store = args.store or str(out / "monitor.db")
+    web = split_host_port(args.web, "--web", None) if args.web else None
+    broker = broker_config(args)
+    if broker is None and web is not None:  # dashboard only: other monitors write the store
+        with open_store(store, args.prefix) as fleet:
+            serve_dashboard(fleet, web, args.duration, print_fn=lambda text: print(text, flush=True))
+        return 0
+    if broker is None:
+        raise InputError("monitor needs --broker HOST[:PORT], e.g. --broker 127.0.0.1:1883 (or only --web to serve "
+                         "the dashboard of a store other monitors write)")  # fmt: skip
+    if args.shared and not args.client_id:
+        raise InputError(
+            f"monitor --shared {args.shared} needs --client-id ID: a stable id per instance, so the broker keeps "
+            "each instance's session (and its unacknowledged messages) across restarts"
+        )
     out.mkdir(parents=True, exist_ok=True)
-    config = MonitorConfig(broker=broker, db_path=out / "monitor.db", prefix=args.prefix)
+    config = MonitorConfig(
+        broker=broker,
+        db_path=store,
+        prefix=args.prefix,
+        client_id=args.client_id or "edge-deploy-monitor",
+        shared_group=args.shared,
+    )
     live = sys.stdout.isatty() and not args.json
 
     def show(text: str) -> None:
@@ -151,7 +184,7 @@ def _cmd_monitor(args: argparse.Namespace) -> int:
             return
         print(("\033[2J\033[H" if live else "") + text, flush=True)
 
-    summary = run_monitor(config, args.duration, out, print_fn=show)
+    summary = run_monitor(config, args.duration, out, print_fn=show, web=web, table=not args.json)
     data = {
         "devices": summary.devices,
         "reports": summary.reports,
@@ -174,15 +207,26 @@ def _cmd_monitor(args: argparse.Namespace) -> int:
 def add_monitor(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "monitor",
-        help="watch a fleet's telemetry over MQTT; store, deduplicate, export CSV and PNG",
-        description="Subscribe to PREFIX/#, drop duplicate reports (device id + sequence number), store them "
-        "in SQLite, show a live table of devices (online, p50/p90, fps, temperature, last seen) and export "
-        "telemetry.csv and telemetry.png when done (Ctrl-C or --duration).",
-        epilog="example: edge-deploy monitor --broker 127.0.0.1:1883 --duration 60 -o out/fleet",
+        help="watch a fleet's telemetry over MQTT; store, deduplicate, serve a dashboard, export CSV and PNG",
+        description="Subscribe to PREFIX/# (or, with --shared, as one member of a group splitting it), commit "
+        "reports to the store and acknowledge each only after its commit, drop duplicates (device id + "
+        "sequence number), show a live table of devices (online, p50/p90, fps, temperature, last seen) and "
+        "export telemetry.csv and telemetry.png when done (Ctrl-C or --duration). The store is a SQLite file "
+        "(default) or PostgreSQL (--store postgresql://..., pip install 'edge-deploy[fleet]'). Without "
+        "--broker, --web only serves the dashboard of a store other monitors write.",
+        epilog="examples:\n"
+        "  edge-deploy monitor --broker 127.0.0.1:1883 --duration 60 -o out/fleet\n"
+        "  edge-deploy monitor --broker 127.0.0.1:1883 --store postgresql://edge@127.0.0.1/fleet "
+        "--shared ingest --client-id monitor-1\n"
+        "  edge-deploy monitor --store postgresql://edge@127.0.0.1/fleet --web 127.0.0.1:8080",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_broker_options(p)
     p.add_argument("--duration", type=float, help="seconds to watch (default: until Ctrl-C)")
     p.add_argument("--output", "-o", default="out/monitor", help="folder for monitor.db, CSV and PNG")
+    p.add_argument("--store", metavar="PATH|URL", help="SQLite file or postgresql:// URL (default: OUTPUT/monitor.db)")
+    p.add_argument("--shared", metavar="GROUP", help="join MQTT v5 shared-subscription GROUP ($share/GROUP/PREFIX/#)")
+    p.add_argument("--client-id", help="MQTT client id, stable per instance (default edge-deploy-monitor)")
+    p.add_argument("--web", metavar="HOST:PORT", help="serve the fleet dashboard here, e.g. 127.0.0.1:8080")
     p.add_argument("--json", action="store_true", help="print only a JSON summary at the end")
     p.set_defaults(func=_cmd_monitor)

@@ -81,6 +81,7 @@ class TelemetrySettings:
     outbox_capacity: int
     flush_timeout_s: float
     commit_interval_s: float
+    require_subscriber: bool
 
 
 @dataclass(frozen=True)
@@ -181,6 +182,7 @@ _SCHEMA: Schema = {
         "outbox_capacity": Field(int, 10_000, low=1, high=10_000_000),
         "flush_timeout_s": _seconds(10.0, high=3600.0),
         "commit_interval_s": _seconds(0.2, low_open=False, high=10.0),
+        "require_subscriber": Field(bool, False),
     },
     "commands": {
         "secret_file": Field(Path, None),

@@ -32,7 +32,7 @@ from edge.daemon.sources import Frame, open_source, receipt_key
 from edge.daemon.state import StateStore
 from edge.daemon.text_service import TextService
 from edge.errors import EdgeDeployError, InputError, TelemetryError
-from edge.face.models import FaceModel, read_models_file
+from edge.face.models import FaceModel, read_models_file, running_of
 from edge.imageio import DEFAULT_MAX_PIXELS
 from edge.telemetry.mqtt import TelemetryClient, TelemetryConfig
 from edge.telemetry.schema import BenchReport, Message, Result, Telemetry
@@ -69,8 +69,13 @@ class Window:
     started: float = field(default_factory=time.monotonic)
     latencies_ms: list[float] = field(default_factory=list)
 
-    def telemetry(self, temperature_c: float | None) -> Telemetry:
-        """The window as a Telemetry report (latencies 0 when no frame was analysed in it)."""
+    def telemetry(self, temperature_c: float | None, running: dict[str, str] | None = None) -> Telemetry:
+        """The window as a Telemetry report (latencies 0 when no frame was analysed in it).
+
+        Args:
+            temperature_c: SoC temperature, None where unknown.
+            running: what runs (``edge.face.models.running_of``), so every heartbeat names it.
+        """
         span = max(time.monotonic() - self.started, 1e-6)
         lat = np.asarray(self.latencies_ms or [0.0])
         p50, p90 = (float(v) for v in np.percentile(lat, [50, 90]))
@@ -80,6 +85,7 @@ class Window:
             fps=round(len(self.latencies_ms) / span, 3),
             temperature_c=temperature_c,
             window_s=round(span, 3),
+            **(running or {}),
         )
 
 
@@ -187,6 +193,7 @@ class Daemon:
                 prefix=cfg.telemetry.prefix,
                 outbox_capacity=cfg.telemetry.outbox_capacity,
                 commit_interval_s=cfg.telemetry.commit_interval_s,
+                require_subscriber=cfg.telemetry.require_subscriber,
             )
         )
         if cfg.broker is None:
@@ -214,6 +221,7 @@ class Daemon:
     def _loop(self) -> None:
         cfg = self.config
         window = Window()
+        running = running_of(cfg.face.models)  # every heartbeat names what runs
         next_telemetry = time.monotonic() + cfg.telemetry.interval_s
         min_gap = 1.0 / cfg.source.max_fps if cfg.source.max_fps > 0 else 0.0
         next_frame_at = 0.0
@@ -225,7 +233,7 @@ class Daemon:
             self._handle_inbound()
             now = time.monotonic()
             if now >= next_telemetry:
-                self._report(window.telemetry(read_soc_state().temperature_c))
+                self._report(window.telemetry(read_soc_state().temperature_c, running))
                 window, next_telemetry = Window(), now + cfg.telemetry.interval_s
             if cfg.source.max_frames and self.summary.frames >= cfg.source.max_frames:
                 self._source.exhausted = True
@@ -242,7 +250,7 @@ class Daemon:
             window.latencies_ms.append(self._process(frame))
         self.summary.stopped_by = self._stop_reason
         if window.latencies_ms:
-            self._report(window.telemetry(read_soc_state().temperature_c))
+            self._report(window.telemetry(read_soc_state().temperature_c, running))
 
     def _report(self, message: Message, key: str | None = None) -> Message:
         """Store a report; while the disk refuses (full, read-only) hold it in memory instead of failing.

@@ -162,6 +162,35 @@ def read_models_file(folder: Path) -> dict[str, ModelEntry]:
     return entries
 
 
+def running_of(folder: Path, role: str = FaceModel.EMBEDDER.role) -> dict[str, str]:
+    """What a models folder runs, as the telemetry fields that name it (``edge.telemetry.schema.RUNNING_FIELDS``).
+
+    The model is the file playing ``role``; the bundle id is the first 16 hex digits of models.json's sha256
+    (any change to the set of models changes it).
+
+    Raises:
+        InputError: as ``read_models_file``, or when no model plays ``role``.
+    """
+    from edge.runtime import default_backend_name
+    from edge.runtime.base import ModelFormat
+
+    path = Path(folder) / MODELS_FILE
+    entry = read_models_file(folder).get(role)
+    if entry is None:
+        raise InputError(f"{path}: no model with role {role!r}")
+    data = json.loads(path.read_text(encoding="utf-8"))
+    return {
+        "model": Path(entry.file).stem,
+        "model_version": str(data.get("tool_version", "")),
+        "model_sha256": entry.sha256,
+        "bundle_id": file_sha256(path)[:16],
+        "profile": str(data.get("target", "")),
+        "runtime": default_backend_name(ModelFormat(entry.format)) if entry.format in {f.value for f in ModelFormat}
+        else entry.format,
+        "precision": entry.precision,
+    }  # fmt: skip
+
+
 def model_path(folder: Path, role: str) -> Path:
     """The file that plays ``role`` in ``folder``.
 

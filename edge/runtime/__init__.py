@@ -50,6 +50,11 @@ _ONNX_FIELDS: dict[int, int] = {1: 0, 2: 2, 3: 2, 4: 2, 5: 0, 6: 2, 7: 2, 8: 2, 
 _ONNX_IR_VERSION, _ONNX_GRAPH = 1, 7
 
 
+def default_backend_name(fmt: ModelFormat) -> str:
+    """The backend that runs ``fmt`` when neither the caller nor the profile says (e.g. ``"litert"``)."""
+    return _DEFAULT_BACKEND[fmt]
+
+
 def available_backends() -> list[str]:
     """Names of the registered backends, sorted."""
     return sorted(_BACKENDS)

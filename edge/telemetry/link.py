@@ -159,18 +159,33 @@ class Link:
         hooks: the owner's callbacks.
         clean_session: False to keep a broker-side session (subscriptions, queued QoS 1 messages).
         name: thread name.
+        mqtt5: speak MQTT v5 (a persistent v5 session never expires) instead of 3.1.1.
+        receive_maximum: with ``mqtt5``, let the broker have at most this many QoS 1 messages to us
+            unacknowledged (v5's Receive Maximum). None: the broker's own ``max_inflight_messages``.
     """
 
-    def __init__(self, broker: BrokerConfig, client_id: str, hooks: LinkHooks, clean_session: bool, name: str) -> None:
+    def __init__(
+        self,
+        broker: BrokerConfig,
+        client_id: str,
+        hooks: LinkHooks,
+        clean_session: bool,
+        name: str,
+        mqtt5: bool = False,
+        receive_maximum: int | None = None,
+    ) -> None:
         self._mqtt = require("paho.mqtt.client", "device", "MQTT telemetry")
         self.broker = broker
         self.client_id = client_id
         self.hooks = hooks
         self.clean_session = clean_session
+        self.mqtt5 = mqtt5
+        self.receive_maximum = receive_maximum
         self.connected = threading.Event()
         self.fatal: TelemetryError | None = None
         self.last_error: str | None = None
         self.attempts = 0
+        self._hold_attempt = 0
         self._connack: object | None = None
         self._stop = threading.Event()
         self._done = threading.Event()
@@ -206,6 +221,14 @@ class Link:
             raise self.fatal
         return self.connected.is_set()
 
+    def hold_off(self, attempt: int) -> None:
+        """Before the next reconnect, wait as after ``attempt`` failed attempts (call from a hook).
+
+        For an owner that ends a working connection on purpose and wants to retry gently, e.g. a device whose
+        reports no subscriber took: without it every such reconnect would come after ``reconnect_min_s``.
+        """
+        self._hold_attempt = max(int(attempt), 0)
+
     def stop(self, timeout: float) -> bool:
         """Ask the thread to disconnect and end; wait at most ``timeout`` seconds.
 
@@ -225,6 +248,7 @@ class Link:
                 if self._connect(client):
                     attempt = 0
                     self._serve(client)
+                    attempt, self._hold_attempt = self._hold_attempt, 0
                 if self._stop.is_set():
                     break
                 self._stop.wait(
@@ -241,12 +265,15 @@ class Link:
 
     def _new_client(self) -> MqttClient:
         mqtt = self._mqtt
-        client = mqtt.Client(
-            mqtt.CallbackAPIVersion.VERSION2,
-            client_id=self.client_id,
-            clean_session=self.clean_session,
-            protocol=mqtt.MQTTv311,
-        )
+        if not self.mqtt5:
+            client = mqtt.Client(
+                mqtt.CallbackAPIVersion.VERSION2,
+                client_id=self.client_id,
+                clean_session=self.clean_session,
+                protocol=mqtt.MQTTv311,
+            )
+        else:
+            client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=self.client_id, protocol=mqtt.MQTTv5)
         client.connect_timeout = self.broker.connect_timeout_s
         if self.broker.username is not None:
             client.username_pw_set(self.broker.username, self.broker.password)
@@ -281,7 +308,7 @@ class Link:
         self.attempts += 1
         self._connack = None
         try:
-            client.connect(b.host, b.port, keepalive=int(b.keepalive_s))
+            client.connect(b.host, b.port, keepalive=int(b.keepalive_s), **self._v5_connect_options())
         except ssl.SSLCertVerificationError as exc:
             raise TelemetryError(
                 f"broker {b.address}: TLS certificate check failed ({exc.verify_message}); check tls_ca and "
@@ -307,6 +334,20 @@ class Link:
             self.last_error = message
             return False
         return True
+
+    def _v5_connect_options(self) -> dict:
+        """MQTT v5 CONNECT options: clean start or a session that never expires, and the Receive Maximum."""
+        if not self.mqtt5:
+            return {}
+        from paho.mqtt.packettypes import PacketTypes
+        from paho.mqtt.properties import Properties
+
+        props = Properties(PacketTypes.CONNECT)
+        if self.receive_maximum is not None:
+            props.ReceiveMaximum = self.receive_maximum
+        if not self.clean_session:
+            props.SessionExpiryInterval = 0xFFFFFFFF  # the v5 way of "persistent": never expires
+        return {"clean_start": self.clean_session, "properties": props}
 
     def _serve(self, client: MqttClient) -> None:
         """Run the network loop until the connection drops, a hook asks to reconnect, or stop()."""

@@ -37,6 +37,10 @@ from edge.telemetry.schema import (
 __all__ = ["BrokerConfig", "ClientHealth", "TelemetryClient", "TelemetryConfig"]
 
 
+#: MQTT v5 PUBACK reason code: the broker took the message but no subscription matched it.
+_NO_MATCHING_SUBSCRIBERS = 0x10
+
+
 @dataclass(frozen=True)
 class TelemetryConfig:
     """Everything the device's telemetry client needs.
@@ -52,6 +56,10 @@ class TelemetryConfig:
         ha_discovery: publish Home Assistant discovery configs on every connect.
         ha_prefix: Home Assistant's discovery prefix.
         commit_interval_s: least time between two group commits of the outbox (0: as fast as the disk).
+        require_subscriber: keep a report in the outbox until the broker says a subscriber took it (MQTT v5:
+            a PUBACK with "No matching subscribers" counts as not delivered; the client reconnects and resends).
+            For fleets whose monitor subscribes through a shared subscription, which mosquitto 2.0 does not
+            restore after a broker restart until the monitor subscribes again.
     """
 
     device_id: str
@@ -64,6 +72,7 @@ class TelemetryConfig:
     ha_discovery: bool = False
     ha_prefix: str = DEFAULT_HA_PREFIX
     commit_interval_s: float = DEFAULT_COMMIT_INTERVAL_S
+    require_subscriber: bool = False
 
     def __post_init__(self) -> None:
         check_name("device_id", self.device_id)
@@ -117,6 +126,8 @@ class TelemetryClient(LinkHooks):
         self._final_acked = False
         self._link: Link | None = None
         self._final_health: ClientHealth | None = None
+        self._unheard: str | None = None  # a report the broker had no subscriber for
+        self._unheard_streak = 0  # reconnects in a row for that reason: each waits longer
         if config.broker is not None:
             self._link = Link(
                 config.broker,
@@ -124,6 +135,7 @@ class TelemetryClient(LinkHooks):
                 hooks=self,
                 clean_session=True,  # the outbox, not the broker session, makes delivery durable
                 name=f"telemetry-{config.device_id}",
+                mqtt5=config.require_subscriber,  # v5's PUBACK says whether anyone subscribed
             )
 
     # -- the runner's side -------------------------------------------------------------------------
@@ -292,9 +304,13 @@ class TelemetryClient(LinkHooks):
                 client.publish(topic, payload, qos=1, retain=True)
 
     def _on_publish(self, client, userdata, mid, reason_code, properties) -> None:
+        if mid in self._inflight and getattr(reason_code, "value", 0) == _NO_MATCHING_SUBSCRIBERS:
+            self._unheard = f"seq {self._inflight[mid][0]}"  # stays in flight: resent after the reconnect
+            return
         sent = self._inflight.pop(mid, None)
         if sent is not None:
             self._acked.append(sent[0])
+            self._unheard_streak = 0
         elif mid == self._final_mid:
             self._final_acked = True
 
@@ -304,6 +320,15 @@ class TelemetryClient(LinkHooks):
         if self._acked and now - self._last_removal >= max(self.config.commit_interval_s, 0.01):
             self._flush_acked()
             self._last_removal = now
+        if self._unheard is not None:
+            self._link.last_error = (
+                f"broker {self.config.broker.address} has no subscriber for report {self._unheard} (is the fleet "
+                "monitor subscribed?); keeping it in the outbox and reconnecting to resend"
+            )
+            self._unheard = None
+            self._unheard_streak += 1
+            self._link.hold_off(self._unheard_streak)  # back off as after failed connects: no reconnect each second
+            return False
         if self._inflight and now - min(t for _, t in self._inflight.values()) > self.config.ack_timeout_s:
             link = self._hook_link()
             link.last_error = (

@@ -24,8 +24,10 @@ from typing import Any, cast
 from edge.errors import TelemetryError
 from edge.payload import PayloadError, check_strings, has_surrogate_escape, parse_json
 
-#: Bumped whenever a field is added, removed or changes meaning; readers reject other versions.
-SCHEMA_VERSION = 1
+#: Bumped whenever a field is added, removed or changes meaning; readers reject versions they can't read.
+SCHEMA_VERSION = 2
+#: Versions this reader accepts: 2 added what a device runs to Telemetry (version 1 reports lack it).
+READABLE_VERSIONS = (1, 2)
 #: Largest message a reader accepts (and a writer produces): a face result with 100 faces is ~30 KB.
 MAX_MESSAGE_BYTES = 256 * 1024
 #: Deepest nesting a reader accepts (a face result: message -> data -> faces -> face -> box = 5).
@@ -88,6 +90,13 @@ class Telemetry(_Message):
         fps: frames (or requests) processed per second over the window.
         temperature_c: SoC temperature in degrees Celsius, None where the board does not report it.
         window_s: length of the reporting window in seconds.
+        model: what runs: model name ("" when the sender does not say; so for every field below).
+        model_version: the model's version (the tool version that built it).
+        model_sha256: sha256 of the model file.
+        bundle_id: the bundle or models folder it came in (sha256 of its manifest / models.json).
+        profile: target profile, e.g. ``rpi4``.
+        runtime: runtime backend, e.g. ``onnxruntime``.
+        precision: e.g. ``int8``, ``fp32``.
     """
 
     latency_p50_ms: float
@@ -95,6 +104,17 @@ class Telemetry(_Message):
     fps: float
     temperature_c: float | None = None
     window_s: float = 0.0
+    model: str = ""
+    model_version: str = ""
+    model_sha256: str = ""
+    bundle_id: str = ""
+    profile: str = ""
+    runtime: str = ""
+    precision: str = ""
+
+
+#: The Telemetry fields that say what runs on the device (the fleet store keeps their history).
+RUNNING_FIELDS = ("model", "model_version", "model_sha256", "bundle_id", "profile", "runtime", "precision")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -142,6 +162,8 @@ _CLASSES: dict[MessageKind, type[_Message]] = {
     MessageKind.RESULT: Result,
 }
 _KINDS = {cls: kind for kind, cls in _CLASSES.items()}
+#: Fields a version 1 message must not carry.
+_V2_ONLY = frozenset(RUNNING_FIELDS)
 #: Fields every message on the wire must carry, although the dataclasses give them defaults.
 _ENVELOPE = ("device_id", "seq", "timestamp", "schema_version")
 
@@ -309,14 +331,15 @@ def from_json(data: str | bytes, source: str = "message") -> Message:
     if not isinstance(raw_kind, str) or raw_kind not in {k.value for k in MessageKind}:
         raise TelemetryError(f"{source}: field 'type' = {raw_kind!r}; expected one of {kinds}")
     version = body.get("schema_version")
-    if version != SCHEMA_VERSION or isinstance(version, bool):
+    if version not in READABLE_VERSIONS or isinstance(version, bool):
         raise TelemetryError(
-            f"{source}: field 'schema_version' = {version!r}; expected {SCHEMA_VERSION} "
-            "(sender and reader run different edge-deploy schema versions)"
+            f"{source}: field 'schema_version' = {version!r}; expected one of "
+            f"{', '.join(map(str, READABLE_VERSIONS))} (sender and reader run different edge-deploy schema versions)"
         )
     cls = _CLASSES[MessageKind(raw_kind)]
     fields, hints, names = _layout(cast(type, cls))  # a plain type: mypy takes the class for unhashable
-    unknown = sorted(set(body) - names)
+    unknown = sorted(set(body) - names - (_V2_ONLY if version == 1 else frozenset()))
+    unknown += sorted(set(body) & _V2_ONLY) if version == 1 else []
     if unknown:
         raise TelemetryError(f"{source}: unknown field {unknown[0]!r} in a {raw_kind} message")
     values = {}

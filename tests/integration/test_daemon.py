@@ -24,8 +24,8 @@ import paho.mqtt.publish as mqtt_publish
 import pytest
 
 from edge.daemon.commands import sign_command, write_secret
+from edge.fleet import Monitor, MonitorConfig
 from edge.imageio import save_image
-from edge.monitor import Monitor, MonitorConfig
 from edge.telemetry.link import BrokerConfig
 from edge_deploy import serve_command
 from tests.integration.broker import Broker
@@ -205,6 +205,7 @@ def scenario(tmp_path_factory, face_models: Path, photos: dict[str, np.ndarray],
             out["bench"] = stored(db, "bench")
             out["telemetry"] = stored(db, "telemetry")
             out["duplicates"] = monitor.store.duplicates
+            out["running"] = monitor.store.running()
             out["outbox_left"] = outbox_rows(root / "work" / "state" / "outbox.sqlite")
             out["incoming"] = sorted(p.name for p in incoming.iterdir())
         finally:
@@ -297,6 +298,20 @@ def test_sigterm_exits_0_with_the_outbox_flushed(scenario: dict) -> None:
     assert scenario["telemetry"], "no telemetry report arrived"
     last = scenario["telemetry"][-1]
     assert last["fps"] >= 0 and last["latency_p90_ms"] >= last["latency_p50_ms"]
+
+
+def test_every_heartbeat_names_what_runs(scenario: dict, face_models: Path) -> None:
+    from edge.face.models import FaceModel, read_models_file
+
+    embedder = read_models_file(face_models)[FaceModel.EMBEDDER.role]
+    assert all(t["model_sha256"] == embedder.sha256 for t in scenario["telemetry"])
+    [running] = scenario["running"]  # the monitor's store: which device runs which model
+    assert (running.device_id, running.model_sha256, running.precision, running.runtime) == (
+        DEVICE,
+        embedder.sha256,
+        "fp32",
+        "onnxruntime",
+    )
 
 
 # --- scenario 2: a video file, resumed where it stopped --------------------------------------------------

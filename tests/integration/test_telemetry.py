@@ -18,7 +18,7 @@ import paho.mqtt.client as mqtt
 import pytest
 
 from edge.errors import TelemetryError
-from edge.monitor import Monitor, MonitorConfig
+from edge.fleet import Monitor, MonitorConfig
 from edge.telemetry.link import BrokerConfig
 from edge.telemetry.mqtt import TelemetryClient, TelemetryConfig
 from edge.telemetry.schema import Telemetry

@@ -70,7 +70,7 @@ def test_broker_table_with_password_file(folder: Path) -> None:
         (
             "[telemetry]\ninterval = 5\n",
             "CFG: unknown key telemetry.interval; expected one of commit_interval_s, flush_timeout_s, interval_s, outbox, "
-            "outbox_capacity, prefix",
+            "outbox_capacity, prefix, require_subscriber",
         ),
         ("[telemetry]\ninterval_s = 0\n", "CFG: telemetry.interval_s = 0.0; expected a number in (0, 86400]"),
         ('[telemetry]\ninterval_s = "5"\n', "CFG: telemetry.interval_s = '5'; expected a number"),

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from edge.errors import TelemetryError
-from edge.monitor import CSV_COLUMNS, DeviceRow, MonitorStore, format_table
+from edge.fleet import CSV_COLUMNS, DeviceRow, MonitorStore, format_table
 from edge.telemetry.plot import plot_telemetry
 from edge.telemetry.schema import DeviceState, Result, Status, Telemetry, to_json
 

@@ -8,6 +8,7 @@ import pytest
 
 from edge.errors import TelemetryError
 from edge.telemetry.schema import (
+    RUNNING_FIELDS,
     SCHEMA_VERSION,
     BenchReport,
     DeviceState,
@@ -67,8 +68,10 @@ def test_round_trip_keeps_every_field(message) -> None:
 
 def test_wire_form_is_flat_json_with_type() -> None:
     assert json.loads(to_json(TELEMETRY)) == {
-        "type": "telemetry", "device_id": "pi-1", "seq": 7, "timestamp": 1_700_000_000.25, "schema_version": 1,
+        "type": "telemetry", "device_id": "pi-1", "seq": 7, "timestamp": 1_700_000_000.25, "schema_version": 2,
         "latency_p50_ms": 12.5, "latency_p90_ms": 20.0, "fps": 31.0, "temperature_c": None, "window_s": 0.0,
+        "model": "", "model_version": "", "model_sha256": "", "bundle_id": "", "profile": "", "runtime": "",
+        "precision": "",
     }  # fmt: skip
 
 
@@ -85,12 +88,13 @@ def test_integers_are_accepted_for_floats_and_become_floats() -> None:
         ("[1]", "t: expected a JSON object, got list"),
         (body(type="metrics"), "t: field 'type' = 'metrics'; expected one of status, telemetry, bench, result"),
         (
-            body(schema_version=2),
-            "t: field 'schema_version' = 2; expected 1 (sender and reader run different edge-deploy schema versions)",
+            body(schema_version=3),
+            "t: field 'schema_version' = 3; expected one of 1, 2 (sender and reader run different edge-deploy "
+            "schema versions)",
         ),
         (
             body(schema_version=...),
-            "t: field 'schema_version' = None; expected 1 (sender and reader run different "
+            "t: field 'schema_version' = None; expected one of 1, 2 (sender and reader run different "
             "edge-deploy schema versions)",
         ),  # fmt: skip
         (body(seq="7"), "t: field 'seq' = '7'; expected an integer >= 0"),
@@ -147,3 +151,12 @@ def test_topics() -> None:
         "prefix = 'edge-deploy/#'; expected topic levels of letters, digits, '_', '.', ':' or '-' separated by "
         "'/', without wildcards or a leading/trailing '/'"
     )
+
+
+def test_version_1_reports_are_still_read_without_what_runs() -> None:
+    old = {k: v for k, v in json.loads(body()).items() if k not in RUNNING_FIELDS} | {"schema_version": 1}
+    message = from_json(json.dumps(old), source="t")
+    assert (message.fps, message.model, message.model_sha256) == (31.0, "", "")
+    with pytest.raises(TelemetryError) as info:
+        from_json(json.dumps(old | {"model": "m"}), source="t")
+    assert str(info.value) == "t: unknown field 'model' in a telemetry message"

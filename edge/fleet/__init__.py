@@ -1,0 +1,35 @@
+"""The fleet monitor: ingest devices' MQTT reports into a store, show the fleet, serve a dashboard.
+
+- ``records``: the one parse path for a message off the broker, and the rows the store returns.
+- ``store``: the store interface and query API; ``store_sqlite`` (embedded default, one file) and
+  ``store_postgres`` (server, many writers and readers; the ``fleet`` extra).
+- ``ingest``: ``Monitor`` subscribes (alone or in an MQTT v5 shared group), commits batches, and
+  acknowledges each message only after its row is committed.
+- ``run``: ``run_monitor`` (the ``edge-deploy monitor`` command) and the text table.
+- ``dashboard``: the fleet web page (stdlib HTTP server, SVG drawn on the server, no JavaScript).
+"""
+
+from edge.fleet.ingest import Monitor, MonitorConfig
+from edge.fleet.records import CSV_COLUMNS, DeviceRow, Running
+from edge.fleet.run import MonitorSummary, format_table, run_monitor
+from edge.fleet.store import FleetStore, StoreUnavailable, open_store
+from edge.fleet.store_sqlite import SqliteStore
+
+#: The SQLite store under its former name (``edge.monitor.MonitorStore``).
+MonitorStore = SqliteStore
+
+__all__ = [
+    "CSV_COLUMNS",
+    "DeviceRow",
+    "FleetStore",
+    "Monitor",
+    "MonitorConfig",
+    "MonitorStore",
+    "MonitorSummary",
+    "Running",
+    "SqliteStore",
+    "StoreUnavailable",
+    "format_table",
+    "open_store",
+    "run_monitor",
+]

@@ -1,0 +1,146 @@
+"""``edge-deploy monitor`` as a library call: watch, print the fleet table, serve the dashboard, export."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from edge.fleet.ingest import Monitor, MonitorConfig
+from edge.fleet.records import DeviceRow
+from edge.fleet.store import FleetStore, StoreUnavailable
+
+
+@dataclass(frozen=True)
+class MonitorSummary:
+    """What ``run_monitor`` saw and wrote."""
+
+    devices: int
+    reports: int
+    duplicates: int
+    rejected: int
+    csv_path: Path
+    png_path: Path
+
+
+def format_table(rows: list[DeviceRow], now: float | None = None) -> str:
+    """Render the fleet table as fixed-width text (device, state, p50, p90, fps, temp, last seen)."""
+    now = time.time() if now is None else now
+    head = ("DEVICE", "STATE", "P50 ms", "P90 ms", "FPS", "TEMP C", "LAST SEEN", "REPORTS", "DROPPED")
+    lines = [head]
+    for r in rows:
+        lines.append(
+            (
+                r.device_id,
+                state_text(r.online),
+                _num(r.latency_p50_ms),
+                _num(r.latency_p90_ms),
+                _num(r.fps),
+                _num(r.temperature_c),
+                f"{max(now - r.last_seen, 0):.0f}s ago",
+                str(r.reports),
+                str(r.dropped),
+            )  # fmt: skip
+        )
+    widths = [max(len(line[i]) for line in lines) for i in range(len(head))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip() for line in lines)
+
+
+def state_text(online: bool | None) -> str:
+    """A device row's state as a word: online, offline, or ``?`` when no status was seen."""
+    return {None: "?", True: "online", False: "offline"}[online]
+
+
+def _num(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
+
+
+def _watch(duration: float | None, step: Callable[[], None], refresh_s: float) -> None:
+    """Call ``step`` every ``refresh_s`` until ``duration`` passed (None: until Ctrl-C)."""
+    deadline = None if duration is None else time.monotonic() + duration
+    try:
+        while deadline is None or time.monotonic() < deadline:
+            step()
+            left = refresh_s if deadline is None else min(refresh_s, deadline - time.monotonic())
+            time.sleep(max(left, 0.0))
+    except KeyboardInterrupt:
+        pass  # Ctrl-C is how an open-ended watch ends; export what we have
+
+
+def run_monitor(
+    config: MonitorConfig,
+    duration: float | None,
+    out_dir: Path,
+    print_fn=print,
+    refresh_s: float = 2.0,
+    web: tuple[str, int] | None = None,
+    table: bool = True,
+) -> MonitorSummary:
+    """Watch the fleet, print the table every ``refresh_s``, then export CSV and PNG into ``out_dir``.
+
+    Args:
+        config: broker, store and prefix.
+        duration: seconds to watch; None watches until Ctrl-C (KeyboardInterrupt ends the watch normally).
+        out_dir: where ``telemetry.csv`` and ``telemetry.png`` go.
+        print_fn: called with the whole table text at each refresh (the CLI may clear the screen first).
+        refresh_s: seconds between tables.
+        web: (host, port) to serve the fleet dashboard on while watching, or None.
+        table: build and print the table at each refresh (it reads the whole fleet from the store).
+
+    Returns:
+        Counts and the paths written.
+
+    Raises:
+        TelemetryError: bad credentials / TLS failure, a store that can't be opened, or files that can't be
+            written.
+        InputError: the dashboard's port can't be bound.
+    """
+    out_dir = Path(out_dir)
+    with Monitor(config) as monitor:
+        with _dashboard(monitor.store, web, print_fn):
+            if not monitor.start(min(config.broker.connect_timeout_s, duration or config.broker.connect_timeout_s)):
+                print_fn(f"waiting for broker {config.broker.address}: {monitor.last_error or 'not reachable yet'}")
+
+            def step() -> None:
+                try:
+                    if table:
+                        print_fn(format_table(monitor.store.devices()))
+                except StoreUnavailable as exc:  # e.g. PostgreSQL restarting: ingest retries, so does the table
+                    print_fn(f"fleet store unavailable, retrying: {exc}")
+                monitor.check()
+
+            _watch(duration, step, refresh_s)
+        if table:
+            print_fn(format_table(monitor.store.devices()))
+        return _export(monitor, out_dir)
+
+
+def serve_dashboard(store: FleetStore, web: tuple[str, int], duration: float | None, print_fn=print) -> None:
+    """Serve the dashboard over ``store`` without ingesting (another monitor writes the store).
+
+    Raises:
+        InputError: the port can't be bound.
+    """
+    with _dashboard(store, web, print_fn):
+        _watch(duration, lambda: None, 1.0)
+
+
+def _dashboard(store: FleetStore, web: tuple[str, int] | None, print_fn):
+    from contextlib import nullcontext
+
+    if web is None:
+        return nullcontext()
+    from edge.fleet.dashboard import Dashboard
+
+    board = Dashboard(store, *web).start()
+    print_fn(f"fleet dashboard on {board.url}")
+    return board
+
+
+def _export(monitor: Monitor, out_dir: Path) -> MonitorSummary:
+    store = monitor.store
+    csv_path = out_dir / "telemetry.csv"
+    store.export_csv(csv_path)
+    png_path = monitor.export_png(out_dir / "telemetry.png")
+    return MonitorSummary(len(store.devices()), store.count(), store.duplicates, store.rejected, csv_path, png_path)

@@ -1,0 +1,368 @@
+"""The fleet store's interface, shared by the SQLite (embedded default) and PostgreSQL backends.
+
+A backend commits each batch of decoded messages in one transaction and keys reports by
+(device_id, seq), so a QoS 1 redelivery or a device's resend never counts twice. Reads are plain SQL over
+the same tables in both backends (``?`` placeholders; the PostgreSQL backend translates them).
+
+Query API (also what other tools, e.g. rollouts, read):
+
+- ``devices()``: the fleet table, one ``DeviceRow`` per device.
+- ``running()``: which device runs which model now; ``running_history(device_id)``: what it ran before.
+- ``latest(kind, device_id=None, limit=1)``: the newest reports of a kind, as dicts, per device.
+- ``telemetry(device_id=None, since=None)``: telemetry reports as dicts of ``CSV_COLUMNS``.
+- ``count``, ``seqs``, ``duplicates``, ``rejected``: what was stored and dropped.
+"""
+
+from __future__ import annotations
+
+import csv
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from edge.errors import TelemetryError
+from edge.fleet.records import (
+    CSV_COLUMNS,
+    RUNNING_COLUMNS,
+    DeviceRow,
+    Incoming,
+    Running,
+    WriteResult,
+    body_of,
+    decode,
+    online_of,
+)
+from edge.telemetry.schema import MessageKind, check_prefix
+
+
+class StoreUnavailable(TelemetryError):
+    """The store can't commit right now (database down or restarting); the batch is to be retried."""
+
+
+class FleetStore:
+    """Base of the store backends: the query API and the single-message path over ``write``.
+
+    Backends implement ``write``, ``_rows`` and ``close``.
+
+    Args:
+        prefix: topic prefix, to check the topics of incoming messages.
+    """
+
+    #: Where the store is, for messages (a path or a URL without password).
+    location: str = ""
+
+    def __init__(self, prefix: str) -> None:
+        self.prefix = check_prefix(prefix)
+        self.last_rejection: str | None = None
+        self._lock = threading.Lock()
+
+    # -- writing ----------------------------------------------------------------------------------------
+
+    def write(self, batch: list[Incoming], rejected: int = 0) -> WriteResult:
+        """Commit a batch in one transaction: reports (duplicates ignored), statuses, device rows.
+
+        Args:
+            batch: decoded messages, in arrival order.
+            rejected: messages of the same delivery that ``decode`` refused, counted in the same transaction.
+
+        Raises:
+            StoreUnavailable: the database can't be reached; nothing was committed, retry the batch.
+        """
+        raise NotImplementedError
+
+    def handle(self, topic: str, payload: bytes | str, received: float | None = None, retained: bool = False) -> str:
+        """Validate and store one incoming message (a batch of one).
+
+        Args:
+            topic: the MQTT topic it came on.
+            payload: the message JSON.
+            received: arrival time (Unix seconds), now if None.
+            retained: the broker replayed a retained message on subscribe; it doesn't show the device
+                was seen now, so "last seen" takes the message's own timestamp instead.
+
+        Returns:
+            ``"stored"``, ``"duplicate"``, ``"status"`` or ``"rejected"`` (see ``last_rejection``).
+        """
+        received = time.time() if received is None else received
+        try:
+            incoming = decode(self.prefix, topic, payload, received, retained)
+        except TelemetryError as exc:
+            self.count_rejected(str(exc))
+            return "rejected"
+        return self.write_one(incoming)
+
+    def count_rejected(self, reason: str) -> None:
+        """Count a message that was not stored (in its own transaction), and keep why (``last_rejection``)."""
+        self.last_rejection = reason
+        self.write([], rejected=1)
+
+    def write_one(self, item: Incoming) -> str:
+        """Commit one decoded message; one the database refuses (e.g. a number beyond its range) is rejected.
+
+        Returns:
+            ``"stored"``, ``"duplicate"``, ``"status"`` or ``"rejected"`` (see ``last_rejection``).
+
+        Raises:
+            StoreUnavailable: the database can't be reached; retry.
+        """
+        try:
+            result = self.write([item])
+        except StoreUnavailable:
+            raise
+        except TelemetryError as exc:
+            self.count_rejected(f"topic {self.prefix}/{item.device_id}/{item.kind.value}: {exc}")
+            return "rejected"
+        if result.statuses:
+            return "status"
+        return "stored" if result.stored else "duplicate"
+
+    # -- reading ----------------------------------------------------------------------------------------
+
+    def _rows(self, sql: str, params: tuple = ()) -> list[tuple]:
+        """Run one read query (``?`` placeholders) and return all rows."""
+        raise NotImplementedError
+
+    def _counter(self, name: str) -> int:
+        rows = self._rows("SELECT value FROM counters WHERE name = ?", (name,))
+        return int(rows[0][0]) if rows else 0
+
+    @property
+    def duplicates(self) -> int:
+        """Copies of already stored reports received and dropped (since the database was created)."""
+        return self._counter("duplicates")
+
+    @property
+    def rejected(self) -> int:
+        """Malformed or misaddressed messages received (since the database was created)."""
+        return self._counter("rejected")
+
+    def count(self, device_id: str | None = None) -> int:
+        """Number of distinct reports stored, for one device or all."""
+        if device_id is None:
+            return int(self._rows("SELECT COUNT(*) FROM messages")[0][0])
+        return int(self._rows("SELECT COUNT(*) FROM messages WHERE device_id = ?", (device_id,))[0][0])
+
+    def seqs(self, device_id: str) -> list[int]:
+        """Sequence numbers stored for a device, ascending."""
+        return [r[0] for r in self._rows("SELECT seq FROM messages WHERE device_id = ? ORDER BY seq", (device_id,))]
+
+    def latest(self, kind: MessageKind, device_id: str | None = None, limit: int = 1) -> dict[str, list[dict]]:
+        """The newest ``limit`` reports of ``kind`` per device (highest seq first), as dicts.
+
+        Args:
+            kind: telemetry, bench or result.
+            device_id: one device, or every device.
+            limit: reports per device.
+
+        Returns:
+            ``{device_id: [report, ...]}`` for devices that have such reports.
+        """
+        where, params = ("AND device_id = ?", (device_id,)) if device_id is not None else ("", ())
+        rows = self._rows(
+            "SELECT device_id, payload FROM (SELECT device_id, payload, ROW_NUMBER() OVER "
+            "(PARTITION BY device_id ORDER BY seq DESC) AS rank FROM messages WHERE kind = ? "
+            f"{where}) AS ranked WHERE rank <= ? ORDER BY device_id, rank",
+            (kind.value, *params, int(limit)),
+        )
+        out: dict[str, list[dict]] = {}
+        for dev, payload in rows:
+            out.setdefault(dev, []).append(body_of(payload))
+        return out
+
+    def devices(self) -> list[DeviceRow]:
+        """The fleet table: one row per device seen, sorted by device id."""
+        newest = {dev: reports[0] for dev, reports in self.latest(MessageKind.TELEMETRY).items()}
+        counts = dict(self._rows("SELECT device_id, COUNT(*) FROM messages GROUP BY device_id"))
+        rows = []
+        for device_id, state, status, last_seen, last_error in self._rows(
+            "SELECT device_id, state, status, last_seen, last_error FROM devices ORDER BY device_id"
+        ):
+            t = newest.get(device_id, {})
+            rows.append(
+                DeviceRow(
+                    device_id=device_id,
+                    online=online_of(state),
+                    latency_p50_ms=t.get("latency_p50_ms"),
+                    latency_p90_ms=t.get("latency_p90_ms"),
+                    fps=t.get("fps"),
+                    temperature_c=t.get("temperature_c"),
+                    last_seen=last_seen,
+                    reports=int(counts.get(device_id, 0)),
+                    dropped=body_of(status)["dropped"] if status else 0,
+                    last_error=last_error,
+                )
+            )
+        return rows
+
+    def running(self) -> list[Running]:
+        """What each device runs now (its newest telemetry that named a model), by device id."""
+        cols = ", ".join(RUNNING_COLUMNS)
+        rows = self._rows(
+            f"SELECT device_id, {cols}, first_seen, last_seen FROM (SELECT *, ROW_NUMBER() OVER "
+            "(PARTITION BY device_id ORDER BY last_seen DESC) AS rank FROM running) AS r WHERE rank = 1 "
+            "ORDER BY device_id"
+        )
+        return [Running(*row) for row in rows]
+
+    def running_history(self, device_id: str) -> list[Running]:
+        """Everything ``device_id`` was seen running, oldest first."""
+        cols = ", ".join(RUNNING_COLUMNS)
+        rows = self._rows(
+            f"SELECT device_id, {cols}, first_seen, last_seen FROM running WHERE device_id = ? ORDER BY first_seen",
+            (device_id,),
+        )
+        return [Running(*row) for row in rows]
+
+    def telemetry(self, device_id: str | None = None, since: float | None = None) -> list[dict]:
+        """Telemetry reports as dicts of ``CSV_COLUMNS``, by device then seq.
+
+        Args:
+            device_id: one device, or all.
+            since: only reports made at or after this time (Unix seconds, the device's clock).
+        """
+        sql = "SELECT payload FROM messages WHERE kind = ?"
+        params: list[Any] = [MessageKind.TELEMETRY.value]
+        if device_id is not None:
+            sql, params = sql + " AND device_id = ?", [*params, device_id]
+        if since is not None:
+            sql, params = sql + " AND timestamp >= ?", [*params, float(since)]
+        out = []
+        for (payload,) in self._rows(sql + " ORDER BY device_id, seq", tuple(params)):
+            body = body_of(payload)
+            out.append({k: body.get(k) for k in CSV_COLUMNS})
+        return out
+
+    def export_csv(self, path: Path) -> int:
+        """Write every telemetry report as CSV (``CSV_COLUMNS``); return the number of data rows.
+
+        Raises:
+            TelemetryError: if the file can't be written.
+        """
+        rows = self.telemetry()
+        try:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            with open(path, "w", newline="", encoding="utf-8") as fh:
+                writer = csv.DictWriter(fh, fieldnames=CSV_COLUMNS)
+                writer.writeheader()
+                writer.writerows(rows)
+        except OSError as exc:
+            raise TelemetryError(f"cannot write CSV {path}: {exc}") from exc
+        return len(rows)
+
+    def close(self) -> None:
+        """Close the database connections."""
+        raise NotImplementedError
+
+    def __enter__(self) -> FleetStore:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+@dataclass(frozen=True)
+class BatchPlan:
+    """A batch sorted for writing.
+
+    Attributes:
+        reports: the first copy of each (device_id, seq), in arrival order.
+        statuses: status messages in arrival order (the newest to arrive wins).
+        seen: newest sighting per device, sorted by device id (rows are locked in that order).
+        errors: (device_id, timestamp, text) of the newest error result per device, sorted.
+    """
+
+    reports: list[Incoming]
+    statuses: list[Incoming]
+    seen: list[tuple[str, float]]
+    errors: list[tuple[str, float, str]]
+
+
+def plan_batch(batch: list[Incoming]) -> BatchPlan:
+    """Split a batch for writing (see ``BatchPlan``)."""
+    reports: dict[tuple[str, int], Incoming] = {}
+    statuses: list[Incoming] = []
+    seen: dict[str, float] = {}
+    errors: dict[str, tuple[float, str]] = {}
+    for item in batch:
+        seen[item.device_id] = max(seen.get(item.device_id, item.seen_at), item.seen_at)
+        if item.kind is MessageKind.STATUS:
+            statuses.append(item)
+            continue
+        reports.setdefault((item.device_id, item.message.seq), item)
+        error = item.error
+        if error is not None and item.message.timestamp >= errors.get(item.device_id, (-1.0, ""))[0]:
+            errors[item.device_id] = (item.message.timestamp, error)
+    return BatchPlan(
+        list(reports.values()),
+        statuses,
+        sorted(seen.items()),
+        [(dev, ts, text) for dev, (ts, text) in sorted(errors.items())],
+    )
+
+
+def _newer(column: str, table: str, pick: str = ">") -> str:
+    """``column = the larger (or smaller) of the row's and the new value`` in portable SQL (upsert)."""
+    new, old = f"excluded.{column}", f"{table}.{column}"
+    return f"{column} = CASE WHEN {new} {pick} {old} THEN {new} ELSE {old} END"
+
+
+def plan_statements(plan: BatchPlan) -> dict[str, tuple[str, list[tuple]]]:
+    """The device-row and model-history statements of a batch (``?`` placeholders), both backends' SQL.
+
+    Returns:
+        ``{"seen" | "statuses" | "errors" | "running": (sql, rows)}``, in the order to run them. Rows are
+        sorted by device id, so concurrent writers lock rows in one order and never deadlock.
+    """
+    running_key = ", ".join(("device_id", *RUNNING_COLUMNS))
+    return {
+        "seen": (
+            f"INSERT INTO devices (device_id, last_seen) VALUES (?, ?) ON CONFLICT (device_id) DO UPDATE SET "
+            f"{_newer('last_seen', 'devices')}",
+            plan.seen,
+        ),
+        "statuses": (
+            "UPDATE devices SET state = ?, status = ? WHERE device_id = ?",
+            [(s.message.state.value, s.text, s.device_id) for s in plan.statuses],
+        ),
+        "errors": (
+            "UPDATE devices SET last_error_at = ?, last_error = ? WHERE device_id = ? "
+            "AND (last_error_at IS NULL OR last_error_at <= ?)",
+            [(ts, text, dev, ts) for dev, ts, text in plan.errors],
+        ),
+        "running": (
+            f"INSERT INTO running VALUES ({', '.join('?' * (len(RUNNING_COLUMNS) + 3))}) ON CONFLICT ({running_key}) "
+            f"DO UPDATE SET {_newer('first_seen', 'running', '<')}, {_newer('last_seen', 'running')}",
+            running_rows(plan.reports),
+        ),
+    }
+
+
+def running_rows(reports: list[Incoming]) -> list[tuple]:
+    """``running`` rows (device_id, *RUNNING_COLUMNS, first_seen, last_seen), one per thing a device ran, sorted."""
+    spans: dict[tuple, tuple[float, float]] = {}
+    for item in reports:
+        running = item.running
+        if running is not None:
+            key, ts = (item.device_id, *running), item.message.timestamp
+            first, last = spans.get(key, (ts, ts))
+            spans[key] = (min(first, ts), max(last, ts))
+    return [(*key, first, last) for key, (first, last) in sorted(spans.items())]
+
+
+def open_store(target: str | Path, prefix: str = "edge-deploy") -> FleetStore:
+    """Open the store ``target`` names: a ``postgresql://`` URL, else a SQLite file path.
+
+    Raises:
+        TelemetryError: if the database can't be opened or set up.
+        MissingDependencyError: for PostgreSQL without psycopg (the ``fleet`` extra).
+    """
+    text = str(target)
+    if text.startswith(("postgresql://", "postgres://")):
+        from edge.fleet.store_postgres import PostgresStore
+
+        return PostgresStore(text, prefix)
+    from edge.fleet.store_sqlite import SqliteStore
+
+    return SqliteStore(Path(text), prefix)

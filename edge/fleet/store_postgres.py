@@ -1,0 +1,228 @@
+"""The server fleet store: PostgreSQL through psycopg 3 (``pip install 'edge-deploy[fleet]'``).
+
+A batch is written in one transaction: its reports are ``COPY``-ed into a session-local staging table and
+moved into ``messages`` with ``INSERT ... ON CONFLICT DO NOTHING`` (the (device_id, seq) primary key drops
+redeliveries); device rows, newest reports and model history are upserted with pipelined ``executemany``.
+Rows are locked in device-id order, so several monitors writing at once never deadlock each other.
+A lost connection (server restart, network) raises ``StoreUnavailable``: nothing of the batch was
+committed and the caller retries it; the next call reconnects.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from edge.errors import TelemetryError, require
+from edge.fleet.records import RUNNING_COLUMNS, Incoming, WriteResult, body_of
+from edge.fleet.store import BatchPlan, FleetStore, StoreUnavailable, plan_batch, plan_statements
+
+_RUNNING_KEY = ", ".join(("device_id", *RUNNING_COLUMNS))
+#: pg_advisory_xact_lock key serialising schema creation between monitors starting together.
+_SCHEMA_LOCK = 0x0ED6E_F1EE7
+
+SCHEMA = f"""
+CREATE TABLE IF NOT EXISTS messages (
+    device_id text NOT NULL, seq bigint NOT NULL, kind text NOT NULL, timestamp double precision NOT NULL,
+    received double precision NOT NULL,
+    stored double precision NOT NULL DEFAULT extract(epoch FROM clock_timestamp()),
+    payload text NOT NULL, PRIMARY KEY (device_id, seq)
+);
+CREATE INDEX IF NOT EXISTS messages_timestamp_brin ON messages USING brin (timestamp);
+CREATE TABLE IF NOT EXISTS devices (
+    device_id text PRIMARY KEY, state text, status text, last_seen double precision NOT NULL, last_error text,
+    last_error_at double precision
+);
+CREATE TABLE IF NOT EXISTS latest (
+    device_id text NOT NULL, kind text NOT NULL, seq bigint NOT NULL, payload text NOT NULL,
+    PRIMARY KEY (device_id, kind)
+);
+CREATE TABLE IF NOT EXISTS running (
+    {" ".join(f"{c} text NOT NULL," for c in ("device_id", *RUNNING_COLUMNS))}
+    first_seen double precision NOT NULL, last_seen double precision NOT NULL, PRIMARY KEY ({_RUNNING_KEY})
+);
+CREATE TABLE IF NOT EXISTS counters (name text PRIMARY KEY, value bigint NOT NULL);
+INSERT INTO counters VALUES ('duplicates', 0), ('rejected', 0) ON CONFLICT DO NOTHING;
+"""
+
+_STAGING = (
+    "CREATE TEMP TABLE IF NOT EXISTS incoming (device_id text, seq bigint, kind text, "
+    "timestamp double precision, received double precision, payload text) ON COMMIT DELETE ROWS"
+)
+
+
+#: Batch upserts as one statement over arrays, one parameter per column (the rows of ``plan_statements``).
+_SET_BASED = {
+    "seen": "INSERT INTO devices (device_id, last_seen) SELECT * FROM unnest(%s::text[], %s::float8[]) "
+    "ON CONFLICT (device_id) DO UPDATE SET last_seen = GREATEST(devices.last_seen, excluded.last_seen)",
+    "running": f"INSERT INTO running SELECT * FROM unnest({', '.join(['%s::text[]'] * (len(RUNNING_COLUMNS) + 1))}, "
+    f"%s::float8[], %s::float8[]) ON CONFLICT ({_RUNNING_KEY}) DO UPDATE SET "
+    "first_seen = LEAST(running.first_seen, excluded.first_seen), "
+    "last_seen = GREATEST(running.last_seen, excluded.last_seen)",
+}
+
+
+class PostgresStore(FleetStore):
+    """PostgreSQL store with the same interface as the SQLite one.
+
+    Args:
+        url: a libpq URL, e.g. ``postgresql://edge@db.example/fleet``.
+        prefix: topic prefix, to check the topics of incoming messages.
+        connect_timeout_s: bound on each connection attempt.
+
+    Raises:
+        MissingDependencyError: psycopg is not installed (the ``fleet`` extra).
+        TelemetryError: the server can't be reached or the schema can't be created.
+    """
+
+    def __init__(self, url: str, prefix: str = "edge-deploy", connect_timeout_s: float = 5.0) -> None:
+        super().__init__(prefix)
+        self._pg = require("psycopg", "fleet", "the PostgreSQL fleet store")
+        self.url = url
+        self.connect_timeout_s = connect_timeout_s
+        self.location = _safe_location(self._pg, url)
+        self._write_conn: Any = None
+        self._read_conn: Any = None
+        self._read_lock = threading.Lock()
+        try:
+            with self._lock:
+                self._writer()
+        except StoreUnavailable as exc:
+            raise TelemetryError(str(exc)) from exc
+
+    def _connect(self, autocommit: bool) -> Any:
+        try:
+            return self._pg.connect(
+                self.url, autocommit=autocommit, connect_timeout=max(1, int(self.connect_timeout_s))
+            )
+        except self._pg.Error as exc:
+            raise StoreUnavailable(f"fleet store {self.location}: cannot connect ({_first_line(exc)})") from exc
+
+    def _writer(self) -> Any:
+        """The write connection (made, with schema and staging table, on first use or after a loss)."""
+        if self._write_conn is None or self._write_conn.closed:
+            conn = self._connect(autocommit=False)
+            try:
+                with conn.transaction():
+                    conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
+                    conn.execute(SCHEMA)
+                conn.execute(_STAGING)
+                conn.commit()
+            except self._pg.Error as exc:
+                conn.close()
+                raise StoreUnavailable(f"fleet store {self.location}: cannot set up ({_first_line(exc)})") from exc
+            self._write_conn = conn
+        return self._write_conn
+
+    def write(self, batch: list[Incoming], rejected: int = 0) -> WriteResult:  # noqa: D102 - see FleetStore
+        plan = plan_batch(batch)
+        with self._lock:
+            conn = self._writer()
+            try:
+                with conn.transaction(), conn.cursor() as cur:
+                    stored = self._write_plan(cur, plan)
+                    duplicates = len(batch) - len(plan.statuses) - stored
+                    cur.executemany(
+                        "UPDATE counters SET value = value + %s WHERE name = %s",
+                        [(v, k) for k, v in (("duplicates", duplicates), ("rejected", rejected)) if v],
+                    )
+            except self._pg.OperationalError as exc:  # connection lost, server restarting, deadlock
+                self._drop_writer()
+                raise StoreUnavailable(f"fleet store {self.location}: cannot write now ({_first_line(exc)})") from exc
+            except self._pg.Error as exc:
+                raise TelemetryError(f"fleet store {self.location}: cannot write ({_first_line(exc)})") from exc
+        return WriteResult(stored, duplicates, len(plan.statuses), rejected)
+
+    def _write_plan(self, cur: Any, plan: BatchPlan) -> int:
+        """The batch's statements (inside the caller's transaction); returns the number of new reports.
+
+        The per-device upserts go as one statement each over arrays (``unnest``), not one per row: a batch
+        touches up to one row per device in each table.
+        """
+        stored = self._write_reports(cur, plan.reports)
+        statements = plan_statements(plan)
+        for name in ("seen", "statuses", "errors", "running"):
+            sql, rows = statements[name]
+            if not rows:
+                continue
+            if name in _SET_BASED:
+                cur.execute(_SET_BASED[name], [list(column) for column in zip(*rows, strict=True)])
+            else:
+                cur.executemany(sql.replace("?", "%s"), rows)
+        return stored
+
+    @staticmethod
+    def _write_reports(cur: Any, reports: list[Incoming]) -> int:
+        """COPY the reports into staging, move the new ones into ``messages`` and the newest per device and kind
+        into ``latest``; return how many were new."""
+        if not reports:
+            return 0
+        with cur.copy("COPY incoming FROM STDIN") as copy:
+            for r in reports:
+                copy.write_row((r.device_id, r.message.seq, r.kind.value, r.message.timestamp, r.received, r.text))
+        cur.execute(
+            "INSERT INTO messages (device_id, seq, kind, timestamp, received, payload) "
+            "SELECT * FROM incoming ORDER BY device_id, seq ON CONFLICT DO NOTHING"
+        )
+        stored = cur.rowcount
+        cur.execute(
+            "INSERT INTO latest SELECT DISTINCT ON (device_id, kind) device_id, kind, seq, payload FROM incoming "
+            "ORDER BY device_id, kind, seq DESC ON CONFLICT (device_id, kind) DO UPDATE "
+            "SET seq = excluded.seq, payload = excluded.payload WHERE latest.seq < excluded.seq"
+        )
+        return stored
+
+    def _drop_writer(self) -> None:
+        if self._write_conn is not None:
+            self._write_conn.close()
+            self._write_conn = None
+
+    def latest(self, kind, device_id=None, limit=1):  # noqa: D102 - see FleetStore; limit 1 reads the small table
+        if limit != 1:
+            return super().latest(kind, device_id, limit)
+        where, params = ("AND device_id = ?", (device_id,)) if device_id is not None else ("", ())
+        rows = self._rows(f"SELECT device_id, payload FROM latest WHERE kind = ? {where}", (kind.value, *params))
+        return {dev: [body_of(p)] for dev, p in sorted(rows)}
+
+    def _rows(self, sql: str, params: tuple = ()) -> list[tuple]:
+        """Run a read on the autocommit read connection (reconnecting once if it was lost)."""
+        sql = sql.replace("?", "%s")
+        with self._read_lock:
+            try:
+                return self._read(sql, params)
+            except self._pg.OperationalError:
+                self._drop_reader()
+            try:
+                return self._read(sql, params)
+            except self._pg.OperationalError as exc:
+                self._drop_reader()
+                raise StoreUnavailable(f"fleet store {self.location}: cannot read now ({_first_line(exc)})") from exc
+
+    def _read(self, sql: str, params: tuple) -> list[tuple]:
+        if self._read_conn is None or self._read_conn.closed:
+            self._read_conn = self._connect(autocommit=True)
+        return self._read_conn.execute(sql, params).fetchall()
+
+    def _drop_reader(self) -> None:
+        if self._read_conn is not None:
+            self._read_conn.close()
+            self._read_conn = None
+
+    def close(self) -> None:  # noqa: D102
+        with self._lock:
+            self._drop_writer()
+        with self._read_lock:
+            self._drop_reader()
+
+
+def _safe_location(pg: Any, url: str) -> str:
+    """``host:port/dbname`` of a libpq URL, without user or password (for messages and logs)."""
+    try:
+        info = pg.conninfo.conninfo_to_dict(url)
+    except pg.ProgrammingError as exc:
+        raise TelemetryError(f"fleet store URL: not a valid PostgreSQL URL ({_first_line(exc)})") from exc
+    return f"postgresql://{info.get('host', '')}:{info.get('port', 5432)}/{info.get('dbname', '')}"
+
+
+def _first_line(exc: BaseException) -> str:
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__

@@ -1,0 +1,111 @@
+"""The embedded fleet store: one SQLite file (WAL), the default for a few boards. Thread-safe."""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from pathlib import Path
+
+from edge.errors import TelemetryError
+from edge.fleet.records import RUNNING_COLUMNS, Incoming, WriteResult
+from edge.fleet.store import BatchPlan, FleetStore, StoreUnavailable, plan_batch, plan_statements
+
+_RUNNING_KEY = ", ".join(("device_id", *RUNNING_COLUMNS))
+
+_SCHEMA = f"""
+CREATE TABLE IF NOT EXISTS messages (
+    device_id TEXT NOT NULL, seq INTEGER NOT NULL, kind TEXT NOT NULL, timestamp REAL NOT NULL,
+    received REAL NOT NULL, stored REAL NOT NULL DEFAULT 0, payload TEXT NOT NULL, PRIMARY KEY (device_id, seq)
+);
+CREATE TABLE IF NOT EXISTS devices (
+    device_id TEXT PRIMARY KEY, state TEXT, status TEXT, last_seen REAL NOT NULL, last_error TEXT,
+    last_error_at REAL
+);
+CREATE TABLE IF NOT EXISTS running (
+    {" ".join(f"{c} TEXT NOT NULL," for c in ("device_id", *RUNNING_COLUMNS))}
+    first_seen REAL NOT NULL, last_seen REAL NOT NULL, PRIMARY KEY ({_RUNNING_KEY})
+);
+CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
+INSERT OR IGNORE INTO counters VALUES ('duplicates', 0), ('rejected', 0);
+"""
+
+
+#: Columns added after the first release: (table, column, declaration).
+_ADDED_COLUMNS = (
+    ("messages", "stored", "REAL NOT NULL DEFAULT 0"),
+    ("devices", "last_error", "TEXT"),
+    ("devices", "last_error_at", "REAL"),
+)
+
+
+class SqliteStore(FleetStore):
+    """SQLite store of received messages with (device_id, seq) deduplication.
+
+    Args:
+        path: database file (created with its directory).
+        prefix: topic prefix, to check the topics of incoming messages.
+
+    Raises:
+        TelemetryError: if the database can't be opened.
+    """
+
+    def __init__(self, path: Path, prefix: str = "edge-deploy") -> None:
+        super().__init__(prefix)
+        self.path = Path(path)
+        self.location = str(self.path)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=10)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.executescript(_SCHEMA)
+            for table, column, decl in _ADDED_COLUMNS:  # a file an older edge-deploy made
+                if column not in {r[1] for r in self._db.execute(f"PRAGMA table_info({table})")}:
+                    self._db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {decl}")
+        except (sqlite3.Error, OSError) as exc:
+            raise TelemetryError(f"monitor database {self.path}: cannot open ({exc})") from exc
+
+    def write(self, batch: list[Incoming], rejected: int = 0) -> WriteResult:  # noqa: D102 - see FleetStore
+        plan = plan_batch(batch)
+        try:
+            with self._lock:
+                self._db.execute("BEGIN")
+                try:
+                    stored = self._write_plan(plan, time.time())
+                    duplicates = len(batch) - len(plan.statuses) - stored
+                    self._db.executemany(
+                        "UPDATE counters SET value = value + ? WHERE name = ?",
+                        [(duplicates, "duplicates"), (rejected, "rejected")],
+                    )
+                    self._db.execute("COMMIT")
+                except BaseException:
+                    self._db.execute("ROLLBACK")
+                    raise
+        except sqlite3.OperationalError as exc:  # locked, busy, disk I/O: worth another try
+            raise StoreUnavailable(f"monitor database {self.path}: cannot write now ({exc})") from exc
+        except (sqlite3.Error, OverflowError) as exc:
+            raise TelemetryError(f"monitor database {self.path}: cannot write ({exc})") from exc
+        return WriteResult(stored, duplicates, len(plan.statuses), rejected)
+
+    def _write_plan(self, plan: BatchPlan, now: float) -> int:
+        """The batch's statements (inside the caller's transaction); returns the number of new reports."""
+        db = self._db
+        before = db.total_changes
+        db.executemany(
+            "INSERT OR IGNORE INTO messages VALUES (?, ?, ?, ?, ?, ?, ?)",
+            [
+                (r.device_id, r.message.seq, r.kind.value, r.message.timestamp, r.received, now, r.text)
+                for r in plan.reports
+            ],
+        )
+        stored = db.total_changes - before
+        for sql, rows in plan_statements(plan).values():
+            db.executemany(sql, rows)
+        return stored
+
+    def _rows(self, sql: str, params: tuple = ()) -> list[tuple]:
+        with self._lock:
+            return self._db.execute(sql, params).fetchall()
+
+    def close(self) -> None:  # noqa: D102
+        with self._lock:
+            self._db.close()
