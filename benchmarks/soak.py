@@ -152,7 +152,7 @@ def _frames() -> list[bytes]:
     """Small encoded frames: mostly 64x64 noise (no face), every tenth a real 112x112 face."""
     import cv2
     import numpy as np
-    from converters.facedata import package_dir
+    from converters.face.facedata import package_dir
 
     face = (package_dir("insightface") / "data" / "images" / "Tom_Hanks_54745.png").read_bytes()
     rng = np.random.default_rng(0)
@@ -250,7 +250,7 @@ def _models(out: Path, given: str | None) -> Path:
         return Path(given)
     folder = out / "models"
     if not (folder / "models.json").is_file():
-        from converters.face import export_face_models
+        from converters.face.build import export_face_models
 
         export_face_models(folder, "rpi4")
     return folder
