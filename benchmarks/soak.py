@@ -152,6 +152,7 @@ def _frames() -> list[bytes]:
     """Small encoded frames: mostly 64x64 noise (no face), every tenth a real 112x112 face."""
     import cv2
     import numpy as np
+
     from converters.face.facedata import package_dir
 
     face = (package_dir("insightface") / "data" / "images" / "Tom_Hanks_54745.png").read_bytes()

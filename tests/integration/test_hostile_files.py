@@ -15,7 +15,6 @@ pytestmark = pytest.mark.integration
 
 def test_recognize_keeps_the_good_images_results(face_fp32_models: Path, tmp_path: Path, capsys) -> None:
     from converters.face.facedata import package_dir
-
     from tests.hostile_files import zero_png
 
     good = package_dir("insightface") / "data" / "images" / "t1.jpg"

@@ -105,7 +105,6 @@ def test_the_daemon_waits_out_a_full_disk_and_loses_nothing(face_fp32_models: Pa
     import threading
 
     from converters.face.facedata import package_dir
-
     from edge.daemon.config import load_config
     from edge.daemon.service import Daemon
 
