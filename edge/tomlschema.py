@@ -161,9 +161,13 @@ def _number(where: str, key: str, value: Any, field: Field, error: type[EdgeDepl
     if isinstance(value, bool) or not isinstance(value, int if whole else int | float):
         raise error(f"{where}: {key} = {value!r}; expected a {'whole number' if whole else 'number'}")
     if not whole:
-        if not math.isfinite(value):
+        try:
+            number = float(value)
+        except OverflowError:  # an int beyond float's range: math.isfinite itself would raise
+            number = math.inf
+        if not math.isfinite(number):
             raise error(f"{where}: {key} = {value!r}; expected a finite number")
-        value = float(value)
+        value = number
     if not field.in_range(value):
         raise error(f"{where}: {key} = {value!r}; expected {field.range_text(whole)}")
     return value

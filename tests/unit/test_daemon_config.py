@@ -227,6 +227,8 @@ def test_the_daemon_refuses_to_start_on_a_bundle_that_fails_verification(folder:
         ("[telemetry]\ninterval_s = nan\n", "CFG: telemetry.interval_s = nan; expected a finite number"),
         ("[telemetry]\ninterval_s = inf\n", "CFG: telemetry.interval_s = inf; expected a finite number"),
         ("[face]\nthreshold = -inf\n", "CFG: face.threshold = -inf; expected a finite number"),
+        # an integer beyond float's range (math.isfinite raised OverflowError; found by test_fuzz)
+        ("[face]\nthreshold = 1" + "0" * 400 + "\n", "CFG: face.threshold = 1" + "0" * 400 + "; expected a finite number"),
         (
             "[telemetry]\ncommit_interval_s = 1000\n",
             "CFG: telemetry.commit_interval_s = 1000.0; expected a number in [0, 10]",
