@@ -87,7 +87,9 @@ session.run(None, {"x": np.zeros((1, 3, 16, 16), np.float32)})
 
 def _run_child(way: str, model: Path, home: Path) -> list[str]:
     """Build and run a session in a child process whose HOME is ``home``; list what it wrote under .cache."""
-    env = {k: v for k, v in os.environ.items() if k not in ("ORT_DISABLE_TELEMETRY", "XDG_CACHE_HOME")}
+    # onnxruntime's telemetry switches itself off when CI is set, as it is in CI: the child must not see it,
+    # or neither check below could fail there.
+    env = {k: v for k, v in os.environ.items() if k not in ("ORT_DISABLE_TELEMETRY", "XDG_CACHE_HOME", "CI")}
     env.update(HOME=str(home), PYTHONPATH=str(REPO))
     subprocess.run([sys.executable, "-c", _CHILD, way, str(model)], env=env, check=True, timeout=120, cwd=home)
     return sorted(str(p.relative_to(home)) for p in (home / ".cache").rglob("*")) if (home / ".cache").exists() else []
