@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from edge.board import BoardInfo, SocState, read_soc_state
+from edge.cpu import Int8Kernels, int8_kernels
 from edge.digest import file_sha256
 from edge.errors import InputError
 from edge.runtime.base import Model, TensorSpec
@@ -170,6 +171,7 @@ class BenchResult:
     soc_after: SocState
     latencies_ms: np.ndarray = field(repr=False)
     board: BoardInfo | None = None
+    int8_kernels: Int8Kernels | None = None  # what INT8 arithmetic this CPU gets (edge.cpu)
 
     def to_dict(self, include_samples: bool = False) -> dict[str, Any]:
         """A JSON-ready view (``--json``); ``include_samples`` adds every timed latency."""
@@ -179,6 +181,7 @@ class BenchResult:
             "backend": self.backend,
             "threads": self.threads,
             "board": self.board.to_dict() if self.board else None,
+            "int8_kernels": self.int8_kernels.to_dict() if self.int8_kernels else None,
             "inputs": [{**s.to_dict(), "fed_shape": list(self.feed_shapes[s.name])} for s in self.inputs],
             "count": self.count,
             "runs": self.runs,
@@ -208,6 +211,7 @@ class BenchResult:
             ("model", f"{self.model_path} ({self.model_bytes / 1e6:.2f} MB, sha256 {self.model_sha256[:12]})"),
             ("board", board),
             ("backend", f"{self.backend}, {self.threads} thread{'s' if self.threads != 1 else ''}"),
+            ("INT8 kernels", self.int8_kernels.describe() if self.int8_kernels else "not detected"),
             ("inputs", feeds),
             ("first inference", f"{s_ms(self.first_ms)} (reported apart)"),
             ("timed runs", f"{self.runs} after {self.warmup} warm-up, {self.duration_s:.2f} s"),
@@ -344,4 +348,5 @@ def run_bench(
         soc_after=soc_after,
         latencies_ms=latencies,
         board=board,
+        int8_kernels=int8_kernels(),
     )

@@ -297,6 +297,12 @@ def _check_rules(where: str, p: TargetProfile) -> None:
         )
     if p.quant.int4_accuracy_level not in (0, 1, 2, 3, 4):
         raise ProfileError(f"{where}: quant.int4_accuracy_level = {p.quant.int4_accuracy_level}; expected 0 to 4")
+    if p.cpu.arch is Arch.X86_64 and p.quant.int4_accuracy_level == 4:
+        raise ProfileError(
+            f"{where}: quant.int4_accuracy_level = 4 on cpu.arch = 'x86_64'; expected 0 to 3: level 4 quantizes "
+            "activations to int8 and x86 CPUs compute that differently (an AVX2-only CPU changed SmolLM2's "
+            "greedy answers, a VNNI one did not), so no build gate can vouch for the device (docs/slm.md)"
+        )
 
 
 def load_profile_file(path: Path) -> TargetProfile:

@@ -3,12 +3,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-# What the suite needs beyond the main job, up front (each is instant once installed): the TFLite side venvs
-# and the browser. (The tests would install them on first use too; the emulated Pi's rootfs, qemu-user and
-# debootstrap are installed that way, by scripts/arm/rootfs.sh.)
+# What the suite needs beyond the main job, up front (each is instant once installed): the TFLite side venvs,
+# the browser, and qemu-user + the emulated Pi's rootfs. (The tests would install them on first use too.)
 bash scripts/setup_onnx2tf.sh "the TFLite tests"
 bash scripts/setup_litert_torch.sh "the language-model TFLite tests"
 bash scripts/setup_web.sh "the browser tests"
+# qemu-user: the ARM checks (qemu-aarch64) and the AVX2-only checks (qemu-x86_64 -cpu Haswell)
+bash scripts/arm/rootfs.sh
 dirs=()
 for d in edge converters edge_deploy tests scripts benchmarks; do [ -d "$d" ] && dirs+=("$d"); done
 .venv/bin/ruff check "${dirs[@]}"

@@ -19,7 +19,7 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 
 #: Session fixtures that convert a model (a minute or more the first time): a test using one is slow.
-SLOW_FIXTURES = frozenset({"face_fp32_models", "slm_int4"})
+SLOW_FIXTURES = frozenset({"face_fp32_models", "face_int8_rpi4", "slm_int4"})
 
 #: Integration modules whose own fixtures convert, build or start something heavy.
 SLOW_MODULES = frozenset(
@@ -70,6 +70,36 @@ def face_fp32_models(tmp_path_factory) -> Path:
     from converters.face.build import export_face_models
 
     return export_face_models(tmp_path_factory.mktemp("face-fp32-shared"), "rpi4")
+
+
+#: Calibration images of the shared INT8 build (the production default is larger: DEFAULT_CALIBRATION_COUNT).
+TEST_CALIBRATION_COUNT = 48
+
+
+@pytest.fixture(scope="session")
+def face_int8_rpi4(face_fp32_models, tmp_path_factory) -> dict:
+    """The rpi4 INT8 face build, made ONCE per test session from ``face_fp32_models``, behind its gate:
+    ``{"calibration": CalibrationSet, "reference": Fp32Reference, "build": QuantBuild}``.
+    Read-only for the tests that share it (test_face_quant, test_arm, test_cpu_int8)."""
+    from converters.face.calibration import chip_landmarks, collect_calibration
+    from converters.face.facedata import make_eval_set
+    from converters.face.quant_eval import fp32_reference
+    from converters.face.quantize import quantize_face_models
+    from edge.face import models as face_models
+    from edge.profiles import Precision, load_profile
+
+    fp32 = face_models.model_paths(face_fp32_models, face_models.FACE_NETS)
+    calibration = collect_calibration(face_fp32_models, TEST_CALIBRATION_COUNT, seed=0, threads=2)
+    reference = fp32_reference(make_eval_set(0), fp32, 2, chip_landmarks(face_fp32_models))
+    build = quantize_face_models(
+        face_fp32_models,
+        tmp_path_factory.mktemp("face-int8-rpi4-shared"),
+        load_profile("rpi4"),
+        Precision.INT8,
+        calibration=calibration,
+        reference=reference,
+    )
+    return {"calibration": calibration, "reference": reference, "build": build}
 
 
 @pytest.fixture(scope="session")

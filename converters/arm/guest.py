@@ -161,6 +161,7 @@ def run_both(
     outputs: tuple[Path, Path],
     timeout: float,
     host_python: Path | None = None,
+    host_extra: Sequence[str] = (),
 ) -> tuple[dict, dict]:
     """Run a ``scripts/arm`` script on the host (this interpreter) and in the guest; read both JSON results.
 
@@ -171,6 +172,7 @@ def run_both(
         outputs: (host result file, guest result file).
         timeout: seconds for each run.
         host_python: the host interpreter (default: this one).
+        host_extra: arguments given to the host run only.
 
     Returns:
         (host result, guest result).
@@ -180,7 +182,7 @@ def run_both(
     """
     host_out, guest_out = outputs
     run_tool(
-        [host_python or sys.executable, script, *args_for(host_out)],
+        [host_python or sys.executable, script, *args_for(host_out), *host_extra],
         timeout,
         f"{script.name} on the host",
         InferenceError,

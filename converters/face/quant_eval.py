@@ -8,6 +8,11 @@
 * End to end (reported, not gated): the quantized detector + embedder against the fp32 pipeline.
 
 The fp32 side is computed once (``fp32_reference``) so that many candidates can be compared cheaply.
+
+The build's gate passes ``Optimization.NONE`` with the quantized QDQ ``.onnx`` files: every
+QuantizeLinear/DequantizeLinear runs as such around a float op, which is what the target's exact integer
+kernels compute up to float rounding, on any build host. Fused, the host's own INT8 kernels would decide the
+verdict (an AVX2-only host's u8s8 kernels saturate; docs/quantization.md, "What the gate measures").
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from edge.face.models import DETECTOR_NETS, FaceModel
 from edge.face.pipeline import FacePipeline
 from edge.face.shape5 import ShapePredictor
 from edge.face.types import DLIB_SAME_PERSON_THRESHOLD, Detection
+from edge.runtime.ort_session import Optimization
 
 #: A quantized detection is the twin of an fp32 one when their boxes overlap at least this much.
 TWIN_MIN_IOU = 0.5
@@ -155,9 +161,11 @@ class EmbedderStats:
         }
 
 
-def evaluate_embedder(ref: Fp32Reference, model: Path, threads: int = 1) -> EmbedderStats:
+def evaluate_embedder(
+    ref: Fp32Reference, model: Path, threads: int = 1, optimization: Optimization = Optimization.ALL
+) -> EmbedderStats:
     """Embed the fp32 reference chips with ``model`` and compare with the fp32 descriptors."""
-    with FaceEmbedder(model, threads=threads) as embedder:
+    with FaceEmbedder(model, threads=threads, optimization=optimization) as embedder:
         quant = embedder.embed(ref.chips)
     cos = _cosine(ref.descriptors, quant)
     decisions = compare_decisions(ref, dict(zip(ref.keys, quant, strict=True)))
@@ -186,7 +194,9 @@ class DetectorStats:
         }
 
 
-def evaluate_detector(ref: Fp32Reference, nets: dict[str, Path], threads: int = 1) -> tuple[DetectorStats, list]:
+def evaluate_detector(
+    ref: Fp32Reference, nets: dict[str, Path], threads: int = 1, optimization: Optimization = Optimization.ALL
+) -> tuple[DetectorStats, list]:
     """Run the cascade made of ``nets`` on the evaluation images and compare with fp32.
 
     Returns:
@@ -194,7 +204,7 @@ def evaluate_detector(ref: Fp32Reference, nets: dict[str, Path], threads: int = 
     """
     stats = DetectorStats([], [], 0, 0)
     found: list[list[Detection]] = []
-    with MtcnnDetector({k: nets[k] for k in DETECTOR_NETS}, threads=threads) as detector:
+    with MtcnnDetector({k: nets[k] for k in DETECTOR_NETS}, threads=threads, optimization=optimization) as detector:
         for k, image in enumerate(ref.eval_set.images):
             dets = detector.detect(image.rgb)
             found.append(dets)
@@ -212,11 +222,17 @@ def evaluate_detector(ref: Fp32Reference, nets: dict[str, Path], threads: int = 
     return stats, found
 
 
-def evaluate_end_to_end(ref: Fp32Reference, nets: dict[str, Path], found: list, threads: int = 1) -> dict:
+def evaluate_end_to_end(
+    ref: Fp32Reference,
+    nets: dict[str, Path],
+    found: list,
+    threads: int = 1,
+    optimization: Optimization = Optimization.ALL,
+) -> dict:
     """The quantized detector's chips through the quantized embedder vs the fp32 pipeline (not gated)."""
     keys, chips = [], []
     # The candidate's detections are given: the pipeline only cuts chips and embeds them.
-    embedder = FaceEmbedder(nets[FaceModel.EMBEDDER], threads=threads)
+    embedder = FaceEmbedder(nets[FaceModel.EMBEDDER], threads=threads, optimization=optimization)
     with FacePipeline(None, embedder, shape_predictor=ref.shape_predictor) as pipe:
         for k, image in enumerate(ref.eval_set.images):
             for i, j in sorted(_faces_of(ref.eval_set, k, found[k]).items()):

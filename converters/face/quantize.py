@@ -31,6 +31,7 @@ from converters.paths import make_output_dir
 from converters.quantize import QuantMode, QuantSettings, quantize_model, settings_for
 from converters.timing import Laps
 from edge import __version__
+from edge.cpu import int8_kernels
 from edge.digest import file_sha256
 from edge.errors import InputError, ValidationError
 from edge.face import models as face_models
@@ -38,6 +39,7 @@ from edge.face.models import FACE_NETS, FaceModel
 from edge.profiles import Arch, Precision, TargetProfile
 from edge.progress import ProgressFn, silent
 from edge.runtime import default_threads
+from edge.runtime.ort_session import Optimization
 
 #: Calibration images of a production build (the tests use fewer; see docs/quantization.md).
 DEFAULT_CALIBRATION_COUNT = 200
@@ -104,6 +106,8 @@ class QuantBuild:
             "embedder": self.embedder,
             "detector": self.detector,
             "end_to_end": self.end_to_end,
+            "evaluated_as": EVALUATED_AS,
+            "build_host_int8_kernels": int8_kernels().to_dict(),
             "seconds": {k: round(v, 1) for k, v in self.seconds.items()},
         }
 
@@ -230,20 +234,31 @@ def _write_report(build: QuantBuild, cosines, threshold: float, progress: Progre
     progress("report written: " + str(out_dir / "quant_report.md"))
 
 
-def _evaluate(
-    reference: Fp32Reference | None, fp32_dir: Path, shipped: dict[FaceModel, Path], threads: int, progress: ProgressFn
-) -> tuple:
-    """The shipped nets against fp32 on the evaluation set: (embedder, detector, end-to-end) results.
+#: How the gate runs the candidate nets (quant_report "evaluated_as"): their .onnx, unfused.
+EVALUATED_AS = (
+    "the quantized .onnx files with onnxruntime's graph optimisations off (ORT_DISABLE_ALL): QDQ runs as "
+    "dequantize -> float op -> quantize, the target's integer arithmetic up to float rounding, whatever INT8 "
+    "kernels the build host has; the shipped .ort files are the same graphs fused for the target and are "
+    "checked against this on emulated Cortex-A72/A76 (tests/integration/test_arm.py)"
+)
 
-    ``reference`` (fp32's results on ``make_eval_set(0)``) is computed from ``fp32_dir`` when None.
+
+def _evaluate(
+    reference: Fp32Reference | None, fp32_dir: Path, candidate: dict[str, Path], threads: int, progress: ProgressFn
+) -> tuple:
+    """The candidate nets against fp32 on the evaluation set: (embedder, detector, end-to-end) results.
+
+    ``candidate`` are the quantized .onnx files, run unfused (``EVALUATED_AS``). ``reference`` (fp32's
+    results on ``make_eval_set(0)``) is computed from ``fp32_dir`` when None.
     """
-    progress("comparing with fp32 on the evaluation set")
+    progress("comparing with fp32 on the evaluation set (quantized graphs unfused: host-independent)")
     if reference is None:
         fp32 = face_models.model_paths(fp32_dir, FACE_NETS)
         reference = fp32_reference(make_eval_set(0), fp32, threads, chip_landmarks(fp32_dir))
-    emb = evaluate_embedder(reference, shipped[FaceModel.EMBEDDER], threads)
-    det, found = evaluate_detector(reference, shipped, threads)
-    return emb, det, evaluate_end_to_end(reference, shipped, found, threads)
+    unfused = Optimization.NONE
+    emb = evaluate_embedder(reference, candidate[FaceModel.EMBEDDER], threads, unfused)
+    det, found = evaluate_detector(reference, candidate, threads, unfused)
+    return emb, det, evaluate_end_to_end(reference, candidate, found, threads, unfused)
 
 
 def _check_nets(nets: Sequence[str], overrides: Mapping[str, object]) -> None:
@@ -311,7 +326,7 @@ def quantize_face_models(
     lap("quantize")
     shipped, ort_files, platform = _ort_copies(quantized, out_dir, profile, progress)
     lap("ort_format")
-    emb, det, e2e = _evaluate(reference, fp32_dir, shipped, threads, progress)
+    emb, det, e2e = _evaluate(reference, fp32_dir, quantized, threads, progress)
     lap("evaluate")
     precisions = {net: precision.value if net in settings else "fp32" for net in fp32}
     entries = _entries(fp32_dir, out_dir, shipped, "ort" if ort_files else "onnx", precisions)

@@ -76,6 +76,9 @@ def render_markdown(build: QuantBuild) -> str:
         f"Verdict: **{'PASSED' if build.passed else 'FAILED'}**. Shipped (models.json): **{build.shipped}** files"
         + (f", ORT format built with `--target_platform {build.ort_platform}`." if build.ort_platform else "."),
         "",
+        f"Measured on: {build.to_dict()['evaluated_as']}. Build host INT8 kernels: "
+        f"{build.to_dict()['build_host_int8_kernels']['kind']} (the verdict does not depend on them).",
+        "",
         "## Settings",
         "",
         *_settings_rows(build),

@@ -224,14 +224,17 @@ def convert_slm(
         tokenizer = out_dir / TOKENIZER_FILE
         shutil.copyfile(folder.path / TOKENIZER_FILE, tokenizer)
         write_generation(out_dir / GENERATION_FILE, _generation_spec(folder, chat, precision))
-        say("perplexity gate")
-        result = _gate(tokenizer, fp32, model, profile, opts, precision is Precision.FP32)
+        gated, relevelled = quantize.gate_copy(model, Path(tmp) / "gate" / MODEL_FILE)
+        level0 = f" ({relevelled} MatMulNBits at accuracy level 0: host-independent)" if relevelled else ""
+        say("perplexity gate" + level0)
+        result = _gate(tokenizer, fp32, gated, profile, opts, precision is Precision.FP32)
         lap("perplexity")
         greedy, tokens = None, profile.thresholds.slm_greedy_tokens
         if precision is not Precision.FP32 and tokens > 0:
             say("greedy agreement")
-            greedy = greedy_agreement(fp32, model, tokenizer, chat, _stop_ids(folder), tokens, threads=opts.threads)
+            greedy = greedy_agreement(fp32, gated, tokenizer, chat, _stop_ids(folder), tokens, threads=opts.threads)
             lap("greedy")
+        settings = {**settings, "gate_arithmetic": quantize.GATE_ARITHMETIC if relevelled else "as shipped"}
         record = {"profile": profile, "precision": precision, "method": method, "settings": settings}
         record["greedy"] = greedy.to_dict() if greedy else None
         paths = write_reports(out_dir, build_report(out_dir, folder, record, counts, result, lap.seconds, opts))

@@ -139,3 +139,39 @@ def quantize_int8_dynamic(fp32_path: Path, out_path: Path, per_channel: bool = T
         raise ConversionError(f"{fp32_path}: INT8 quantization failed ({type(exc).__name__}: {exc})") from exc
     settings = {"weights": "int8", "per_channel": per_channel, "activations": "dynamic uint8"}
     return QuantizedModel(out_path, "dynamic_int8", settings, op_counts(out_path))
+
+
+#: What the SmolLM2 gates run (reports' ``gate_arithmetic``).
+GATE_ARITHMETIC = (
+    "every MatMulNBits at accuracy level 0: the shipped 4/8-bit weights, dequantized exactly, times fp32 "
+    "activations, the same on any build host; level 4's int8 activations are computed differently by x86 "
+    "AVX2, x86 VNNI, Cortex-A72 (NEON) and Cortex-A76 (dot product) kernels, so their effect is checked on "
+    "the emulated Pi instead (docs/slm.md, 'What the gate measures')"
+)
+
+
+def gate_copy(model_path: Path, out_path: Path) -> tuple[Path, int]:
+    """The model the perplexity and greedy gates run: ``model_path`` with every ``MatMulNBits`` at
+    accuracy level 0 (``GATE_ARITHMETIC``).
+
+    Returns:
+        (the model to evaluate, how many nodes had another level). With none, ``model_path`` itself and 0.
+
+    Raises:
+        ConversionError: the copy cannot be written.
+    """
+    onnx = require("onnx", "convert", "rewriting the ONNX graph")
+    model = onnx.load(str(model_path))
+    changed = 0
+    for node in model.graph.node:
+        for attr in node.attribute:
+            if node.op_type == "MatMulNBits" and attr.name == "accuracy_level" and attr.i != 0:
+                attr.i, changed = 0, changed + 1
+    if not changed:
+        return Path(model_path), 0
+    try:
+        Path(out_path).parent.mkdir(parents=True, exist_ok=True)
+        onnx.save(model, str(out_path), save_as_external_data=model.ByteSize() > _SINGLE_FILE_LIMIT)
+    except (OSError, ValueError) as exc:
+        raise ConversionError(f"{out_path}: cannot write the gate's copy of {model_path} ({exc})") from exc
+    return Path(out_path), changed

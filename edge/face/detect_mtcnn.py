@@ -32,7 +32,7 @@ import numpy as np
 from edge.errors import InferenceError, InputError
 from edge.face.models import FaceModel
 from edge.face.types import Detection
-from edge.runtime.ort_session import build_session
+from edge.runtime.ort_session import Optimization, build_session
 
 #: Model files the detector loads from its folder, by net.
 MODEL_FILES = {FaceModel.PNET: "mtcnn_pnet.onnx", FaceModel.RNET: "mtcnn_rnet.onnx", FaceModel.ONET: "mtcnn_onet.onnx"}
@@ -284,6 +284,7 @@ class MtcnnDetector:
         min_face_size: int = 20,
         thresholds: tuple[float, float, float] = (0.6, 0.7, 0.7),
         factor: float = 0.709,
+        optimization: Optimization = Optimization.ALL,
     ) -> None:
         """Load the three nets.
 
@@ -294,6 +295,7 @@ class MtcnnDetector:
             min_face_size: smallest face side to find, in pixels.
             thresholds: face-probability thresholds of PNet, RNet and ONet.
             factor: scale step of the image pyramid.
+            optimization: onnxruntime's graph optimisation (the accuracy gate runs QDQ nets unfused).
 
         Raises:
             InputError: a setting is out of range.
@@ -311,7 +313,9 @@ class MtcnnDetector:
             path = Path(model_dir[name]) if isinstance(model_dir, Mapping) else Path(model_dir) / file
             if not path.is_file():
                 raise InferenceError(f"{path}: MTCNN model file not found; export it with converters.face.mtcnn")
-            sessions[name] = build_session(path, threads, what="this MTCNN model", purpose="MTCNN face detection")
+            sessions[name] = build_session(
+                path, threads, what="this MTCNN model", purpose="MTCNN face detection", optimization=optimization
+            )
         self._sessions = sessions
 
     def close(self) -> None:

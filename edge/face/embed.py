@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from edge.errors import InferenceError, InputError
-from edge.runtime.ort_session import build_session, import_onnxruntime
+from edge.runtime.ort_session import Optimization, build_session, import_onnxruntime
 
 CHIP_SIZE = 150
 DESCRIPTOR_SIZE = 128
@@ -59,12 +59,14 @@ class FaceEmbedder:
     Use as a context manager or call ``close()``.
     """
 
-    def __init__(self, model_path: Path, threads: int = 1) -> None:
+    def __init__(self, model_path: Path, threads: int = 1, optimization: Optimization = Optimization.ALL) -> None:
         """Load the model.
 
         Args:
             model_path: the .onnx file written by ``converters.face.dlib_resnet.export_dlib_embedder``.
             threads: onnxruntime intra-op threads (>= 1).
+            optimization: onnxruntime's graph optimisation; the accuracy gate uses ``Optimization.NONE`` to
+                run a QDQ model unfused (docs/quantization.md).
 
         Raises:
             InputError: if ``threads`` is not a positive int.
@@ -75,13 +77,16 @@ class FaceEmbedder:
         if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
             raise InputError(f"threads = {threads!r}; expected a positive integer")
         self.threads = threads
+        self.optimization = optimization
         self._session: Any = self._load()
 
     def _load(self) -> Any:
         import_onnxruntime("Face embedding")  # a missing runtime is named before a missing file
         if not self.model_path.is_file():
             raise InferenceError(f"{self.model_path}: face embedding model not found")
-        session = build_session(self.model_path, self.threads, purpose="Face embedding")
+        session = build_session(
+            self.model_path, self.threads, purpose="Face embedding", optimization=self.optimization
+        )
         inputs = [(i.name, list(i.shape)) for i in session.get_inputs()]
         outputs = [(o.name, list(o.shape)) for o in session.get_outputs()]
         # The batch dimension may be named anything (or fixed): compare the rest.

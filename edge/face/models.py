@@ -214,7 +214,17 @@ def model_paths(folder: Path, models: tuple[FaceModel, ...] = tuple(FaceModel)) 
     return {model: model_path(folder, model.role) for model in models}
 
 
-def open_face_pipeline(folder: Path, threads: int = 1):
+def _onnx_source(path: Path) -> Path:
+    """The ``.onnx`` an ``.ort`` file was made from (beside it), or ``path`` itself when it is one."""
+    if path.suffix != ".ort":
+        return path
+    source = path.with_suffix(".onnx")
+    if not source.is_file():
+        raise InputError(f"{source}: not found; the gate's unfused arithmetic needs the .onnx beside {path.name}")
+    return source
+
+
+def open_face_pipeline(folder: Path, threads: int = 1, unfused: bool = False):
     """The device pipeline over the models of a converted folder.
 
     MTCNN finds the faces; dlib's 5-point landmark model (numpy) places the landmarks on each MTCNN box, as
@@ -224,6 +234,10 @@ def open_face_pipeline(folder: Path, threads: int = 1):
     Args:
         folder: a folder written by ``edge-deploy convert face`` (with models.json).
         threads: intra-op threads of each ONNX Runtime session.
+        unfused: run the accuracy gate's arithmetic instead of the shipped files: each net's ``.onnx``
+            (the ``.ort`` file's source, beside it) with onnxruntime's graph optimisations off, so that QDQ
+            runs as dequantize -> float op -> quantize whatever INT8 kernels this CPU has. The emulated-Pi
+            check compares the Pi's own results with these.
 
     Returns:
         An ``edge.face.pipeline.FacePipeline`` (close it, or use it in a ``with`` block).
@@ -235,15 +249,20 @@ def open_face_pipeline(folder: Path, threads: int = 1):
     from edge.face.embed import FaceEmbedder
     from edge.face.pipeline import FacePipeline
     from edge.face.shape5 import ShapePredictor
+    from edge.runtime.ort_session import Optimization
 
     entries = read_models_file(folder)  # once: every file's sha256 is checked
     missing = [model for model in FaceModel if model.role not in entries]
     if missing:
         model_path(folder, missing[0].role)  # raises naming the role
     paths = {model: Path(folder) / entries[model.role].file for model in FaceModel}
-    detector = MtcnnDetector({net: paths[net] for net in DETECTOR_NETS}, threads=threads)
+    optimization = Optimization.ALL
+    if unfused:
+        paths = {model: _onnx_source(path) if model in FACE_NETS else path for model, path in paths.items()}
+        optimization = Optimization.NONE
+    detector = MtcnnDetector({net: paths[net] for net in DETECTOR_NETS}, threads=threads, optimization=optimization)
     try:
-        embedder = FaceEmbedder(paths[FaceModel.EMBEDDER], threads=threads)
+        embedder = FaceEmbedder(paths[FaceModel.EMBEDDER], threads=threads, optimization=optimization)
         shape = ShapePredictor(paths[FaceModel.SHAPE5])
     except BaseException:
         detector.close()

@@ -3,7 +3,8 @@
 Used by the ONNX Runtime backend (``open_model``, so ``bench`` and the daemon), the face pipeline's MTCNN
 detector and embedder, and the language model's decoder. Every session gets the same options: ``threads``
 intra-op threads, one inter-op thread, sequential execution, the CPU execution provider, and full graph
-optimisation unless the caller asks for less. A file onnxruntime refuses is an ``InferenceError`` naming it.
+optimisation unless the caller asks for less, and on x86 ``session.x64quantprecision=1`` (INT8 kernels that
+do not saturate on a CPU without VNNI: ``edge.cpu``). A file onnxruntime refuses is an ``InferenceError`` naming it.
 
 onnxruntime (1.32) otherwise records telemetry about the device (a device id, CPU, OS, executable path) in
 ``~/.cache/Microsoft/DeveloperTools/.onnxruntime/`` as soon as its native library loads. A device toolkit must
@@ -21,6 +22,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from edge.cpu import int8_session_config
 from edge.errors import InferenceError, require
 from edge.runtime.base import check_threads
 
@@ -38,6 +40,10 @@ class Optimization(enum.Enum):
     BASIC = "ORT_ENABLE_BASIC"
     EXTENDED = "ORT_ENABLE_EXTENDED"
     ALL = "ORT_ENABLE_ALL"
+    #: No fusion: a QDQ model runs as DequantizeLinear -> float op -> QuantizeLinear, which is what exact
+    #: integer arithmetic gives up to float rounding, whatever integer kernels the host has (the accuracy
+    #: gates use it; docs/quantization.md).
+    NONE = "ORT_DISABLE_ALL"
 
 
 def import_onnxruntime(purpose: str = "Running ONNX models") -> Any:
@@ -68,6 +74,7 @@ def build_session(
     what: str = "the model",
     purpose: str = "Running ONNX models",
     optimization: Optimization = Optimization.ALL,
+    precise_int8: bool = True,
 ) -> Any:
     """An ``onnxruntime.InferenceSession`` over ``path`` on the CPU execution provider.
 
@@ -77,6 +84,8 @@ def build_session(
         what: how the load error names the model, e.g. ``"the MTCNN model"``.
         purpose: what needs onnxruntime, for the message when it is missing.
         optimization: the graph optimisation level.
+        precise_int8: add this CPU's ``edge.cpu.int8_session_config`` (False only to measure the saturating
+            x86 kernels it avoids).
 
     Returns:
         The session.
@@ -93,6 +102,8 @@ def build_session(
     options.inter_op_num_threads = 1
     options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     options.graph_optimization_level = getattr(ort.GraphOptimizationLevel, optimization.value)
+    for key, value in int8_session_config() if precise_int8 else ():  # x86: no u8s8 saturation (edge.cpu)
+        options.add_session_config_entry(key, value)
     try:
         return ort.InferenceSession(str(path), sess_options=options, providers=["CPUExecutionProvider"])
     except Exception as exc:  # onnxruntime's load errors (Fail, InvalidGraph, ...) share no narrower base

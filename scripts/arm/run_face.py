@@ -21,6 +21,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--models", type=Path, required=True, help="face models folder (models.json)")
     parser.add_argument("--out", type=Path, required=True, help="JSON file to write")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument(
+        "--unfused",
+        action="store_true",
+        help="the accuracy gate's arithmetic: each net's .onnx with graph optimisations off (QDQ unfused)",
+    )
     parser.add_argument("photos", type=Path, nargs="+")
     args = parser.parse_args(argv)
 
@@ -33,10 +38,15 @@ def main(argv: list[str] | None = None) -> int:
     from edge.face.models import open_face_pipeline
     from edge.imageio import load_image
 
-    result = {"machine": platform.machine(), "onnxruntime": onnxruntime.__version__, "numpy": np.__version__}
+    result = {
+        "machine": platform.machine(),
+        "onnxruntime": onnxruntime.__version__,
+        "numpy": np.__version__,
+        "unfused": args.unfused,
+    }
     photos = []
     try:
-        with open_face_pipeline(args.models, threads=args.threads) as pipeline:
+        with open_face_pipeline(args.models, threads=args.threads, unfused=args.unfused) as pipeline:
             for path in args.photos:
                 rgb = load_image(path)
                 start = time.perf_counter()

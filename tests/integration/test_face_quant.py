@@ -1,8 +1,8 @@
 """Quantized face models and the accuracy gate, on the real nets (dlib's ResNet-29, facenet-pytorch's MTCNN).
 
-One fp32 export, one calibration run and one fp32 pass over the evaluation set are shared by the module.
-Calibration uses TEST_CALIBRATION_COUNT images here (the production default is
-``DEFAULT_CALIBRATION_COUNT``).
+One fp32 export, one calibration run, one fp32 pass over the evaluation set and the rpi4 INT8 build are
+shared by the test session (tests/conftest.py's ``face_int8_rpi4``). Calibration uses
+TEST_CALIBRATION_COUNT images there (the production default is ``DEFAULT_CALIBRATION_COUNT``).
 """
 
 from __future__ import annotations
@@ -18,9 +18,7 @@ import pytest
 pytest.importorskip("torch")
 
 from converters.compile import to_ort_format  # noqa: E402
-from converters.face.calibration import chip_landmarks, collect_calibration, constant_calibration  # noqa: E402
-from converters.face.facedata import make_eval_set  # noqa: E402
-from converters.face.quant_eval import fp32_reference  # noqa: E402
+from converters.face.calibration import constant_calibration  # noqa: E402
 from converters.face.quantize import DEFAULT_CALIBRATION_COUNT, quantize_face_models  # noqa: E402
 from converters.quantize import QuantMode, op_counts, quantize_model, settings_for  # noqa: E402
 from edge.digest import file_sha256
@@ -28,10 +26,10 @@ from edge.errors import ValidationError  # noqa: E402
 from edge.face import models as face_models  # noqa: E402
 from edge.face.embed import FaceEmbedder  # noqa: E402
 from edge.profiles import Precision, load_profile  # noqa: E402
+from tests.conftest import TEST_CALIBRATION_COUNT  # noqa: E402
 
 pytestmark = pytest.mark.integration
 
-TEST_CALIBRATION_COUNT = 48
 THREADS = 2
 
 
@@ -41,8 +39,8 @@ def fp32_dir(face_fp32_models) -> Path:
 
 
 @pytest.fixture(scope="module")
-def calib(fp32_dir):
-    return collect_calibration(fp32_dir, TEST_CALIBRATION_COUNT, seed=0, threads=THREADS)
+def calib(face_int8_rpi4):
+    return face_int8_rpi4["calibration"]  # shared with test_arm and test_cpu_int8 (tests/conftest.py)
 
 
 @pytest.fixture(scope="module")
@@ -51,16 +49,13 @@ def fp32_paths(fp32_dir) -> dict[str, Path]:
 
 
 @pytest.fixture(scope="module")
-def reference(fp32_dir, fp32_paths):
-    return fp32_reference(make_eval_set(0), fp32_paths, THREADS, chip_landmarks(fp32_dir))
+def reference(face_int8_rpi4):
+    return face_int8_rpi4["reference"]
 
 
 @pytest.fixture(scope="module")
-def rpi4_build(fp32_dir, calib, reference, tmp_path_factory):
-    out = tmp_path_factory.mktemp("rpi4_int8")
-    return quantize_face_models(
-        fp32_dir, out, load_profile("rpi4"), Precision.INT8, calibration=calib, reference=reference
-    )
+def rpi4_build(face_int8_rpi4):
+    return face_int8_rpi4["build"]
 
 
 def test_calibration_is_real_and_disjoint(calib):
