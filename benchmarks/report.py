@@ -49,7 +49,12 @@ def machine_line() -> str:
     except (OSError, subprocess.SubprocessError):
         commit = "?"
     cores = len(os.sched_getaffinity(0))
-    return f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {cpu}, {cores} cores, {load}, commit {commit}"
+    # INT8 (and fp32) speed on x86 depends on VNNI / AVX-512: every figure names what it ran on (edge.cpu)
+    from edge.cpu import int8_kernels
+
+    features = f"CPU features {int8_kernels().describe()}"
+    stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    return f"{stamp}, {cpu}, {cores} cores, {features}, {load}, commit {commit}"
 
 
 def publish(name: str, markdown: str, result: dict, cache_dir: Path, plot: Callable[[Path], object] | None) -> None:

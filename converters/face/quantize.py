@@ -243,6 +243,18 @@ EVALUATED_AS = (
 )
 
 
+def _int8_arithmetic(profile: TargetProfile) -> str:
+    """models.json's ``int8_arithmetic``: what the gate ran and what the target's CPU will."""
+    device = {
+        Arch.X86_64: "x86: every onnxruntime session gets session.x64quantprecision=1, so a CPU without VNNI "
+        "uses u8u8 kernels instead of saturating u8s8 ones (edge.cpu; bench and telemetry name the CPU's kind)",
+        Arch.AARCH64: "ARM: onnxruntime's NEON (or dot-product) integer kernels, checked against the gate on "
+        "emulated Cortex-A72/A76",
+        Arch.WASM32: "browser: onnxruntime-web's wasm integer kernels",
+    }[profile.cpu.arch]
+    return f"gate: QDQ .onnx unfused (ORT_DISABLE_ALL), independent of the build host; device: {device}"
+
+
 def _evaluate(
     reference: Fp32Reference | None, fp32_dir: Path, candidate: dict[str, Path], threads: int, progress: ProgressFn
 ) -> tuple:
@@ -330,7 +342,8 @@ def quantize_face_models(
     lap("evaluate")
     precisions = {net: precision.value if net in settings else "fp32" for net in fp32}
     entries = _entries(fp32_dir, out_dir, shipped, "ort" if ort_files else "onnx", precisions)
-    face_models.write_models_file(out_dir, entries, profile.name, __version__)
+    arithmetic = _int8_arithmetic(profile) if quant_mode is not QuantMode.FP16 else None
+    face_models.write_models_file(out_dir, entries, profile.name, __version__, arithmetic)
     build = QuantBuild(
         target=profile.name,
         precision=precision,

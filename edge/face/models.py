@@ -72,13 +72,18 @@ def describe(path: Path, role: str, fmt: str, precision: str, source: dict) -> M
     return ModelEntry(role, path.name, fmt, precision, file_sha256(path), path.stat().st_size, source)
 
 
-def write_models_file(folder: Path, entries: list[ModelEntry], target: str, tool_version: str) -> Path:
-    data = {
+def write_models_file(
+    folder: Path, entries: list[ModelEntry], target: str, tool_version: str, int8_arithmetic: str | None = None
+) -> Path:
+    """Write models.json; ``int8_arithmetic`` (quantized builds) says how the gate and the device compute INT8."""
+    data: dict[str, object] = {
         "schema_version": MODELS_SCHEMA_VERSION,
         "target": target,
         "tool_version": tool_version,
         "models": [e.to_dict() for e in entries],
     }
+    if int8_arithmetic:
+        data["int8_arithmetic"] = int8_arithmetic
     path = folder / MODELS_FILE
     path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
     return path

@@ -99,6 +99,12 @@ def test_models_json_points_at_the_shipped_ort_files(rpi4_build):
     assert emb.sha256 == file_sha256(rpi4_build.out_dir / emb.file)
     fp32_size = rpi4_build.onnx_files["embedder"]["fp32_size"]
     assert fp32_size / rpi4_build.onnx_files["embedder"]["size"] > 3.5  # int8 weights: ~4x smaller
+    arithmetic = json.loads((rpi4_build.out_dir / "models.json").read_text())["int8_arithmetic"]
+    assert arithmetic.startswith("gate: QDQ .onnx unfused (ORT_DISABLE_ALL), independent of the build host; ")
+    assert "device: ARM:" in arithmetic
+    report = json.loads((rpi4_build.out_dir / "quant_report.json").read_text())
+    assert report["evaluated_as"].startswith("the quantized .onnx files with onnxruntime's graph optimisations off")
+    assert report["build_host_int8_kernels"]["kind"].startswith("x86-")
 
 
 def test_shipped_folder_runs_on_the_device_pipeline(rpi4_build):

@@ -251,7 +251,9 @@ def test_int4_perplexity_gate(build) -> None:
 
 def test_int8_activations_everywhere_miss_the_greedy_check(build) -> None:
     """All projections at accuracy level 4 (int8 activations) and the plain int8 LM head: perplexity is
-    fine, but on this x86 host the first token of the France answer flips ("L'Étoile..." for "Paris")."""
+    fine, but the first token of the France answer flips ("L'Étoile..." for "Paris"). This runs the host's
+    own level-4 kernels, unlike the build's gates (docs/slm.md, "What the gates measure"): it flipped on an
+    AVX-512 VNNI host and on an AVX2-only one (issue #11), and llama.cpp's 8-bit activations flip it too."""
     from converters.slm.agreement import greedy_agreement
     from converters.slm.grid_quant import repack_grid
     from edge.text.spec import load_spec

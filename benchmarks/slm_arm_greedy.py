@@ -1,0 +1,98 @@
+"""SmolLM2's greedy agreement on the emulated Pi: the shipped INT4 model on Cortex-A72 and A76 vs fp32.
+
+The build's greedy gate (converters/slm/agreement.py) runs on the host with every MatMulNBits at accuracy
+level 0 (``converters.slm.quantize.gate_copy``), because level 4's int8 activations are computed
+differently by each CPU family. This script measures what the gate cannot: the five fixed prompts, greedy,
+through the *shipped* model (level 4 where the profile says so) on emulated Cortex-A72 (Pi 4, NEON) and
+Cortex-A76 (Pi 5, dot product), against the host's fp32 tokens and the gate copy's tokens. Device code
+only in the guest (scripts/arm/run_text.py). Instruction-exact emulation, not timing: ~1-2 min per prompt
+per core.
+
+    .venv/bin/python benchmarks/slm_arm_greedy.py [--tokens 16] [--target rpi4] [--json out.json]
+
+Prints a markdown table (leading tokens equal to fp32's, of ``--tokens``) to paste into docs/slm.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from converters.arm.guest import ArmGuest, prepare_guest  # noqa: E402
+from converters.arm.text import RUN_TEXT  # noqa: E402
+from converters.slm.agreement import DEFAULT_PROMPTS, leading_equal  # noqa: E402
+from converters.slm.build import SlmOptions, convert_slm  # noqa: E402
+from converters.slm.quantize import gate_copy  # noqa: E402
+from edge.profiles import Precision, load_profile  # noqa: E402
+
+CPUS = ("cortex-a72", "cortex-a76")
+
+
+def _host(model_dir: Path, prompt: str, tokens: int, out: Path) -> list[int]:
+    args = ["--model", str(model_dir), "--out", str(out), "--max-new-tokens", str(tokens), "--prompt", prompt]
+    subprocess.run([sys.executable, str(RUN_TEXT), *args], check=True, capture_output=True, timeout=1800)
+    return json.loads(out.read_text())["tokens"]
+
+
+def _guest(guest: ArmGuest, model_dir: Path, prompt: str, tokens: int, out: Path) -> list[int]:
+    args = ["--model", str(model_dir), "--out", str(out), "--max-new-tokens", str(tokens), "--prompt", prompt]
+    guest.run(RUN_TEXT, args, timeout=3600)
+    return json.loads(out.read_text())["tokens"]
+
+
+def _folder_with(model: Path, like: Path, out: Path) -> Path:
+    """A model folder: ``model`` as model.onnx beside ``like``'s tokenizer and generation settings."""
+    out.mkdir(parents=True, exist_ok=True)
+    for name in ("generation.json", "tokenizer.json"):
+        shutil.copyfile(like / name, out / name)
+    shutil.copyfile(model, out / "model.onnx")
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tokens", type=int, default=16)
+    parser.add_argument("--target", default="rpi4", help="profile whose INT4 settings are built (rpi4, rpi5)")
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="slm-arm-greedy-"))
+    profile = load_profile(args.target)
+    print(f"converting SmolLM2 for {profile.name} (INT4) in {work}", file=sys.stderr)
+    build = convert_slm(profile, Precision.INT4, work / "int4", options=SlmOptions(work_dir=work / "work"))
+    shipped = build.out_dir
+    assert build.fp32_model is not None
+    fp32 = _folder_with(build.fp32_model, shipped, work / "fp32")
+    gated_model, _ = gate_copy(shipped / "model.onnx", work / "gate-model.onnx")
+    gate = _folder_with(gated_model, shipped, work / "gate")
+    guests = {cpu: prepare_guest(cpu) for cpu in CPUS}
+    rows = []
+    for i, prompt in enumerate(DEFAULT_PROMPTS):
+        print(f"prompt {i + 1}/{len(DEFAULT_PROMPTS)}: {prompt}", file=sys.stderr)
+        ref = _host(fp32, prompt, args.tokens, work / f"fp32-{i}.json")
+        row = {"prompt": prompt, "fp32_tokens": ref}
+        row["host_gate"] = leading_equal(ref, _host(gate, prompt, args.tokens, work / f"gate-{i}.json"))
+        row["host_shipped"] = leading_equal(ref, _host(shipped, prompt, args.tokens, work / f"host-{i}.json"))
+        for cpu, guest in guests.items():
+            row[cpu] = leading_equal(ref, _guest(guest, shipped, prompt, args.tokens, work / f"{cpu}-{i}.json"))
+        rows.append(row)
+        print(json.dumps(row), file=sys.stderr)
+    print(f"| prompt | gate (host, level 0) | shipped on this host | {' | '.join(CPUS)} |")
+    print("|---|---:|---:|" + "---:|" * len(CPUS))
+    for r in rows:
+        cells = [r["host_gate"], r["host_shipped"], *(r[c] for c in CPUS)]
+        print(f"| {r['prompt']} | " + " | ".join(f"{c} of {len(r['fp32_tokens'])}" for c in cells) + " |")
+    if args.json:
+        args.json.write_text(json.dumps({"target": profile.name, "tokens": args.tokens, "rows": rows}, indent=2))
+    shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
