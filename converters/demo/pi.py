@@ -33,6 +33,7 @@ class PiRun:
     comparison: dict = field(default_factory=dict)
     latency_ms: list[float] = field(default_factory=list)
     telemetry: dict = field(default_factory=dict)
+    int8_kernels: str = ""  # the emulated CPU's, as edge.cpu saw it in the guest
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
@@ -82,6 +83,7 @@ def _report_latency(profile: TargetProfile, run: PiRun, outbox: Path, broker, pr
             p50_ms=round(statistics.median(steady), 2),
             p90_ms=round(steady[min(len(steady) - 1, int(0.9 * len(steady)))], 2),
             profile=profile.name,
+            int8_kernels=run.int8_kernels,
         )
     )
     pending = client.close(timeout=10.0 if connected else 0.5)
@@ -149,5 +151,6 @@ def run_on_emulated_pi(
     run.comparison = comparison.to_dict()
     guest = json.loads((work / f"{profile.cpu.qemu_cpu}.json").read_text(encoding="utf-8"))
     run.latency_ms = [float(p["ms"]) for p in guest["photos"]]
+    run.int8_kernels = str(guest.get("int8_kernels", ""))
     run.telemetry = _report_latency(profile, run, Path(out_dir) / "outbox.db", broker, progress)
     return run

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from edge.board import detect_board, read_soc_state
+from edge.cpu import int8_kernels
 from edge.daemon.commands import Command, CommandRejected, load_secret, verify_command
 from edge.daemon.config import DaemonConfig
 from edge.daemon.face_service import FaceService
@@ -85,6 +86,7 @@ class Window:
             fps=round(len(self.latencies_ms) / span, 3),
             temperature_c=temperature_c,
             window_s=round(span, 3),
+            int8_kernels=int8_kernels().kind,
             **(running or {}),
         )
 
@@ -410,6 +412,7 @@ class Daemon:
                 p50_ms=round(result.stats.p50, 4),
                 p90_ms=round(result.stats.p90, 4),
                 profile=self._board.profile.name if self._board.profile else "",
+                int8_kernels=result.int8_kernels.kind if result.int8_kernels else "",
             )
         )
         return {"bench_seq": stored.seq, "p50_ms": round(result.stats.p50, 4)}

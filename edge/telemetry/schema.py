@@ -25,9 +25,10 @@ from edge.errors import TelemetryError
 from edge.payload import PayloadError, check_strings, has_surrogate_escape, parse_json
 
 #: Bumped whenever a field is added, removed or changes meaning; readers reject versions they can't read.
-SCHEMA_VERSION = 2
-#: Versions this reader accepts: 2 added what a device runs to Telemetry (version 1 reports lack it).
-READABLE_VERSIONS = (1, 2)
+SCHEMA_VERSION = 3
+#: Versions this reader accepts: 2 added what a device runs to Telemetry (version 1 reports lack it), 3 the
+#: CPU's INT8 kernels (``int8_kernels``) to Telemetry and BenchReport.
+READABLE_VERSIONS = (1, 2, 3)
 #: Largest message a reader accepts (and a writer produces): a face result with 100 faces is ~30 KB.
 MAX_MESSAGE_BYTES = 256 * 1024
 #: Deepest nesting a reader accepts (a face result: message -> data -> faces -> face -> box = 5).
@@ -97,6 +98,8 @@ class Telemetry(_Message):
         profile: target profile, e.g. ``rpi4``.
         runtime: runtime backend, e.g. ``onnxruntime``.
         precision: e.g. ``int8``, ``fp32``.
+        int8_kernels: the INT8 arithmetic this CPU gets (``edge.cpu``), e.g. ``x86-avx2`` (no VNNI: run with
+            u8u8 kernels), ``x86-vnni``, ``arm-neon``, ``arm-dotprod``; "" when the sender does not say.
     """
 
     latency_p50_ms: float
@@ -111,6 +114,7 @@ class Telemetry(_Message):
     profile: str = ""
     runtime: str = ""
     precision: str = ""
+    int8_kernels: str = ""
 
 
 #: The Telemetry fields that say what runs on the device (the fleet store keeps their history).
@@ -129,6 +133,7 @@ class BenchReport(_Message):
         p50_ms: steady-state median latency, milliseconds.
         p90_ms: steady-state 90th percentile latency, milliseconds.
         profile: target profile name, e.g. ``rpi4``.
+        int8_kernels: the INT8 arithmetic this CPU gets (as in Telemetry).
     """
 
     model: str
@@ -138,6 +143,7 @@ class BenchReport(_Message):
     p50_ms: float
     p90_ms: float
     profile: str = ""
+    int8_kernels: str = ""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -162,8 +168,8 @@ _CLASSES: dict[MessageKind, type[_Message]] = {
     MessageKind.RESULT: Result,
 }
 _KINDS = {cls: kind for kind, cls in _CLASSES.items()}
-#: Fields a version 1 message must not carry.
-_V2_ONLY = frozenset(RUNNING_FIELDS)
+#: The first schema version that carries each field added after version 1 (older messages must not).
+_SINCE = {**dict.fromkeys(RUNNING_FIELDS, 2), "int8_kernels": 3}
 #: Fields every message on the wire must carry, although the dataclasses give them defaults.
 _ENVELOPE = ("device_id", "seq", "timestamp", "schema_version")
 
@@ -338,8 +344,8 @@ def from_json(data: str | bytes, source: str = "message") -> Message:
         )
     cls = _CLASSES[MessageKind(raw_kind)]
     fields, hints, names = _layout(cast(type, cls))  # a plain type: mypy takes the class for unhashable
-    unknown = sorted(set(body) - names - (_V2_ONLY if version == 1 else frozenset()))
-    unknown += sorted(set(body) & _V2_ONLY) if version == 1 else []
+    too_new = {name for name in body if _SINCE.get(name, 1) > version}
+    unknown = sorted((set(body) - names) | too_new)
     if unknown:
         raise TelemetryError(f"{source}: unknown field {unknown[0]!r} in a {raw_kind} message")
     values = {}

@@ -34,6 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     import numpy as np
     import onnxruntime
 
+    from edge.cpu import int8_kernels
     from edge.errors import EdgeDeployError
     from edge.face.models import open_face_pipeline
     from edge.imageio import load_image
@@ -43,6 +44,7 @@ def main(argv: list[str] | None = None) -> int:
         "onnxruntime": onnxruntime.__version__,
         "numpy": np.__version__,
         "unfused": args.unfused,
+        "int8_kernels": int8_kernels().kind,
     }
     photos = []
     try:

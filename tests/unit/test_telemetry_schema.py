@@ -68,10 +68,10 @@ def test_round_trip_keeps_every_field(message) -> None:
 
 def test_wire_form_is_flat_json_with_type() -> None:
     assert json.loads(to_json(TELEMETRY)) == {
-        "type": "telemetry", "device_id": "pi-1", "seq": 7, "timestamp": 1_700_000_000.25, "schema_version": 2,
+        "type": "telemetry", "device_id": "pi-1", "seq": 7, "timestamp": 1_700_000_000.25, "schema_version": 3,
         "latency_p50_ms": 12.5, "latency_p90_ms": 20.0, "fps": 31.0, "temperature_c": None, "window_s": 0.0,
         "model": "", "model_version": "", "model_sha256": "", "bundle_id": "", "profile": "", "runtime": "",
-        "precision": "",
+        "precision": "", "int8_kernels": "",
     }  # fmt: skip
 
 
@@ -88,13 +88,13 @@ def test_integers_are_accepted_for_floats_and_become_floats() -> None:
         ("[1]", "t: expected a JSON object, got list"),
         (body(type="metrics"), "t: field 'type' = 'metrics'; expected one of status, telemetry, bench, result"),
         (
-            body(schema_version=3),
-            "t: field 'schema_version' = 3; expected one of 1, 2 (sender and reader run different edge-deploy "
+            body(schema_version=4),
+            "t: field 'schema_version' = 4; expected one of 1, 2, 3 (sender and reader run different edge-deploy "
             "schema versions)",
         ),
         (
             body(schema_version=...),
-            "t: field 'schema_version' = None; expected one of 1, 2 (sender and reader run different "
+            "t: field 'schema_version' = None; expected one of 1, 2, 3 (sender and reader run different "
             "edge-deploy schema versions)",
         ),  # fmt: skip
         (body(seq="7"), "t: field 'seq' = '7'; expected an integer >= 0"),
@@ -154,9 +154,19 @@ def test_topics() -> None:
 
 
 def test_version_1_reports_are_still_read_without_what_runs() -> None:
-    old = {k: v for k, v in json.loads(body()).items() if k not in RUNNING_FIELDS} | {"schema_version": 1}
+    newer = {*RUNNING_FIELDS, "int8_kernels"}
+    old = {k: v for k, v in json.loads(body()).items() if k not in newer} | {"schema_version": 1}
     message = from_json(json.dumps(old), source="t")
     assert (message.fps, message.model, message.model_sha256) == (31.0, "", "")
     with pytest.raises(TelemetryError) as info:
         from_json(json.dumps(old | {"model": "m"}), source="t")
     assert str(info.value) == "t: unknown field 'model' in a telemetry message"
+
+
+def test_version_2_reports_are_read_without_the_int8_kernels_and_may_not_carry_them() -> None:
+    v2 = {k: v for k, v in json.loads(body()).items() if k != "int8_kernels"} | {"schema_version": 2}
+    assert from_json(json.dumps(v2 | {"model": "m"}), source="t").int8_kernels == ""
+    with pytest.raises(TelemetryError) as info:
+        from_json(json.dumps(v2 | {"int8_kernels": "x86-avx2"}), source="t")
+    assert str(info.value) == "t: unknown field 'int8_kernels' in a telemetry message"
+    assert from_json(body(int8_kernels="x86-avx2"), source="t").int8_kernels == "x86-avx2"
