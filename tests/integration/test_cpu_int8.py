@@ -4,7 +4,8 @@ Real parts: the rpi4 INT8 embedder of the shared build (tests/conftest.py ``face
 gate's own reference chips, this venv's onnxruntime, run natively and as ``qemu-x86_64 -cpu Haswell`` (TCG
 gives the guest AVX2 without AVX-512 or VNNI; numpy's CPUID probe in the child says which CPU it saw). The
 saturating path is measured, not assumed: the same file fused, without ``session.x64quantprecision``, on the
-Haswell falls below the gate. ~2 minutes, mostly the emulated runs.
+Haswell falls below the gate; and the dynamic INT8 path (MatMulInteger) saturates there on one exact product
+unless the session asks for precision. ~3 minutes, mostly the emulated runs.
 """
 
 from __future__ import annotations
@@ -113,3 +114,52 @@ def test_a_device_without_vnni_computes_what_the_gate_measured(runs):
     device, gate = _mean_cosine(fp32, runs["haswell"]["device"]), _mean_cosine(fp32, runs["haswell"]["gate"])
     assert abs(device - gate) < 1e-3, (device, gate)
     assert abs(device - _mean_cosine(fp32, runs["native"]["device"])) < 1e-4
+
+
+_MATMUL_CHILD = """
+import sys
+from pathlib import Path
+import numpy as np
+from edge.cpu import int8_kernels
+from edge.runtime.ort_session import build_session
+a = np.full((1, 64), 255, np.uint8)  # u8 x s8 pairs of 255 x 127 = 64,770 > 32,767: where vpmaddubsw saturates
+out = [int8_kernels().kind]
+for precise in (False, True):
+    out.append(int(build_session(Path(sys.argv[1]), 1, precise_int8=precise).run(None, {"a": a})[0][0, 0]))
+print(*out)
+"""
+
+
+def test_dynamic_int8_matmuls_saturate_without_vnni_unless_sessions_ask_for_precision(tmp_path):
+    """The dynamic INT8 path (MatMulInteger, u8 x s8) on one exact product: 255 x 127 x 64 = 2,072,640."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    qemu = shutil.which("qemu-x86_64")
+    assert qemu, "qemu-x86_64 (Debian's qemu-user; scripts/test.sh installs it) runs the check as a Haswell"
+    weights = numpy_helper.from_array(np.full((64, 8), 127, np.int8), "b")
+    graph = helper.make_graph(
+        [helper.make_node("MatMulInteger", ["a", "b"], ["y"])],
+        "matmul_integer",
+        [helper.make_tensor_value_info("a", TensorProto.UINT8, [1, 64])],
+        [helper.make_tensor_value_info("y", TensorProto.INT32, [1, 8])],
+        [weights],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    path = tmp_path / "matmul_integer.onnx"
+    onnx.save(model, str(path))
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+
+    def run(prefix: list[str]) -> list[str]:
+        cmd = [*prefix, sys.executable, "-c", _MATMUL_CHILD, str(path)]
+        done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600, check=False)
+        assert done.returncode == 0, done.stderr[-2000:]
+        return done.stdout.split()
+
+    exact = str(255 * 127 * 64)
+    assert run([qemu, "-cpu", "Haswell"]) == ["x86-avx2", str(32767 * 32), exact]  # saturated pairs, then exact
+    native = run([])
+    assert native[2] == exact
+    if native[0] == "x86-vnni":
+        assert native[1] == exact  # VNNI sums in 32 bits: nothing to saturate, the option is moot
