@@ -201,7 +201,9 @@ def _face_metrics(report: dict[str, Any]) -> dict[str, Any]:
 
 
 def _face_quantized(ctx: StageContext) -> dict:
-    """``quantize_face_models`` over the (cached) fp32 stage; ships only what the new models.json names."""
+    """``quantize_face_models`` over the (cached) fp32 stage; ships what the new models.json names and, beside
+    each ``.ort`` file, the ``.onnx`` it was made from: the graph the accuracy gate ran unfused, which the
+    emulated-Pi check runs again on the host (``open_face_pipeline(unfused=True)``)."""
     from converters.face.quantize import quantize_face_models
     from edge.face import models as face_models
 
@@ -215,8 +217,12 @@ def _face_quantized(ctx: StageContext) -> dict:
     for role, entry in face_models.read_models_file(fp32_dir).items():
         chosen, folder = (quantized[role], q_dir) if role in quantized else (entry, fp32_dir)
         shutil.copy2(folder / chosen.file, ctx.out_dir / chosen.file)
+        gated = (folder / chosen.file).with_suffix(".onnx")
+        if chosen.file.endswith(".ort") and gated.is_file():
+            shutil.copy2(gated, ctx.out_dir / gated.name)
         entries.append(chosen)
-    face_models.write_models_file(ctx.out_dir, entries, ctx.profile.name, __version__)
+    arithmetic = _read_json(q_dir / "models.json").get("int8_arithmetic")
+    face_models.write_models_file(ctx.out_dir, entries, ctx.profile.name, __version__, arithmetic)
     for name in ("quant_report.json", "quant_report.md", "cosine_hist.png"):
         if (q_dir / name).is_file():
             shutil.copy2(q_dir / name, ctx.out_dir / name)
