@@ -190,6 +190,7 @@ def _registrars() -> list[Callable[[argparse._SubParsersAction], None]]:
         text_commands.add_generate,
         build_commands.add_build,
         build_commands.add_verify,
+        build_commands.add_keygen,
         device_commands.add_bench,
         device_commands.add_monitor,
         serve_command.add_serve,

@@ -113,6 +113,7 @@ class DaemonConfig:
     state_dir: Path
     target: str | None
     bundle: Path | None
+    trusted_keys: tuple[Path, ...]
     log_level: LogLevel
     face: FaceSettings
     source: SourceSettings
@@ -145,6 +146,8 @@ _SCHEMA: Schema = {
         "target": Field(str, None),
         "log_level": Field(LogLevel, LogLevel.INFO),
         "bundle": Field(Path, None),
+        # Public keys (edge-deploy keygen's .pub): when set, the bundle must be signed by one of them.
+        "trusted_keys": Field([Path], []),
     },
     "face": {
         "models": Field(Path),
@@ -301,6 +304,7 @@ def _build(where: str, path: Path, t: dict[str, dict[str, Any]]) -> DaemonConfig
         state_dir=top["state_dir"],
         target=top["target"],
         bundle=top["bundle"],
+        trusted_keys=tuple(top["trusted_keys"]),
         log_level=top["log_level"],
         face=FaceSettings(**face),
         source=_build_source(where, _with_defaults("source", t)),

@@ -161,9 +161,12 @@ class Daemon:
         cfg = self.config
         if cfg.bundle is not None:
             from edge.bundle import verify_bundle
+            from edge.signing import load_trusted_keys
 
-            report = verify_bundle(cfg.bundle)  # BundleError names the file that does not match
-            log.info("bundle %s verified: %d files match manifest.json", cfg.bundle, report.files)
+            # BundleError names the file that does not match, or the bundle and key id of a bad signature
+            report = verify_bundle(cfg.bundle, load_trusted_keys(cfg.trusted_keys))
+            signed = f", signed by trusted key {report.signed_by}" if report.signed_by else ""
+            log.info("bundle %s verified: %d files match manifest.json%s", cfg.bundle, report.files, signed)
         self._state = StateStore(cfg.state_db)
         stack: list[Any] = [self._state]
         try:

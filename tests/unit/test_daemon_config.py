@@ -61,7 +61,7 @@ def test_broker_table_with_password_file(folder: Path) -> None:
     [
         (
             'colour = "red"\n',
-            "CFG: unknown key colour; expected one of bundle, device_id, log_level, state_dir, target",
+            "CFG: unknown key colour; expected one of bundle, device_id, log_level, state_dir, target, trusted_keys",
         ),
         (
             "[sources]\nx = 1\n",
