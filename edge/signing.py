@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from edge.errors import BundleError, InputError, require
+from edge.filemode import check_private_mode
 from edge.payload import PayloadError, parse_json
 
 SIGNATURE_FILE = "manifest.sig"
@@ -106,11 +107,8 @@ def load_private_key(path: Path | str) -> Any:
         InputError: the file is missing, readable by group or others, not a PEM private key, or not Ed25519.
     """
     path = Path(path)
-    data, mode = _read_key_file(path, "signing key")
-    if mode & (stat.S_IRWXG | stat.S_IRWXO):
-        raise InputError(
-            f"signing key '{path}': mode {mode:03o} lets group or others read it; expected 600 (chmod 600 '{path}')"
-        )
+    data, _ = _read_key_file(path, "signing key")
+    check_private_mode(path, f"signing key '{path}'")
     serialization, ed25519 = _crypto()
     try:
         key = serialization.load_pem_private_key(data, password=None)

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from edge.errors import InputError, TelemetryError
+from edge.filemode import check_private_mode
 from edge.telemetry.link import BrokerConfig
 from edge.telemetry.schema import check_name, check_prefix
 from edge.tomlschema import Field, Schema, read_tables, read_toml
@@ -118,6 +119,8 @@ class DaemonConfig:
     face: FaceSettings
     source: SourceSettings
     broker: BrokerConfig | None
+    #: The broker is off this machine and reached without TLS, accepted by ``broker.allow_insecure = true``.
+    broker_insecure: bool
     telemetry: TelemetrySettings
     commands: CommandSettings
     text: TextSettings
@@ -177,6 +180,8 @@ _SCHEMA: Schema = {
         "tls_cert": Field(Path, None),
         "tls_key": Field(Path, None),
         "keepalive_s": Field(int, 30, low=1, high=65535),  # MQTT's keepalive is a 16-bit field
+        # A broker off this machine without TLS is refused unless this says the clear text is accepted.
+        "allow_insecure": Field(bool, False),
     },
     "telemetry": {
         "prefix": Field(str, "edge-deploy"),
@@ -239,6 +244,7 @@ def _build_broker(where: str, b: dict[str, Any]) -> BrokerConfig:
     if b["password_file"] is not None:
         if b["username"] is None:
             raise InputError(f"{where}: broker.password_file is set but broker.username is not; expected both")
+        check_private_mode(b["password_file"], f"{where}: broker.password_file = '{b['password_file']}'")
         try:
             password = b["password_file"].read_text(encoding="utf-8").splitlines()[0]
         except (OSError, UnicodeDecodeError, IndexError) as exc:
@@ -246,8 +252,10 @@ def _build_broker(where: str, b: dict[str, Any]) -> BrokerConfig:
                 f"{where}: broker.password_file = '{b['password_file']}'; cannot read a password from its "
                 f"first line ({exc})"
             ) from exc
+    if b["tls_key"] is not None and Path(b["tls_key"]).is_file():
+        check_private_mode(b["tls_key"], f"{where}: broker.tls_key = '{b['tls_key']}'")
     try:
-        return BrokerConfig(
+        broker = BrokerConfig(
             host=b["host"],
             port=b["port"],
             username=b["username"],
@@ -260,6 +268,13 @@ def _build_broker(where: str, b: dict[str, Any]) -> BrokerConfig:
         )
     except TelemetryError as exc:
         raise InputError(f"{where}: [broker] {exc}") from exc
+    if not broker.uses_tls and not broker.is_loopback and not b["allow_insecure"]:
+        raise InputError(
+            f"{where}: broker.host = '{broker.host}' without TLS; expected tls = true (or tls_ca) for a broker off "
+            "this machine (the password, commands and results would cross the network in clear), or "
+            "broker.allow_insecure = true to accept that"
+        )
+    return broker
 
 
 def _state_path(values: dict[str, Any], dotted: str, state_dir: Path) -> None:
@@ -295,6 +310,7 @@ def _build(where: str, path: Path, t: dict[str, dict[str, Any]]) -> DaemonConfig
             f"{where}: commands.bench_runs = {commands['bench_runs']}; expected at most commands.max_bench_runs "
             f"({commands['max_bench_runs']})"
         )
+    broker = _build_broker(where, t["broker"]) if "broker" in t else None
     text = _with_defaults("text", t)
     if text["model_dir"] is not None and not text["model_dir"].is_dir():
         raise InputError(f"{where}: text.model_dir = '{text['model_dir']}'; expected a converted language-model folder")
@@ -308,7 +324,8 @@ def _build(where: str, path: Path, t: dict[str, dict[str, Any]]) -> DaemonConfig
         log_level=top["log_level"],
         face=FaceSettings(**face),
         source=_build_source(where, _with_defaults("source", t)),
-        broker=_build_broker(where, t["broker"]) if "broker" in t else None,
+        broker=broker,
+        broker_insecure=broker is not None and not broker.uses_tls and not broker.is_loopback,
         telemetry=TelemetrySettings(**tele),
         commands=CommandSettings(**commands),
         text=TextSettings(**text),

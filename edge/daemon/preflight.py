@@ -76,6 +76,8 @@ def preflight(config: DaemonConfig) -> list[str]:
         except InputError as exc:
             raise _named(where, "face.gallery", exc) from None
         done.append(f"face.gallery: {config.face.gallery} ({people} people)")
+    if config.broker_insecure and config.broker is not None:
+        done.append(f"WARNING: broker {config.broker.address} without TLS (broker.allow_insecure = true)")
     trusted = _trusted_keys(where, config)
     if trusted:
         done.append(f"trusted_keys: {', '.join(k.key_id for k in trusted)}")

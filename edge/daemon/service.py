@@ -44,6 +44,11 @@ TASK_FRAME_ERROR = "face.error"
 TASK_REJECTED = "command.rejected"
 TASK_DONE = "command.done"
 TASK_FAILED = "command.failed"
+#: Logged at every start while ``broker.allow_insecure = true`` lets a remote broker go without TLS.
+INSECURE_WARNING = (
+    "broker %s is off this machine and reached WITHOUT TLS (broker.allow_insecure = true): the password, "
+    "commands and results cross the network in clear; set broker.tls = true or tls_ca"
+)
 #: At most this many rejection reports per minute; the rest are logged and counted only.
 REJECTIONS_PER_MINUTE = 20
 _IDLE_WAIT_S = 0.05
@@ -159,6 +164,8 @@ class Daemon:
             TelemetryError: the outbox can't be written, or the broker refused us for good.
         """
         cfg = self.config
+        if cfg.broker_insecure and cfg.broker is not None:
+            log.warning(INSECURE_WARNING, cfg.broker.address)
         if cfg.bundle is not None:
             from edge.bundle import verify_bundle
             from edge.signing import load_trusted_keys
