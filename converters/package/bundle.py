@@ -3,6 +3,7 @@
 ``build_bundle(load_profile("rpi4"), ["face"], Path("dist"), Path(".cache/edge-deploy"))`` writes::
 
     dist/rpi4-face/
+      golden/face.npz, golden.json   face chips + descriptors the models gave here (edge.update.golden)
       manifest.sig              with options.sign_key: Ed25519 signature over manifest.json (edge.signing)
       manifest.json             schema version, target, profile, models (sources, licences, quantization,
                                 gate metrics), wheelhouse, tool version, every file with size and sha256
@@ -64,6 +65,7 @@ class BuildOptions:
         precision: overrides the profile's ``runtime.precision`` for every model (None: the profile's).
         wheels: include the aarch64 wheelhouse (False for a models-only bundle).
         archive: also write ``<folder>.tar.gz``.
+        golden: write the face golden set (``golden/``) that over-the-air updates check on the device.
         sign_key: an Ed25519 private key file (``edge-deploy keygen``): ``manifest.sig`` is written beside
             ``manifest.json``. The key itself never enters the bundle.
     """
@@ -72,6 +74,7 @@ class BuildOptions:
     wheels: bool = True
     archive: bool = True
     sign_key: Path | None = None
+    golden: bool = True
 
 
 @dataclass
@@ -189,7 +192,8 @@ def _copy_extras(folder: Path, profile: TargetProfile) -> None:
 
 
 def _manifest(folder: Path, profile: TargetProfile, models: list[dict], wheelhouse: dict | None) -> dict[str, Any]:
-    files = sorted(p for p in folder.rglob("*") if p.is_file() and p != folder / MANIFEST_FILE)
+    own = (folder / MANIFEST_FILE, folder / SIGNATURE_FILE)  # the manifest lists neither itself nor its signature
+    files = sorted(p for p in folder.rglob("*") if p.is_file() and p not in own)
     return {
         "schema_version": MANIFEST_SCHEMA_VERSION,
         "format": BUNDLE_FORMAT,
@@ -282,6 +286,11 @@ def build_bundle(
     for files, result, key in stage_outputs:
         shutil.copytree(files, folder / "models" / result.kind)
         model_records.append({**result.to_dict(), "folder": f"models/{result.kind}", "cache_key": key})
+    if ModelKind.FACE in kinds and opts.golden:
+        from converters.package.golden import make_face_golden
+
+        progress("golden set: the bundle's face models on real photos (the device's acceptance check)")
+        make_face_golden(folder / "models" / "face", folder, profile)
     wheelhouse = None
     if opts.wheels:
         wh = prepare_wheelhouse(kinds, folder / "wheels", Path(cache_dir), progress)

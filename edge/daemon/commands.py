@@ -34,7 +34,12 @@ from edge.payload import MAX_INT, PayloadError, parse_json
 
 COMMAND_VERSION = 1
 #: Commands the daemon knows, with the arguments each accepts.
-COMMAND_ARGS: dict[str, tuple[str, ...]] = {"bench": ("runs", "role"), "reload": (), "enroll": ()}
+COMMAND_ARGS: dict[str, tuple[str, ...]] = {
+    "bench": ("runs", "role"),
+    "reload": (),
+    "enroll": (),
+    "update": ("url", "sha256"),  # a bundle archive and its sha256 (edge.daemon.updater)
+}
 MIN_SECRET_BYTES = 16
 MAX_COMMAND_BYTES = 4096
 #: A command is an object holding ``args``, whose values are scalars or short lists.

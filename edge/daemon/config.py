@@ -106,6 +106,18 @@ class TextSettings:
 
 
 @dataclass(frozen=True)
+class UpdateSettings:
+    """``[update]``: over-the-air bundle updates (docs/fleet.md, "Over-the-air updates")."""
+
+    max_bytes: int
+    download_timeout_s: float
+    max_latency_ms: float
+    bench_runs: int
+    crash_limit: int
+    crash_window_s: float
+
+
+@dataclass(frozen=True)
 class DaemonConfig:
     """The whole daemon config, as read from one TOML file."""
 
@@ -124,6 +136,12 @@ class DaemonConfig:
     telemetry: TelemetrySettings
     commands: CommandSettings
     text: TextSettings
+    update: UpdateSettings
+
+    @property
+    def slots_dir(self) -> Path:
+        """The A/B slots of over-the-air updates (``edge.update.slots``)."""
+        return self.state_dir / "slots"
 
     @property
     def state_db(self) -> Path:
@@ -197,6 +215,14 @@ _SCHEMA: Schema = {
         "max_skew_s": _seconds(60.0),
         "bench_runs": Field(int, 50, low=1, high=100_000),
         "max_bench_runs": Field(int, 1000, low=1, high=100_000),
+    },
+    "update": {
+        "max_bytes": Field(int, 1 << 30, low=1024, high=1 << 34),
+        "download_timeout_s": _seconds(600.0),
+        "max_latency_ms": Field(float, 1000.0, low=0.0, high=600_000.0, low_open=True),
+        "bench_runs": Field(int, 10, low=1, high=10_000),
+        "crash_limit": Field(int, 3, low=1, high=100),
+        "crash_window_s": _seconds(600.0),
     },
     "text": {
         "model_dir": Field(Path, None),
@@ -329,6 +355,7 @@ def _build(where: str, path: Path, t: dict[str, dict[str, Any]]) -> DaemonConfig
         telemetry=TelemetrySettings(**tele),
         commands=CommandSettings(**commands),
         text=TextSettings(**text),
+        update=UpdateSettings(**_with_defaults("update", t)),
     )
 
 

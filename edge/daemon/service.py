@@ -13,6 +13,7 @@ left is sent after the next start).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import signal
@@ -31,6 +32,7 @@ from edge.daemon.listener import Listener, command_topic, text_request_topic
 from edge.daemon.sources import Frame, open_source, receipt_key
 from edge.daemon.state import StateStore
 from edge.daemon.text_service import TextService
+from edge.daemon.updater import Updater
 from edge.errors import EdgeDeployError, InputError, TelemetryError
 from edge.face.models import FaceModel, read_models_file, running_of
 from edge.imageio import DEFAULT_MAX_PIXELS
@@ -179,7 +181,10 @@ class Daemon:
         try:
             self._client = self._open_telemetry()
             stack.append(self._client)
-            self._face = FaceService(cfg.face, self._threads, self._max_pixels)
+            self._updater = Updater(cfg, lambda task, data: self._report(Result(task=task, data=data)), self._threads)
+            self._updater.on_start()  # finishes or undoes an update a killed run left
+            face = dataclasses.replace(cfg.face, models=self._updater.active_models())
+            self._face = FaceService(face, self._threads, self._max_pixels)
             stack.append(self._face)
             log.info("gallery: %s (%d people)", self._face.gallery_origin, len(self._face.gallery))
             self._text = TextService(cfg.text, self._text_threads)
@@ -189,6 +194,7 @@ class Daemon:
             stack.append(self._source)
             log.info("serving %s as device %s (%d threads)", self._source.name, cfg.device_id, self._threads)
             self._loop()
+            self._updater.on_clean_stop()
         finally:
             self._shutdown(stack)
         return self.summary
@@ -231,19 +237,19 @@ class Daemon:
     def _loop(self) -> None:
         cfg = self.config
         window = Window()
-        running = running_of(cfg.face.models)  # every heartbeat names what runs
         next_telemetry = time.monotonic() + cfg.telemetry.interval_s
         min_gap = 1.0 / cfg.source.max_fps if cfg.source.max_fps > 0 else 0.0
         next_frame_at = 0.0
         while not self._stop.is_set():
             self._client.check()
+            self._updater.tick()
             if self._held and not self._release_held():
                 self._stop.wait(_HELD_WAIT_S)
                 continue
             self._handle_inbound()
             now = time.monotonic()
             if now >= next_telemetry:
-                self._report(window.telemetry(read_soc_state().temperature_c, running))
+                self._report(window.telemetry(read_soc_state().temperature_c, self._running()))
                 window, next_telemetry = Window(), now + cfg.telemetry.interval_s
             if cfg.source.max_frames and self.summary.frames >= cfg.source.max_frames:
                 self._source.exhausted = True
@@ -260,7 +266,11 @@ class Daemon:
             window.latencies_ms.append(self._process(frame))
         self.summary.stopped_by = self._stop_reason
         if window.latencies_ms:
-            self._report(window.telemetry(read_soc_state().temperature_c, running))
+            self._report(window.telemetry(read_soc_state().temperature_c, self._running()))
+
+    def _running(self) -> dict[str, str]:
+        """What runs now (every heartbeat names it; an update changes it)."""
+        return running_of(self._face.settings.models)
 
     def _report(self, message: Message, key: str | None = None) -> Message:
         """Store a report; while the disk refuses (full, read-only) hold it in memory instead of failing.
@@ -392,6 +402,8 @@ class Daemon:
             return self._bench(command.args)
         if command.name == "reload":
             return self._face.reload()
+        if command.name == "update":
+            return self._updater.run(command.args, command.nonce, self._face.use_models)
         return self._face.enroll()
 
     def _bench(self, args: dict[str, Any]) -> dict[str, Any]:

@@ -123,7 +123,7 @@ def test_serve_check_and_every_start_warn_about_allow_insecure(folder: Path, cap
         ),
         (
             "[sources]\nx = 1\n",
-            "CFG: unknown table [sources]; expected one of [broker], [commands], [face], [source], [telemetry], [text]",
+            "CFG: unknown table [sources]; expected one of [broker], [commands], [face], [source], [telemetry], [text], [update]",
         ),
         (
             "[telemetry]\ninterval = 5\n",

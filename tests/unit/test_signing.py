@@ -180,7 +180,7 @@ def test_build_signs_and_the_private_key_never_enters_the_bundle(tmp_path: Path,
 
     monkeypatch.setitem(package.STAGES, package.ModelKind.FACE, _toy_stage())
     pair = _keys(tmp_path / "keys")
-    opts = BuildOptions(wheels=False, sign_key=pair.private_path)
+    opts = BuildOptions(wheels=False, sign_key=pair.private_path, golden=False)
     built = build_bundle(load_profile("rpi4"), ["face"], tmp_path / "dist", tmp_path / "cache", options=opts)
     trusted = load_trusted_keys([pair.public_path])
     assert verify_bundle(built.folder, trusted).signed_by == pair.key_id
@@ -218,7 +218,7 @@ def test_build_refuses_a_group_readable_key_before_converting(tmp_path: Path, mo
     monkeypatch.setattr(package, "_run_stage", lambda *a: calls.append("stage"))
     pair = _keys(tmp_path / "keys")
     pair.private_path.chmod(0o640)
-    opts = BuildOptions(wheels=False, sign_key=pair.private_path)
+    opts = BuildOptions(wheels=False, sign_key=pair.private_path, golden=False)
     with pytest.raises(InputError, match="mode 640 lets group or others read it"):
         build_bundle(load_profile("rpi4"), ["face"], tmp_path / "dist", tmp_path / "cache", options=opts)
     assert calls == []
