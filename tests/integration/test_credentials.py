@@ -8,6 +8,7 @@ device's own telemetry client (the daemon's) reports through the same broker wit
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import ssl
 import time
@@ -70,10 +71,8 @@ class Client:
     def received(self, wait: float = 1.0) -> list[tuple[str, bytes]]:
         out, deadline = [], time.monotonic() + wait
         while time.monotonic() < deadline:
-            try:
+            with contextlib.suppress(queue.Empty):
                 out.append(self.messages.get(timeout=0.05))
-            except queue.Empty:
-                pass
         return out
 
     def close(self) -> None:
