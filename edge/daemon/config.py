@@ -127,6 +127,7 @@ class DaemonConfig:
     target: str | None
     bundle: Path | None
     trusted_keys: tuple[Path, ...]
+    tags: tuple[str, ...]
     log_level: LogLevel
     face: FaceSettings
     source: SourceSettings
@@ -169,6 +170,8 @@ _SCHEMA: Schema = {
         "bundle": Field(Path, None),
         # Public keys (edge-deploy keygen's .pub): when set, the bundle must be signed by one of them.
         "trusted_keys": Field([Path], []),
+        # Group tags (edge-deploy fleet rollout --group TAG): announced at every start.
+        "tags": Field([str], []),
     },
     "face": {
         "models": Field(Path),
@@ -318,6 +321,8 @@ def _build(where: str, path: Path, t: dict[str, dict[str, Any]]) -> DaemonConfig
     _state_path(tele, "telemetry.outbox", top["state_dir"])
     try:
         check_name("device_id", device_id)
+        for i, tag in enumerate(top["tags"]):
+            check_name(f"tags[{i}]", tag)
     except TelemetryError as exc:
         raise InputError(f"{where}: {exc}") from exc
     try:
@@ -347,6 +352,7 @@ def _build(where: str, path: Path, t: dict[str, dict[str, Any]]) -> DaemonConfig
         target=top["target"],
         bundle=top["bundle"],
         trusted_keys=tuple(top["trusted_keys"]),
+        tags=tuple(dict.fromkeys(top["tags"])),
         log_level=top["log_level"],
         face=FaceSettings(**face),
         source=_build_source(where, _with_defaults("source", t)),

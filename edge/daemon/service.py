@@ -46,6 +46,7 @@ TASK_FRAME_ERROR = "face.error"
 TASK_REJECTED = "command.rejected"
 TASK_DONE = "command.done"
 TASK_FAILED = "command.failed"
+TASK_ANNOUNCE = "device.announce"
 #: Logged at every start while ``broker.allow_insecure = true`` lets a remote broker go without TLS.
 INSECURE_WARNING = (
     "broker %s is off this machine and reached WITHOUT TLS (broker.allow_insecure = true): the password, "
@@ -187,6 +188,8 @@ class Daemon:
             self._face = FaceService(face, self._threads, self._max_pixels)
             stack.append(self._face)
             log.info("gallery: %s (%d people)", self._face.gallery_origin, len(self._face.gallery))
+            # Who this device is and what it runs: fleet rollouts pick their groups from it (docs/fleet.md).
+            self._report(Result(task=TASK_ANNOUNCE, data={"tags": list(cfg.tags), **self._running()}))
             self._text = TextService(cfg.text, self._text_threads)
             stack.append(self._text)
             self._listener = self._open_listener()

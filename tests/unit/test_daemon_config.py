@@ -76,6 +76,14 @@ def test_a_remote_broker_without_tls_is_refused_unless_allow_insecure(folder: Pa
         assert not c.broker_insecure, host
 
 
+def test_tags_are_topic_levels_kept_once_in_order(folder: Path) -> None:
+    assert load_config(write(folder, 'tags = ["beta", "kitchen", "beta"]\n' + MINIMAL)).tags == ("beta", "kitchen")
+    assert error(folder, 'tags = ["beta", "a b"]\n' + MINIMAL) == (
+        "CFG: tags[1] = 'a b'; expected 1-64 characters of letters, digits, '_', '.', ':' or '-' (it becomes one "
+        "MQTT topic level)"
+    )
+
+
 def test_password_and_key_files_readable_by_others_are_refused(folder: Path) -> None:
     """Issue 16: broker.password_file was read at mode 644."""
     (folder / "pw").write_text("s3cret\n")
@@ -119,7 +127,7 @@ def test_serve_check_and_every_start_warn_about_allow_insecure(folder: Path, cap
     [
         (
             'colour = "red"\n',
-            "CFG: unknown key colour; expected one of bundle, device_id, log_level, state_dir, target, trusted_keys",
+            "CFG: unknown key colour; expected one of bundle, device_id, log_level, state_dir, tags, target, trusted_keys",
         ),
         (
             "[sources]\nx = 1\n",
