@@ -180,10 +180,11 @@ def add_verify(sub: argparse._SubParsersAction) -> None:
     p.add_argument("bundle", help="bundle folder or .tar.gz")
     p.add_argument(
         "--trust",
-        action="append",
+        action="extend",
+        nargs="+",
         metavar="PUBKEY",
-        help="require a signature (manifest.sig) by this public key (repeat for several keys: any one of them "
-        "may have signed); refuse unsigned bundles",
+        help="require a signature (manifest.sig) by one of these public keys (after the bundle: verify BUNDLE "
+        "--trust K1 K2, or --trust K1 --trust K2); refuse unsigned bundles",
     )
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=_cmd_verify)

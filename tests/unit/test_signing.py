@@ -237,6 +237,10 @@ def test_cli_keygen_and_verify_trust(tmp_path: Path, capsys) -> None:
     _sign(bundle, tmp_path / "k.key")
     assert main(["verify", str(bundle), "--trust", str(tmp_path / "k.pub")]) == 0
     assert f"signed by key {kid}" in capsys.readouterr().out
+    assert main(["keygen", "-o", str(tmp_path / "k2.key")]) == 0
+    capsys.readouterr()
+    assert main(["verify", str(bundle), "--trust", str(tmp_path / "k2.pub"), str(tmp_path / "k.pub")]) == 0
+    assert f"signed by key {kid}" in capsys.readouterr().out
     (tmp_path / "k.key").chmod(0o604)
     assert main(["verify", str(bundle), "--trust", str(tmp_path / "k.key")]) == 3  # a private key as trust
     assert "a private key; expected the public key" in capsys.readouterr().err
