@@ -37,7 +37,7 @@ def _wheel(evil: bool = False) -> bytes:
 
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w") as zf:
-        for name in ("__init__.py", "bundle.py", "errors.py", "payload.py", "signing.py"):
+        for name in ("__init__.py", "bundle.py", "errors.py", "filemode.py", "payload.py", "signing.py"):
             text = (EDGE / name).read_text()
             if evil and name == "bundle.py":
                 text += "\nprint('EVIL verifier ran', file=__import__('sys').stderr)\n"
