@@ -215,6 +215,18 @@ def _manifest(folder: Path, profile: TargetProfile, models: list[dict], wheelhou
     }
 
 
+def _golden(folder: Path, kinds: list[ModelKind], profile: TargetProfile, progress: ProgressFn) -> None:
+    """The golden set of the device's acceptance check (``converters.package.golden``)."""
+    from converters.package.golden import make_face_golden, make_text_golden
+
+    if ModelKind.FACE in kinds:
+        progress("golden set: the bundle's face models on real photos (the device's acceptance check)")
+        make_face_golden(folder / "models" / "face", folder, profile)
+    if ModelKind.SLM in kinds:
+        progress("golden set: the bundle's language model's greedy tokens for a few prompts")
+        make_text_golden(folder / "models" / "slm", folder)
+
+
 def _tar_filter(info: tarfile.TarInfo) -> tarfile.TarInfo:
     """Owner root, no user names from the build machine; files 0644 except the installer."""
     info.uid = info.gid = 0
@@ -286,11 +298,8 @@ def build_bundle(
     for files, result, key in stage_outputs:
         shutil.copytree(files, folder / "models" / result.kind)
         model_records.append({**result.to_dict(), "folder": f"models/{result.kind}", "cache_key": key})
-    if ModelKind.FACE in kinds and opts.golden:
-        from converters.package.golden import make_face_golden
-
-        progress("golden set: the bundle's face models on real photos (the device's acceptance check)")
-        make_face_golden(folder / "models" / "face", folder, profile)
+    if opts.golden:
+        _golden(folder, kinds, profile, progress)
     wheelhouse = None
     if opts.wheels:
         wh = prepare_wheelhouse(kinds, folder / "wheels", Path(cache_dir), progress)

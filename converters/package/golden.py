@@ -1,5 +1,8 @@
 """The golden set a bundle carries for its on-device acceptance check (format: ``edge.update.golden``).
 
+Face: ``make_face_golden``; language model: ``make_text_golden`` (two prompts, the greedy token ids of the
+bundle's own model; the device must reproduce them exactly, as the language-model gate does).
+
 At build time the bundle's *own* face models (the files that ship, in the target's precision) run the whole
 device pipeline — MTCNN, dlib's 5-point landmarks, the chip cut, the embedder — on real photos from the
 evaluation set (astronaut, Tom Hanks, t1); the first ``GOLDEN_CHIPS`` aligned chips and their descriptors
@@ -59,3 +62,30 @@ def make_face_golden(models: Path, bundle: Path, profile: TargetProfile) -> dict
     return write_face_golden(
         bundle, batch, descriptors, profile.thresholds.embed_mean_cosine, file_sha256(embedder), source
     )
+
+
+#: The language model's golden prompts (short: each is generated greedily on the device at every update).
+GOLDEN_PROMPTS = ("What is the capital of France?", "Name three primary colours.")
+GOLDEN_NEW_TOKENS = 8
+
+
+def make_text_golden(models: Path, bundle: Path) -> dict[str, Any]:
+    """Add the language model's prompts and greedy tokens (from the bundle's own model) to golden.json.
+
+    Args:
+        models: the bundle's ``models/slm`` folder (what ships).
+        bundle: the bundle folder (before its manifest is written).
+
+    Returns:
+        The ``text`` record of golden.json.
+    """
+    from edge.text import SamplingConfig, TextGenerator
+    from edge.update.golden import write_text_golden
+
+    with TextGenerator(models, threads=1) as generator:
+        tokens = [
+            list(generator.generate(p, SamplingConfig(max_new_tokens=GOLDEN_NEW_TOKENS)).token_ids)
+            for p in GOLDEN_PROMPTS
+        ]
+    folder = models.relative_to(bundle).as_posix()
+    return write_text_golden(bundle, list(GOLDEN_PROMPTS), tokens, GOLDEN_NEW_TOKENS, folder)

@@ -190,7 +190,8 @@ class Daemon:
             log.info("gallery: %s (%d people)", self._face.gallery_origin, len(self._face.gallery))
             # Who this device is and what it runs: fleet rollouts pick their groups from it (docs/fleet.md).
             self._report(Result(task=TASK_ANNOUNCE, data={"tags": list(cfg.tags), **self._running()}))
-            self._text = TextService(cfg.text, self._text_threads)
+            self._text = TextService(dataclasses.replace(cfg.text, model_dir=self._updater.active_text()),
+                                     self._text_threads)  # fmt: skip
             stack.append(self._text)
             self._listener = self._open_listener()
             self._source = open_source(cfg.source, self._frame_done, self.once, self._max_pixels)
@@ -406,7 +407,7 @@ class Daemon:
         if command.name == "reload":
             return self._face.reload()
         if command.name == "update":
-            return self._updater.run(command.args, command.nonce, self._face.use_models)
+            return self._updater.run(command.args, command.nonce, self._face.use_models, self._text.use_model_dir)
         return self._face.enroll()
 
     def _bench(self, args: dict[str, Any]) -> dict[str, Any]:

@@ -86,6 +86,14 @@ class Updater:
         slot = self.slots.current()
         return self.config.face.models if slot is None else self.slots.folder(slot) / "models" / "face"
 
+    def active_text(self) -> Path | None:
+        """The language model to answer with: the current slot's when it has one and text is configured."""
+        base = self.config.text.model_dir
+        slot = self.slots.current()
+        if base is None or slot is None or not (self.slots.folder(slot) / "models" / "slm").is_dir():
+            return base
+        return self.slots.folder(slot) / "models" / "slm"
+
     def _models_of(self, slot: str) -> Path:
         return self.config.face.models if slot == BASE else self.slots.folder(slot) / "models" / "face"
 
@@ -157,13 +165,21 @@ class Updater:
             )
         return url, sha256
 
-    def run(self, args: dict[str, Any], nonce: str, use_models: Callable[[Path], Any]) -> dict[str, Any]:
+    def run(
+        self,
+        args: dict[str, Any],
+        nonce: str,
+        use_models: Callable[[Path], Any],
+        use_text: Callable[[Path], Any] = lambda _p: None,
+    ) -> dict[str, Any]:
         """Carry out one ``update`` command.
 
         Args:
             args: ``{"url": ..., "sha256": ...}`` from the verified command.
             nonce: the command's nonce (in every event).
             use_models: switches the running face pipeline to a models folder (raises if it does not load).
+            use_text: switches the text service to the slot's language model (when the slot has one and text
+                is configured).
 
         Returns:
             ``{"outcome": "accepted" | "rolled_back", "from", "to", ...}`` for the command's done report.
@@ -196,6 +212,9 @@ class Updater:
         except EdgeDeployError as exc:
             self._rollback(f"acceptance check failed: {exc}")
             return {"outcome": "rolled_back", **self._base(), "reason": self.record.reason}
+        text = self.active_text()
+        if text is not None and text != self.config.text.model_dir:
+            use_text(text)
         self.record.switched_at = time.time()
         self.record.extra = {"golden": golden.to_dict()}
         self._set(Phase.TRIAL)

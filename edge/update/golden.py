@@ -6,11 +6,14 @@
   [N, 128] (what the bundle's embedder gave for them on the build host);
 - ``golden/golden.json``: ``{"schema_version": 1, "face": {"file", "role", "model_sha256", "count",
   "min_cosine", "source"}}``, ``min_cosine`` being the accuracy gate's tolerance (the profile's
-  ``thresholds.embed_mean_cosine``).
+  ``thresholds.embed_mean_cosine``); and for a bundle with the language model ``"text": {"folder",
+  "prompts", "tokens", "max_new_tokens"}``: a few prompts and the greedy token ids the bundle's model gave
+  (the language-model gate asks for equal greedy tokens, so the device must reproduce them exactly).
 
 Both are listed in ``manifest.json``, so the signature covers them. After an over-the-air update the daemon
 runs :func:`check_golden` on the new slot: every chip's descriptor must have a cosine of at least
-``min_cosine`` to the stored one, and the embedder's median time per chip must stay within a bound. A
+``min_cosine`` to the stored one, the embedder's median time per chip must stay within a bound, and every
+prompt must give the same greedy tokens. A
 process-alive health check can't tell a model that loads from one that computes the wrong thing; this can.
 """
 
@@ -47,6 +50,7 @@ class GoldenResult:
     worst_cosine: float
     p50_ms: float
     max_latency_ms: float
+    text_prompts: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return {k: round(v, 6) if isinstance(v, float) else v for k, v in asdict(self).items()}
@@ -84,9 +88,87 @@ def write_face_golden(
         "min_cosine": float(min_cosine),
         "source": source,
     }
-    body = {"schema_version": GOLDEN_SCHEMA_VERSION, "face": record}
-    (bundle / GOLDEN_JSON).write_text(json.dumps(body, indent=2) + "\n", encoding="utf-8")
+    _merge(bundle, "face", record)
     return record
+
+
+def _merge(bundle: Path, key: str, record: dict[str, Any]) -> None:
+    """Set one part of golden.json (keeping the others)."""
+    path = bundle / GOLDEN_JSON
+    path.parent.mkdir(parents=True, exist_ok=True)
+    body = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    body.update({"schema_version": GOLDEN_SCHEMA_VERSION, key: record})
+    path.write_text(json.dumps(body, indent=2) + "\n", encoding="utf-8")
+
+
+def write_text_golden(
+    bundle: Path, prompts: list[str], tokens: list[list[int]], max_new_tokens: int, folder: str = "models/slm"
+) -> dict[str, Any]:
+    """Add the language model's part to golden.json: prompts and the greedy token ids the bundle's model gave.
+
+    Raises:
+        InputError: no prompt, or prompts and token lists that do not pair up.
+    """
+    if not prompts or len(prompts) != len(tokens) or not all(isinstance(p, str) and p for p in prompts):
+        raise InputError(
+            f"golden text: {len(prompts)} prompts, {len(tokens)} token lists; expected pairs, at least one"
+        )
+    record = {"folder": folder, "prompts": list(prompts), "tokens": [list(map(int, t)) for t in tokens],
+              "max_new_tokens": int(max_new_tokens)}  # fmt: skip
+    _merge(bundle, "text", record)
+    return record
+
+
+def _read_body(bundle: Path) -> dict[str, Any]:
+    where = bundle / GOLDEN_JSON
+    if not where.is_file():
+        raise ValidationError(
+            f"{bundle}: no {GOLDEN_JSON}; expected a bundle built with a golden set (edge-deploy build)"
+        )
+    try:
+        body = parse_json(where.read_bytes(), str(where), 1 << 20, 6)
+    except PayloadError as exc:
+        raise ValidationError(str(exc)) from None
+    if not isinstance(body, dict) or body.get("schema_version") != GOLDEN_SCHEMA_VERSION:
+        raise ValidationError(f"{where}: expected a JSON object with schema_version {GOLDEN_SCHEMA_VERSION}")
+    return body
+
+
+def _first_difference(got: list[int], expected: list[int]) -> int:
+    return next(
+        (k for k, (a, b) in enumerate(zip(got, expected, strict=False)) if a != b), min(len(got), len(expected))
+    )
+
+
+def check_text_golden(bundle: Path, threads: int) -> int:
+    """Reproduce the golden prompts' greedy tokens with the bundle's language model; return the prompt count.
+
+    Raises:
+        ValidationError: the first prompt whose tokens differ (position, got, expected), or a malformed record.
+    """
+    from edge.text import SamplingConfig, TextGenerator
+
+    where = bundle / GOLDEN_JSON
+    raw = _read_body(bundle).get("text")
+    text: dict[str, Any] = raw if isinstance(raw, dict) else {}
+    prompts, tokens, n = text.get("prompts"), text.get("tokens"), text.get("max_new_tokens")
+    pairs = isinstance(prompts, list) and isinstance(tokens, list) and len(prompts) == len(tokens) > 0
+    if not pairs or isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValidationError(f"{where}: 'text' needs prompts, tokens (one list per prompt) and max_new_tokens >= 1")
+    folder = text.get("folder", "models/slm")
+    if not isinstance(folder, str) or ".." in folder.split("/") or folder.startswith("/"):
+        raise ValidationError(f"{where}: text.folder = {folder!r}; expected a folder inside the bundle")
+    with TextGenerator(bundle / folder, threads=threads) as generator:
+        for i, (prompt, expected) in enumerate(zip(text["prompts"], text["tokens"], strict=True)):
+            got = list(generator.generate(str(prompt), SamplingConfig(max_new_tokens=n)).token_ids)
+            if got != expected:
+                at = _first_difference(got, expected)
+                raise ValidationError(
+                    f"{bundle}: golden prompt {i} ({str(prompt)[:40]!r}): greedy token {at} is "
+                    f"{got[at] if at < len(got) else 'the end'}, the build's was "
+                    f"{expected[at] if at < len(expected) else 'the end'} ({len(got)} vs {len(expected)} tokens)"
+                )
+    return len(text["prompts"])
 
 
 def read_face_golden(bundle: Path) -> tuple[dict[str, Any], np.ndarray, np.ndarray]:
@@ -96,16 +178,8 @@ def read_face_golden(bundle: Path) -> tuple[dict[str, Any], np.ndarray, np.ndarr
         ValidationError: the bundle has no golden set, or it is malformed (naming the file and what is wrong).
     """
     where = bundle / GOLDEN_JSON
-    if not where.is_file():
-        raise ValidationError(
-            f"{bundle}: no {GOLDEN_JSON}; expected a bundle built with a golden set (edge-deploy build)"
-        )
-    try:
-        body = parse_json(where.read_bytes(), str(where), 64 << 10, 4)
-    except PayloadError as exc:
-        raise ValidationError(str(exc)) from None
-    face = body.get("face") if isinstance(body, dict) else None
-    if not isinstance(body, dict) or body.get("schema_version") != GOLDEN_SCHEMA_VERSION or not isinstance(face, dict):
+    face = _read_body(bundle).get("face")
+    if not isinstance(face, dict):
         raise ValidationError(f"{where}: expected schema_version {GOLDEN_SCHEMA_VERSION} and a 'face' object")
     tol = face.get("min_cosine")
     if isinstance(tol, bool) or not isinstance(tol, int | float) or not (math.isfinite(tol) and 0 < tol <= 1):
@@ -146,8 +220,8 @@ def check_golden(bundle: Path, threads: int, max_latency_ms: float, bench_runs: 
         The measurements, when every chip reproduces and the bench is within the bound.
 
     Raises:
-        ValidationError: naming the worst chip's cosine and the tolerance, or the median and the bound; or a
-            missing/malformed golden set.
+        ValidationError: naming the worst chip's cosine and the tolerance, or the median and the bound, or the
+            first golden prompt whose greedy tokens differ; or a missing/malformed golden set.
         InputError / InferenceError: the model does not load or run.
     """
     from edge.face.embed import FaceEmbedder
@@ -177,4 +251,5 @@ def check_golden(bundle: Path, threads: int, max_latency_ms: float, bench_runs: 
             f"{bundle}: embedder median {p50:.3f} ms per chip over {bench_runs} runs; expected at most "
             f"{max_latency_ms:g} ms (update.max_latency_ms)"
         )
-    return GoldenResult(len(cos), tol, float(cos[worst]), p50, float(max_latency_ms))
+    prompts = check_text_golden(bundle, threads) if "text" in _read_body(bundle) else 0
+    return GoldenResult(len(cos), tol, float(cos[worst]), p50, float(max_latency_ms), prompts)
