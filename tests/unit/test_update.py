@@ -361,3 +361,17 @@ def test_a_tampered_current_slot_is_rolled_back_at_start(tmp_path: Path, keys) -
     assert events[-1][0] == "update.rolled_back"
     assert "the current slot a failed verification at start" in events[-1][1]["reason"]
     assert "models/face/embedder.onnx: size 8 bytes" in events[-1][1]["reason"]
+
+
+def test_the_command_cli_needs_url_and_sha256_for_an_update(tmp_path: Path, keys, capsys) -> None:
+    from edge.daemon.commands import write_secret
+    from edge_deploy import serve_command
+
+    updater, _, base = _updater(tmp_path, keys)
+    cfg = updater.config.source_file
+    secret = write_secret(tmp_path / "command.key")
+    cfg.write_text(cfg.read_text() + f'[commands]\nsecret_file = "{secret}"\n[broker]\nhost = "127.0.0.1"\nport = 1\n')
+    assert serve_command.main(["command", "--config", str(cfg), "update", "--url", "http://127.0.0.1:1/b.tar.gz"]) == 3
+    assert capsys.readouterr().err == (
+        "Error: update: needs --url (the signed bundle's .tar.gz) and --sha256 (the archive's sha256)\n"
+    )
