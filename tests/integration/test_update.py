@@ -139,8 +139,10 @@ def _phase(state: Path) -> str:
 
 
 def _kill_in_phase(daemon: DaemonProcess, state: Path, phase: str, timeout: float = 180) -> None:
+    """SIGKILL the daemon once update.json says ``phase`` (for ``checking``: once ``current`` was switched too,
+    which follows the record by one rename; the golden check after it takes far longer than a poll)."""
     deadline = time.monotonic() + timeout
-    while _phase(state) != phase:
+    while _phase(state) != phase or (phase == "checking" and _current(state) is None):
         assert daemon.proc.poll() is None, daemon.log()
         assert time.monotonic() < deadline, f"never saw phase {phase!r}; last {_phase(state)!r}\n{daemon.log()}"
         time.sleep(0.002)
