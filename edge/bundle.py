@@ -1,4 +1,4 @@
-"""Bundles on the device: check one against its ``manifest.json``, extract one safely. Standard library only.
+"""Bundles on the device: check one against its ``manifest.json`` (and its signature), extract one safely.
 
 A bundle is a folder (or a ``.tar.gz`` of one folder) written by ``edge-deploy build``. Its
 ``manifest.json`` lists every other file with its size and sha256; :func:`verify_bundle` refuses a bundle
@@ -8,7 +8,9 @@ with a missing, changed, truncated or stray file, naming each one::
       models/face/face_embedder.onnx: sha256 0a1b2c3d4e5f… != manifest's 9f8e7d6c5b4a…
 
 :func:`extract_bundle` refuses absolute paths, ``..``, links and device files before writing anything, then
-extracts with tarfile's ``filter="data"``.
+extracts with tarfile's ``filter="data"``. Standard library only, except for checking a signature
+(``edge.signing``, which imports ``cryptography`` when it is used): install.sh imports this module from the
+bundle's wheel with the system's Python.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from typing import IO, Any
 
 from edge.errors import BundleError
 from edge.payload import PayloadError, parse_json
+from edge.signing import SIGNATURE_FILE, PublicKey, check_signature
 
 MANIFEST_FILE = "manifest.json"
 MANIFEST_SCHEMA_VERSION = 1
@@ -71,6 +74,7 @@ class VerifyReport:
     total_bytes: int
     models: tuple[str, ...]
     manifest: dict[str, Any]
+    signed_by: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -81,6 +85,7 @@ class VerifyReport:
             "files": self.files,
             "total_bytes": self.total_bytes,
             "models": list(self.models),
+            "signed_by": self.signed_by,
         }
 
 
@@ -108,8 +113,10 @@ def _check_file_entry(where: str, i: int, raw: Any) -> FileEntry:
     problem = _relpath_problem(raw["path"])
     if problem:
         raise BundleError(f"{where}: files[{i}].path = {raw['path']!r}; {problem}")
-    if raw["path"] == MANIFEST_FILE:
-        raise BundleError(f"{where}: files[{i}].path = {MANIFEST_FILE!r}; the manifest does not list itself")
+    if raw["path"] in (MANIFEST_FILE, SIGNATURE_FILE):
+        raise BundleError(
+            f"{where}: files[{i}].path = {raw['path']!r}; the manifest does not list itself or its signature"
+        )
     if raw["size"] < 0:
         raise BundleError(f"{where}: files[{i}].size = {raw['size']}; expected 0 or more bytes")
     if not _SHA256.match(raw["sha256"]):
@@ -179,7 +186,7 @@ def _compare(expected: dict[str, FileEntry], found: dict[str, tuple[int, str | N
         elif digest != entry.sha256:
             problems[path] = f"{path}: sha256 {_short(digest or '')} != manifest's {_short(entry.sha256)}"
     for path in found:
-        if path not in expected and path != MANIFEST_FILE:
+        if path not in expected and path not in (MANIFEST_FILE, SIGNATURE_FILE):
             problems[path] = f"{path}: not listed in {MANIFEST_FILE} (stray file)"
     for path in links:
         problems[path] = f"{path}: a link or special file; bundles hold regular files only"
@@ -222,17 +229,29 @@ def _raise_problems(where: str, problems: list[str]) -> None:
         raise BundleError(f"{where}: {len(problems)} {noun} match {MANIFEST_FILE}:\n  " + "\n  ".join(listed))
 
 
-def _verify_folder(root: Path) -> VerifyReport:
+def _signature_of(root: Path) -> bytes | None:
+    path = root / SIGNATURE_FILE
+    if path.is_symlink() or (path.exists() and not path.is_file()):
+        raise BundleError(f"{path}: a link or special file; expected the bundle's signature file")
+    return path.read_bytes() if path.is_file() else None
+
+
+def _verify_folder(root: Path, trusted: tuple[PublicKey, ...]) -> VerifyReport:
     manifest_path = root / MANIFEST_FILE
     if manifest_path.is_symlink() or not manifest_path.is_file():
         raise BundleError(f"{root}: no {MANIFEST_FILE}; expected a bundle folder written by 'edge-deploy build'")
-    manifest, expected = parse_manifest(manifest_path.read_bytes(), str(manifest_path))
+    data = manifest_path.read_bytes()
+    # The signature first: until it verifies, nothing the manifest says is believed.
+    signed_by = check_signature(str(root), data, _signature_of(root), trusted) if trusted else None
+    manifest, expected = parse_manifest(data, str(manifest_path))
     found, links = _scan_folder(root, expected)
     _raise_problems(str(root), _compare(expected, found, links))
-    return _report(str(root), manifest, expected)
+    return _report(str(root), manifest, expected, signed_by)
 
 
-def _report(where: str, manifest: dict[str, Any], expected: dict[str, FileEntry]) -> VerifyReport:
+def _report(
+    where: str, manifest: dict[str, Any], expected: dict[str, FileEntry], signed_by: str | None = None
+) -> VerifyReport:
     kinds = tuple(str(m.get("kind", "?")) for m in manifest["models"] if isinstance(m, dict))
     return VerifyReport(
         bundle=where,
@@ -242,6 +261,7 @@ def _report(where: str, manifest: dict[str, Any], expected: dict[str, FileEntry]
         total_bytes=sum(e.size for e in expected.values()),
         models=kinds,
         manifest=manifest,
+        signed_by=signed_by,
     )
 
 
@@ -308,7 +328,7 @@ def _open_tar(path: Path) -> tarfile.TarFile:
         raise BundleError(f"{path}: not a readable tar archive ({exc})") from exc
 
 
-def _verify_tar(path: Path) -> VerifyReport:
+def _verify_tar(path: Path, trusted: tuple[PublicKey, ...]) -> VerifyReport:
     where = str(path)
     with _open_tar(path) as tar:
         try:
@@ -319,6 +339,11 @@ def _verify_tar(path: Path) -> VerifyReport:
                     f"{where}: no {top}/{MANIFEST_FILE}; expected a bundle written by 'edge-deploy build'"
                 )
             data = tar.extractfile(files[MANIFEST_FILE]).read()  # type: ignore[union-attr]
+            signed_by = None
+            if trusted:
+                sig_member = files.get(SIGNATURE_FILE)
+                sig = tar.extractfile(sig_member).read() if sig_member else None  # type: ignore[union-attr]
+                signed_by = check_signature(where, data, sig, trusted)
             manifest, expected = parse_manifest(data, f"{where}:{top}/{MANIFEST_FILE}")
             found: dict[str, tuple[int, str | None]] = {}
             for rel, member in files.items():
@@ -330,40 +355,45 @@ def _verify_tar(path: Path) -> VerifyReport:
         except (tarfile.TarError, OSError, EOFError, zlib.error) as exc:
             raise BundleError(f"{where}: the archive is damaged or truncated ({exc})") from exc
     _raise_problems(where, _compare(expected, found, []))
-    return _report(where, manifest, expected)
+    return _report(where, manifest, expected, signed_by)
 
 
-def verify_bundle(path: Path | str) -> VerifyReport:
-    """Check a bundle folder or ``.tar.gz`` against its manifest.
+def verify_bundle(path: Path | str, trusted: tuple[PublicKey, ...] = ()) -> VerifyReport:
+    """Check a bundle folder or ``.tar.gz`` against its manifest (and its signature, given trusted keys).
 
     Every file the manifest lists must be present with its size and sha256; no other file may be present
-    (``manifest.json`` aside); no links or special files.
+    (``manifest.json`` and ``manifest.sig`` aside); no links or special files. With ``trusted`` keys the
+    bundle must carry a ``manifest.sig`` by one of them that verifies over ``manifest.json`` (checked first).
 
     Args:
         path: a bundle folder, or a tar archive (any compression tarfile reads) holding one bundle folder.
+        trusted: the public keys to require a signature by (``edge.signing.load_trusted_keys``); none: the
+            signature is not checked.
 
     Returns:
         What was checked.
 
     Raises:
         BundleError: listing every file that is missing, changed, truncated or stray, or naming the manifest
-            key or tar member at fault.
+            key or tar member at fault; an unsigned bundle, one signed by a key not in ``trusted``, or a
+            signature that does not verify (naming the bundle and the key id).
     """
     path = Path(path)
     if path.is_dir():
-        return _verify_folder(path)
+        return _verify_folder(path, tuple(trusted))
     if path.is_file():
-        return _verify_tar(path)
+        return _verify_tar(path, tuple(trusted))
     raise BundleError(f"{path}: not found; expected a bundle folder or its .tar.gz")
 
 
-def extract_bundle(archive: Path | str, dest: Path | str) -> Path:
+def extract_bundle(archive: Path | str, dest: Path | str, trusted: tuple[PublicKey, ...] = ()) -> Path:
     """Extract a bundle archive into ``dest``, after verifying it against its manifest (nothing is written
     for an archive with an unsafe member, a stray or changed file, or too many members).
 
     Args:
         archive: the ``.tar.gz`` written by ``edge-deploy build``.
         dest: the folder to extract into (created); the bundle lands in ``dest/<top folder>``.
+        trusted: keys to require a signature by (see :func:`verify_bundle`).
 
     Returns:
         The extracted bundle folder (its archive verified; :func:`verify_bundle` re-checks the folder).
@@ -375,7 +405,8 @@ def extract_bundle(archive: Path | str, dest: Path | str) -> Path:
     """
     archive, dest = Path(archive), Path(dest)
     where = str(archive)
-    _verify_tar(archive)  # every member checked and hashed against the manifest before anything is written
+    # every member checked and hashed against the manifest (and the signature) before anything is written
+    _verify_tar(archive, tuple(trusted))
     with _open_tar(archive) as tar:
         try:
             top, members = _members(where, tar)

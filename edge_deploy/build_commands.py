@@ -64,6 +64,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
         precision=Precision(args.precision) if args.precision else None,
         wheels=not args.no_wheels,
         archive=not args.no_archive,
+        sign_key=Path(args.sign_key) if args.sign_key else None,
     )
     progress = StepProgress(stream=None if args.quiet else sys.stderr)
     if profile.runtime.default is Runtime.ONNXRUNTIME_WEB:
@@ -108,6 +109,11 @@ def add_build(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--cache", default=str(DEFAULT_CACHE), help=f"build cache (default: {DEFAULT_CACHE})")
     p.add_argument("--no-wheels", action="store_true", help="leave out the aarch64 wheelhouse (models only)")
     p.add_argument("--no-archive", action="store_true", help="write the folder only, no .tar.gz")
+    p.add_argument(
+        "--sign-key",
+        metavar="KEY",
+        help="Ed25519 private key (edge-deploy keygen; mode 600): write manifest.sig, a signature over manifest.json",
+    )
     p.add_argument("--json", action="store_true", help="print the bundle record as JSON")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress lines")
     p.add_argument("--profiles", default=str(DEFAULT_PROFILE_DIR), help=argparse.SUPPRESS)
@@ -116,17 +122,49 @@ def add_build(sub: argparse._SubParsersAction) -> None:
 
 def _cmd_verify(args: argparse.Namespace) -> int:
     from edge.bundle import verify_bundle
+    from edge.signing import load_trusted_keys
 
-    report = verify_bundle(Path(args.bundle))
+    trusted = load_trusted_keys([Path(p) for p in args.trust or []])
+    report = verify_bundle(Path(args.bundle), trusted)
     if args.json:
         print_json(report.to_dict())
     else:
         models = ", ".join(report.models) or "none"
+        signed = f"; signed by key {report.signed_by}" if report.signed_by else "; signature not checked (no --trust)"
         print(
-            f"{report.bundle}: OK — {report.files} files ({report.total_bytes / 1e6:.1f} MB) match manifest.json; "
-            f"target {report.target}, models {models}, built by edge-deploy {report.tool_version}"
+            f"{report.bundle}: OK — {report.files} files ({report.total_bytes / 1e6:.1f} MB) match manifest.json"
+            f"{signed}; target {report.target}, models {models}, built by edge-deploy {report.tool_version}"
         )
     return 0
+
+
+def _cmd_keygen(args: argparse.Namespace) -> int:
+    from edge.signing import generate_keypair
+
+    pair = generate_keypair(Path(args.output), Path(args.public) if args.public else None)
+    if args.json:
+        print_json({"private": str(pair.private_path), "public": str(pair.public_path), "key_id": pair.key_id})
+    else:
+        print(f"key {pair.key_id}: private {pair.private_path} (mode 600, keep it off devices and bundles)")
+        print(f"  public {pair.public_path}: give it to devices (config trusted_keys, install.sh --trust)")
+    return 0
+
+
+def add_keygen(sub: argparse._SubParsersAction) -> None:
+    """Register ``edge-deploy keygen``."""
+    p = sub.add_parser(
+        "keygen",
+        help="make an Ed25519 key pair for signing bundles",
+        description="Write a new Ed25519 private key (PKCS#8 PEM, mode 600) and its public key (PEM, mode "
+        "644). Sign bundles with 'build --sign-key PRIVATE'; devices trust the public key. Existing files are "
+        "never overwritten.",
+        epilog="example:\n  edge-deploy keygen -o keys/release.key      (writes keys/release.key, keys/release.pub)",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--output", "-o", required=True, help="the private key file to create")
+    p.add_argument("--public", help="the public key file (default: the private key's name with .pub)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=_cmd_keygen)
 
 
 def add_verify(sub: argparse._SubParsersAction) -> None:
@@ -135,9 +173,18 @@ def add_verify(sub: argparse._SubParsersAction) -> None:
         "verify",
         help="check a bundle against its manifest (sha256, sizes, stray files)",
         description="Check every file of a bundle folder or .tar.gz against manifest.json: present, same "
-        "size, same sha256, nothing unlisted, no links. Exit code 6 and a list of every file at fault "
-        "when it does not match.",
+        "size, same sha256, nothing unlisted, no links. With --trust, first require manifest.sig to be a "
+        "signature over manifest.json by one of the given keys. Exit code 6 and a list of every file at fault "
+        "(or the signature's problem, with the key id) when it does not match.",
     )
     p.add_argument("bundle", help="bundle folder or .tar.gz")
+    p.add_argument(
+        "--trust",
+        action="extend",
+        nargs="+",
+        metavar="PUBKEY",
+        help="require a signature (manifest.sig) by one of these public keys (after the bundle: verify BUNDLE "
+        "--trust K1 K2, or --trust K1 --trust K2); refuse unsigned bundles",
+    )
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=_cmd_verify)

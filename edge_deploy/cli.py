@@ -180,7 +180,15 @@ def _add_convert(sub: argparse._SubParsersAction) -> None:
 
 
 def _registrars() -> list[Callable[[argparse._SubParsersAction], None]]:
-    from edge_deploy import build_commands, device_commands, face_commands, serve_command, text_commands, web_commands
+    from edge_deploy import (
+        build_commands,
+        device_commands,
+        face_commands,
+        fleet_commands,
+        serve_command,
+        text_commands,
+        web_commands,
+    )
 
     return [
         _add_targets,
@@ -190,8 +198,10 @@ def _registrars() -> list[Callable[[argparse._SubParsersAction], None]]:
         text_commands.add_generate,
         build_commands.add_build,
         build_commands.add_verify,
+        build_commands.add_keygen,
         device_commands.add_bench,
         device_commands.add_monitor,
+        fleet_commands.add_fleet,
         serve_command.add_serve,
         serve_command.add_command,
         web_commands.add_serve_web,

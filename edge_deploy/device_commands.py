@@ -50,6 +50,9 @@ def broker_config(args: argparse.Namespace):
     host, port_no = split_host_port(args.broker, "--broker", 8883 if args.tls_ca else 1883)
     password = None
     if args.password_file:
+        from edge.filemode import check_private_mode
+
+        check_private_mode(args.password_file, f"--password-file '{args.password_file}'")
         try:
             password = args.password_file.read_text(encoding="utf-8").splitlines()[0]
         except (OSError, IndexError) as exc:

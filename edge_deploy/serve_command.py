@@ -52,7 +52,7 @@ def add_serve(sub: argparse._SubParsersAction) -> None:
         help="run the device daemon: frames -> face recognition -> MQTT, with commands and telemetry",
         description="Read frames from a watched folder, a video file or a camera, recognise faces against "
         "the gallery, and report every result through the durable outbox to MQTT; publish periodic "
-        "telemetry; obey signed commands (bench, reload, enroll) and answer text prompts. SIGTERM/SIGINT "
+        "telemetry; obey signed commands (bench, reload, enroll, update) and answer text prompts. SIGTERM/SIGINT "
         "stop cleanly. See docs/daemon.md.",
         epilog=EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -94,7 +94,11 @@ def _cmd_command(args: argparse.Namespace) -> int:
         raise InputError(f"{config.source_file}: commands.secret_file is not set; commands are disabled")
     if config.broker is None:
         raise InputError(f"{config.source_file}: no [broker] table; expected the broker the device listens on")
-    cmd_args = {"runs": args.runs} if args.name == "bench" and args.runs else {}
+    cmd_args: dict = {"runs": args.runs} if args.name == "bench" and args.runs else {}
+    if args.name == "update":
+        if not args.url or not args.sha256:
+            raise InputError("update: needs --url (the signed bundle's .tar.gz) and --sha256 (the archive's sha256)")
+        cmd_args = {"url": args.url, "sha256": args.sha256.lower()}
     payload = sign_command(load_secret(config.commands.secret_file), config.device_id, args.name, cmd_args)
     publish = require("paho.mqtt.publish", "device", "sending a command")
     b = config.broker
@@ -114,13 +118,15 @@ def add_command(sub: argparse._SubParsersAction) -> None:
     """Register ``command``."""
     p = sub.add_parser(
         "command",
-        help="send a signed command (bench, reload, enroll) to a device running 'serve'",
+        help="send a signed command (bench, reload, enroll, update) to a device running 'serve'",
         description="Sign a command with the shared secret named in the config (HMAC-SHA256, timestamp and "
         "nonce against replay) and publish it on <prefix>/<device_id>/cmd with QoS 1.",
     )
     p.add_argument("--config", "-c", required=True, help="the device's daemon config (device_id, broker, secret)")
-    p.add_argument("name", choices=["bench", "reload", "enroll"], help="what the device is to do")
+    p.add_argument("name", choices=["bench", "reload", "enroll", "update"], help="what the device is to do")
     p.add_argument("--runs", type=int, help="bench: timed runs")
+    p.add_argument("--url", help="update: http(s) URL of a signed bundle archive (edge-deploy build --sign-key)")
+    p.add_argument("--sha256", help="update: the archive's sha256 (sha256sum BUNDLE.tar.gz)")
     p.set_defaults(func=_cmd_command)
 
 

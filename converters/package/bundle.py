@@ -3,6 +3,8 @@
 ``build_bundle(load_profile("rpi4"), ["face"], Path("dist"), Path(".cache/edge-deploy"))`` writes::
 
     dist/rpi4-face/
+      golden/face.npz, golden.json   face chips + descriptors the models gave here (edge.update.golden)
+      manifest.sig              with options.sign_key: Ed25519 signature over manifest.json (edge.signing)
       manifest.json             schema version, target, profile, models (sources, licences, quantization,
                                 gate metrics), wheelhouse, tool version, every file with size and sha256
       models/face/...           the stage's folder (models.json, *.onnx, reports)
@@ -37,6 +39,7 @@ from edge.digest import file_sha256
 from edge.errors import BundleError
 from edge.profiles import Precision, TargetProfile
 from edge.progress import ProgressFn, silent
+from edge.signing import SIGNATURE_FILE, load_private_key, sign_manifest
 
 #: What ``--model`` accepts: a kind, or every kind.
 MODEL_CHOICES = (*(kind.value for kind in ModelKind), "all")
@@ -62,11 +65,16 @@ class BuildOptions:
         precision: overrides the profile's ``runtime.precision`` for every model (None: the profile's).
         wheels: include the aarch64 wheelhouse (False for a models-only bundle).
         archive: also write ``<folder>.tar.gz``.
+        golden: write the face golden set (``golden/``) that over-the-air updates check on the device.
+        sign_key: an Ed25519 private key file (``edge-deploy keygen``): ``manifest.sig`` is written beside
+            ``manifest.json``. The key itself never enters the bundle.
     """
 
     precision: Precision | None = None
     wheels: bool = True
     archive: bool = True
+    sign_key: Path | None = None
+    golden: bool = True
 
 
 @dataclass
@@ -184,7 +192,8 @@ def _copy_extras(folder: Path, profile: TargetProfile) -> None:
 
 
 def _manifest(folder: Path, profile: TargetProfile, models: list[dict], wheelhouse: dict | None) -> dict[str, Any]:
-    files = sorted(p for p in folder.rglob("*") if p.is_file() and p != folder / MANIFEST_FILE)
+    own = (folder / MANIFEST_FILE, folder / SIGNATURE_FILE)  # the manifest lists neither itself nor its signature
+    files = sorted(p for p in folder.rglob("*") if p.is_file() and p not in own)
     return {
         "schema_version": MANIFEST_SCHEMA_VERSION,
         "format": BUNDLE_FORMAT,
@@ -204,6 +213,18 @@ def _manifest(folder: Path, profile: TargetProfile, models: list[dict], wheelhou
             for p in files
         ],
     }
+
+
+def _golden(folder: Path, kinds: list[ModelKind], profile: TargetProfile, progress: ProgressFn) -> None:
+    """The golden set of the device's acceptance check (``converters.package.golden``)."""
+    from converters.package.golden import make_face_golden, make_text_golden
+
+    if ModelKind.FACE in kinds:
+        progress("golden set: the bundle's face models on real photos (the device's acceptance check)")
+        make_face_golden(folder / "models" / "face", folder, profile)
+    if ModelKind.SLM in kinds:
+        progress("golden set: the bundle's language model's greedy tokens for a few prompts")
+        make_text_golden(folder / "models" / "slm", folder)
 
 
 def _tar_filter(info: tarfile.TarInfo) -> tarfile.TarInfo:
@@ -243,13 +264,14 @@ def build_bundle(
         out_dir: where the bundle folder and archive go.
         cache_dir: stage and wheel cache, kept between builds.
         progress: called with a line per step.
-        options: precision override, wheels on/off, archive on/off.
+        options: precision override, wheels on/off, archive on/off, signing key.
 
     Returns:
         The bundle (already verified against its own manifest).
 
     Raises:
         BundleError: not an aarch64 target, an unknown model, an output folder that is not a bundle, pip failed.
+        InputError: the signing key is missing, readable by others, or not an Ed25519 private key.
         ConversionError / ValidationError / InputError: from the model stages.
     """
     start = time.perf_counter()
@@ -260,6 +282,8 @@ def build_bundle(
             f"{PI_ARCH} boards (rpi4, rpi5, rpi-zero-2w, aarch64-generic)"
         )
     kinds = model_kinds(models)
+    if opts.sign_key is not None:
+        load_private_key(opts.sign_key)  # a bad key or mode fails now, not after the conversions
     precision = opts.precision or profile.runtime.precision
     folder = Path(out_dir) / f"{profile.name}-{'-'.join(kinds)}"
     bundle = Bundle(folder, None, {})
@@ -274,6 +298,8 @@ def build_bundle(
     for files, result, key in stage_outputs:
         shutil.copytree(files, folder / "models" / result.kind)
         model_records.append({**result.to_dict(), "folder": f"models/{result.kind}", "cache_key": key})
+    if opts.golden:
+        _golden(folder, kinds, profile, progress)
     wheelhouse = None
     if opts.wheels:
         wh = prepare_wheelhouse(kinds, folder / "wheels", Path(cache_dir), progress)
@@ -282,7 +308,11 @@ def build_bundle(
     _copy_extras(folder, profile)
     progress("hashing files and writing manifest.json")
     bundle.manifest = _manifest(folder, profile, model_records, wheelhouse)
-    (folder / MANIFEST_FILE).write_text(json.dumps(bundle.manifest, indent=2) + "\n", encoding="utf-8")
+    manifest_bytes = (json.dumps(bundle.manifest, indent=2) + "\n").encode("utf-8")
+    (folder / MANIFEST_FILE).write_bytes(manifest_bytes)
+    if opts.sign_key is not None:
+        progress(f"signing manifest.json with {opts.sign_key}")
+        (folder / SIGNATURE_FILE).write_bytes(sign_manifest(manifest_bytes, opts.sign_key))
     verify_bundle(folder)
     if opts.archive:
         progress(f"archiving to {folder.name}.tar.gz")

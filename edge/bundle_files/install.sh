@@ -5,6 +5,14 @@
 #   sudo ./install.sh --enable     ... and enable + start the service
 #   ./install.sh --prefix /tmp/x   install under /tmp/x (no user, no systemctl, no root needed)
 #   ./install.sh --dry-run         print what would be done, change nothing
+#   sudo ./install.sh --trust release.pub   refuse the bundle unless manifest.sig is a signature by this key
+#
+# Signed bundles: with --trust KEY, or keys in /etc/edge-deploy/trusted-keys/*.pub (PREFIX/etc/... with
+# --prefix), the bundle must carry manifest.sig, a signature over manifest.json by one of them. It is checked
+# with the system's openssl and Python standard library, not with code from this bundle; then edge-deploy's
+# own wheel is checked against the (now authenticated) manifest before its verifier checks every other file.
+# This script is itself part of the bundle: to trust a bundle before running anything from it, check it first
+# with an edge-deploy you already trust (edge-deploy verify BUNDLE.tar.gz --trust KEY).
 #
 # Idempotent: running it again replaces the bundle and the venv's packages, keeps an edited config.
 # Exit codes: 0 ok, 1 a step failed, 2 bad arguments, 3 wrong platform/Python, 6 the bundle failed verification.
@@ -15,12 +23,13 @@ PREFIX=/
 ENABLE=0
 DRY_RUN=0
 PYTHON=python3
+TRUST=
 BUNDLE=$(CDPATH='' cd -- "$(dirname -- "$0")" && pwd)
 
 usage() {
-    sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'
     echo
-    echo "options: --prefix DIR  --enable  --dry-run  --python PYTHON  --help"
+    echo "options: --prefix DIR  --enable  --dry-run  --python PYTHON  --trust PUBKEY (repeatable)  --help"
 }
 
 die() { code=$1; shift; printf 'install.sh: error: %s\n' "$*" >&2; exit "$code"; }
@@ -42,6 +51,11 @@ while [ $# -gt 0 ]; do
         --python)
             [ $# -ge 2 ] || die 2 "--python needs an interpreter"
             PYTHON=$2; shift 2 ;;
+        --trust)
+            [ $# -ge 2 ] || die 2 "--trust needs a public key file"
+            [ -f "$2" ] || die 2 "--trust '$2': not a file; expected an Ed25519 public key (edge-deploy keygen)"
+            case "$2" in *[!A-Za-z0-9/._+-]*) die 2 "--trust '$2': expected a path of letters, digits and / . _ + - only" ;; esac
+            TRUST="$TRUST $2"; shift 2 ;;
         --enable) ENABLE=1; shift ;;
         --dry-run) DRY_RUN=1; shift ;;
         -h|--help) usage; exit 0 ;;
@@ -82,9 +96,72 @@ if [ "$MACHINE" != aarch64 ] || [ "$PYVER" != 3.11 ]; then
     if [ "$DRY_RUN" = 1 ]; then say "warning: $msg; a real run would stop here"; else die 3 "$msg"; fi
 fi
 
+# --- signature: manifest.sig over manifest.json, by a trusted key (system openssl + stdlib, no bundle code) --
+for key in "$ETC"/trusted-keys/*.pub; do
+    [ -f "$key" ] && TRUST="$TRUST $key"
+done
+if [ -n "$TRUST" ]; then
+    command -v openssl >/dev/null 2>&1 || die 1 "trusted keys are configured but openssl is missing (apt-get install openssl)"
+    for key in $TRUST; do
+        [ -z "$(find "$key" -perm /022)" ] || die 6 "trusted key '$key': group or others may write it; expected mode 644 or stricter"
+    done
+    [ -f "$BUNDLE/manifest.sig" ] || die 6 "$BUNDLE: unsigned (no manifest.sig); this device accepts only bundles signed by a trusted key ($TRUST )"
+    SIG_RAW=$(mktemp)
+    trap 'rm -f "$SIG_RAW"' EXIT
+    # shellcheck disable=SC2086 # the key list splits on spaces (paths are checked to have none)
+    KEY=$("$PYTHON" -I - "$BUNDLE/manifest.sig" "$SIG_RAW" $TRUST <<'PY'
+import base64, hashlib, json, sys
+sig_file, raw_out, keys = sys.argv[1], sys.argv[2], sys.argv[3:]
+def fail(msg):
+    print(f"install.sh: error: {msg}", file=sys.stderr)
+    sys.exit(6)
+try:
+    with open(sig_file, "rb") as fh:
+        body = json.loads(fh.read(4096))
+    kid, sig = body["key_id"], base64.b64decode(body["signature"], validate=True)
+    ok = body["format"] == "edge-deploy-signature" and body["version"] == 1 and body["algorithm"] == "ed25519"
+except (ValueError, KeyError, TypeError) as exc:
+    fail(f"{sig_file}: not a signature file written by 'edge-deploy build --sign-key' ({exc!r})")
+if not ok or not isinstance(kid, str) or len(sig) != 64:
+    fail(f"{sig_file}: not an edge-deploy Ed25519 signature (format, version, algorithm or length)")
+ids = {}
+for path in keys:
+    with open(path, "rb") as fh:
+        pem = fh.read(16384).decode("ascii", "replace")
+    der = base64.b64decode("".join(l for l in pem.splitlines() if l and not l.startswith("-----")))
+    ids[hashlib.sha256(der[-32:]).hexdigest()[:16]] = path
+if kid not in ids:
+    fail(f"{sig_file}: signed by key {kid}, which is not trusted here; expected a signature by {', '.join(ids)}")
+with open(raw_out, "wb") as fh:
+    fh.write(sig)
+print(kid, ids[kid])
+PY
+) || exit 6
+    KEY_ID=${KEY%% *}
+    KEY_FILE=${KEY#* }
+    openssl pkeyutl -verify -pubin -inkey "$KEY_FILE" -rawin -in "$BUNDLE/manifest.json" -sigfile "$SIG_RAW" \
+        >/dev/null 2>&1 || die 6 "$BUNDLE: the signature by key $KEY_ID does not verify over manifest.json (changed after signing, or forged)"
+    say "manifest.json is signed by trusted key $KEY_ID ($KEY_FILE)"
+    # The manifest is authentic now: check our own wheel against it before importing its verifier.
+    "$PYTHON" -I - "$BUNDLE" "${OWN_WHEEL#"$BUNDLE"/}" <<'PY' || exit 6
+import hashlib, json, sys
+root, rel = sys.argv[1], sys.argv[2]
+with open(f"{root}/manifest.json", "rb") as fh:
+    entries = {f["path"]: f["sha256"] for f in json.load(fh)["files"]}
+h = hashlib.sha256()
+with open(f"{root}/{rel}", "rb") as fh:
+    for block in iter(lambda: fh.read(1 << 20), b""):
+        h.update(block)
+if entries.get(rel) != h.hexdigest():
+    print(f"install.sh: error: {root}/{rel}: sha256 does not match the signed manifest.json", file=sys.stderr)
+    sys.exit(6)
+PY
+fi
+
 # --- verify every file against the manifest, before anything is copied --------------------------------------
 say "verifying $BUNDLE against manifest.json"
-PYTHONPATH=$OWN_WHEEL "$PYTHON" - "$BUNDLE" <<'PY' || exit 6
+# -P: the current folder is not put first on sys.path (an edge/ folder there would shadow the wheel).
+PYTHONPATH=$OWN_WHEEL "$PYTHON" -P - "$BUNDLE" <<'PY' || exit 6
 import sys
 from edge.bundle import verify_bundle
 from edge.errors import BundleError

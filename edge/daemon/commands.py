@@ -22,7 +22,6 @@ import math
 import os
 import re
 import secrets
-import stat
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -30,11 +29,17 @@ from pathlib import Path
 from typing import Any
 
 from edge.errors import InputError
+from edge.filemode import check_private_mode
 from edge.payload import MAX_INT, PayloadError, parse_json
 
 COMMAND_VERSION = 1
 #: Commands the daemon knows, with the arguments each accepts.
-COMMAND_ARGS: dict[str, tuple[str, ...]] = {"bench": ("runs", "role"), "reload": (), "enroll": ()}
+COMMAND_ARGS: dict[str, tuple[str, ...]] = {
+    "bench": ("runs", "role"),
+    "reload": (),
+    "enroll": (),
+    "update": ("url", "sha256"),  # a bundle archive and its sha256 (edge.daemon.updater)
+}
 MIN_SECRET_BYTES = 16
 MAX_COMMAND_BYTES = 4096
 #: A command is an object holding ``args``, whose values are scalars or short lists.
@@ -76,16 +81,11 @@ def load_secret(path: Path) -> bytes:
         InputError: if the file is missing, readable by group or others, or too short.
     """
     path = Path(path)
+    check_private_mode(path, f"commands.secret_file = '{path}'")
     try:
-        mode = path.stat().st_mode
         data = path.read_bytes().rstrip(b"\r\n")
     except OSError as exc:
         raise InputError(f"commands.secret_file = '{path}': cannot read ({exc.strerror})") from exc
-    if mode & (stat.S_IRWXG | stat.S_IRWXO):
-        raise InputError(
-            f"commands.secret_file = '{path}': mode {stat.S_IMODE(mode):03o} lets group or others read it; "
-            f"expected 600 (chmod 600 '{path}')"
-        )
     if len(data) < MIN_SECRET_BYTES:
         raise InputError(
             f"commands.secret_file = '{path}': {len(data)} bytes; expected at least {MIN_SECRET_BYTES} "

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from edge.errors import InputError, TelemetryError
+from edge.filemode import check_private_mode
 from edge.telemetry.link import BrokerConfig
 from edge.telemetry.schema import check_name, check_prefix
 from edge.tomlschema import Field, Schema, read_tables, read_toml
@@ -105,6 +106,18 @@ class TextSettings:
 
 
 @dataclass(frozen=True)
+class UpdateSettings:
+    """``[update]``: over-the-air bundle updates (docs/fleet.md, "Over-the-air updates")."""
+
+    max_bytes: int
+    download_timeout_s: float
+    max_latency_ms: float
+    bench_runs: int
+    crash_limit: int
+    crash_window_s: float
+
+
+@dataclass(frozen=True)
 class DaemonConfig:
     """The whole daemon config, as read from one TOML file."""
 
@@ -113,13 +126,23 @@ class DaemonConfig:
     state_dir: Path
     target: str | None
     bundle: Path | None
+    trusted_keys: tuple[Path, ...]
+    tags: tuple[str, ...]
     log_level: LogLevel
     face: FaceSettings
     source: SourceSettings
     broker: BrokerConfig | None
+    #: The broker is off this machine and reached without TLS, accepted by ``broker.allow_insecure = true``.
+    broker_insecure: bool
     telemetry: TelemetrySettings
     commands: CommandSettings
     text: TextSettings
+    update: UpdateSettings
+
+    @property
+    def slots_dir(self) -> Path:
+        """The A/B slots of over-the-air updates (``edge.update.slots``)."""
+        return self.state_dir / "slots"
 
     @property
     def state_db(self) -> Path:
@@ -145,6 +168,10 @@ _SCHEMA: Schema = {
         "target": Field(str, None),
         "log_level": Field(LogLevel, LogLevel.INFO),
         "bundle": Field(Path, None),
+        # Public keys (edge-deploy keygen's .pub): when set, the bundle must be signed by one of them.
+        "trusted_keys": Field([Path], []),
+        # Group tags (edge-deploy fleet rollout --group TAG): announced at every start.
+        "tags": Field([str], []),
     },
     "face": {
         "models": Field(Path),
@@ -174,6 +201,8 @@ _SCHEMA: Schema = {
         "tls_cert": Field(Path, None),
         "tls_key": Field(Path, None),
         "keepalive_s": Field(int, 30, low=1, high=65535),  # MQTT's keepalive is a 16-bit field
+        # A broker off this machine without TLS is refused unless this says the clear text is accepted.
+        "allow_insecure": Field(bool, False),
     },
     "telemetry": {
         "prefix": Field(str, "edge-deploy"),
@@ -189,6 +218,14 @@ _SCHEMA: Schema = {
         "max_skew_s": _seconds(60.0),
         "bench_runs": Field(int, 50, low=1, high=100_000),
         "max_bench_runs": Field(int, 1000, low=1, high=100_000),
+    },
+    "update": {
+        "max_bytes": Field(int, 1 << 30, low=1024, high=1 << 34),
+        "download_timeout_s": _seconds(600.0),
+        "max_latency_ms": Field(float, 1000.0, low=0.0, high=600_000.0, low_open=True),
+        "bench_runs": Field(int, 10, low=1, high=10_000),
+        "crash_limit": Field(int, 3, low=1, high=100),
+        "crash_window_s": _seconds(600.0),
     },
     "text": {
         "model_dir": Field(Path, None),
@@ -236,6 +273,7 @@ def _build_broker(where: str, b: dict[str, Any]) -> BrokerConfig:
     if b["password_file"] is not None:
         if b["username"] is None:
             raise InputError(f"{where}: broker.password_file is set but broker.username is not; expected both")
+        check_private_mode(b["password_file"], f"{where}: broker.password_file = '{b['password_file']}'")
         try:
             password = b["password_file"].read_text(encoding="utf-8").splitlines()[0]
         except (OSError, UnicodeDecodeError, IndexError) as exc:
@@ -243,8 +281,10 @@ def _build_broker(where: str, b: dict[str, Any]) -> BrokerConfig:
                 f"{where}: broker.password_file = '{b['password_file']}'; cannot read a password from its "
                 f"first line ({exc})"
             ) from exc
+    if b["tls_key"] is not None and Path(b["tls_key"]).is_file():
+        check_private_mode(b["tls_key"], f"{where}: broker.tls_key = '{b['tls_key']}'")
     try:
-        return BrokerConfig(
+        broker = BrokerConfig(
             host=b["host"],
             port=b["port"],
             username=b["username"],
@@ -257,6 +297,13 @@ def _build_broker(where: str, b: dict[str, Any]) -> BrokerConfig:
         )
     except TelemetryError as exc:
         raise InputError(f"{where}: [broker] {exc}") from exc
+    if not broker.uses_tls and not broker.is_loopback and not b["allow_insecure"]:
+        raise InputError(
+            f"{where}: broker.host = '{broker.host}' without TLS; expected tls = true (or tls_ca) for a broker off "
+            "this machine (the password, commands and results would cross the network in clear), or "
+            "broker.allow_insecure = true to accept that"
+        )
+    return broker
 
 
 def _state_path(values: dict[str, Any], dotted: str, state_dir: Path) -> None:
@@ -274,6 +321,8 @@ def _build(where: str, path: Path, t: dict[str, dict[str, Any]]) -> DaemonConfig
     _state_path(tele, "telemetry.outbox", top["state_dir"])
     try:
         check_name("device_id", device_id)
+        for i, tag in enumerate(top["tags"]):
+            check_name(f"tags[{i}]", tag)
     except TelemetryError as exc:
         raise InputError(f"{where}: {exc}") from exc
     try:
@@ -292,6 +341,7 @@ def _build(where: str, path: Path, t: dict[str, dict[str, Any]]) -> DaemonConfig
             f"{where}: commands.bench_runs = {commands['bench_runs']}; expected at most commands.max_bench_runs "
             f"({commands['max_bench_runs']})"
         )
+    broker = _build_broker(where, t["broker"]) if "broker" in t else None
     text = _with_defaults("text", t)
     if text["model_dir"] is not None and not text["model_dir"].is_dir():
         raise InputError(f"{where}: text.model_dir = '{text['model_dir']}'; expected a converted language-model folder")
@@ -301,13 +351,17 @@ def _build(where: str, path: Path, t: dict[str, dict[str, Any]]) -> DaemonConfig
         state_dir=top["state_dir"],
         target=top["target"],
         bundle=top["bundle"],
+        trusted_keys=tuple(top["trusted_keys"]),
+        tags=tuple(dict.fromkeys(top["tags"])),
         log_level=top["log_level"],
         face=FaceSettings(**face),
         source=_build_source(where, _with_defaults("source", t)),
-        broker=_build_broker(where, t["broker"]) if "broker" in t else None,
+        broker=broker,
+        broker_insecure=broker is not None and not broker.uses_tls and not broker.is_loopback,
         telemetry=TelemetrySettings(**tele),
         commands=CommandSettings(**commands),
         text=TextSettings(**text),
+        update=UpdateSettings(**_with_defaults("update", t)),
     )
 
 

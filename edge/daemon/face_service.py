@@ -8,6 +8,7 @@ within ``threshold`` (dlib's 0.6 by default), or reports it as unknown (``name``
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from pathlib import Path
@@ -127,6 +128,20 @@ class FaceService:
         old, self.pipeline, self.gallery = self.pipeline, pipeline, gallery
         old.close()
         return {"people": len(gallery), "gallery": str(path) if path.is_file() else "kept (no gallery file)"}
+
+    def use_models(self, models: Path) -> dict[str, Any]:
+        """Run the models of another folder from now on (an update's slot); the old ones stay if they fail.
+
+        Raises:
+            InputError / InferenceError: the folder's models do not load.
+        """
+        old = self.settings
+        self.settings = dataclasses.replace(old, models=Path(models))
+        try:
+            return self.reload()
+        except BaseException:
+            self.settings = old
+            raise
 
     def close(self) -> None:
         """Release the models."""

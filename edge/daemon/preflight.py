@@ -33,6 +33,15 @@ def _named(where: str, key: str, exc: EdgeDeployError) -> InputError:
     return InputError(f"{where}: {text}" if text.startswith(key) else f"{where}: {key}: {text}")
 
 
+def _trusted_keys(where: str, config: DaemonConfig) -> tuple:
+    from edge.signing import load_trusted_keys
+
+    try:
+        return load_trusted_keys(config.trusted_keys)
+    except InputError as exc:
+        raise _named(where, "trusted_keys", exc) from None
+
+
 def preflight(config: DaemonConfig) -> list[str]:
     """Check every file the config names as ``serve`` will use it.
 
@@ -67,10 +76,17 @@ def preflight(config: DaemonConfig) -> list[str]:
         except InputError as exc:
             raise _named(where, "face.gallery", exc) from None
         done.append(f"face.gallery: {config.face.gallery} ({people} people)")
+    if config.broker_insecure and config.broker is not None:
+        done.append(f"WARNING: broker {config.broker.address} without TLS (broker.allow_insecure = true)")
+    trusted = _trusted_keys(where, config)
+    if trusted:
+        done.append(f"trusted_keys: {', '.join(k.key_id for k in trusted)}")
     if config.bundle is not None:
         from edge.bundle import verify_bundle
 
-        done.append(f"bundle: {config.bundle} ({verify_bundle(config.bundle).files} files match)")
+        report = verify_bundle(config.bundle, trusted)
+        signed = f", signed by {report.signed_by}" if report.signed_by else ""
+        done.append(f"bundle: {config.bundle} ({report.files} files match{signed})")
     _state_dir_writable(where, config.state_dir)
     done.append(f"state_dir: {config.state_dir} (writable)")
     for path in (config.telemetry.outbox, config.state_db):

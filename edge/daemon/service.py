@@ -13,6 +13,7 @@ left is sent after the next start).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import signal
@@ -32,6 +33,7 @@ from edge.daemon.listener import Listener, command_topic, text_request_topic
 from edge.daemon.sources import Frame, open_source, receipt_key
 from edge.daemon.state import StateStore
 from edge.daemon.text_service import TextService
+from edge.daemon.updater import Updater
 from edge.errors import EdgeDeployError, InputError, TelemetryError
 from edge.face.models import FaceModel, read_models_file, running_of
 from edge.imageio import DEFAULT_MAX_PIXELS
@@ -45,6 +47,12 @@ TASK_FRAME_ERROR = "face.error"
 TASK_REJECTED = "command.rejected"
 TASK_DONE = "command.done"
 TASK_FAILED = "command.failed"
+TASK_ANNOUNCE = "device.announce"
+#: Logged at every start while ``broker.allow_insecure = true`` lets a remote broker go without TLS.
+INSECURE_WARNING = (
+    "broker %s is off this machine and reached WITHOUT TLS (broker.allow_insecure = true): the password, "
+    "commands and results cross the network in clear; set broker.tls = true or tls_ca"
+)
 #: At most this many rejection reports per minute; the rest are logged and counted only.
 REJECTIONS_PER_MINUTE = 20
 _IDLE_WAIT_S = 0.05
@@ -161,26 +169,38 @@ class Daemon:
             TelemetryError: the outbox can't be written, or the broker refused us for good.
         """
         cfg = self.config
+        if cfg.broker_insecure and cfg.broker is not None:
+            log.warning(INSECURE_WARNING, cfg.broker.address)
         if cfg.bundle is not None:
             from edge.bundle import verify_bundle
+            from edge.signing import load_trusted_keys
 
-            report = verify_bundle(cfg.bundle)  # BundleError names the file that does not match
-            log.info("bundle %s verified: %d files match manifest.json", cfg.bundle, report.files)
+            # BundleError names the file that does not match, or the bundle and key id of a bad signature
+            report = verify_bundle(cfg.bundle, load_trusted_keys(cfg.trusted_keys))
+            signed = f", signed by trusted key {report.signed_by}" if report.signed_by else ""
+            log.info("bundle %s verified: %d files match manifest.json%s", cfg.bundle, report.files, signed)
         self._state = StateStore(cfg.state_db)
         stack: list[Any] = [self._state]
         try:
             self._client = self._open_telemetry()
             stack.append(self._client)
-            self._face = FaceService(cfg.face, self._threads, self._max_pixels)
+            self._updater = Updater(cfg, lambda task, data: self._report(Result(task=task, data=data)), self._threads)
+            self._updater.on_start()  # finishes or undoes an update a killed run left
+            face = dataclasses.replace(cfg.face, models=self._updater.active_models())
+            self._face = FaceService(face, self._threads, self._max_pixels)
             stack.append(self._face)
             log.info("gallery: %s (%d people)", self._face.gallery_origin, len(self._face.gallery))
-            self._text = TextService(cfg.text, self._text_threads)
+            # Who this device is and what it runs: fleet rollouts pick their groups from it (docs/fleet.md).
+            self._report(Result(task=TASK_ANNOUNCE, data={"tags": list(cfg.tags), **self._running()}))
+            self._text = TextService(dataclasses.replace(cfg.text, model_dir=self._updater.active_text()),
+                                     self._text_threads)  # fmt: skip
             stack.append(self._text)
             self._listener = self._open_listener()
             self._source = open_source(cfg.source, self._frame_done, self.once, self._max_pixels)
             stack.append(self._source)
             log.info("serving %s as device %s (%d threads)", self._source.name, cfg.device_id, self._threads)
             self._loop()
+            self._updater.on_clean_stop()
         finally:
             self._shutdown(stack)
         return self.summary
@@ -223,19 +243,19 @@ class Daemon:
     def _loop(self) -> None:
         cfg = self.config
         window = Window()
-        running = running_of(cfg.face.models)  # every heartbeat names what runs
         next_telemetry = time.monotonic() + cfg.telemetry.interval_s
         min_gap = 1.0 / cfg.source.max_fps if cfg.source.max_fps > 0 else 0.0
         next_frame_at = 0.0
         while not self._stop.is_set():
             self._client.check()
+            self._updater.tick()
             if self._held and not self._release_held():
                 self._stop.wait(_HELD_WAIT_S)
                 continue
             self._handle_inbound()
             now = time.monotonic()
             if now >= next_telemetry:
-                self._report(window.telemetry(read_soc_state().temperature_c, running))
+                self._report(window.telemetry(read_soc_state().temperature_c, self._running()))
                 window, next_telemetry = Window(), now + cfg.telemetry.interval_s
             if cfg.source.max_frames and self.summary.frames >= cfg.source.max_frames:
                 self._source.exhausted = True
@@ -252,7 +272,11 @@ class Daemon:
             window.latencies_ms.append(self._process(frame))
         self.summary.stopped_by = self._stop_reason
         if window.latencies_ms:
-            self._report(window.telemetry(read_soc_state().temperature_c, running))
+            self._report(window.telemetry(read_soc_state().temperature_c, self._running()))
+
+    def _running(self) -> dict[str, str]:
+        """What runs now (every heartbeat names it; an update changes it)."""
+        return running_of(self._face.settings.models)
 
     def _report(self, message: Message, key: str | None = None) -> Message:
         """Store a report; while the disk refuses (full, read-only) hold it in memory instead of failing.
@@ -384,6 +408,8 @@ class Daemon:
             return self._bench(command.args)
         if command.name == "reload":
             return self._face.reload()
+        if command.name == "update":
+            return self._updater.run(command.args, command.nonce, self._face.use_models, self._text.use_model_dir)
         return self._face.enroll()
 
     def _bench(self, args: dict[str, Any]) -> dict[str, Any]:

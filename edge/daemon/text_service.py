@@ -9,7 +9,9 @@ every request is answered with a "text model not configured" error.
 
 from __future__ import annotations
 
+import dataclasses
 import re
+from pathlib import Path
 from typing import Any
 
 from edge.daemon.config import TextSettings
@@ -112,6 +114,11 @@ class TextService:
             "time_to_first_token_s": round(result.time_to_first_token_s, 4),
             "decode_tokens_per_s": round(result.decode_tokens_per_s, 2),
         }
+
+    def use_model_dir(self, model_dir: Path) -> None:
+        """Answer from another model folder from now on (an update's slot); loaded at the next request."""
+        self.close()
+        self.settings = dataclasses.replace(self.settings, model_dir=Path(model_dir))
 
     def close(self) -> None:
         """Release the model."""

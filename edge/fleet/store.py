@@ -171,6 +171,27 @@ class FleetStore:
             out.setdefault(dev, []).append(body_of(payload))
         return out
 
+    def results(self, tasks: tuple[str, ...], device_id: str | None = None) -> list[dict]:
+        """Result reports whose ``task`` is one of ``tasks`` (e.g. ``update.accepted``), by device then seq.
+
+        Args:
+            tasks: the tasks wanted.
+            device_id: one device, or every device.
+
+        Returns:
+            The reports as dicts, oldest first per device.
+        """
+        if not tasks:
+            return []
+        likes = " OR ".join("payload LIKE ?" for _ in tasks)  # a cheap prefilter; the JSON decides
+        where, params = ("AND device_id = ?", (device_id,)) if device_id is not None else ("", ())
+        rows = self._rows(
+            f"SELECT payload FROM messages WHERE kind = ? AND ({likes}) {where} ORDER BY device_id, seq",
+            (MessageKind.RESULT.value, *(f"%{t}%" for t in tasks), *params),
+        )
+        bodies = (body_of(payload) for (payload,) in rows)
+        return [b for b in bodies if b.get("task") in tasks]
+
     def devices(self) -> list[DeviceRow]:
         """The fleet table: one row per device seen, sorted by device id."""
         newest = {dev: reports[0] for dev, reports in self.latest(MessageKind.TELEMETRY).items()}

@@ -9,6 +9,7 @@ certificate that does not verify) stop the link with a ``TelemetryError`` instea
 
 from __future__ import annotations
 
+import ipaddress
 import random
 import ssl
 import threading
@@ -94,6 +95,16 @@ class BrokerConfig:
     def address(self) -> str:
         """``host:port``, as used in messages."""
         return f"{self.host}:{self.port}"
+
+    @property
+    def is_loopback(self) -> bool:
+        """Whether the host is this machine: ``localhost`` or a loopback address (names are not resolved)."""
+        if self.host.lower() == "localhost":
+            return True
+        try:
+            return ipaddress.ip_address(self.host.strip("[]")).is_loopback
+        except ValueError:
+            return False
 
     @property
     def uses_tls(self) -> bool:

@@ -67,6 +67,7 @@ class Broker:
         users: {username: password}; if given, anonymous access is off.
         tls: serve TLS with these files instead of plain TCP.
         require_client_cert: with ``tls``, refuse clients without a certificate signed by the CA.
+        extra_config: more mosquitto.conf lines for the listener (e.g. ``use_identity_as_username true``).
     """
 
     def __init__(
@@ -75,6 +76,7 @@ class Broker:
         users: dict[str, str] | None = None,
         tls: TlsFiles | None = None,
         require_client_cert: bool = False,
+        extra_config: tuple[str, ...] = (),
     ) -> None:
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
@@ -109,6 +111,7 @@ class Broker:
         if tls is not None:
             lines += [f"cafile {tls.ca}", f"certfile {tls.server_cert}", f"keyfile {tls.server_key}"]
             lines.append(f"require_certificate {'true' if require_client_cert else 'false'}")
+        lines += list(extra_config)
         self.config_path.write_text("\n".join(lines) + "\n")
 
     @property

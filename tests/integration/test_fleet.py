@@ -310,3 +310,31 @@ def test_dashboard_in_headless_chromium(tmp_path: Path, pg_url: str) -> None:
             assert d.save_screenshot(str(tmp_path / "fleet-dashboard.png"))
         finally:
             browser.close()
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_both_stores_find_results_by_task_for_rollouts(backend: str, tmp_path: Path, request) -> None:
+    """Issue 16: `fleet rollout` reads announcements and update outcomes through FleetStore.results."""
+    from edge.fleet.rollout import group_members
+
+    target = tmp_path / "fleet.db" if backend == "sqlite" else request.getfixturevalue("pg_url")
+    reports = [
+        ("pi-1", "device.announce", {"tags": ["beta"]}),
+        ("pi-2", "device.announce", {"tags": ["beta", "prod"]}),
+        ("pi-1", "update.accepted", {"nonce": "n1", "to": "b2"}),
+        ("pi-2", "face.error", {"error": "a file named update.accepted"}),  # the text matches, the task does not
+        ("pi-2", "update.rolled_back", {"nonce": "n2", "reason": "golden"}),
+        ("pi-2", "device.announce", {"tags": ["prod"]}),  # left beta
+    ]
+    with open_store(target) as store:
+        for seq, (device, task, data) in enumerate(reports, 1):
+            body = to_json(Result(device_id=device, seq=seq, timestamp=100.0 + seq, task=task, data=data))
+            assert store.handle(f"edge-deploy/{device}/result", body, received=1000.0 + seq) == "stored"
+        found = store.results(("update.accepted", "update.rolled_back"))
+        assert [(r["device_id"], r["task"], r["data"]["nonce"]) for r in found] == [
+            ("pi-1", "update.accepted", "n1"),
+            ("pi-2", "update.rolled_back", "n2"),
+        ]
+        assert [r["seq"] for r in store.results(("device.announce",), device_id="pi-2")] == [2, 6]
+        assert group_members(store, "beta") == ["pi-1"] and group_members(store, "prod") == ["pi-2"]
+        assert store.results(()) == []

@@ -114,7 +114,7 @@ def test_other_refusals() -> None:
     assert reason(signed(device="pi-b")) == "command is for device 'pi-b'; this is 'pi-a'"
     assert reason(signed(ts=NOW - 61)) == "stale command: ts is -61.0 s from this device's clock; expected within 60 s"
     assert reason(signed(ts=NOW + 90)) == "stale command: ts is +90.0 s from this device's clock; expected within 60 s"
-    assert reason(signed("reboot")) == "unknown command 'reboot'; expected one of bench, reload, enroll"
+    assert reason(signed("reboot")) == "unknown command 'reboot'; expected one of bench, reload, enroll, update"
     assert reason(signed("bench", {"model": "x"})) == "bench: unknown argument 'model'; expected runs, role"
     assert reason(signed("reload", {"x": 1})) == "reload: unknown argument 'x'; expected none"
     body = json.loads(signed())

@@ -52,8 +52,74 @@ def test_a_minimal_config_gets_working_defaults(folder: Path) -> None:
 
 def test_broker_table_with_password_file(folder: Path) -> None:
     (folder / "pw").write_text("s3cret\n")
-    c = load_config(write(folder, MINIMAL + '[broker]\nhost = "10.0.0.2"\nusername = "pi"\npassword_file = "pw"\n'))
+    (folder / "pw").chmod(0o600)
+    c = load_config(write(folder, MINIMAL + '[broker]\nhost = "10.0.0.2"\nusername = "pi"\npassword_file = "pw"\ntls = true\n'))
     assert (c.broker.host, c.broker.port, c.broker.username, c.broker.password) == ("10.0.0.2", 1883, "pi", "s3cret")
+    assert not c.broker_insecure
+
+
+# --- safe defaults (issue 16) -------------------------------------------------------------------------------
+
+
+def test_a_remote_broker_without_tls_is_refused_unless_allow_insecure(folder: Path) -> None:
+    """Issue 16: host 192.0.2.1 without TLS or password passed `serve --check`."""
+    assert error(folder, MINIMAL + '[broker]\nhost = "192.0.2.1"\n') == (
+        "CFG: broker.host = '192.0.2.1' without TLS; expected tls = true (or tls_ca) for a broker off this machine "
+        "(the password, commands and results would cross the network in clear), or broker.allow_insecure = true "
+        "to accept that"
+    )
+    assert "broker.host = 'mqtt.example.org' without TLS" in error(folder, MINIMAL + '[broker]\nhost = "mqtt.example.org"\n')
+    c = load_config(write(folder, MINIMAL + '[broker]\nhost = "192.0.2.1"\nallow_insecure = true\n'))
+    assert c.broker_insecure
+    for host in ("127.0.0.1", "127.3.2.1", "localhost", "::1", "[::1]"):
+        c = load_config(write(folder, MINIMAL + f'[broker]\nhost = "{host}"\n'))
+        assert not c.broker_insecure, host
+
+
+def test_tags_are_topic_levels_kept_once_in_order(folder: Path) -> None:
+    assert load_config(write(folder, 'tags = ["beta", "kitchen", "beta"]\n' + MINIMAL)).tags == ("beta", "kitchen")
+    assert error(folder, 'tags = ["beta", "a b"]\n' + MINIMAL) == (
+        "CFG: tags[1] = 'a b'; expected 1-64 characters of letters, digits, '_', '.', ':' or '-' (it becomes one "
+        "MQTT topic level)"
+    )
+
+
+def test_password_and_key_files_readable_by_others_are_refused(folder: Path) -> None:
+    """Issue 16: broker.password_file was read at mode 644."""
+    (folder / "pw").write_text("s3cret\n")
+    (folder / "pw").chmod(0o644)
+    base = MINIMAL + '[broker]\nhost = "127.0.0.1"\n'
+    assert error(folder, base + 'username = "pi"\npassword_file = "pw"\n') == (
+        "CFG: broker.password_file = 'DIR/pw': mode 644 lets group or others read it; expected 600 (chmod 600 'DIR/pw')"
+    )
+    (folder / "pw").chmod(0o600)
+    assert load_config(write(folder, base + 'username = "pi"\npassword_file = "pw"\n')).broker.password == "s3cret"
+    for name in ("c.crt", "c.key"):
+        (folder / name).write_text("PEM")
+    (folder / "c.key").chmod(0o640)
+    assert error(folder, base + 'tls_ca = "c.crt"\ntls_cert = "c.crt"\ntls_key = "c.key"\n') == (
+        "CFG: broker.tls_key = 'DIR/c.key': mode 640 lets group or others read it; expected 600 (chmod 600 'DIR/c.key')"
+    )
+
+
+def test_serve_check_and_every_start_warn_about_allow_insecure(folder: Path, caplog) -> None:
+    from edge.daemon.preflight import preflight
+    from edge.daemon.service import Daemon
+    from edge.errors import BundleError
+
+    _models_folder(folder)
+    config = load_config(write(folder, MINIMAL + '[broker]\nhost = "192.0.2.1"\nallow_insecure = true\n'))
+    assert "WARNING: broker 192.0.2.1:1883 without TLS (broker.allow_insecure = true)" in preflight(config)
+    # Every start warns; a missing bundle then stops it at once (before any connection attempt).
+    config = load_config(write(folder, 'bundle = "none"\n' + MINIMAL + '[broker]\nhost = "192.0.2.1"\nallow_insecure = true\n'))
+    for _ in range(2):
+        with pytest.raises(BundleError, match="none: not found"):
+            Daemon(config).run()
+    warnings = [r.getMessage() for r in caplog.records if "WITHOUT TLS" in r.getMessage()]
+    assert warnings == [
+        "broker 192.0.2.1:1883 is off this machine and reached WITHOUT TLS (broker.allow_insecure = true): the "
+        "password, commands and results cross the network in clear; set broker.tls = true or tls_ca"
+    ] * 2
 
 
 @pytest.mark.parametrize(
@@ -61,11 +127,11 @@ def test_broker_table_with_password_file(folder: Path) -> None:
     [
         (
             'colour = "red"\n',
-            "CFG: unknown key colour; expected one of bundle, device_id, log_level, state_dir, target",
+            "CFG: unknown key colour; expected one of bundle, device_id, log_level, state_dir, tags, target, trusted_keys",
         ),
         (
             "[sources]\nx = 1\n",
-            "CFG: unknown table [sources]; expected one of [broker], [commands], [face], [source], [telemetry], [text]",
+            "CFG: unknown table [sources]; expected one of [broker], [commands], [face], [source], [telemetry], [text], [update]",
         ),
         (
             "[telemetry]\ninterval = 5\n",
@@ -190,8 +256,29 @@ def test_the_systemd_unit_is_hardened() -> None:
         "Restart=on-failure",
         "KillSignal=SIGTERM",
         "CapabilityBoundingSet=",
+        "PrivateMounts=yes",
+        "UMask=0077",
     ):
         assert option in lines, option
+
+
+def test_systemd_analyze_security_scores_the_unit_at_most_1_6(tmp_path: Path) -> None:
+    """docs/daemon.md records 1.8 before issue 16 and 1.6 after (systemd 252, --offline)."""
+    import re
+    import shutil
+    import subprocess
+
+    if shutil.which("systemd-analyze") is None:
+        pytest.skip("systemd-analyze is not installed here")
+    unit = tmp_path / "edge-deploy.service"
+    unit.write_bytes(SYSTEMD_UNIT.read_bytes())
+    done = subprocess.run(
+        ["systemd-analyze", "security", "--offline=true", "--no-pager", str(unit)],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    found = re.search(r"Overall exposure level for edge-deploy.service: ([0-9.]+)", done.stdout)
+    assert found, done.stdout + done.stderr
+    assert float(found.group(1)) <= 1.6
 
 
 def test_the_daemon_refuses_to_start_on_a_bundle_that_fails_verification(folder: Path) -> None:

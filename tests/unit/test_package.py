@@ -117,7 +117,8 @@ def test_install_sh_help() -> None:
     done = _install("--help")
     assert done.returncode == 0
     assert "Install an edge-deploy bundle on a Raspberry Pi" in done.stdout
-    assert "options: --prefix DIR  --enable  --dry-run  --python PYTHON  --help" in done.stdout
+    assert "options: --prefix DIR  --enable  --dry-run  --python PYTHON  --trust PUBKEY (repeatable)  --help" in done.stdout
+    assert "--trust release.pub" in done.stdout
 
 
 def test_install_sh_outside_a_bundle_says_so(tmp_path: Path) -> None:

@@ -1,0 +1,91 @@
+"""The golden set a bundle carries for its on-device acceptance check (format: ``edge.update.golden``).
+
+Face: ``make_face_golden``; language model: ``make_text_golden`` (two prompts, the greedy token ids of the
+bundle's own model; the device must reproduce them exactly, as the language-model gate does).
+
+At build time the bundle's *own* face models (the files that ship, in the target's precision) run the whole
+device pipeline — MTCNN, dlib's 5-point landmarks, the chip cut, the embedder — on real photos from the
+evaluation set (astronaut, Tom Hanks, t1); the first ``GOLDEN_CHIPS`` aligned chips and their descriptors
+are stored with the accuracy gate's tolerance (the profile's ``thresholds.embed_mean_cosine``). A device that
+installs the bundle over the air must reproduce those descriptors on its own board before it keeps it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from edge.face.models import model_path, open_face_pipeline
+from edge.profiles import TargetProfile
+
+#: Chips in a bundle's golden set (67.5 kB each before compression).
+GOLDEN_CHIPS = 4
+
+
+def make_face_golden(models: Path, bundle: Path, profile: TargetProfile) -> dict[str, Any]:
+    """Write ``golden/face.npz`` and ``golden/golden.json`` into ``bundle`` from the face models in ``models``.
+
+    Args:
+        models: the bundle's ``models/face`` folder (what ships).
+        bundle: the bundle folder (before its manifest is written).
+        profile: the target; its ``thresholds.embed_mean_cosine`` is the tolerance.
+
+    Returns:
+        The golden set's record (for the manifest).
+
+    Raises:
+        ValidationError: the models find fewer than one face in the photos (they could not be checked).
+    """
+    from converters.face.facedata import EVAL_PHOTOS
+    from edge.digest import file_sha256
+    from edge.errors import ValidationError
+    from edge.update.golden import write_face_golden
+
+    chips: list[np.ndarray] = []
+    used: list[str] = []
+    with open_face_pipeline(models, threads=1) as pipeline:
+        for photo in EVAL_PHOTOS:
+            rgb = photo.load()
+            found = pipeline.chips(rgb, pipeline.detector.detect(rgb))
+            chips += list(found[: GOLDEN_CHIPS - len(chips)])
+            used.append(photo.name)
+            if len(chips) >= GOLDEN_CHIPS:
+                break
+        if not chips:
+            raise ValidationError(f"{models}: the face models found no face in {', '.join(used)}; no golden set")
+        batch = np.stack(chips)
+        descriptors = pipeline.embedder.embed(batch)
+    embedder = model_path(models, "embedder")
+    source = f"first {len(chips)} faces of {', '.join(used)} (converters.face.facedata.EVAL_PHOTOS)"
+    return write_face_golden(
+        bundle, batch, descriptors, profile.thresholds.embed_mean_cosine, file_sha256(embedder), source
+    )
+
+
+#: The language model's golden prompts (short: each is generated greedily on the device at every update).
+GOLDEN_PROMPTS = ("What is the capital of France?", "Name three primary colours.")
+GOLDEN_NEW_TOKENS = 8
+
+
+def make_text_golden(models: Path, bundle: Path) -> dict[str, Any]:
+    """Add the language model's prompts and greedy tokens (from the bundle's own model) to golden.json.
+
+    Args:
+        models: the bundle's ``models/slm`` folder (what ships).
+        bundle: the bundle folder (before its manifest is written).
+
+    Returns:
+        The ``text`` record of golden.json.
+    """
+    from edge.text import SamplingConfig, TextGenerator
+    from edge.update.golden import write_text_golden
+
+    with TextGenerator(models, threads=1) as generator:
+        tokens = [
+            list(generator.generate(p, SamplingConfig(max_new_tokens=GOLDEN_NEW_TOKENS)).token_ids)
+            for p in GOLDEN_PROMPTS
+        ]
+    folder = models.relative_to(bundle).as_posix()
+    return write_text_golden(bundle, list(GOLDEN_PROMPTS), tokens, GOLDEN_NEW_TOKENS, folder)
