@@ -28,7 +28,8 @@ def make_face_golden(models: Path, bundle: Path, profile: TargetProfile) -> dict
     """Write ``golden/face.npz`` and ``golden/golden.json`` into ``bundle`` from the face models in ``models``.
 
     Args:
-        models: the bundle's ``models/face`` folder (what ships).
+        models: the bundle's ``models/face`` folder (what ships, with each ``.ort`` file's ``.onnx`` twin: the
+            descriptors are those of the accuracy gate's arithmetic, whatever INT8 kernels this host has).
         bundle: the bundle folder (before its manifest is written).
         profile: the target; its ``thresholds.embed_mean_cosine`` is the tolerance.
 
@@ -45,7 +46,9 @@ def make_face_golden(models: Path, bundle: Path, profile: TargetProfile) -> dict
 
     chips: list[np.ndarray] = []
     used: list[str] = []
-    with open_face_pipeline(models, threads=1) as pipeline:
+    # The gate's arithmetic (each .ort file's .onnx twin, unfused), not this build host's INT8 kernels: an
+    # AVX2-only host's fused u8s8 kernels saturate, and a Pi would then miss a golden set it computes right.
+    with open_face_pipeline(models, threads=1, unfused=True) as pipeline:
         for photo in EVAL_PHOTOS:
             rgb = photo.load()
             found = pipeline.chips(rgb, pipeline.detector.detect(rgb))
