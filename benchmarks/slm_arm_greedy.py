@@ -61,9 +61,15 @@ def main() -> int:
     parser.add_argument("--tokens", type=int, default=16)
     parser.add_argument("--target", default="rpi4", help="profile whose INT4 settings are built (rpi4, rpi5)")
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--profiles", type=Path, help="a folder of profile files to read --target from")
+    parser.add_argument("--cpus", default=",".join(CPUS), help="emulated cores, comma-separated")
+    parser.add_argument("--prompts", help="1-based numbers of the fixed prompts to run, e.g. 2,3 (default all)")
     args = parser.parse_args()
+    cpus = tuple(c for c in args.cpus.split(",") if c)
+    picked = [int(n) for n in args.prompts.split(",")] if args.prompts else range(1, len(DEFAULT_PROMPTS) + 1)
+    prompts = [DEFAULT_PROMPTS[n - 1] for n in picked]
     work = Path(tempfile.mkdtemp(prefix="slm-arm-greedy-"))
-    profile = load_profile(args.target)
+    profile = load_profile(args.target, args.profiles) if args.profiles else load_profile(args.target)
     print(f"converting SmolLM2 for {profile.name} (INT4) in {work}", file=sys.stderr)
     build = convert_slm(profile, Precision.INT4, work / "int4", options=SlmOptions(work_dir=work / "work"))
     shipped = build.out_dir
@@ -71,10 +77,10 @@ def main() -> int:
     fp32 = _folder_with(build.fp32_model, shipped, work / "fp32")
     gated_model, _ = gate_copy(shipped / "model.onnx", work / "gate-model.onnx")
     gate = _folder_with(gated_model, shipped, work / "gate")
-    guests = {cpu: prepare_guest(cpu) for cpu in CPUS}
+    guests = {cpu: prepare_guest(cpu) for cpu in cpus}
     rows = []
-    for i, prompt in enumerate(DEFAULT_PROMPTS):
-        print(f"prompt {i + 1}/{len(DEFAULT_PROMPTS)}: {prompt}", file=sys.stderr)
+    for i, prompt in enumerate(prompts):
+        print(f"prompt {i + 1}/{len(prompts)}: {prompt}", file=sys.stderr)
         ref = _host(fp32, prompt, args.tokens, work / f"fp32-{i}.json")
         row = {"prompt": prompt, "fp32_tokens": ref}
         row["host_gate"] = leading_equal(ref, _host(gate, prompt, args.tokens, work / f"gate-{i}.json"))
@@ -83,10 +89,10 @@ def main() -> int:
             row[cpu] = leading_equal(ref, _guest(guest, shipped, prompt, args.tokens, work / f"{cpu}-{i}.json"))
         rows.append(row)
         print(json.dumps(row), file=sys.stderr)
-    print(f"| prompt | gate (host, level 0) | shipped on this host | {' | '.join(CPUS)} |")
-    print("|---|---:|---:|" + "---:|" * len(CPUS))
+    print(f"| prompt | gate (host, level 0) | shipped on this host | {' | '.join(cpus)} |")
+    print("|---|---:|---:|" + "---:|" * len(cpus))
     for r in rows:
-        cells = [r["host_gate"], r["host_shipped"], *(r[c] for c in CPUS)]
+        cells = [r["host_gate"], r["host_shipped"], *(r[c] for c in cpus)]
         print(f"| {r['prompt']} | " + " | ".join(f"{c} of {len(r['fp32_tokens'])}" for c in cells) + " |")
     if args.json:
         args.json.write_text(json.dumps({"target": profile.name, "tokens": args.tokens, "rows": rows}, indent=2))

@@ -131,8 +131,8 @@ def test_an_x86_target_cannot_ask_for_int8_activations_in_int4_matmuls(tmp_path)
     _edit(d, "x86_64-host", "int4_accuracy_level = 0", "int4_accuracy_level = 4")
     with pytest.raises(ProfileError) as exc:
         load_profile("x86_64-host", d)
-    assert str(exc.value).startswith(
-        f"{d / 'x86_64-host.toml'}: quant.int4_accuracy_level = 4 on cpu.arch = 'x86_64'; expected 0 to 3: level 4"
+    assert "x86_64-host.toml: quant.int4_accuracy_level = 4 on cpu.arch = 'x86_64'; expected 0 to 3: level 4" in str(
+        exc.value
     )
     rpi4 = load_profile("rpi4")  # ARM targets keep level 4: the emulated-Pi check measures what they compute
     assert rpi4.quant.int4_accuracy_level == 4
