@@ -1,0 +1,239 @@
+"""``edge-deploy convert model``: a user's ONNX model for a target, checked against itself on the user's data.
+
+Stages: read and check the model and the data (``source``, ``feeds``) -> the fp32 copy with fixed input
+shapes -> (int8) static QDQ calibrated on ``--calib`` with the profile's settings, and an ORT-format copy for
+the target's CPU -> run the source and the candidate on ``--eval`` (a QDQ candidate unfused, like the face
+gate: ``Optimization.NONE``) -> the gate by task (``gate``) -> ``models.json`` (passed builds only),
+``report.json`` and ``report.md``.
+
+Everything is written to a temporary folder beside the output folder and moved into place at the end: an
+error leaves nothing in the output folder; a failed gate leaves the report and the candidate files (no
+models.json) and then raises ValidationError listing every missed threshold.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from converters.byom.feeds import Samples, check_disjoint, read_samples
+from converters.byom.gate import GateThresholds, Task, failures, fp32_failures, measure, measure_raw
+from converters.byom.report import write_models_json, write_reports
+from converters.byom.source import SourceModel, TensorSpec, read_source, resolve_inputs, write_fixed_copy
+from converters.compile import to_ort_format
+from converters.quantize import QuantMode, QuantSettings, op_counts, quantize_model, settings_for
+from converters.timing import Laps
+from edge.digest import file_sha256
+from edge.errors import InferenceError, InputError, ValidationError
+from edge.profiles import Arch, Precision, TargetProfile
+from edge.progress import ProgressFn, silent
+from edge.runtime import default_threads
+from edge.runtime.ort_session import Optimization, build_session
+
+#: The precisions ``convert model`` builds.
+PRECISIONS = (Precision.FP32, Precision.INT8)
+
+
+@dataclass(frozen=True)
+class ModelJob:
+    """What to convert, for which target, and how to judge it (the CLI's flags, as types)."""
+
+    model: Path
+    out_dir: Path
+    profile: TargetProfile
+    precision: Precision
+    task: Task
+    evaluation: Path
+    calibration: Path | None = None
+    input_shapes: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+    thresholds: GateThresholds = field(default_factory=GateThresholds)
+
+
+@dataclass
+class ModelBuild:
+    """What ``convert_model`` produced; ``to_dict`` is report.json and the CLI's ``--json``."""
+
+    job: ModelJob
+    source: SourceModel
+    inputs: tuple[TensorSpec, ...]
+    files: dict[str, dict] = field(default_factory=dict)
+    shipped: str = ""
+    settings: QuantSettings | None = None
+    quant_ops: dict[str, int] = field(default_factory=dict)
+    calibration: dict = field(default_factory=dict)
+    evaluation: dict = field(default_factory=dict)
+    figures: dict = field(default_factory=dict)
+    failures: list[str] = field(default_factory=list)
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def passed(self) -> bool:
+        return not self.failures
+
+    def raise_if_failed(self) -> None:
+        """Raise ValidationError listing every missed threshold (the report is already on disk)."""
+        if self.failures:
+            raise ValidationError(
+                f"{self.job.model}: {self.job.precision.value} model for {self.job.profile.name} failed the "
+                f"{self.job.task.value} gate (see {self.job.out_dir / 'report.md'}; no models.json written):\n  "
+                + "\n  ".join(self.failures)
+            )
+
+
+def _check_job(job: ModelJob) -> None:
+    if job.precision not in PRECISIONS:
+        allowed = ", ".join(p.value for p in PRECISIONS)
+        raise InputError(f"--precision {job.precision.value}: convert model builds {allowed}")
+    if job.precision is Precision.INT8 and job.calibration is None:
+        raise InputError(
+            f"{job.model}: int8 needs --calib FILE.npz (representative inputs, one array per model input) to "
+            "set the activation ranges; nothing else is used in its place"
+        )
+    job.thresholds.check()
+    out = Path(job.out_dir)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise InputError(f"-o {out}: exists and is not an empty folder; choose a new output folder")
+
+
+def _read_data(job: ModelJob, inputs: Sequence[TensorSpec]) -> tuple[Samples, Samples | None, int]:
+    batches = {int(s.shape[0]) if s.shape else 1 for s in inputs}
+    if len(batches) > 1 or any(not s.shape for s in inputs):
+        shapes = ", ".join(f"{s.name}={s.shape_text()}" for s in inputs)
+        raise InputError(f"{job.model}: inputs {shapes}; expected every input to have the same batch (axis 0)")
+    evaluation = read_samples(job.evaluation, inputs, "--eval")
+    if job.task is Task.EMBEDDING and evaluation.count < 2:
+        raise InputError(f"--eval {job.evaluation}: 1 sample; the embedding gate ranks neighbours and needs at least 2")
+    if job.precision is not Precision.INT8 or job.calibration is None:
+        return evaluation, None, 0
+    calib = read_samples(job.calibration, inputs, "--calib")
+    return evaluation, calib, check_disjoint(calib, evaluation)
+
+
+def run_model(
+    path: Path, batches: Sequence[Mapping[str, np.ndarray]], threads: int, optimization: Optimization
+) -> tuple[list[str], list[np.ndarray]]:
+    """Run ``path`` on every batch; (output names, each output's batches concatenated on axis 0).
+
+    Raises:
+        InferenceError: onnxruntime cannot load or run the model (naming the file).
+    """
+    session = build_session(path, threads, what=f"the model {path.name}", optimization=optimization)
+    names = [o.name for o in session.get_outputs()]
+    parts: list[list[np.ndarray]] = [[] for _ in names]
+    for i, feed in enumerate(batches):
+        try:
+            outs = session.run(None, dict(feed))
+        except Exception as exc:  # onnxruntime's run errors share no narrower base
+            raise InferenceError(f"{path}: onnxruntime failed on batch {i} ({exc})") from exc
+        for part, out in zip(parts, outs, strict=True):
+            part.append(np.asarray(out))
+    return names, [np.concatenate(p, axis=0) if p[0].ndim else np.stack(p) for p in parts]
+
+
+def _file_info(path: Path) -> dict:
+    return {"file": path.name, "size": path.stat().st_size, "sha256": file_sha256(path)}
+
+
+def _quantize(build: ModelBuild, fp32: Path, calib: Samples, work: Path, progress: ProgressFn) -> Path:
+    profile = build.job.profile
+    build.settings = settings_for(profile, QuantMode.STATIC_QDQ)
+    progress(f"static INT8 (QDQ) calibrated on {calib.count} samples of {calib.path.name}")
+    int8 = quantize_model(fp32, work / f"{fp32.name.removesuffix('.fp32.onnx')}.int8.onnx", build.settings,
+                          calib.batches(build.inputs))  # fmt: skip
+    counts = op_counts(int8)
+    build.quant_ops = {op: counts.get(op, 0) for op in ("QuantizeLinear", "DequantizeLinear")}
+    build.files["int8_onnx"] = _file_info(int8)
+    build.shipped = "int8_onnx"
+    if profile.cpu.arch is not Arch.WASM32:
+        progress("ORT format for the target's CPU")
+        build.files["int8_ort"] = _file_info(to_ort_format(int8, work, profile))
+        build.shipped = "int8_ort"
+    return int8
+
+
+def _evaluate(build: ModelBuild, fp32: Path, candidate: Path, evaluation: Samples, progress: ProgressFn) -> None:
+    job = build.job
+    threads = max(1, min(job.profile.runtime.threads, default_threads()))
+    batches = evaluation.batches(build.inputs)
+    progress(f"running the source and the candidate on {evaluation.count} samples of {evaluation.path.name}")
+    names, ref = run_model(job.model, batches, threads, Optimization.ALL)
+    _, copy = run_model(fp32, batches, threads, Optimization.ALL)
+    fp32_figures = measure_raw(names, ref, copy)
+    build.failures = fp32_failures(fp32_figures, job.thresholds.fp32_max_abs)
+    if candidate == fp32:
+        build.figures = measure(job.task, names, ref, copy)
+        build.figures["fp32_copy"] = fp32_figures
+        return
+    # Unfused, the QDQ graph computes the target's integer arithmetic (up to float rounding) on any host.
+    _, cand = run_model(candidate, batches, threads, Optimization.NONE)
+    build.figures = measure(job.task, names, ref, cand)
+    build.figures["fp32_copy"] = fp32_figures
+    build.failures += failures(job.task, build.figures, job.thresholds)
+
+
+def _build_into(build: ModelBuild, proto: object, work: Path, progress: ProgressFn) -> None:
+    """Every stage, writing into ``work``."""
+    job, lap = build.job, Laps()
+    evaluation, calib, shared = _read_data(job, build.inputs)
+    build.evaluation = {**evaluation.to_dict(), "shared_with_calibration": shared}
+    build.calibration = calib.to_dict() if calib else {"samples": 0, "reason": "not needed for fp32"}
+    lap("read")
+    stem = job.model.name.removesuffix(".onnx")
+    fp32 = write_fixed_copy(proto, build.inputs, work / f"{stem}.fp32.onnx")
+    build.files["fp32_onnx"], build.shipped = _file_info(fp32), "fp32_onnx"
+    candidate = _quantize(build, fp32, calib, work, progress) if calib is not None else fp32
+    lap("convert")
+    _evaluate(build, fp32, candidate, evaluation, progress)
+    lap("evaluate")
+    build.seconds = {**lap.seconds, "total": lap.total()}
+    if build.passed:
+        write_models_json(build, work)
+    write_reports(build, work)
+
+
+def _move_into_place(work: Path, out: Path) -> None:
+    if out.is_dir():
+        out.rmdir()  # checked empty before the work started
+    os.replace(work, out)
+
+
+def convert_model(job: ModelJob, progress: ProgressFn = silent) -> ModelBuild:
+    """Convert the user's ONNX model for ``job.profile`` and gate it on ``job.evaluation``.
+
+    Args:
+        job: the model, data, target, precision, task and thresholds.
+        progress: called with a line per stage.
+
+    Returns:
+        The ModelBuild (also written as report.json / report.md, and models.json when it passed).
+
+    Raises:
+        InputError: a bad model, shape, data file, flag or output folder (nothing is written).
+        ConversionError: quantization or the ORT-format conversion failed (nothing is written).
+        InferenceError: onnxruntime cannot run the model (nothing is written).
+        ValidationError: the gate failed; the message lists every missed threshold (the report is written).
+    """
+    _check_job(job)
+    source, proto = read_source(job.model)
+    build = ModelBuild(job, source, resolve_inputs(source, job.input_shapes))
+    out = Path(job.out_dir)
+    parent = out.resolve().parent
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+        work = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=parent))
+    except OSError as exc:
+        raise InputError(f"-o {out}: cannot create the output folder ({exc.strerror or exc})") from None
+    try:
+        _build_into(build, proto, work, progress)
+        _move_into_place(work, out)
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
+    build.raise_if_failed()
+    return build
