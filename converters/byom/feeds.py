@@ -7,6 +7,7 @@ The model is fed ``N / B`` batches of B. Every input gets the same N. Floating-p
 
 from __future__ import annotations
 
+import hashlib
 import zipfile
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -41,9 +42,10 @@ def _open_npz(path: Path, what: str) -> dict[str, np.ndarray]:
     if not path.is_file():
         raise InputError(f"{what} {path}: no such file; expected a .npz with one array per model input")
     try:
-        with np.load(path, allow_pickle=False) as data:
-            if not isinstance(data, np.lib.npyio.NpzFile):
-                raise InputError(f"{what} {path}: a single .npy array; expected a .npz with one array per model input")
+        data = np.load(path, allow_pickle=False)
+        if not isinstance(data, np.lib.npyio.NpzFile):
+            raise InputError(f"{what} {path}: a single .npy array; expected a .npz with one array per model input")
+        with data:
             return {name: data[name] for name in data.files}
     except (OSError, ValueError, zipfile.BadZipFile, EOFError) as exc:
         raise InputError(f"{what} {path}: not a readable .npz file ({exc})") from None
@@ -117,15 +119,20 @@ def read_samples(path: Path, inputs: Sequence[TensorSpec], what: str) -> Samples
     return Samples(path, file_sha256(path), {n: arrays[n] for n in names}, counts[names[0]])
 
 
+def _sample_digests(samples: Samples) -> list[bytes]:
+    out = []
+    for i in range(samples.count):
+        digest = hashlib.sha256()
+        for name in sorted(samples.arrays):
+            digest.update(np.ascontiguousarray(samples.arrays[name][i]).tobytes())
+        out.append(digest.digest())
+    return out
+
+
 def shared_samples(calib: Samples, evaluation: Samples) -> int:
     """How many evaluation samples also appear, byte for byte, in the calibration data."""
-    seen = set()
-    for i in range(calib.count):
-        seen.add(b"".join(calib.arrays[n][i].tobytes() for n in sorted(calib.arrays)))
-    return sum(
-        b"".join(evaluation.arrays[n][i].tobytes() for n in sorted(evaluation.arrays)) in seen
-        for i in range(evaluation.count)
-    )
+    seen = set(_sample_digests(calib))
+    return sum(d in seen for d in _sample_digests(evaluation))
 
 
 def check_disjoint(calib: Samples, evaluation: Samples) -> int:

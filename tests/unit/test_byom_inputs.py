@@ -164,6 +164,14 @@ def test_calibration_that_is_not_npz(files, tmp_path):
     assert _refused(files, tmp_path, calibration=calib).startswith(f"--calib {calib}: not a readable .npz file (")
 
 
+def test_calibration_that_is_one_npy_array(files, tmp_path):
+    calib = tmp_path / "c.npy"
+    np.save(calib, image_pairs(0, 4))
+    assert _refused(files, tmp_path, calibration=calib) == (
+        f"--calib {calib}: a single .npy array; expected a .npz with one array per model input"
+    )
+
+
 def test_eval_of_the_wrong_shape(files, tmp_path):
     evaluation = write_npz(tmp_path / "e.npz", x=np.zeros((8, 16, 16, 3), np.float32))
     assert _refused(files, tmp_path, evaluation=evaluation) == (
