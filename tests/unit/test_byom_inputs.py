@@ -61,6 +61,32 @@ def test_truncated_onnx(files, tmp_path):
     assert message.startswith(f"{cut}: not an ONNX model, or a corrupt one (")
 
 
+def test_an_op_onnxruntime_lacks(files, tmp_path):
+    import onnx
+    from onnx import TensorProto, helper
+
+    from edge.errors import InferenceError
+
+    graph = helper.make_graph(
+        [helper.make_node("Frobnicate", ["x"], ["y"], domain="com.example")],
+        "custom",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
+    )
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.example", 1)])
+    proto.ir_version = 9
+    model = tmp_path / "custom.onnx"
+    onnx.save(proto, str(model))
+    data = write_npz(tmp_path / "e.npz", x=np.ones((2, 4), np.float32))
+    out = tmp_path / "out"
+    job = ModelJob(model, out, load_profile("rpi4"), Precision.FP32, Task.RAW, data)
+    with pytest.raises(InferenceError) as err:
+        convert_model(job)
+    assert str(err.value).startswith(f"{model}: onnxruntime cannot load the model custom.onnx (")
+    assert "Frobnicate" in str(err.value)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["custom.onnx", "e.npz"]  # no output, no partial folder
+
+
 def test_missing_model(files, tmp_path):
     gone = tmp_path / "gone.onnx"
     assert _refused(files, tmp_path, model=gone) == f"{gone}: no such model file; expected an ONNX model (.onnx)"
