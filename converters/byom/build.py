@@ -20,21 +20,20 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
-
+from converters.byom.execute import run_model
 from converters.byom.feeds import Samples, check_disjoint, read_samples
 from converters.byom.gate import GateThresholds, Task, failures, fp32_failures, measure, measure_raw
 from converters.byom.report import write_models_json, write_reports
-from converters.byom.source import SourceModel, TensorSpec, read_source, resolve_inputs, write_fixed_copy
+from converters.byom.source import Frontend, SourceModel, TensorSpec, read_model, resolve_inputs
 from converters.compile import to_ort_format
 from converters.quantize import QuantMode, QuantSettings, op_counts, quantize_model, settings_for
 from converters.timing import Laps
 from edge.digest import file_sha256
-from edge.errors import InferenceError, InputError, ValidationError
+from edge.errors import InputError, ValidationError
 from edge.profiles import Arch, Precision, TargetProfile
 from edge.progress import ProgressFn, silent
 from edge.runtime import default_threads
-from edge.runtime.ort_session import Optimization, build_session
+from edge.runtime.ort_session import Optimization
 
 #: The precisions ``convert model`` builds.
 PRECISIONS = (Precision.FP32, Precision.INT8)
@@ -115,27 +114,6 @@ def _read_data(job: ModelJob, inputs: Sequence[TensorSpec]) -> tuple[Samples, Sa
     return evaluation, calib, check_disjoint(calib, evaluation)
 
 
-def run_model(
-    path: Path, batches: Sequence[Mapping[str, np.ndarray]], threads: int, optimization: Optimization
-) -> tuple[list[str], list[np.ndarray]]:
-    """Run ``path`` on every batch; (output names, each output's batches concatenated on axis 0).
-
-    Raises:
-        InferenceError: onnxruntime cannot load or run the model (naming the file).
-    """
-    session = build_session(path, threads, what=f"the model {path.name}", optimization=optimization)
-    names = [o.name for o in session.get_outputs()]
-    parts: list[list[np.ndarray]] = [[] for _ in names]
-    for i, feed in enumerate(batches):
-        try:
-            outs = session.run(None, dict(feed))
-        except Exception as exc:  # onnxruntime's run errors share no narrower base
-            raise InferenceError(f"{path}: onnxruntime failed on batch {i} ({exc})") from exc
-        for part, out in zip(parts, outs, strict=True):
-            part.append(np.asarray(out))
-    return names, [np.concatenate(p, axis=0) if p[0].ndim else np.stack(p) for p in parts]
-
-
 def _file_info(path: Path) -> dict:
     return {"file": path.name, "size": path.stat().st_size, "sha256": file_sha256(path)}
 
@@ -157,12 +135,14 @@ def _quantize(build: ModelBuild, fp32: Path, calib: Samples, work: Path, progres
     return int8
 
 
-def _evaluate(build: ModelBuild, fp32: Path, candidate: Path, evaluation: Samples, progress: ProgressFn) -> None:
+def _evaluate(
+    build: ModelBuild, frontend: Frontend, fp32: Path, candidate: Path, evaluation: Samples, progress: ProgressFn
+) -> None:
     job = build.job
     threads = max(1, min(job.profile.runtime.threads, default_threads()))
     batches = evaluation.batches(build.inputs)
     progress(f"running the source and the candidate on {evaluation.count} samples of {evaluation.path.name}")
-    names, ref = run_model(job.model, batches, threads, Optimization.ALL)
+    names, ref = frontend.run(batches, threads)
     _, copy = run_model(fp32, batches, threads, Optimization.ALL)
     fp32_figures = measure_raw(names, ref, copy)
     build.failures = fp32_failures(fp32_figures, job.thresholds.fp32_max_abs)
@@ -177,19 +157,21 @@ def _evaluate(build: ModelBuild, fp32: Path, candidate: Path, evaluation: Sample
     build.failures += failures(job.task, build.figures, job.thresholds)
 
 
-def _build_into(build: ModelBuild, proto: object, work: Path, progress: ProgressFn) -> None:
+def _build_into(build: ModelBuild, frontend: Frontend, work: Path, progress: ProgressFn) -> None:
     """Every stage, writing into ``work``."""
     job, lap = build.job, Laps()
     evaluation, calib, shared = _read_data(job, build.inputs)
     build.evaluation = {**evaluation.to_dict(), "shared_with_calibration": shared}
     build.calibration = calib.to_dict() if calib else {"samples": 0, "reason": "not needed for fp32"}
     lap("read")
-    stem = job.model.name.removesuffix(".onnx")
-    fp32 = write_fixed_copy(proto, build.inputs, work / f"{stem}.fp32.onnx")
+    stem = job.model.name.removesuffix(f".{build.source.format}")
+    if build.source.format != "onnx":
+        progress(f"exporting the {build.source.format} program to ONNX")
+    fp32 = frontend.write_fp32(build.inputs, work / f"{stem}.fp32.onnx")
     build.files["fp32_onnx"], build.shipped = _file_info(fp32), "fp32_onnx"
     candidate = _quantize(build, fp32, calib, work, progress) if calib is not None else fp32
     lap("convert")
-    _evaluate(build, fp32, candidate, evaluation, progress)
+    _evaluate(build, frontend, fp32, candidate, evaluation, progress)
     lap("evaluate")
     build.seconds = {**lap.seconds, "total": lap.total()}
     if build.passed:
@@ -220,7 +202,7 @@ def convert_model(job: ModelJob, progress: ProgressFn = silent) -> ModelBuild:
         ValidationError: the gate failed; the message lists every missed threshold (the report is written).
     """
     _check_job(job)
-    source, proto = read_source(job.model)
+    source, frontend = read_model(job.model)
     build = ModelBuild(job, source, resolve_inputs(source, job.input_shapes))
     out = Path(job.out_dir)
     parent = out.resolve().parent
@@ -230,7 +212,7 @@ def convert_model(job: ModelJob, progress: ProgressFn = silent) -> ModelBuild:
     except OSError as exc:
         raise InputError(f"-o {out}: cannot create the output folder ({exc.strerror or exc})") from None
     try:
-        _build_into(build, proto, work, progress)
+        _build_into(build, frontend, work, progress)
         _move_into_place(work, out)
     except BaseException:
         shutil.rmtree(work, ignore_errors=True)

@@ -23,7 +23,10 @@ EVALUATED_AS_INT8 = (
     "float op -> quantize, the target's integer arithmetic up to float rounding, whatever INT8 kernels the build "
     "host has; the shipped .ort is the same graph fused for the target"
 )
-EVALUATED_AS_FP32 = "the fp32 copy and the source, both with onnxruntime's default optimisations"
+EVALUATED_AS_FP32 = (
+    "the fp32 ONNX model with onnxruntime's default optimisations against the source (an ONNX source on "
+    "onnxruntime too, a torch.export program in torch)"
+)
 
 
 def _gate(build: ModelBuild) -> dict:
@@ -47,7 +50,7 @@ def record(build: ModelBuild) -> dict:
         "precision": job.precision.value,
         "passed": build.passed,
         "out_dir": str(job.out_dir),
-        "source": {"path": str(job.model), "sha256": build.source.sha256, "format": "onnx"},
+        "source": {"path": str(job.model), "sha256": build.source.sha256, "format": build.source.format},
         "inputs": [{"name": s.name, "dtype": str(s.dtype), "shape": list(s.shape)} for s in build.inputs],
         "outputs": list(build.source.outputs),
         "files": build.files,
@@ -83,7 +86,7 @@ def write_models_json(build: ModelBuild, folder: Path) -> Path:
         "precision": build.job.precision.value,
         "sha256": info["sha256"],
         "size": info["size"],
-        "source": {"path": str(build.job.model), "sha256": build.source.sha256, "format": "onnx"},
+        "source": {"path": str(build.job.model), "sha256": build.source.sha256, "format": build.source.format},
     }
     data: dict[str, object] = {
         "schema_version": MODELS_SCHEMA_VERSION,
