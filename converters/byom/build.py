@@ -22,9 +22,10 @@ from pathlib import Path
 
 from converters.byom.execute import run_model
 from converters.byom.feeds import Samples, check_disjoint, read_samples
+from converters.byom.frontends import Frontend, read_model
 from converters.byom.gate import GateThresholds, Task, failures, fp32_failures, measure, measure_raw
 from converters.byom.report import write_models_json, write_reports
-from converters.byom.source import Frontend, SourceModel, TensorSpec, read_model, resolve_inputs
+from converters.byom.source import SourceModel, TensorSpec, resolve_inputs
 from converters.compile import to_ort_format
 from converters.quantize import QuantMode, QuantSettings, op_counts, quantize_model, settings_for
 from converters.timing import Laps
