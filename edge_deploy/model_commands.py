@@ -20,6 +20,9 @@ examples:
   edge-deploy convert model net.onnx --target browser-wasm --precision fp32 --input x=1x3x224x224 \\
       --eval eval.npz -o out/web --json
                        fp32 copy with the dynamic input fixed to 1x3x224x224, checked against the source
+  edge-deploy convert model net.pt2 --target rpi4 --precision int8 --calib calib.npz --eval eval.npz \\
+      --input x=4x3x224x224 -o out/pt2
+                       a torch.export program (torch.export.save): exported to ONNX, checked against torch
 
 Data files: .npz with one array per model input, named like the input, samples stacked on axis 0
 (shape N x d1 x ... for an input of shape B x d1 x ..., N a multiple of B) and the input's dtype.
@@ -71,8 +74,9 @@ def add_convert_model(csub: argparse._SubParsersAction) -> None:
     defaults = GateThresholds()
     m = csub.add_parser(
         "model",
-        help="your own ONNX model: fp32 copy or static INT8, gated against the source on your data",
-        description="Read and check your ONNX model, fix dynamic input shapes (--input), write an fp32 copy or "
+        help="your own ONNX model or torch.export program: fp32 or static INT8, gated against it on your data",
+        description="Read and check your ONNX model or torch.export program (.pt2: exported to ONNX with "
+        "dynamo, checked against torch), fix dynamic input shapes (--input), write an fp32 copy or "
         "a static INT8 (QDQ) model calibrated on --calib with the target profile's settings (plus an ORT-format "
         "copy for the target's CPU), run source and candidate on --eval (the INT8 graph unfused, so the verdict "
         "does not depend on this host's INT8 kernels) and gate by --task. Writes models.json (passed builds), "
@@ -80,7 +84,7 @@ def add_convert_model(csub: argparse._SubParsersAction) -> None:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    m.add_argument("model_file", metavar="MODEL", help="the ONNX model (.onnx)")
+    m.add_argument("model_file", metavar="MODEL", help="an ONNX model (.onnx) or a torch.export program (.pt2)")
     m.add_argument("--target", "-t", required=True, help="target profile, e.g. rpi4 (see: edge-deploy targets)")
     m.add_argument("--output", "-o", required=True, help="output folder (new, or empty)")
     m.add_argument("--precision", choices=["fp32", "int8"], help="default: the profile's")
