@@ -94,3 +94,24 @@ def features(seed: int, count: int, width: int = 20) -> np.ndarray:
 def write_npz(path: Path, **arrays: np.ndarray) -> Path:
     np.savez(path, **arrays)
     return path
+
+
+def write_two_inputs(path: Path, width: int = 8) -> Path:
+    """a [batch, width] + b [batch, width] -> Gemm -> y [batch, 4]; and a * b -> z [batch, width] (two outputs)."""
+    rng = np.random.default_rng(3)
+    nodes = [
+        helper.make_node("Add", ["a", "b"], ["s"]),
+        helper.make_node("Gemm", ["s", "w", "c"], ["y"], transB=1),
+        helper.make_node("Mul", ["a", "b"], ["z"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "two_inputs",
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, ["batch", width]) for n in ("a", "b")],
+        [
+            helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4]),
+            helper.make_tensor_value_info("z", TensorProto.FLOAT, ["batch", width]),
+        ],
+        [_init(rng, "w", (4, width), width), _init(rng, "c", (4,), width)],
+    )
+    return _save(graph, path)

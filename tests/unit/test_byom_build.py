@@ -17,7 +17,14 @@ from edge.errors import ValidationError
 from edge.face.models import read_models_file
 from edge.profiles import Precision, load_profile
 from edge.runtime.ort_session import build_session
-from tests.unit.byom_models import features, image_pairs, write_classifier, write_embedder, write_npz
+from tests.unit.byom_models import (
+    features,
+    image_pairs,
+    write_classifier,
+    write_embedder,
+    write_npz,
+    write_two_inputs,
+)
 
 
 @pytest.fixture(scope="module")
@@ -159,3 +166,20 @@ def test_every_missed_threshold_is_listed(files, tmp_path):
     assert len(lines) == 2, lines
     assert re.fullmatch(rf"output 'emb': max abs difference {_NUMBER} > --max-abs-error 1e-09", lines[0]), lines
     assert re.fullmatch(rf"output 'emb': max relative difference {_NUMBER} > --max-rel-error 1e-09", lines[1]), lines
+
+
+def test_two_inputs_two_outputs_raw_int8(tmp_path):
+    model = write_two_inputs(tmp_path / "two.onnx")
+    # 1,024 calibration samples: with 64, the evaluation outputs went past the calibrated range (clipped: 0.29)
+    calib = write_npz(tmp_path / "c.npz", a=features(0, 1024, 8), b=features(1, 1024, 8))
+    evaluation = write_npz(tmp_path / "e.npz", a=features(2, 48, 8), b=features(3, 48, 8))
+    job = ModelJob(
+        model, tmp_path / "out", load_profile("rpi4"), Precision.INT8, Task.RAW, evaluation, calib,
+        {"a": (16, 8), "b": (16, 8)},
+    )  # fmt: skip
+    build = convert_model(job)
+    outputs = build.figures["outputs"]
+    assert build.passed and list(outputs) == ["y", "z"]
+    assert outputs["y"]["shape"] == [48, 4] and outputs["z"]["shape"] == [48, 8]
+    assert all(0 < f["max_rel"] <= 0.05 for f in outputs.values()), outputs
+    assert [i["name"] for i in json.loads((tmp_path / "out" / "models.json").read_text())["inputs"]] == ["a", "b"]
