@@ -163,7 +163,8 @@ def _build_into(build: ModelBuild, frontend: Frontend, work: Path, progress: Pro
     job, lap = build.job, Laps()
     evaluation, calib, shared = _read_data(job, build.inputs)
     build.evaluation = {**evaluation.to_dict(), "shared_with_calibration": shared}
-    build.calibration = calib.to_dict() if calib else {"samples": 0, "reason": "not needed for fp32"}
+    unused = " (--calib given, not used)" if job.calibration else ""
+    build.calibration = calib.to_dict() if calib else {"samples": 0, "reason": "not needed for fp32" + unused}
     lap("read")
     stem = job.model.name.removesuffix(f".{build.source.format}")
     if build.source.format != "onnx":

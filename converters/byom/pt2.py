@@ -19,7 +19,7 @@ import numpy as np
 from converters.byom.execute import join_batches
 from converters.byom.source import SourceModel, TensorSpec, write_fixed_copy
 from edge.digest import file_sha256
-from edge.errors import ConversionError, InputError, require
+from edge.errors import ConversionError, InferenceError, InputError, require
 
 #: The ONNX opset of exported programs (the face exporters' too).
 OPSET = 18
@@ -92,16 +92,24 @@ class Pt2Frontend:
     def run(self, batches: Sequence[Mapping[str, np.ndarray]], threads: int) -> tuple[list[str], list[np.ndarray]]:
         """The program's outputs in torch on every batch."""
         torch = _torch()
-        torch.set_num_threads(threads)
         module = self.program.module()
         names = list(self.program.graph_signature.user_outputs)
         parts: list[list[np.ndarray]] = [[] for _ in names]
-        with torch.no_grad():
-            for feed in batches:
-                out = module(*(torch.from_numpy(np.ascontiguousarray(feed[s.name])) for s in self.inputs))
-                outs = [out] if isinstance(out, torch.Tensor) else list(out)
-                for part, value in zip(parts, outs, strict=True):
-                    part.append(value.detach().numpy())
+        saved_threads = torch.get_num_threads()
+        torch.set_num_threads(threads)
+        try:
+            with torch.no_grad():
+                for i, feed in enumerate(batches):
+                    args = [torch.from_numpy(np.ascontiguousarray(feed[s.name])) for s in self.inputs]
+                    try:
+                        out = module(*args)
+                    except Exception as exc:  # whatever the user's program raises
+                        raise InferenceError(f"{self.path}: the program failed in torch on batch {i} ({exc})") from exc
+                    outs = [out] if isinstance(out, torch.Tensor) else list(out)
+                    for part, value in zip(parts, outs, strict=True):
+                        part.append(value.detach().numpy())
+        finally:
+            torch.set_num_threads(saved_threads)
         return names, join_batches(parts)
 
 

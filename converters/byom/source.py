@@ -14,7 +14,10 @@ from typing import Any
 import numpy as np
 
 from edge.digest import file_sha256
-from edge.errors import InputError
+from edge.errors import ConversionError, InputError
+
+#: One protobuf file holds less than 2 GiB; larger ONNX models keep their weights as external data.
+MAX_MODEL_BYTES = 2**31 - 1
 
 #: ``--input NAME=DIMxDIM...``: a name, then positive whole dimensions joined by 'x'.
 _INPUT_SPEC = re.compile(r"^(?P<name>[^=]+)=(?P<dims>[1-9][0-9]*(?:x[1-9][0-9]*)*)$")
@@ -195,5 +198,10 @@ def write_fixed_copy(model: Any, inputs: Sequence[TensorSpec], out: Path) -> Pat
         for dim in vi.type.tensor_type.shape.dim:
             if not dim.HasField("dim_value"):
                 dim.Clear()
+    if copy.ByteSize() >= MAX_MODEL_BYTES:
+        raise ConversionError(
+            f"{out.name}: the model is {copy.ByteSize() / 2**30:.1f} GiB; models of 2 GiB or more (ONNX external "
+            "data) are not supported by convert model yet"
+        )
     onnx.save(copy, str(out))
     return out
