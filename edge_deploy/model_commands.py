@@ -58,6 +58,7 @@ def _cmd_convert_model(args: argparse.Namespace) -> int:
         calibration=Path(args.calib) if args.calib else None,
         input_shapes=parse_input_specs(args.input or []),
         thresholds=thresholds,
+        dynamic=args.dynamic,
     )
     build = convert_model(job, StepProgress(stream=None if args.json else sys.stderr))
     if args.json:
@@ -88,7 +89,8 @@ def add_convert_model(csub: argparse._SubParsersAction) -> None:
     m.add_argument("--target", "-t", required=True, help="target profile, e.g. rpi4 (see: edge-deploy targets)")
     m.add_argument("--output", "-o", required=True, help="output folder (new, or empty)")
     m.add_argument("--precision", choices=["fp32", "int8"], help="default: the profile's")
-    m.add_argument("--calib", help="calibration inputs (.npz); required for int8")
+    m.add_argument("--calib", help="calibration inputs (.npz); required for static int8")
+    m.add_argument("--dynamic", action="store_true", help="int8: dynamic (no calibration; for transformers)")
     m.add_argument("--eval", required=True, help="evaluation inputs (.npz), not the calibration data")
     m.add_argument("--task", choices=["embedding", "classification", "raw"], default="raw", help="what the gate checks")
     m.add_argument("--input", action="append", metavar="NAME=DIMS", help="fix an input's shape, e.g. x=1x3x224x224")

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from converters.quantize import QuantMode
 from edge import __version__
 from edge.cpu import int8_kernels
 from edge.face.models import MODELS_FILE, MODELS_SCHEMA_VERSION
@@ -23,10 +24,21 @@ EVALUATED_AS_INT8 = (
     "float op -> quantize, the target's integer arithmetic up to float rounding, whatever INT8 kernels the build "
     "host has; the shipped .ort is the same graph fused for the target"
 )
+EVALUATED_AS_DYNAMIC = (
+    "the dynamic-INT8 .onnx with onnxruntime's graph optimisations off (ORT_DISABLE_ALL): activations are "
+    "quantized at run time (DynamicQuantizeLinear) and MatMulInteger/ConvInteger accumulate in int32, exact "
+    "integer arithmetic on any host (x86 sessions get session.x64quantprecision=1: no u8s8 saturation)"
+)
 EVALUATED_AS_FP32 = (
     "the fp32 ONNX model with onnxruntime's default optimisations against the source (an ONNX source on "
     "onnxruntime too, a torch.export program in torch)"
 )
+
+
+def _evaluated_as(build: ModelBuild) -> str:
+    if build.settings is None:
+        return EVALUATED_AS_FP32
+    return EVALUATED_AS_DYNAMIC if build.settings.mode is QuantMode.DYNAMIC else EVALUATED_AS_INT8
 
 
 def _gate(build: ModelBuild) -> dict:
@@ -36,7 +48,7 @@ def _gate(build: ModelBuild) -> dict:
         "failures": build.failures,
         "thresholds": build.job.thresholds.to_dict(),
         "figures": build.figures,
-        "evaluated_as": EVALUATED_AS_INT8 if build.settings else EVALUATED_AS_FP32,
+        "evaluated_as": _evaluated_as(build),
     }
 
 
@@ -73,7 +85,8 @@ def _int8_arithmetic(build: ModelBuild) -> str | None:
         Arch.AARCH64: "ARM: onnxruntime's NEON (or dot-product) integer kernels",
         Arch.WASM32: "browser: onnxruntime-web's wasm integer kernels",
     }[build.job.profile.cpu.arch]
-    return f"gate: QDQ .onnx unfused (ORT_DISABLE_ALL), independent of the build host; device: {device}"
+    graph = "dynamic-INT8" if build.settings.mode is QuantMode.DYNAMIC else "QDQ"
+    return f"gate: {graph} .onnx unfused (ORT_DISABLE_ALL), independent of the build host; device: {device}"
 
 
 def write_models_json(build: ModelBuild, folder: Path) -> Path:
@@ -125,6 +138,10 @@ def _figure_lines(figures: dict) -> list[str]:
     return lines
 
 
+def _calibration_source(calibration: dict) -> str:
+    return f"from `{calibration['file']}`" if "file" in calibration else f"({calibration['reason']})"
+
+
 def render_markdown(build: ModelBuild) -> str:
     """report.md: what was built, on which data, the figures and the verdict."""
     data = record(build)
@@ -135,8 +152,7 @@ def render_markdown(build: ModelBuild) -> str:
         f"- Source: `{job.model}` (sha256 `{build.source.sha256}`)",
         "- Inputs: " + ", ".join(f"`{s.name}` {s.dtype} {s.shape_text()}" for s in build.inputs),
         f"- Shipped: `{data['shipped']}`" + ("" if build.passed else " (gate failed: no models.json)"),
-        f"- Calibration: {build.calibration.get('samples', 0)} samples"
-        + (f" from `{build.calibration['file']}`" if "file" in build.calibration else " (fp32: none needed)"),
+        f"- Calibration: {build.calibration.get('samples', 0)} samples {_calibration_source(build.calibration)}",
         f"- Evaluation: {build.evaluation['samples']} samples from `{build.evaluation['file']}` "
         f"({build.evaluation['shared_with_calibration']} also in the calibration data)",
         f"- Evaluated as: {data['gate']['evaluated_as']}",
@@ -150,9 +166,9 @@ def render_markdown(build: ModelBuild) -> str:
         "PASSED" if build.passed else "FAILED:\n\n" + "\n".join(f"- {f}" for f in build.failures),
         "",
     ]
-    if build.quant_ops:
-        lines[8:8] = [f"- Quantized graph: {build.quant_ops['QuantizeLinear']} QuantizeLinear, "
-                      f"{build.quant_ops['DequantizeLinear']} DequantizeLinear nodes"]  # fmt: skip
+    if build.settings:
+        ops = ", ".join(f"{n} {op}" for op, n in build.quant_ops.items()) or "no quantized ops"
+        lines[8:8] = [f"- Quantized graph ({build.settings.mode.value}): {ops}"]
     return "\n".join(lines)
 
 

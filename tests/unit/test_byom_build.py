@@ -183,3 +183,16 @@ def test_two_inputs_two_outputs_raw_int8(tmp_path):
     assert outputs["y"]["shape"] == [48, 4] and outputs["z"]["shape"] == [48, 8]
     assert all(0 < f["max_rel"] <= 0.05 for f in outputs.values()), outputs
     assert [i["name"] for i in json.loads((tmp_path / "out" / "models.json").read_text())["inputs"]] == ["a", "b"]
+
+
+def test_dynamic_int8_needs_no_calibration(files, tmp_path):
+    out = tmp_path / "dyn"
+    build = convert_model(_job(files, out, calibration=None, dynamic=True))
+    assert build.passed and build.settings is not None and build.settings.mode.value == "dynamic"
+    assert build.quant_ops == {"DynamicQuantizeLinear": 3, "MatMulInteger": 1, "ConvInteger": 2}, build.quant_ops
+    assert build.figures["embedding"]["cosine_mean"] > 0.999
+    models = json.loads((out / "models.json").read_text())
+    assert models["models"][0]["file"] == "emb.int8.ort"
+    assert models["int8_arithmetic"].startswith("gate: dynamic-INT8 .onnx unfused")
+    assert models["gate"]["evaluated_as"].startswith("the dynamic-INT8 .onnx")
+    assert build.calibration == {"samples": 0, "reason": "dynamic INT8: activations quantized at run time"}

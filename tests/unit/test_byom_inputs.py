@@ -89,7 +89,10 @@ def test_an_op_onnxruntime_lacks(files, tmp_path):
 
 def test_missing_model(files, tmp_path):
     gone = tmp_path / "gone.onnx"
-    assert _refused(files, tmp_path, model=gone) == f"{gone}: no such model file; expected an ONNX model (.onnx) or a torch.export program (.pt2)"
+    assert (
+        _refused(files, tmp_path, model=gone)
+        == f"{gone}: no such model file; expected an ONNX model (.onnx) or a torch.export program (.pt2)"
+    )
 
 
 def test_dynamic_shape_without_input(files, tmp_path):
@@ -209,7 +212,8 @@ def test_eval_of_the_wrong_shape(files, tmp_path):
 def test_int8_without_calibration(files, tmp_path):
     assert _refused(files, tmp_path, calibration=None) == (
         f"{files / 'emb.onnx'}: int8 needs --calib FILE.npz (representative inputs, one array per model input) to "
-        "set the activation ranges; nothing else is used in its place"
+        "set the activation ranges (or --dynamic: activations quantized at run time); nothing else is used in its "
+        "place"
     )
 
 
@@ -258,6 +262,15 @@ def test_output_folder_in_use(files, tmp_path):
 )
 def test_bad_thresholds(files, tmp_path, thresholds, message):
     assert _refused(files, tmp_path, thresholds=thresholds) == message
+
+
+def test_dynamic_is_int8_and_not_calibrated(files, tmp_path):
+    assert _refused(files, tmp_path, dynamic=True, precision=Precision.FP32, calibration=None) == (
+        "--dynamic is a kind of int8; got --precision fp32"
+    )
+    assert _refused(files, tmp_path, dynamic=True) == (
+        f"--calib {files / 'calib.npz'}: dynamic INT8 is not calibrated; drop --calib or --dynamic"
+    )
 
 
 def test_fp16_is_not_offered(files, tmp_path):
