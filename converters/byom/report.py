@@ -26,8 +26,8 @@ EVALUATED_AS_INT8 = (
 )
 EVALUATED_AS_DYNAMIC = (
     "the dynamic-INT8 .onnx with onnxruntime's graph optimisations off (ORT_DISABLE_ALL): activations are "
-    "quantized at run time (DynamicQuantizeLinear) and MatMulInteger/ConvInteger accumulate in int32, exact "
-    "integer arithmetic on any host (x86 sessions get session.x64quantprecision=1: no u8s8 saturation)"
+    "quantized at run time (DynamicQuantizeLinear) and MatMulInteger/ConvInteger accumulate in int32 with this "
+    "host's integer kernels (not yet checked against an AVX2-only or an ARM host)"
 )
 EVALUATED_AS_FP32 = (
     "the fp32 ONNX model with onnxruntime's default optimisations against the source (an ONNX source on "
