@@ -23,6 +23,10 @@ examples:
   edge-deploy convert model net.pt2 --target rpi4 --precision int8 --calib calib.npz --eval eval.npz \\
       --input x=4x3x224x224 -o out/pt2
                        a torch.export program (torch.export.save): exported to ONNX, checked against torch
+  edge-deploy convert model encoder.pt2 --target rpi4 --precision int8 --dynamic --eval eval.npz \\
+      --task embedding -o out/enc
+                       dynamic INT8 (no calibration data): for transformers, whose activations static
+                       INT8 cannot hold (docs/byom.md: all-MiniLM-L6-v2)
 
 Data files: .npz with one array per model input, named like the input, samples stacked on axis 0
 (shape N x d1 x ... for an input of shape B x d1 x ..., N a multiple of B) and the input's dtype.
