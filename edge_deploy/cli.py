@@ -25,6 +25,8 @@ examples:
   edge-deploy convert face --target rpi4 -o out/face
                                            export dlib's ResNet embedder and MTCNN to ONNX, prove them
                                            equal to their sources, write a validation report
+  edge-deploy convert model net.onnx --target rpi4 --precision int8 --calib calib.npz --eval eval.npz \\
+      --task embedding -o out/net          your own ONNX model: static INT8 behind a gate on your data
   edge-deploy face enroll out/face gallery_photos/ -o out/gallery.npz
   edge-deploy face recognize out/face photo.jpg --gallery out/gallery.npz
   edge-deploy demo -o out/demo             the whole face job on the photos shipped in packages
@@ -132,6 +134,8 @@ def _cmd_convert_slm(args: argparse.Namespace) -> int:
 
 
 def _add_convert(sub: argparse._SubParsersAction) -> None:
+    from edge_deploy import model_commands
+
     p = sub.add_parser(
         "convert",
         help="convert models for a target (host side)",
@@ -174,6 +178,7 @@ def _add_convert(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--json", action="store_true", help="print the build record as JSON")
     s.add_argument("--profiles", default=str(DEFAULT_PROFILE_DIR), help=argparse.SUPPRESS)
     s.set_defaults(func=_cmd_convert_slm)
+    model_commands.add_convert_model(csub)
 
 
 # --- main -------------------------------------------------------------------------------------------------

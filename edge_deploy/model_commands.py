@@ -1,0 +1,111 @@
+"""``edge-deploy convert model``: bring your own ONNX model (host side); argv adapter for converters.byom."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from edge.profiles import DEFAULT_PROFILE_DIR, load_profile
+from edge_deploy.common import print_json
+
+EPILOG = """\
+examples:
+  edge-deploy convert model net.onnx --target rpi4 --precision int8 --calib calib.npz --eval eval.npz \\
+      --task embedding -o out/net
+                       static INT8 for the Pi 4, calibrated on calib.npz, gated on eval.npz (cosine and
+                       nearest-neighbour agreement with the source)
+  edge-deploy convert model classifier.onnx --target rpi5 --precision int8 --calib calib.npz \\
+      --eval eval.npz --task classification --min-top1 0.99 -o out/cls
+  edge-deploy convert model net.onnx --target browser-wasm --precision fp32 --input x=1x3x224x224 \\
+      --eval eval.npz -o out/web --json
+                       fp32 copy with the dynamic input fixed to 1x3x224x224, checked against the source
+  edge-deploy convert model net.pt2 --target rpi4 --precision int8 --calib calib.npz --eval eval.npz \\
+      --input x=4x3x224x224 -o out/pt2
+                       a torch.export program (torch.export.save): exported to ONNX, checked against torch
+  edge-deploy convert model encoder.pt2 --target rpi4 --precision int8 --dynamic --eval eval.npz \\
+      --task embedding -o out/enc
+                       dynamic INT8 (no calibration data): for transformers, whose activations static
+                       INT8 cannot hold (docs/byom.md: all-MiniLM-L6-v2)
+
+Data files: .npz with one array per model input, named like the input, samples stacked on axis 0
+(shape N x d1 x ... for an input of shape B x d1 x ..., N a multiple of B) and the input's dtype.
+--eval must not be the --calib data. Exit codes: 3 bad input, 4 conversion failed, 5 gate failed (the
+report is written, models.json is not), 7 onnxruntime cannot run the model.
+"""
+
+
+def _cmd_convert_model(args: argparse.Namespace) -> int:
+    from converters.byom.build import ModelJob, convert_model
+    from converters.byom.gate import GateThresholds, Task
+    from converters.byom.report import record, summary
+    from converters.byom.source import parse_input_specs
+    from edge.profiles import Precision
+    from edge.progress import StepProgress
+
+    profile = load_profile(args.target, Path(args.profiles))
+    thresholds = GateThresholds(
+        min_cosine=args.min_cosine,
+        min_rank_agreement=args.min_rank_agreement,
+        min_top1=args.min_top1,
+        max_abs_error=args.max_abs_error,
+        max_rel_error=args.max_rel_error,
+        fp32_max_abs=profile.thresholds.embed_max_abs_diff_fp32,
+    )
+    job = ModelJob(
+        model=Path(args.model_file),
+        out_dir=Path(args.output),
+        profile=profile,
+        precision=Precision(args.precision or profile.runtime.precision.value),
+        task=Task(args.task),
+        evaluation=Path(args.eval),
+        calibration=Path(args.calib) if args.calib else None,
+        input_shapes=parse_input_specs(args.input or []),
+        thresholds=thresholds,
+        dynamic=args.dynamic,
+    )
+    build = convert_model(job, StepProgress(stream=None if args.json else sys.stderr))
+    if args.json:
+        print_json(record(build))
+    else:
+        print(summary(build))
+    return 0
+
+
+def add_convert_model(csub: argparse._SubParsersAction) -> None:
+    """Register ``convert model`` under ``convert``."""
+    from converters.byom.gate import GateThresholds  # numpy only: the defaults shown in --help
+
+    defaults = GateThresholds()
+    m = csub.add_parser(
+        "model",
+        help="your own ONNX model or torch.export program: fp32 or static INT8, gated against it on your data",
+        description="Read and check your ONNX model or torch.export program (.pt2: exported to ONNX with "
+        "dynamo, checked against torch), fix dynamic input shapes (--input), write an fp32 copy or "
+        "a static INT8 (QDQ) model calibrated on --calib with the target profile's settings (plus an ORT-format "
+        "copy for the target's CPU), run source and candidate on --eval (the INT8 graph unfused, so the verdict "
+        "does not depend on this host's INT8 kernels) and gate by --task. Writes models.json (passed builds), "
+        "report.json and report.md; nothing is left in -o when an input is bad.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    m.add_argument("model_file", metavar="MODEL", help="an ONNX model (.onnx) or a torch.export program (.pt2)")
+    m.add_argument("--target", "-t", required=True, help="target profile, e.g. rpi4 (see: edge-deploy targets)")
+    m.add_argument("--output", "-o", required=True, help="output folder (new, or empty)")
+    m.add_argument("--precision", choices=["fp32", "int8"], help="default: the profile's")
+    m.add_argument("--calib", help="calibration inputs (.npz); required for static int8")
+    m.add_argument("--dynamic", action="store_true", help="int8: dynamic (no calibration; for transformers)")
+    m.add_argument("--eval", required=True, help="evaluation inputs (.npz), not the calibration data")
+    m.add_argument("--task", choices=["embedding", "classification", "raw"], default="raw", help="what the gate checks")
+    m.add_argument("--input", action="append", metavar="NAME=DIMS", help="fix an input's shape, e.g. x=1x3x224x224")
+    m.add_argument("--min-cosine", type=float, default=defaults.min_cosine, help="embedding: mean cosine (%(default)s)")
+    m.add_argument("--min-rank-agreement", type=float, default=defaults.min_rank_agreement,
+                   help="embedding: nearest-neighbour agreement (%(default)s)")  # fmt: skip
+    m.add_argument("--min-top1", type=float, default=defaults.min_top1,
+                   help="classification: top-1 agreement (%(default)s)")  # fmt: skip
+    m.add_argument("--max-abs-error", type=float, default=None, help="raw: max abs difference (default: not gated)")
+    m.add_argument("--max-rel-error", type=float, default=defaults.max_rel_error,
+                   help="raw: max abs difference / max abs source value, per output (%(default)s)")  # fmt: skip
+    m.add_argument("--json", action="store_true", help="print the build record as JSON")
+    m.add_argument("--profiles", default=str(DEFAULT_PROFILE_DIR), help=argparse.SUPPRESS)
+    m.set_defaults(func=_cmd_convert_model)

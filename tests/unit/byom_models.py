@@ -1,0 +1,117 @@
+"""Small models made in the tests for ``convert model`` (onnx.helper, seeded weights) and their data files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+OPSET = 17
+IR_VERSION = 9
+
+
+def _save(graph: onnx.GraphProto, path: Path) -> Path:
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)])
+    model.ir_version = IR_VERSION
+    onnx.checker.check_model(model)
+    onnx.save(model, str(path))
+    return path
+
+
+def _init(rng: np.random.Generator, name: str, shape: tuple[int, ...], fan_in: int) -> onnx.TensorProto:
+    return numpy_helper.from_array((rng.standard_normal(shape) / np.sqrt(fan_in)).astype(np.float32), name)
+
+
+def write_embedder(path: Path, batch: int | str = "batch", size: int = 16, dim: int = 32) -> Path:
+    """x [batch, 3, size, size] -> Conv 3->8 + ReLU -> Conv 8->16 stride 2 + ReLU -> Flatten -> Gemm -> emb [batch, dim]."""
+    rng = np.random.default_rng(1)
+    flat = 16 * (size // 2) ** 2
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c1"], ["r1"]),
+        helper.make_node("Conv", ["r1", "w2", "b2"], ["c2"], pads=[1, 1, 1, 1], strides=[2, 2]),
+        helper.make_node("Relu", ["c2"], ["r2"]),
+        helper.make_node("Flatten", ["r2"], ["f"]),
+        helper.make_node("Gemm", ["f", "w3", "b3"], ["emb"], transB=1),
+    ]
+    inits = [
+        _init(rng, "w1", (8, 3, 3, 3), 27),
+        _init(rng, "b1", (8,), 27),
+        _init(rng, "w2", (16, 8, 3, 3), 72),
+        _init(rng, "b2", (16,), 72),
+        _init(rng, "w3", (dim, flat), flat),
+        _init(rng, "b3", (dim,), flat),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "embedder",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 3, size, size])],
+        [helper.make_tensor_value_info("emb", TensorProto.FLOAT, [batch, dim])],
+        inits,
+    )
+    return _save(graph, path)
+
+
+def write_classifier(path: Path, features: int = 20, classes: int = 10) -> Path:
+    """x [1, features] -> Gemm 64 + ReLU -> Gemm -> logits [1, classes] (fixed shapes)."""
+    rng = np.random.default_rng(2)
+    nodes = [
+        helper.make_node("Gemm", ["x", "w1", "b1"], ["h"], transB=1),
+        helper.make_node("Relu", ["h"], ["r"]),
+        helper.make_node("Gemm", ["r", "w2", "b2"], ["logits"], transB=1),
+    ]
+    inits = [
+        _init(rng, "w1", (64, features), features),
+        _init(rng, "b1", (64,), features),
+        _init(rng, "w2", (classes, 64), 64),
+        _init(rng, "b2", (classes,), 64),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "classifier",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, features])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, classes])],
+        inits,
+    )
+    return _save(graph, path)
+
+
+def image_pairs(seed: int, pairs: int, size: int = 16) -> np.ndarray:
+    """[2 * pairs, 3, size, size] float32: each base image twice, with a little noise (a retrieval set)."""
+    rng = np.random.default_rng(seed)
+    base = rng.standard_normal((pairs, 3, size, size)).astype(np.float32)
+    views = np.repeat(base, 2, axis=0) + 0.1 * rng.standard_normal((2 * pairs, 3, size, size)).astype(np.float32)
+    return views.astype(np.float32)
+
+
+def features(seed: int, count: int, width: int = 20) -> np.ndarray:
+    """[count, width] float32 standard normal."""
+    return np.random.default_rng(seed).standard_normal((count, width)).astype(np.float32)
+
+
+def write_npz(path: Path, **arrays: np.ndarray) -> Path:
+    np.savez(path, **arrays)
+    return path
+
+
+def write_two_inputs(path: Path, width: int = 8) -> Path:
+    """a [batch, width] + b [batch, width] -> Gemm -> y [batch, 4]; and a * b -> z [batch, width] (two outputs)."""
+    rng = np.random.default_rng(3)
+    nodes = [
+        helper.make_node("Add", ["a", "b"], ["s"]),
+        helper.make_node("Gemm", ["s", "w", "c"], ["y"], transB=1),
+        helper.make_node("Mul", ["a", "b"], ["z"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "two_inputs",
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, ["batch", width]) for n in ("a", "b")],
+        [
+            helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4]),
+            helper.make_tensor_value_info("z", TensorProto.FLOAT, ["batch", width]),
+        ],
+        [_init(rng, "w", (4, width), width), _init(rng, "c", (4,), width)],
+    )
+    return _save(graph, path)

@@ -1,0 +1,88 @@
+"""``edge-deploy convert model`` in-process: --help, --json, exit codes and the errors users see."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from edge_deploy.cli import main
+from tests.unit.byom_models import image_pairs, write_embedder, write_npz
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory) -> Path:
+    d = tmp_path_factory.mktemp("byom-cli")
+    write_embedder(d / "emb.onnx")
+    write_npz(d / "calib.npz", x=image_pairs(0, 16))
+    write_npz(d / "eval.npz", x=image_pairs(1, 16))
+    write_npz(d / "const.npz", x=np.full((8, 3, 16, 16), 0.5, np.float32))
+    return d
+
+
+def test_help_has_examples(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["convert", "model", "--help"])
+    assert exc.value.code == 0
+    out = capsys.readouterr().out
+    assert "examples:\n  edge-deploy convert model net.onnx --target rpi4 --precision int8 --calib calib.npz" in out
+    for flag in ("--input", "--task", "--min-cosine", "--min-rank-agreement", "--min-top1", "--max-rel-error"):
+        assert flag in out
+    assert "(default: 0.99)" not in out and "mean cosine (0.99)" in out  # the defaults shown are the gate's
+
+
+def test_top_level_help_shows_the_byom_path(capsys):
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    assert "edge-deploy convert model net.onnx --target rpi4" in capsys.readouterr().out
+
+
+def _argv(files: Path, out: Path, *extra: str) -> list[str]:
+    return [
+        "convert", "model", str(files / "emb.onnx"), "--target", "rpi4", "--precision", "int8",
+        "--calib", str(files / "calib.npz"), "--eval", str(files / "eval.npz"), "--task", "embedding",
+        "--input", "x=2x3x16x16", "-o", str(out), *extra,
+    ]  # fmt: skip
+
+
+def test_json_prints_the_record(files, tmp_path, capsys):
+    out = tmp_path / "out"
+    assert main(_argv(files, out, "--json")) == 0
+    record = json.loads(capsys.readouterr().out)
+    assert record["passed"] is True and record["precision"] == "int8" and record["target"] == "rpi4"
+    assert record["shipped"] == "emb.int8.ort" and record["inputs"][0]["shape"] == [2, 3, 16, 16]
+    assert record["gate"]["figures"]["embedding"]["samples"] == 32
+    assert json.loads((out / "report.json").read_text())["gate"] == record["gate"]
+
+
+def test_gate_failure_exits_5(files, tmp_path, capsys):
+    argv = _argv(files, tmp_path / "bad", "--json")  # --json: no progress lines on stderr
+    argv[argv.index(str(files / "calib.npz"))] = str(files / "const.npz")
+    assert main(argv) == 5
+    printed = capsys.readouterr()
+    err = printed.err
+    assert err.startswith(f"Error: {files / 'emb.onnx'}: int8 model for rpi4 failed the embedding gate (")
+    assert "\n  embedding: mean cosine to the source " in err and "< --min-cosine 0.99 (32 samples; min " in err
+    assert printed.out == ""
+    assert sorted(p.name for p in (tmp_path / "bad").iterdir())[-2:] == ["report.json", "report.md"]
+
+
+def test_bad_input_exits_3_and_writes_nothing(files, tmp_path, capsys):
+    out = tmp_path / "out"
+    argv = _argv(files, out)
+    argv[argv.index("x=2x3x16x16")] = "y=2x3x16x16"
+    assert main(argv) == 3
+    assert capsys.readouterr().err == f"Error: --input y: {files / 'emb.onnx'} has no input 'y'; its inputs are x\n"
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_bad_input_syntax_exits_3(files, tmp_path, capsys):
+    argv = _argv(files, tmp_path / "out")
+    argv[argv.index("x=2x3x16x16")] = "x:2x3x16x16"
+    assert main(argv) == 3
+    assert capsys.readouterr().err == (
+        "Error: --input 'x:2x3x16x16': expected NAME=DIMxDIM... with positive whole dimensions, e.g. "
+        "input=1x3x224x224\n"
+    )
