@@ -105,7 +105,7 @@ def face_int8_rpi4(face_fp32_models, tmp_path_factory) -> dict:
 
 @pytest.fixture(scope="session")
 def slm_int4(tmp_path_factory) -> dict:
-    """SmolLM2 converted ONCE per test session for rpi4 at INT4 (the quantization settings rpi5 shares), with
+    """SmolLM2 converted ONCE per test session for rpi4 at INT4 (rpi5 differs in int4_fp32_projections), with
     the fp32 export kept: ``{"result": SlmBuild, "profile", "fp32_dir": folder of the fp32 model, "root"}``.
     Read-only for the tests that share it."""
     import os

@@ -38,7 +38,8 @@ def guest_a76() -> ArmGuest:
 
 @pytest.fixture(scope="module")
 def slm(slm_int4: dict) -> dict[str, Path]:
-    """The INT4 folder (rpi4's settings, which rpi5 shares: block 32, accuracy level 4; converted once per
+    """The INT4 folder (rpi4's settings: block 32, accuracy level 4 but for the attention projections; rpi5
+    keeps every 4-bit projection at level 0, docs/slm.md; converted once per
     session in tests/conftest.py), and an fp32 folder from the same build's kept fp32 export."""
     return {"int4": slm_int4["result"].out_dir, "fp32": slm_int4["fp32_dir"]}
 
