@@ -32,6 +32,14 @@ from edge.face.shape5 import ShapePredictor
 from edge.face.types import DLIB_SAME_PERSON_THRESHOLD, Detection
 from edge.runtime.ort_session import Optimization
 
+#: How the gate runs the candidate nets (quant_report "evaluated_as"): their .onnx, unfused.
+EVALUATED_AS = (
+    "the quantized .onnx files with onnxruntime's graph optimisations off (ORT_DISABLE_ALL): QDQ runs as "
+    "dequantize -> float op -> quantize, the target's integer arithmetic up to float rounding, whatever INT8 "
+    "kernels the build host has; the shipped .ort files are the same graphs fused for the target and are "
+    "checked against this on emulated Cortex-A72/A76 (tests/integration/test_arm.py)"
+)
+
 #: A quantized detection is the twin of an fp32 one when their boxes overlap at least this much.
 TWIN_MIN_IOU = 0.5
 

@@ -19,6 +19,7 @@ from converters.compile import ort_target_platform, to_ort_format_all
 from converters.face.calibration import CalibrationSet, chip_landmarks, collect_calibration
 from converters.face.facedata import make_eval_set
 from converters.face.quant_eval import (
+    EVALUATED_AS,
     TWIN_MIN_IOU,
     Fp32Reference,
     evaluate_detector,
@@ -232,15 +233,6 @@ def _write_report(build: QuantBuild, cosines, threshold: float, progress: Progre
     (out_dir / "quant_report.json").write_text(json.dumps(build.to_dict(), indent=2) + "\n", encoding="utf-8")
     (out_dir / "quant_report.md").write_text(render_markdown(build), encoding="utf-8")
     progress("report written: " + str(out_dir / "quant_report.md"))
-
-
-#: How the gate runs the candidate nets (quant_report "evaluated_as"): their .onnx, unfused.
-EVALUATED_AS = (
-    "the quantized .onnx files with onnxruntime's graph optimisations off (ORT_DISABLE_ALL): QDQ runs as "
-    "dequantize -> float op -> quantize, the target's integer arithmetic up to float rounding, whatever INT8 "
-    "kernels the build host has; the shipped .ort files are the same graphs fused for the target and are "
-    "checked against this on emulated Cortex-A72/A76 (tests/integration/test_arm.py)"
-)
 
 
 def _int8_arithmetic(profile: TargetProfile) -> str:
