@@ -10,6 +10,10 @@ per core.
 
     .venv/bin/python benchmarks/slm_arm_greedy.py [--tokens 16] [--target rpi4] [--json out.json]
 
+``--haswell`` adds a column: the gate copy run as an AVX2-only x86 (``qemu-x86_64 -cpu Haswell``, no AVX-512,
+no VNNI), against the same host fp32 tokens: what the build's greedy gate computes on an AVX2-only build host.
+``--cpus ''`` skips the ARM cores.
+
 Prints a markdown table (leading tokens equal to fp32's, of ``--tokens``) to paste into docs/slm.md.
 """
 
@@ -33,11 +37,13 @@ from converters.slm.quantize import gate_copy  # noqa: E402
 from edge.profiles import Precision, load_profile  # noqa: E402
 
 CPUS = ("cortex-a72", "cortex-a76")
+HASWELL = ("qemu-x86_64", "-cpu", "Haswell")
 
 
-def _host(model_dir: Path, prompt: str, tokens: int, out: Path) -> list[int]:
+def _host(model_dir: Path, prompt: str, tokens: int, out: Path, prefix: tuple[str, ...] = ()) -> list[int]:
+    """Greedy tokens on this host; ``prefix`` runs the same venv python under e.g. ``qemu-x86_64 -cpu Haswell``."""
     args = ["--model", str(model_dir), "--out", str(out), "--max-new-tokens", str(tokens), "--prompt", prompt]
-    subprocess.run([sys.executable, str(RUN_TEXT), *args], check=True, capture_output=True, timeout=1800)
+    subprocess.run([*prefix, sys.executable, str(RUN_TEXT), *args], check=True, capture_output=True, timeout=7200)
     return json.loads(out.read_text())["tokens"]
 
 
@@ -63,6 +69,7 @@ def main() -> int:
     parser.add_argument("--json", type=Path)
     parser.add_argument("--profiles", type=Path, help="a folder of profile files to read --target from")
     parser.add_argument("--cpus", default=",".join(CPUS), help="emulated cores, comma-separated")
+    parser.add_argument("--haswell", action="store_true", help="also run the gate copy as an AVX2-only x86")
     parser.add_argument("--prompts", help="1-based numbers of the fixed prompts to run, e.g. 2,3 (default all)")
     args = parser.parse_args()
     cpus = tuple(c for c in args.cpus.split(",") if c)
@@ -85,14 +92,20 @@ def main() -> int:
         row = {"prompt": prompt, "fp32_tokens": ref}
         row["host_gate"] = leading_equal(ref, _host(gate, prompt, args.tokens, work / f"gate-{i}.json"))
         row["host_shipped"] = leading_equal(ref, _host(shipped, prompt, args.tokens, work / f"host-{i}.json"))
+        if args.haswell:
+            avx2 = _host(gate, prompt, args.tokens, work / f"haswell-{i}.json", HASWELL)
+            row["haswell_gate"] = leading_equal(ref, avx2)
         for cpu, guest in guests.items():
             row[cpu] = leading_equal(ref, _guest(guest, shipped, prompt, args.tokens, work / f"{cpu}-{i}.json"))
         rows.append(row)
         print(json.dumps(row), file=sys.stderr)
-    print(f"| prompt | gate (host, level 0) | shipped on this host | {' | '.join(cpus)} |")
-    print("|---|---:|---:|" + "---:|" * len(cpus))
+    extra = ("haswell_gate",) if args.haswell else ()
+    haswell_head = ["gate on emulated Haswell (AVX2)"] if extra else []
+    heads = ["gate (host, level 0)", "shipped on this host", *haswell_head, *cpus]
+    print("| prompt | " + " | ".join(heads) + " |")
+    print("|---|" + "---:|" * len(heads))
     for r in rows:
-        cells = [r["host_gate"], r["host_shipped"], *(r[c] for c in cpus)]
+        cells = [r["host_gate"], r["host_shipped"], *(r[c] for c in extra), *(r[c] for c in cpus)]
         print(f"| {r['prompt']} | " + " | ".join(f"{c} of {len(r['fp32_tokens'])}" for c in cells) + " |")
     if args.json:
         args.json.write_text(json.dumps({"target": profile.name, "tokens": args.tokens, "rows": rows}, indent=2))

@@ -14,4 +14,5 @@ dirs=()
 for d in edge converters edge_deploy tests scripts benchmarks; do [ -d "$d" ] && dirs+=("$d"); done
 .venv/bin/ruff check "${dirs[@]}"
 .venv/bin/mypy  # edge/ and edge_deploy/ (the files and settings are in pyproject.toml)
-exec .venv/bin/python -m pytest -q -p no:cacheprovider --timeout=900 "$@"
+# --durations: the slowest tests are named in every run's log, so the 40-minute budget can be kept by measurement
+exec .venv/bin/python -m pytest -q -p no:cacheprovider --timeout=900 --durations=25 "$@"

@@ -30,6 +30,7 @@ from converters.slm.gqa_graph import build_gqa_onnx
 from converters.slm.perplexity import DEFAULT_TEXT, PerplexityGate, compare, perplexity, text_windows
 from converters.slm.report import build_report, write_reports
 from converters.timing import Laps
+from edge.digest import file_sha256
 from edge.errors import ConversionError, InputError, require
 from edge.profiles import Precision, TargetProfile
 from edge.text.chat import ChatFormat
@@ -76,7 +77,8 @@ class SlmOptions:
         eval_window: tokens per perplexity window.
         eval_tokens: how many tokens of the text to score.
         threads: onnxruntime threads for the perplexity runs.
-        work_dir: keep the HF folder and fp32 export here (a temporary folder, deleted, when None).
+        work_dir: keep the HF folder and fp32 export here (a temporary folder, deleted, when None). A kept
+            export is reused by the next conversion when its GGUF, exporter code and torch are the same.
     """
 
     int4_method: Int4Method = Int4Method.GRID
@@ -176,10 +178,43 @@ def _source_to_fp32(work: Path, say: Callable[[str], None], lap: Laps) -> tuple[
     folder = write_hf_folder(gguf, work / "hf")
     chat = derive_chat_format(gguf.tokenizer.chat_template)
     lap("gguf_to_hf")
-    say("exporting fp32 ONNX with KV cache")
-    fp32 = export_onnx(folder.path, work / "fp32" / MODEL_FILE).path
+    fp32 = work / "fp32" / MODEL_FILE
+    key = _export_key(folder)
+    if _export_is_current(fp32, key):
+        say(f"reusing the fp32 export in {fp32.parent} (same GGUF, same exporter)")
+    else:
+        say("exporting fp32 ONNX with KV cache")
+        (fp32.parent / EXPORT_STAMP).unlink(missing_ok=True)
+        fp32 = export_onnx(folder.path, fp32).path
+        (fp32.parent / EXPORT_STAMP).write_text(json.dumps(key, indent=2, sort_keys=True))
     lap("export")
     return folder, chat, fp32
+
+
+#: Written beside a finished fp32 export in a kept work folder: what it was exported from, and by what.
+EXPORT_STAMP = "export.json"
+#: The code an fp32 export depends on; a change to any of them makes a kept export stale.
+_EXPORTER_FILES = ("export.py", "torch_llama.py", "gguf_source.py")
+
+
+def _export_key(folder: HfFolder) -> dict[str, str]:
+    """What a kept fp32 export must match to be reused: the GGUF's sha256, the exporter's code, torch."""
+    import torch
+
+    here = Path(__file__).resolve().parent
+    key = {"gguf_sha256": folder.source.sha256, "torch": str(torch.__version__)}
+    for name in _EXPORTER_FILES:
+        key[name] = file_sha256(here / name)
+    return key
+
+
+def _export_is_current(fp32: Path, key: dict[str, str]) -> bool:
+    """True when ``fp32`` was finished by an export with exactly ``key`` (the stamp is written last)."""
+    stamp = fp32.parent / EXPORT_STAMP
+    try:
+        return fp32.is_file() and json.loads(stamp.read_text()) == key
+    except (OSError, ValueError):
+        return False
 
 
 def convert_slm(

@@ -201,13 +201,14 @@ PROMPT = "What is the capital of France?"
 
 
 @pytest.fixture(scope="module")
-def slm(profile, tmp_path_factory) -> Path:
+def slm(profile, request) -> Path:
     _browser_installed()
     if not (SLM_CACHE / "generation.json").is_file():
         from converters.slm.build import SlmOptions, convert_slm
         from edge.profiles import Precision
 
-        convert_slm(profile, Precision.FP32, SLM_CACHE, options=SlmOptions(work_dir=tmp_path_factory.mktemp("slm")))
+        work = request.getfixturevalue("slm_int4")["root"] / "work"  # the session's fp32 export is reused
+        convert_slm(profile, Precision.FP32, SLM_CACHE, options=SlmOptions(work_dir=work))
     return SLM_CACHE
 
 

@@ -23,19 +23,28 @@ from edge.text import SamplingConfig, TextGenerator  # noqa: E402
 
 
 @pytest.fixture(scope="module")
-def build(tmp_path_factory):
-    """(root, profile, the ValidationError of the greedy check): the build folder and report are written
-    before the gates raise."""
+def build(tmp_path_factory, slm_int4):
+    """(root, profile, the ValidationError of the greedy check, progress lines): the build folder and report
+    are written before the gates raise. The session's INT4 work folder is shared, so its fp32 export is
+    reused (not exported a second time)."""
     root = tmp_path_factory.mktemp("slm8")
     profile = load_profile("rpi4")
-    options = SlmOptions(eval_tokens=1024, work_dir=root / "work")
+    options = SlmOptions(eval_tokens=1024, work_dir=slm_int4["root"] / "work")
+    lines: list[str] = []
     with pytest.raises(ValidationError) as err:
-        convert_slm(profile, Precision.INT8, root / "int8", options=options)
-    return root, profile, err.value
+        convert_slm(profile, Precision.INT8, root / "int8", progress=lines.append, options=options)
+    return root, profile, err.value, lines
+
+
+def test_a_kept_fp32_export_is_reused_by_the_next_conversion(build, slm_int4) -> None:
+    lines = build[3]
+    kept = slm_int4["root"] / "work" / "fp32"
+    assert f"reusing the fp32 export in {kept} (same GGUF, same exporter)" in lines, lines
+    assert "exporting fp32 ONNX with KV cache" not in lines
 
 
 def test_weight_only_int8_passes_perplexity_but_not_greedy_agreement(build) -> None:
-    root, profile, error = build
+    root, profile, error, _ = build
     out = root / "int8"
     model = out / MODEL_FILE
     assert str(error).startswith(
@@ -69,7 +78,7 @@ def test_weight_only_int8_passes_perplexity_but_not_greedy_agreement(build) -> N
 
 
 def test_dynamic_int8_misses_the_gate(build) -> None:
-    root, profile, _ = build
+    root, profile, _, _ = build
     out = root / "dyn" / "model.onnx"
     fp32 = root / "work" / "fp32" / MODEL_FILE
     q = quantize_int8_dynamic(fp32, out, per_channel=profile.quant.per_channel)
