@@ -5,6 +5,8 @@
  *   qemu-aarch64 -plugin libinsncount.so -d plugin -D out.txt -cpu cortex-a76 ...
  *   -> out.txt: "insncount: region R total N simd N vector N sdot N udot N" per marked region (below),
  *      then "insncount: all total N simd N vector N sdot N udot N" for the whole run
+ *   qemu-x86_64 -plugin libinsncount.so -d plugin -D out.txt -cpu Haswell ...
+ *   -> the same lines, with the total only (simd/vector/sdot/udot stay 0): x86 instructions on an AVX2 CPU
  *
  * Written against QEMU 7.2's plugin API (version 1). Debian's qemu packages ship no qemu-plugin.h, so the
  * few declarations used are written out below from that API (include/qemu/qemu-plugin.h of QEMU 7.2).
@@ -105,6 +107,9 @@ static int dot_kind(uint32_t i)
     return (i & (1u << 29)) ? UDOT : SDOT;
 }
 
+/* The guest is AArch64 (instructions classified) or x86-64 (counted only: `qemu-x86_64 -cpu Haswell`). */
+static bool aarch64;
+
 static void tb_trans(qemu_plugin_id_t id, struct qemu_plugin_tb *tb)
 {
     uint64_t n[N_COUNTERS] = {0};
@@ -112,10 +117,13 @@ static void tb_trans(qemu_plugin_id_t id, struct qemu_plugin_tb *tb)
     for (size_t k = 0; k < insns; k++) {
         struct qemu_plugin_insn *insn = qemu_plugin_tb_get_insn(tb, k);
         uint32_t word = 0;
+        n[TOTAL]++;
+        if (!aarch64) {
+            continue; /* x86-64 guests: the total only (the classes below decode AArch64 encodings) */
+        }
         if (qemu_plugin_insn_size(insn) == 4) {
             memcpy(&word, qemu_plugin_insn_data(insn), 4); /* AArch64 code is little-endian here */
         }
-        n[TOTAL]++;
         if (is_simd_fp_dp(word) || is_simd_ldst(word)) {
             n[SIMD]++;
         }
@@ -156,9 +164,10 @@ static void at_exit(qemu_plugin_id_t id, void *userdata)
 
 QEMU_PLUGIN_EXPORT int qemu_plugin_install(qemu_plugin_id_t id, const qemu_info_t *info, int argc, char **argv)
 {
-    if (strcmp(info->target_name, "aarch64") != 0) {
+    aarch64 = strcmp(info->target_name, "aarch64") == 0;
+    if (!aarch64 && strcmp(info->target_name, "x86_64") != 0) {
         char line[128];
-        snprintf(line, sizeof line, "insncount: target %s is not aarch64\n", info->target_name);
+        snprintf(line, sizeof line, "insncount: target %s is neither aarch64 nor x86_64\n", info->target_name);
         qemu_plugin_outs(line);
         return -1;
     }

@@ -77,10 +77,11 @@ def test_weight_only_int8_passes_perplexity_but_not_greedy_agreement(build) -> N
         assert counted.text == " five, six,"
 
 
-def test_dynamic_int8_misses_the_gate(build) -> None:
+def test_dynamic_int8_misses_the_gate(build, slm_int4) -> None:
     root, profile, _, _ = build
     out = root / "dyn" / "model.onnx"
-    fp32 = root / "work" / "fp32" / MODEL_FILE
+    fp32 = slm_int4["result"].fp32_model  # the session's kept export, which the INT8 build reused
+    assert fp32 == slm_int4["root"] / "work" / "fp32" / MODEL_FILE
     q = quantize_int8_dynamic(fp32, out, per_channel=profile.quant.per_channel)
     assert q.op_counts["MatMulInteger"] == 121 and q.op_counts.get("MatMulNBits", 0) == 0
     from tokenizers import Tokenizer
