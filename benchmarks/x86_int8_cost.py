@@ -76,7 +76,7 @@ class Variant:
 VARIANTS = (
     Variant("fp32", "fp32", "ALL", True, "fp32 `.onnx`"),
     Variant("x86 int8, shipped", "x86_64-host", "ALL", True, "reduce-range weights, fused, `x64quantprecision=1`"),
-    Variant("x86 int8, ORT default", "x86_64-host", "ALL", False, "reduce-range weights, fused, u8s8 (saturating)"),
+    Variant("x86 int8, ORT default", "x86_64-host", "ALL", False, "7-bit weights, fused, u8s8 (cannot saturate)"),
     Variant("rpi4 int8, precise", "rpi4", "ALL", True, "full-range weights, fused, `x64quantprecision=1`"),
     Variant("rpi4 int8, ORT default", "rpi4", "ALL", False, "full-range weights, fused, u8s8 (saturating)"),
     Variant("rpi4 int8, unfused (the gate)", "rpi4", "NONE", True, "QDQ unfused: dequantize, float op, quantize"),
