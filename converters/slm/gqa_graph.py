@@ -1,4 +1,4 @@
-"""Write a llama decoder straight to ONNX with onnxruntime's fused ops and a shared, preallocated KV buffer.
+"""Write a llama-family decoder (llama, qwen2) straight to ONNX with onnxruntime's fused ops and a shared, preallocated KV buffer.
 
 The torch export (``export.py``) is the reference: plain ONNX ops, a cache that grows by Concat at every
 step. This graph computes the same function with onnxruntime's contrib ops, the layout onnxruntime-genai's
@@ -87,6 +87,9 @@ def _layer(g: _Graph, w: dict, i: int, x: str, residual: str | None, attrs: dict
         h, residual = g.skip_norm(x, residual, gamma, f"/layers.{i}/input_norm", eps)
     qkv_w = np.concatenate([w[f"{p}self_attn.{n}_proj.weight"] for n in "qkv"], axis=0).T
     (qkv,) = g.node("MatMul", [h, g.init(f"{p}self_attn.qkv_proj.weight_T", qkv_w)], f"/layers.{i}/attn/qkv_proj")
+    if f"{p}self_attn.q_proj.bias" in w:  # qwen2
+        qkv_b = np.concatenate([w[f"{p}self_attn.{n}_proj.bias"] for n in "qkv"])
+        (qkv,) = g.node("Add", [qkv, g.init(f"{p}self_attn.qkv_proj.bias", qkv_b)], f"/layers.{i}/attn/qkv_bias")
     past_k, past_v = f"past_key_values.{i}.key", f"past_key_values.{i}.value"
     attn_in = [qkv, "", "", past_k, past_v, "seqlens_k", "total_seq_len", "cos_cache", "sin_cache"]
     (attn, _, _) = g.node("GroupQueryAttention", attn_in, f"/layers.{i}/attn/gqa", 3, _MS, **attrs)

@@ -1,4 +1,4 @@
-"""Lossless INT4/INT8 for weights that already sit on a GGUF block grid (Q4_1 / Q8_0).
+"""Lossless INT4/INT8 for weights that already sit on a GGUF block grid (Q4_1 / Q4_0 / Q8_0).
 
 SmolLM2 arrives as Q4_1: in each block of 32 input features a weight is ``d * q + m`` with ``q`` in 0..15
 and a per-block scale ``d`` and minimum ``m``. Rounding those values again onto a *different* 4-bit grid
@@ -19,6 +19,10 @@ Nothing is stored twice or wider than the GGUF has it: scales and minima are fp1
 stored as fp16 + Cast (``C = m + 8d`` is a constant subgraph onnxruntime folds at load); a tied embedding
 (``Gather`` along axis 1 of the LM head's weight) becomes ``GatherBlockQuantized`` over the head's 8-bit
 codes. Optionally the head's ``top_k`` largest logits are recomputed exactly in fp32 (see ``_exact_head``).
+
+Q4_0 (``w = d * (q - 8)``) is MatMulNBits' own symmetric format: codes and scales go in as they are.
+Weights from other GGUF types (Q5_0/Q5_1, the K-quants Q4_K/Q5_K/Q6_K, F16/F32) are not on these
+grids; the grid method refuses them (ConversionError naming the weight) and the RTN method re-rounds them.
 """
 
 from __future__ import annotations
@@ -51,7 +55,7 @@ def _check(weight_blocks: np.ndarray, recon: np.ndarray, scale: np.ndarray) -> b
 
 
 def find_grid(weight: np.ndarray) -> GridWeight | None:
-    """The Q4_1 or Q8_0 grid ``weight`` ``[K, N]`` lies on (blocks of 32 along K), or None."""
+    """The Q4_1, Q4_0 or Q8_0 grid ``weight`` ``[K, N]`` lies on (blocks of 32 along K), or None."""
     k, n = weight.shape
     if k % GRID_BLOCK:
         return None
@@ -63,6 +67,9 @@ def find_grid(weight: np.ndarray) -> GridWeight | None:
     if _check(blocks, d[:, None] * q + low[:, None], d):
         offsets = low + 8.0 * d
         return GridWeight(4, _codes(q, n, k), d.T.astype(np.float32), offsets.astype(np.float32))
+    grid = _symmetric_q4(blocks)
+    if grid is not None:
+        return grid
     amax = np.abs(blocks).max(axis=1)
     d8 = amax / 127.0
     safe8 = np.where(d8 == 0, 1.0, d8)
@@ -70,6 +77,21 @@ def find_grid(weight: np.ndarray) -> GridWeight | None:
     if _check(blocks, d8[:, None] * q8, d8):
         return GridWeight(8, _codes(q8 + 128, n, k), d8.T.astype(np.float32), None)
     return None
+
+
+def _symmetric_q4(blocks: np.ndarray) -> GridWeight | None:
+    """Q4_0: ``w = d * (q - 8)``, q in 0..15, the block's largest-magnitude value coded as q = 0 (llama.cpp
+    sets ``d = max / -8``), so ``d`` is that value over -8 (negative when it is positive). This is exactly
+    MatMulNBits' symmetric 4-bit format (implied zero point 8): no offsets."""
+    nb, _, n = blocks.shape
+    pick = np.abs(blocks).argmax(axis=1)  # [K/32, N]
+    extreme = np.take_along_axis(blocks, pick[:, None], axis=1)[:, 0]
+    d = extreme / -8.0
+    safe = np.where(d == 0, 1.0, d)
+    q = np.clip(np.rint(blocks / safe[:, None]) + 8, 0, 15)
+    if not _check(blocks, d[:, None] * (q - 8), d):
+        return None
+    return GridWeight(4, _codes(q, n, nb * GRID_BLOCK), d.T.astype(np.float32), None)
 
 
 def _codes(q: np.ndarray, n: int, k: int) -> np.ndarray:
@@ -316,8 +338,8 @@ def repack_grid(
         grid = find_grid(numpy_helper.to_array(weight))
         if grid is None:
             raise ConversionError(
-                f"{fp32_path}: weight {weight.name!r} of {node.name!r} lies on neither a Q4_1 nor a Q8_0 "
-                "block grid; expected weights dequantized from a GGUF (use the 'rtn' INT4 method instead)"
+                f"{fp32_path}: weight {weight.name!r} of {node.name!r} lies on no Q4_1, Q4_0 or Q8_0 "
+                "block grid; expected weights dequantized from such a GGUF (use the 'rtn' INT4 method instead)"
             )
         level = next((v for k, v in (levels or {}).items() if f"/{k}" in node.name), accuracy_level)
         grids[weight.name] = (grid, _replace(w, node, grid, level))

@@ -183,7 +183,12 @@ def test_unpermute_inverts_llama_cpp_permutation() -> None:
 def test_unknown_tensor_name() -> None:
     with pytest.raises(ConversionError) as err:
         hf_name("blk.0.attn_qkv.weight")
-    assert str(err.value) == "unknown GGUF tensor 'blk.0.attn_qkv.weight'; expected a llama tensor name"
+    assert str(err.value) == (
+        "unknown GGUF tensor 'blk.0.attn_qkv.weight'; expected one of token_embd.weight, output_norm.weight, "
+        "output.weight or blk.N.{attn_q.bias,attn_k.bias,attn_v.bias,attn_norm.weight,ffn_norm.weight,"
+        "attn_q.weight,attn_k.weight,attn_v.weight,attn_output.weight,ffn_gate.weight,ffn_up.weight,"
+        "ffn_down.weight}"
+    )
 
 
 def test_hf_folder_and_tokenizer(tiny, tmp_path: Path) -> None:
@@ -205,8 +210,8 @@ def test_unsupported_pre_tokenizer(tiny) -> None:
     from dataclasses import replace
 
     with pytest.raises(ConversionError) as err:
-        build_tokenizer(replace(spec, pre="qwen2"))
-    assert str(err.value) == "tokenizer.ggml.pre = 'qwen2'; expected one of default, gpt2, smollm"
+        build_tokenizer(replace(spec, pre="llama-bpe"))
+    assert str(err.value) == "tokenizer.ggml.pre = 'llama-bpe'; expected one of default, gpt2, qwen2, smollm"
 
 
 def test_chat_template_becomes_plain_pieces() -> None:

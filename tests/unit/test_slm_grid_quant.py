@@ -50,6 +50,20 @@ def test_finds_q8_0_grid() -> None:
     assert grid is not None and grid.bits == 8 and grid.offsets is None
 
 
+def test_finds_q4_0_grid_as_symmetric_codes() -> None:
+    """A weight quantized by gguf-py's Q4_0 (llama.cpp's reference code) is MatMulNBits' own format."""
+    gguf_quants = pytest.importorskip("gguf.quants")
+    from gguf import GGMLQuantizationType
+
+    rows = np.random.default_rng(4).normal(size=(N, K)).astype(np.float32)  # GGUF rows: [N, K]
+    q4_0 = gguf_quants.quantize(rows, GGMLQuantizationType.Q4_0)
+    w = gguf_quants.dequantize(q4_0, GGMLQuantizationType.Q4_0).T  # [K, N]
+    grid = find_grid(np.ascontiguousarray(w))
+    assert grid is not None and grid.bits == 4 and grid.offsets is None
+    codes = grid.codes.T.reshape(K // 32, 32, N).astype(np.float32)
+    np.testing.assert_array_equal((grid.scales.T[:, None, :] * (codes - 8)).reshape(K, N), w)
+
+
 def test_off_grid_weight_is_none() -> None:
     assert find_grid(np.random.default_rng(2).normal(size=(K, N)).astype(np.float32)) is None
 
@@ -160,6 +174,6 @@ def test_off_grid_weight_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ConversionError) as err:
         repack_grid(fp32, tmp_path / "out.onnx", accuracy_level=4)
     assert str(err.value) == (
-        f"{fp32}: weight 'w0' of 'mm0' lies on neither a Q4_1 nor a Q8_0 block grid; expected weights "
-        "dequantized from a GGUF (use the 'rtn' INT4 method instead)"
+        f"{fp32}: weight 'w0' of 'mm0' lies on no Q4_1, Q4_0 or Q8_0 block grid; expected weights "
+        "dequantized from such a GGUF (use the 'rtn' INT4 method instead)"
     )

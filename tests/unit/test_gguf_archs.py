@@ -1,0 +1,212 @@
+"""Any GGUF: each architecture x tensor type, our export against transformers loading the same file.
+
+Every file is a tiny random-weight decoder (2 layers, hidden 64, 4 query / 2 key-value heads, vocab 48)
+written with gguf-py's writer; the quantized types are made by gguf-py's port of llama.cpp's quantizers.
+transformers' GGUF loader dequantizes the same file into ``LlamaForCausalLM`` / ``Qwen2ForCausalLM``: the
+fp32 reference. Our fp32 ONNX export must give the same logits (atol 1e-4 on logits of magnitude ~1-10)
+and the same 8 greedy tokens; the int4 "grid" model (the GGUF's Q4_0/Q4_1/Q8_0 codes repacked into
+MatMulNBits, accuracy level 0) too, because that repacking is exact.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+gguf = pytest.importorskip("gguf")
+pytest.importorskip("onnxruntime")
+pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from gguf import GGMLQuantizationType as QT  # noqa: E402
+from gguf.quants import quantize  # noqa: E402
+
+from converters.slm.export import export_onnx  # noqa: E402
+from converters.slm.gguf_source import read_gguf, write_hf_folder  # noqa: E402
+from converters.slm.gqa_graph import build_gqa_onnx  # noqa: E402
+from converters.slm.grid_quant import repack_grid  # noqa: E402
+from edge.errors import ConversionError  # noqa: E402
+from edge.text.decoder import OnnxDecoder  # noqa: E402
+
+HIDDEN, HEADS, KV_HEADS, FFN, LAYERS = 64, 4, 2, 96, 2
+HEAD_DIM = HIDDEN // HEADS
+TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", *"abcdefghijklmnopqrstuvwxyz", "Ġ", *"0123456789"]
+TOKENS += [f"t{i}" for i in range(48 - len(TOKENS))]
+ATOL = 1e-4
+GREEDY = 8
+PROMPT = [1, 5, 9, 14, 3, 22, 30]
+TYPES = (QT.F32, QT.F16, QT.Q8_0, QT.Q4_0, QT.Q4_1)
+GRID_TYPES = (QT.Q8_0, QT.Q4_0, QT.Q4_1)
+
+
+def _permute(w: np.ndarray, n_head: int) -> np.ndarray:
+    """llama.cpp's convert_hf_to_gguf Q/K permutation (llama only)."""
+    return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def _layer_tensors(rng: np.random.Generator, arch: str, i: int) -> dict[str, np.ndarray]:
+    p = f"blk.{i}."
+    t = {
+        p + "attn_norm.weight": rng.uniform(0.5, 1.5, HIDDEN),
+        p + "ffn_norm.weight": rng.uniform(0.5, 1.5, HIDDEN),
+        p + "attn_q.weight": rng.normal(0, 0.2, (HEADS * HEAD_DIM, HIDDEN)),
+        p + "attn_k.weight": rng.normal(0, 0.2, (KV_HEADS * HEAD_DIM, HIDDEN)),
+        p + "attn_v.weight": rng.normal(0, 0.2, (KV_HEADS * HEAD_DIM, HIDDEN)),
+        p + "attn_output.weight": rng.normal(0, 0.2, (HIDDEN, HEADS * HEAD_DIM)),
+        p + "ffn_gate.weight": rng.normal(0, 0.2, (FFN, HIDDEN)),
+        p + "ffn_up.weight": rng.normal(0, 0.2, (FFN, HIDDEN)),
+        p + "ffn_down.weight": rng.normal(0, 0.2, (HIDDEN, FFN)),
+    }
+    if arch == "llama":
+        t[p + "attn_q.weight"] = _permute(t[p + "attn_q.weight"], HEADS)
+        t[p + "attn_k.weight"] = _permute(t[p + "attn_k.weight"], KV_HEADS)
+    else:  # qwen2: q/k/v biases, no permutation
+        for n, rows in (("q", HEADS), ("k", KV_HEADS), ("v", KV_HEADS)):
+            t[f"{p}attn_{n}.bias"] = rng.normal(0, 0.5, rows * HEAD_DIM)
+    return t
+
+
+def _header(w, arch: str) -> None:
+    w.add_block_count(LAYERS)
+    w.add_context_length(64)
+    w.add_embedding_length(HIDDEN)
+    w.add_feed_forward_length(FFN)
+    w.add_head_count(HEADS)
+    w.add_head_count_kv(KV_HEADS)
+    w.add_rope_freq_base(10000.0 if arch == "llama" else 1000000.0)
+    w.add_layer_norm_rms_eps(1e-6)
+    w.add_vocab_size(len(TOKENS))
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("smollm" if arch == "llama" else "qwen2")
+    w.add_token_list(TOKENS)
+    w.add_token_types([3, 3, 3] + [1] * (len(TOKENS) - 3))
+    w.add_token_merges(["a b", "Ġ a"])
+    w.add_bos_token_id(1)
+    w.add_eos_token_id(2)
+
+
+def write_gguf(path: Path, arch: str, qtype: QT, seed: int = 0, tied: bool = True) -> Path:
+    """A tiny ``arch`` GGUF whose 2-D weights are stored as ``qtype`` (norms and biases F32, as llama.cpp)."""
+    rng = np.random.default_rng(seed)
+    tensors = {"token_embd.weight": rng.normal(0, 1.0, (len(TOKENS), HIDDEN))}
+    tensors["output_norm.weight"] = rng.uniform(0.5, 1.5, HIDDEN)
+    if not tied:
+        tensors["output.weight"] = rng.normal(0, 0.2, (len(TOKENS), HIDDEN))
+    for i in range(LAYERS):
+        tensors.update(_layer_tensors(rng, arch, i))
+    w = gguf.GGUFWriter(str(path), arch)
+    _header(w, arch)
+    for name, value in tensors.items():
+        value = value.astype(np.float32)
+        if value.ndim == 1 or qtype == QT.F32:
+            w.add_tensor(name, value)
+        elif qtype == QT.F16:
+            w.add_tensor(name, value.astype(np.float16))
+        else:
+            w.add_tensor(name, quantize(value, qtype), raw_dtype=qtype)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+def _reference(path: Path):
+    """transformers' fp32 model loaded from the same GGUF."""
+    import torch
+
+    model = transformers.AutoModelForCausalLM.from_pretrained(
+        str(path.parent), gguf_file=path.name, torch_dtype=torch.float32
+    )
+    return model.eval()
+
+
+def _reference_run(model) -> tuple[np.ndarray, list[int]]:
+    import torch
+
+    with torch.no_grad():
+        logits = model(torch.tensor([PROMPT])).logits[0].numpy()
+        ids = list(PROMPT)
+        for _ in range(GREEDY):
+            ids.append(int(model(torch.tensor([ids])).logits[0, -1].argmax()))
+    return logits, ids[len(PROMPT) :]
+
+
+def _ours(model_path: Path) -> tuple[np.ndarray, list[int]]:
+    """Prefill logits and greedy tokens of an ONNX decoder, decoding through its KV cache."""
+    dec = OnnxDecoder(model_path, threads=1)
+    n = len(PROMPT)
+    logits, cache = dec.forward(np.array([PROMPT]), np.ones((1, n), np.int64), np.arange(n)[None], dec.empty_cache())
+    out = [int(logits[0, -1].argmax())]
+    for step in range(GREEDY - 1):
+        total = n + step + 1
+        last, cache = dec.forward(
+            np.array([[out[-1]]]), np.ones((1, total), np.int64), np.array([[total - 1]]), cache
+        )
+        out.append(int(last[0, -1].argmax()))
+    return logits[0], out
+
+
+def _compare(ours: tuple[np.ndarray, list[int]], ref: tuple[np.ndarray, list[int]]) -> None:
+    np.testing.assert_allclose(ours[0], ref[0], rtol=0, atol=ATOL)
+    assert ours[1] == ref[1]
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+@pytest.mark.parametrize("qtype", TYPES, ids=lambda t: t.name)
+def test_fp32_export_equals_transformers(arch: str, qtype: QT, tmp_path: Path) -> None:
+    path = write_gguf(tmp_path / f"tiny-{arch}-{qtype.name}.gguf", arch, qtype)
+    model = read_gguf(path)
+    assert model.llama.architecture == arch and model.llama.attention_bias == (arch == "qwen2")
+    folder = write_hf_folder(model, tmp_path / "hf")
+    fp32 = export_onnx(folder.path, tmp_path / "fp32" / "model.onnx").path
+    ref = _reference_run(_reference(path))
+    _compare(_ours(fp32), ref)
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+@pytest.mark.parametrize("qtype", GRID_TYPES, ids=lambda t: t.name)
+def test_int4_grid_equals_transformers(arch: str, qtype: QT, tmp_path: Path) -> None:
+    """The GGUF's own codes in MatMulNBits: the same function as the file, so the same logits and tokens."""
+    path = write_gguf(tmp_path / f"tiny-{arch}-{qtype.name}.gguf", arch, qtype, seed=1, tied=qtype != QT.Q4_1)
+    folder = write_hf_folder(read_gguf(path), tmp_path / "hf")
+    fused = build_gqa_onnx(folder.path, tmp_path / "gqa" / "model.onnx")
+    counts = repack_grid(fused, tmp_path / "int4" / "model.onnx", accuracy_level=0)
+    # 4 weight MatMuls per layer (qkv, o, gate_up, down) + the LM head, all on the file's grid
+    bits = 8 if qtype == QT.Q8_0 else 4
+    assert counts[f"int{bits}"] == 4 * LAYERS + 1 and counts[f"int{12 - bits}"] == 0
+    _compare(_ours(tmp_path / "int4" / "model.onnx"), _reference_run(_reference(path)))
+
+
+def test_unsupported_architecture_names_the_key(tmp_path: Path) -> None:
+    path = tmp_path / "mamba.gguf"
+    w = gguf.GGUFWriter(str(path), "mamba")
+    _header(w, "mamba")
+    w.add_tensor("token_embd.weight", np.zeros((len(TOKENS), HIDDEN), np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    with pytest.raises(ConversionError) as err:
+        read_gguf(path)
+    assert str(err.value) == f"{path}: general.architecture = 'mamba'; expected one of llama, qwen2"
+
+
+def test_unsupported_tensor_type_names_tensor_and_type(tmp_path: Path) -> None:
+    path = tmp_path / "iq4.gguf"
+    w = gguf.GGUFWriter(str(path), "llama")
+    _header(w, "llama")
+    # IQ4_NL: blocks of 32 weights in 18 bytes (an fp16 scale + 16 bytes of non-linear 4-bit codes)
+    w.add_tensor("token_embd.weight", np.zeros((len(TOKENS), HIDDEN // 32 * 18), np.uint8), raw_dtype=QT.IQ4_NL)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    with pytest.raises(ConversionError) as err:
+        read_gguf(path)
+    assert str(err.value) == (
+        f"{path}: tensor 'token_embd.weight' has type IQ4_NL; expected one of F32, F16, BF16, Q8_0, Q4_0, "
+        "Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K"
+    )
