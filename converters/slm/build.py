@@ -225,7 +225,8 @@ def convert_slm(
     out_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="slm-") as tmp:
         lap = Laps()
-        folder, chat, fp32, name = _source_to_fp32(opts.gguf, Path(opts.work_dir) if opts.work_dir else Path(tmp), say, lap)
+        work = Path(opts.work_dir) if opts.work_dir else Path(tmp)
+        folder, chat, fp32, name = _source_to_fp32(opts.gguf, work, say, lap)
         say(f"quantizing ({precision.value})")
         model = out_dir / MODEL_FILE
         method, settings, counts = _quantize(fp32, model, precision, profile, opts, folder.path)

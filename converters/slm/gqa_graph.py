@@ -1,4 +1,4 @@
-"""Write a llama-family decoder (llama, qwen2) straight to ONNX with onnxruntime's fused ops and a shared, preallocated KV buffer.
+"""Write a llama or qwen2 decoder straight to ONNX with onnxruntime's fused ops and a shared KV buffer.
 
 The torch export (``export.py``) is the reference: plain ONNX ops, a cache that grows by Concat at every
 step. This graph computes the same function with onnxruntime's contrib ops, the layout onnxruntime-genai's
@@ -109,6 +109,19 @@ def _layer(g: _Graph, w: dict, i: int, x: str, residual: str | None, attrs: dict
     return down, residual
 
 
+def _embedding(g: _Graph, w: dict, tied: bool) -> tuple[str, str]:
+    """(embedded input ``[B, S, H]``, the LM head's ``[H, vocab]`` weight). A tied table is stored once,
+    as the head's weight, which the embedding reads along axis 1; an untied one (e.g. a GGUF with its own
+    ``output.weight``) keeps both tables."""
+    table = w["model.embed_tokens.weight"]
+    head = g.init("lm_head.weight_T", np.ascontiguousarray((table if tied else w["lm_head.weight"]).T))
+    if not tied:
+        rows = g.init("model.embed_tokens.weight", table)
+        return g.node("Gather", [rows, "input_ids"], "/embed_tokens/Gather", axis=0)[0], head
+    (cols,) = g.node("Gather", [head, "input_ids"], "/embed_tokens/Gather", axis=1)  # [H, B, S]
+    return g.node("Transpose", [cols], "/embed_tokens/Transpose", perm=[1, 2, 0])[0], head
+
+
 def build_gqa_onnx(hf_dir: Path, out_path: Path, context_length: int | None = None) -> Path:
     """Write the fused-attention fp32 decoder for the HF llama folder ``hf_dir`` to ``out_path``.
 
@@ -150,10 +163,7 @@ def build_gqa_onnx(hf_dir: Path, out_path: Path, context_length: int | None = No
     (mask_shape,) = g.node("Shape", ["attention_mask"], "/mask/shape")
     (total,) = g.node("Gather", [mask_shape, "one"], "/mask/total", axis=0)
     g.nodes.append(helper.make_node("Cast", [total], ["total_seq_len"], name="/mask/total_i32", to=TensorProto.INT32))
-    embed_t = w["lm_head.weight"].T if "lm_head.weight" in w else w["model.embed_tokens.weight"].T
-    head = g.init("lm_head.weight_T", np.ascontiguousarray(embed_t))
-    (cols,) = g.node("Gather", [head, "input_ids"], "/embed_tokens/Gather", axis=1)  # [H, B, S]
-    (x,) = g.node("Transpose", [cols], "/embed_tokens/Transpose", perm=[1, 2, 0])
+    x, head = _embedding(g, w, bool(config.get("tie_word_embeddings", "lm_head.weight" not in w)))
     attrs = {
         "num_heads": heads,
         "kv_num_heads": shape.num_kv_heads,

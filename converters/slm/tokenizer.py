@@ -53,7 +53,11 @@ def build_tokenizer(spec: TokenizerSpec):
         if not sep:
             raise ConversionError(f"tokenizer.ggml.merges has {merge!r}; expected two tokens split by a space")
         merges.append((left, right))
-    tokenizer = tk.Tokenizer(tk.models.BPE(vocab=vocab, merges=merges, fuse_unk=False, byte_fallback=False))
+    try:
+        bpe = tk.models.BPE(vocab=vocab, merges=merges, fuse_unk=False, byte_fallback=False)
+    except Exception as exc:  # tokenizers raises a bare Exception for merges outside the vocabulary
+        raise ConversionError(f"tokenizer.ggml.merges do not fit tokenizer.ggml.tokens ({exc})") from exc
+    tokenizer = tk.Tokenizer(bpe)
     tokenizer.pre_tokenizer = _pre_tokenizer(tk, _PRE_TOKENIZERS[spec.pre])
     tokenizer.decoder = tk.decoders.ByteLevel()
     tokenizer.post_processor = tk.processors.ByteLevel(trim_offsets=False)

@@ -32,7 +32,7 @@ from edge.text.decoder import OnnxDecoder  # noqa: E402
 
 HIDDEN, HEADS, KV_HEADS, FFN, LAYERS = 64, 4, 2, 96, 2
 HEAD_DIM = HIDDEN // HEADS
-TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", *"abcdefghijklmnopqrstuvwxyz", "Ġ", *"0123456789"]
+TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", *"abcdefghijklmnopqrstuvwxyz", "Ġ", *"0123456789", "ab", "Ġa"]
 TOKENS += [f"t{i}" for i in range(48 - len(TOKENS))]
 ATOL = 1e-4
 GREEDY = 8
@@ -142,9 +142,7 @@ def _ours(model_path: Path) -> tuple[np.ndarray, list[int]]:
     out = [int(logits[0, -1].argmax())]
     for step in range(GREEDY - 1):
         total = n + step + 1
-        last, cache = dec.forward(
-            np.array([[out[-1]]]), np.ones((1, total), np.int64), np.array([[total - 1]]), cache
-        )
+        last, cache = dec.forward(np.array([[out[-1]]]), np.ones((1, total), np.int64), np.array([[total - 1]]), cache)
         out.append(int(last[0, -1].argmax()))
     return logits[0], out
 
