@@ -76,7 +76,7 @@ class SlmOptions:
         int4_method: see :class:`Int4Method`.
         int8_method: see :class:`Int8Method`.
         eval_text: the perplexity text.
-        eval_window: tokens per perplexity window.
+        eval_window: tokens per perplexity window (at most the model's context length).
         eval_tokens: how many tokens of the text to score.
         threads: onnxruntime threads for the perplexity runs.
         work_dir: keep the HF folder and fp32 export here (a temporary folder, deleted, when None).
@@ -162,14 +162,14 @@ def _quantize(fp32: Path, out: Path, precision: Precision, profile: TargetProfil
     return "gguf_grid", settings, quantize.op_counts(out)
 
 
-def _gate(tok_path: Path, fp32: Path, model: Path, profile: TargetProfile, opts: SlmOptions, same: bool):
+def _gate(tok_path: Path, fp32: Path, model: Path, profile: TargetProfile, opts: SlmOptions, same: bool, context: int):
     tokenizers = require("tokenizers", "convert", "tokenizing the perplexity text")
     try:
         text = opts.eval_text.read_text(encoding="utf-8")
     except OSError as exc:
         raise InputError(f"{opts.eval_text}: cannot read the perplexity text ({exc.strerror})") from exc
     ids = tokenizers.Tokenizer.from_file(str(tok_path)).encode(text).ids
-    windows = text_windows(ids, opts.eval_window, opts.eval_tokens)
+    windows = text_windows(ids, min(opts.eval_window, context), opts.eval_tokens)
     reference = perplexity(fp32, windows, opts.threads)
     candidate = reference if same else perplexity(model, windows, opts.threads)
     return compare(reference, candidate, profile.thresholds.slm_perplexity_ratio)
@@ -237,7 +237,8 @@ def convert_slm(
         gated, relevelled = quantize.gate_copy(model, Path(tmp) / "gate" / MODEL_FILE)
         level0 = f" ({relevelled} MatMulNBits at accuracy level 0: host-independent)" if relevelled else ""
         say("perplexity gate" + level0)
-        result = _gate(tokenizer, fp32, gated, profile, opts, precision is Precision.FP32)
+        same = precision is Precision.FP32
+        result = _gate(tokenizer, fp32, gated, profile, opts, same, folder.llama.context_length)
         lap("perplexity")
         greedy, tokens = None, profile.thresholds.slm_greedy_tokens
         if precision is not Precision.FP32 and tokens > 0:

@@ -10,6 +10,7 @@ MatMulNBits, accuracy level 0) too, because that repacking is exact.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -28,12 +29,19 @@ from converters.slm.gguf_source import read_gguf, write_hf_folder  # noqa: E402
 from converters.slm.gqa_graph import build_gqa_onnx  # noqa: E402
 from converters.slm.grid_quant import repack_grid  # noqa: E402
 from edge.errors import ConversionError  # noqa: E402
+from edge_deploy.cli import main  # noqa: E402
 from edge.text.decoder import OnnxDecoder  # noqa: E402
 
 HIDDEN, HEADS, KV_HEADS, FFN, LAYERS = 64, 4, 2, 96, 2
 HEAD_DIM = HIDDEN // HEADS
 TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", *"abcdefghijklmnopqrstuvwxyz", "Ġ", *"0123456789", "ab", "Ġa"]
 TOKENS += [f"t{i}" for i in range(48 - len(TOKENS))]
+TEMPLATE = (
+    "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
+    "{{ '<|im_start|>system\nYou are tiny.<|im_end|>\n' }}{% endif %}"
+    "{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
 ATOL = 1e-4
 GREEDY = 8
 PROMPT = [1, 5, 9, 14, 3, 22, 30]
@@ -70,7 +78,7 @@ def _layer_tensors(rng: np.random.Generator, arch: str, i: int) -> dict[str, np.
 
 def _header(w, arch: str) -> None:
     w.add_block_count(LAYERS)
-    w.add_context_length(64)
+    w.add_context_length(1024)
     w.add_embedding_length(HIDDEN)
     w.add_feed_forward_length(FFN)
     w.add_head_count(HEADS)
@@ -85,6 +93,7 @@ def _header(w, arch: str) -> None:
     w.add_token_merges(["a b", "Ġ a"])
     w.add_bos_token_id(1)
     w.add_eos_token_id(2)
+    w.add_chat_template(TEMPLATE)
 
 
 def write_gguf(path: Path, arch: str, qtype: QT, seed: int = 0, tied: bool = True) -> Path:
@@ -176,6 +185,19 @@ def test_int4_grid_equals_transformers(arch: str, qtype: QT, tmp_path: Path) -> 
     bits = 8 if qtype == QT.Q8_0 else 4
     assert counts[f"int{bits}"] == 4 * LAYERS + 1 and counts[f"int{12 - bits}"] == 0
     _compare(_ours(tmp_path / "int4" / "model.onnx"), _reference_run(_reference(path)))
+
+
+def test_convert_slm_gguf_flag_builds_a_gated_qwen2(tmp_path: Path, capsys) -> None:
+    """``convert slm --gguf FILE``: the whole chain (fp32 export, int4 grid, both gates) on another GGUF."""
+    path = write_gguf(tmp_path / "tiny-qwen2-Q4_0.gguf", "qwen2", QT.Q4_0, seed=2)
+    out = tmp_path / "out"
+    assert main(["convert", "slm", "--target", "rpi4", "--gguf", str(path), "-o", str(out), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["source"]["file"] == path.name and report["source"]["package"] == "file"
+    assert report["method"] == "gguf_grid" and report["settings"]["weights_int4"] == 4 * LAYERS + 1
+    assert report["perplexity"]["passed"] and abs(report["perplexity"]["ratio"] - 1.0) < 1e-3
+    assert report["greedy_agreement"]["passed"]
+    assert json.loads((out / "generation.json").read_text())["stop_token_ids"] == [2, 0]
 
 
 def test_unsupported_architecture_names_the_key(tmp_path: Path) -> None:
