@@ -29,8 +29,8 @@ from converters.slm.gguf_source import read_gguf, write_hf_folder  # noqa: E402
 from converters.slm.gqa_graph import build_gqa_onnx  # noqa: E402
 from converters.slm.grid_quant import repack_grid  # noqa: E402
 from edge.errors import ConversionError  # noqa: E402
-from edge_deploy.cli import main  # noqa: E402
 from edge.text.decoder import OnnxDecoder  # noqa: E402
+from edge_deploy.cli import main  # noqa: E402
 
 HIDDEN, HEADS, KV_HEADS, FFN, LAYERS = 64, 4, 2, 96, 2
 HEAD_DIM = HIDDEN // HEADS
