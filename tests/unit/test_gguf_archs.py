@@ -70,6 +70,9 @@ def _layer_tensors(rng: np.random.Generator, arch: str, i: int) -> dict[str, np.
     if arch == "llama":
         t[p + "attn_q.weight"] = _permute(t[p + "attn_q.weight"], HEADS)
         t[p + "attn_k.weight"] = _permute(t[p + "attn_k.weight"], KV_HEADS)
+    elif arch == "phi3":  # fused q/k/v and gate/up, no permutation
+        t[p + "attn_qkv.weight"] = np.concatenate([t.pop(f"{p}attn_{n}.weight") for n in "qkv"])
+        t[p + "ffn_up.weight"] = np.concatenate([t.pop(p + "ffn_gate.weight"), t[p + "ffn_up.weight"]])
     else:  # qwen2: q/k/v biases, no permutation
         for n, rows in (("q", HEADS), ("k", KV_HEADS), ("v", KV_HEADS)):
             t[f"{p}attn_{n}.bias"] = rng.normal(0, 0.5, rows * HEAD_DIM)
@@ -93,6 +96,7 @@ def _header(w, arch: str) -> None:
     w.add_token_merges(["a b", "Ġ a"])
     w.add_bos_token_id(1)
     w.add_eos_token_id(2)
+    w.add_pad_token_id(0)  # transformers' Phi3Config would default to 32000, outside this vocabulary
     w.add_chat_template(TEMPLATE)
 
 
@@ -161,19 +165,20 @@ def _compare(ours: tuple[np.ndarray, list[int]], ref: tuple[np.ndarray, list[int
     assert ours[1] == ref[1]
 
 
-@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "phi3"])
 @pytest.mark.parametrize("qtype", TYPES, ids=lambda t: t.name)
 def test_fp32_export_equals_transformers(arch: str, qtype: QT, tmp_path: Path) -> None:
     path = write_gguf(tmp_path / f"tiny-{arch}-{qtype.name}.gguf", arch, qtype)
     model = read_gguf(path)
     assert model.llama.architecture == arch and model.llama.attention_bias == (arch == "qwen2")
+    assert model.llama.head_dim == HEAD_DIM
     folder = write_hf_folder(model, tmp_path / "hf")
     fp32 = export_onnx(folder.path, tmp_path / "fp32" / "model.onnx").path
     ref = _reference_run(_reference(path))
     _compare(_ours(fp32), ref)
 
 
-@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "phi3"])
 @pytest.mark.parametrize("qtype", GRID_TYPES, ids=lambda t: t.name)
 def test_int4_grid_equals_transformers(arch: str, qtype: QT, tmp_path: Path) -> None:
     """The GGUF's own codes in MatMulNBits: the same function as the file, so the same logits and tokens."""
@@ -211,7 +216,25 @@ def test_unsupported_architecture_names_the_key(tmp_path: Path) -> None:
     w.close()
     with pytest.raises(ConversionError) as err:
         read_gguf(path)
-    assert str(err.value) == f"{path}: general.architecture = 'mamba'; expected one of llama, qwen2"
+    assert str(err.value) == f"{path}: general.architecture = 'mamba'; expected one of llama, qwen2, phi3"
+
+
+def test_partial_rotary_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "partial.gguf"
+    w = gguf.GGUFWriter(str(path), "phi3")
+    _header(w, "phi3")
+    w.add_rope_dimension_count(HEAD_DIM // 2)
+    w.add_tensor("token_embd.weight", np.zeros((len(TOKENS), HIDDEN), np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    with pytest.raises(ConversionError) as err:
+        read_gguf(path)
+    assert str(err.value) == (
+        f"{path}: phi3.rope.dimension_count = 8; expected the head size 16 (partial rotary embeddings are not "
+        "supported)"
+    )
 
 
 def test_unsupported_tensor_type_names_tensor_and_type(tmp_path: Path) -> None:

@@ -182,12 +182,12 @@ def test_unpermute_inverts_llama_cpp_permutation() -> None:
 
 def test_unknown_tensor_name() -> None:
     with pytest.raises(ConversionError) as err:
-        hf_name("blk.0.attn_qkv.weight")
+        hf_name("blk.0.attn_gate.weight")
     assert str(err.value) == (
-        "unknown GGUF tensor 'blk.0.attn_qkv.weight'; expected one of token_embd.weight, output_norm.weight, "
-        "output.weight or blk.N.{attn_q.bias,attn_k.bias,attn_v.bias,attn_norm.weight,ffn_norm.weight,"
-        "attn_q.weight,attn_k.weight,attn_v.weight,attn_output.weight,ffn_gate.weight,ffn_up.weight,"
-        "ffn_down.weight}"
+        "unknown GGUF tensor 'blk.0.attn_gate.weight'; expected one of token_embd.weight, output_norm.weight, "
+        "output.weight or blk.N.{attn_k.bias,attn_k.weight,attn_norm.weight,attn_output.weight,attn_q.bias,"
+        "attn_q.weight,attn_qkv.weight,attn_v.bias,attn_v.weight,ffn_down.weight,ffn_gate.weight,ffn_norm.weight,"
+        "ffn_up.weight}"
     )
 
 
