@@ -48,8 +48,10 @@ SUPPORTED = (Precision.FP32, Precision.INT8, Precision.INT4)
 class Int4Method(enum.Enum):
     """How INT4 weights are made.
 
-    GRID: the GGUF's own Q4_1/Q8_0 codes written into MatMulNBits (lossless; see ``grid_quant``), in the
-        fused-attention graph with a shared KV buffer (``gqa_graph``).
+    GRID: the GGUF's own codes written into MatMulNBits (lossless for Q4_0/Q4_1/Q4_K as 4-bit, Q8_0 and
+        Q5_0/Q5_1/Q5_K as 8-bit; see ``grid_quant``), in the fused-attention graph with a shared KV buffer
+        (``gqa_graph``). Weights on no such grid (Q6_K, F16/F32) are re-rounded to symmetric 8 bits and
+        counted in ``weights_rerounded_int8``: the gates judge them.
     RTN: onnxruntime's MatMulNBitsQuantizer (symmetric round-to-nearest of the fp32 weights).
     """
 
@@ -148,7 +150,7 @@ def _quantize(fp32: Path, out: Path, precision: Precision, profile: TargetProfil
         )
     fused = build_gqa_onnx(hf_dir, fp32.parent.parent / "gqa" / MODEL_FILE)
     levels = {p.value: 0 for p in profile.quant.int4_fp32_projections}
-    counts = grid_quant.repack_grid(fused, out, profile.quant.int4_accuracy_level, levels, EXACT_TOP_K)
+    counts = grid_quant.repack_grid(fused, out, profile.quant.int4_accuracy_level, levels, EXACT_TOP_K, reround=True)
     settings = {
         "block_size": grid_quant.GRID_BLOCK,
         "accuracy_level": profile.quant.int4_accuracy_level,
@@ -156,6 +158,7 @@ def _quantize(fp32: Path, out: Path, precision: Precision, profile: TargetProfil
         "exact_top_k": counts.get("exact_top_k", 0),
         "weights_int4": counts["int4"],
         "weights_int8": counts["int8"],
+        "weights_rerounded_int8": counts["rerounded_int8"],
         "embedding_int8": counts["embedding_int8"],
         "graph": "gqa_shared_kv",
     }

@@ -105,7 +105,7 @@ def test_repacked_graph_matches_fp32(tmp_path: Path) -> None:
     fp32, out = tmp_path / "fp32.onnx", tmp_path / "grid.onnx"
     _graph(fp32, [square, w8])
     counts = repack_grid(fp32, out, accuracy_level=0)
-    assert counts == {"int4": 1, "int8": 1, "embedding_int8": 0}
+    assert counts == {"int4": 1, "int8": 1, "rerounded_int8": 0, "embedding_int8": 0}
     model = onnx.load(str(out))
     ops = Counter(n.op_type for n in model.graph.node)
     # offsets: Reshape + ReduceSum + MatMul + Add; C = Cast(fp16 minimum) + 8 * scales (Reshape, Transpose,
@@ -153,7 +153,7 @@ def test_tied_embedding_reads_the_head_codes_and_top_logits_are_exact(tmp_path: 
     fp32, out = tmp_path / "fp32.onnx", tmp_path / "grid.onnx"
     _tied_graph(fp32, table, hidden)
     counts = repack_grid(fp32, out, accuracy_level=4, levels={"down_proj": 0}, exact_top_k=4)
-    assert counts == {"int4": 1, "int8": 1, "embedding_int8": 1, "exact_top_k": 4}
+    assert counts == {"int4": 1, "int8": 1, "rerounded_int8": 0, "embedding_int8": 1, "exact_top_k": 4}
     model = onnx.load(str(out))
     ops = Counter(n.op_type for n in model.graph.node)
     assert ops["GatherBlockQuantized"] == 2 and ops["TopK"] == 1 and ops["ScatterElements"] == 1
