@@ -107,8 +107,10 @@ def _gap_grid(blocks: np.ndarray, low: np.ndarray) -> GridWeight | None:
     if top > 255 or not _check(blocks, d[:, None] * q + low[:, None], d):
         return None
     bits = 4 if top <= 15 else 8
-    offsets = low + 2.0 ** (bits - 1) * d
-    return GridWeight(bits, _codes(q, n, nb * GRID_BLOCK), d.T.astype(np.float32), offsets.astype(np.float32))
+    # codes centred on the implied zero point, so the offset term adds back little (fp32 cancellation)
+    shift = 2 ** (bits - 1) - (top + 1) // 2
+    offsets = low + float((top + 1) // 2) * d
+    return GridWeight(bits, _codes(q + shift, n, nb * GRID_BLOCK), d.T.astype(np.float32), offsets.astype(np.float32))
 
 
 def _symmetric_q4(blocks: np.ndarray) -> GridWeight | None:

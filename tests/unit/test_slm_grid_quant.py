@@ -64,6 +64,25 @@ def test_finds_q4_0_grid_as_symmetric_codes() -> None:
     np.testing.assert_array_equal((grid.scales.T[:, None, :] * (codes - 8)).reshape(K, N), w)
 
 
+def _rebuilt(grid) -> np.ndarray:
+    codes = grid.codes.T.reshape(K // 32, 32, N).astype(np.float32)
+    zero = 2 ** (grid.bits - 1)
+    return (grid.scales.T[:, None, :] * (codes - zero) + grid.offsets[:, None, :]).reshape(K, N)
+
+
+@pytest.mark.parametrize(("top", "bits"), [(15, 4), (31, 8)])
+def test_finds_an_offset_grid_whose_extreme_codes_are_unused(top: int, bits: int) -> None:
+    """Q4_K / Q5_K sub-blocks: ``d * q - m`` with q below 16 (32), where neither 0 nor the top code need occur."""
+    rng = np.random.default_rng(6)
+    q = rng.integers(2, top - 2, size=(K // 32, 32, N)).astype(np.float32)
+    d = (rng.integers(1, 64, size=(K // 32, 1, N)) * np.float32(np.float16(3e-4))).astype(np.float32)
+    m = (rng.integers(0, 64, size=(K // 32, 1, N)) * np.float32(np.float16(1e-3))).astype(np.float32)
+    w = (d * q - m).reshape(K, N)
+    grid = find_grid(w)
+    assert grid is not None and grid.bits == bits and grid.offsets is not None
+    np.testing.assert_allclose(_rebuilt(grid), w, rtol=0, atol=1e-6)
+
+
 def test_off_grid_weight_is_none() -> None:
     assert find_grid(np.random.default_rng(2).normal(size=(K, N)).astype(np.float32)) is None
 
