@@ -313,12 +313,20 @@ def read_gguf(path: Path) -> GgufModel:
     path = Path(path)
     version = check_header(path)
     reader = _open_reader(path)
+    spec = _llama_spec(reader, path)
+    for t in reader.tensors:  # every name known before anything is dequantized
+        if spec.architecture == "phi3" and t.name.split(".", 2)[-1] in _FUSED_TENSORS:
+            continue
+        try:
+            hf_name(t.name)
+        except ConversionError as exc:
+            raise ConversionError(f"{path}: {exc}") from exc
     return GgufModel(
         path=path,
         version=version,
         name=str(_field(reader, path, "general.name", path.stem)),
         licence=str(_field(reader, path, "general.license", "unknown")),
-        llama=_llama_spec(reader, path),
+        llama=spec,
         tokenizer=_tokenizer_spec(reader, path),
         reader=reader,
     )

@@ -281,6 +281,23 @@ def test_partial_rotary_is_refused(tmp_path: Path) -> None:
     )
 
 
+def test_rope_scaling_factors_are_an_unknown_tensor(tmp_path: Path) -> None:
+    """Phi-3 128k files carry LongRoPE factors as tensors: refused by name before anything is converted."""
+    path = tmp_path / "longrope.gguf"
+    w = gguf.GGUFWriter(str(path), "phi3")
+    _header(w, "phi3")
+    w.add_tensor("rope_factors_long.weight", np.ones(HEAD_DIM // 2, np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    with pytest.raises(ConversionError) as err:
+        read_gguf(path)
+    assert str(err.value).startswith(
+        f"{path}: unknown GGUF tensor 'rope_factors_long.weight'; expected one of token_embd.weight, "
+    )
+
+
 def test_unsupported_tensor_type_names_tensor_and_type(tmp_path: Path) -> None:
     path = tmp_path / "iq4.gguf"
     w = gguf.GGUFWriter(str(path), "llama")
