@@ -21,8 +21,11 @@ stored as fp16 + Cast (``C = m + 8d`` is a constant subgraph onnxruntime folds a
 codes. Optionally the head's ``top_k`` largest logits are recomputed exactly in fp32 (see ``_exact_head``).
 
 Q4_0 (``w = d * (q - 8)``) is MatMulNBits' own symmetric format: codes and scales go in as they are.
-Weights from other GGUF types (Q5_0/Q5_1, the K-quants Q4_K/Q5_K/Q6_K, F16/F32) are not on these
-grids; the grid method refuses them (ConversionError naming the weight) and the RTN method re-rounds them.
+Q4_K's 32-weight sub-blocks (``d * sc * q - dmin * m``) and Q5_0/Q5_1/Q5_K (q < 32) are offset grids whose
+extreme codes need not occur: found from the smallest gap between a block's values, stored as 4-bit
+(Q4_K) or 8-bit (5-bit codes) codes centred on the implied zero point, plus offsets as above. Q6_K (a
+scale per 16 weights) and float weights lie on no block-32 grid: :func:`repack_grid` refuses them, or with
+``reround=True`` (what ``convert_slm`` passes) re-rounds them to symmetric 8 bits and counts them.
 """
 
 from __future__ import annotations
