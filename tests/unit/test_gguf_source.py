@@ -222,6 +222,20 @@ def test_chat_template_becomes_plain_pieces() -> None:
     )
 
 
+def test_chat_template_reading_the_first_message_unconditionally() -> None:
+    """Qwen2.5-style: ``messages[0]`` read with no guard, the default system message in an else branch."""
+    template = (
+        "{%- if messages[0]['role'] == 'system' %}{{- '<|im_start|>system\n' + messages[0]['content'] + "
+        "'<|im_end|>\n' }}{%- else %}{{- '<|im_start|>system\nYou are tiny.<|im_end|>\n' }}{%- endif %}"
+        "{%- for message in messages %}{%- if not (loop.first and message.role == 'system') %}"
+        "{{- '<|im_start|>' + message.role + '\n' + message.content + '<|im_end|>\n' }}{%- endif %}{%- endfor %}"
+        "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\n' }}{%- endif %}"
+    )
+    fmt = derive_chat_format(template)
+    assert fmt.default_system == "You are tiny."
+    assert fmt.generation_prompt == "<|im_start|>assistant\n"
+
+
 def test_chat_template_outside_the_pattern_is_refused() -> None:
     template = "{% for m in messages %}[{{ m['role'] | upper }}] {{ m['content'] }}\n{% endfor %}"
     with pytest.raises(ConversionError) as err:
