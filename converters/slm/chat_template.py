@@ -71,7 +71,9 @@ def derive_chat_format(template: str) -> ChatFormat:
         )
     cut = head.rindex("system")
     prefix, role_suffix, suffix = head[:cut], head[cut + len("system") :], tail
-    generation = render([], True)[len(render([], False)) :]
+    # after one message, not zero: templates such as Qwen2.5's read messages[0] unconditionally
+    first = [{"role": "user", "content": _CONTENT}]
+    generation = render(first, True)[len(render(first, False)) :]
     fmt = ChatFormat(prefix, role_suffix, suffix, generation, None)
     user_only = render([{"role": "user", "content": _CONTENT}], False)
     lead = user_only[: len(user_only) - len(fmt.message("user", _CONTENT))]

@@ -1,4 +1,4 @@
-"""Export a llama decoder (from a local HF folder) to one ONNX graph with a KV cache.
+"""Export a llama-family decoder (llama, qwen2; from a local HF folder) to one ONNX graph with a KV cache.
 
 We rebuild the decoder as a small torch module of our own instead of tracing ``transformers``: its mask
 code uses ``aten::diff`` (the legacy exporter fails on it) and the dynamo export of the full HF model took
@@ -27,6 +27,8 @@ from edge.errors import ConversionError, InputError, require
 
 OPSET = 17
 INPUT_IDS = "input_ids"
+#: HF ``model_type`` values our decoder reproduces (qwen2: llama with q/k/v biases).
+MODEL_TYPES = ("llama", "qwen2")
 ATTENTION_MASK = "attention_mask"
 POSITION_IDS = "position_ids"
 
@@ -62,10 +64,10 @@ class ExportedModel:
 
 
 def read_config(hf_dir: Path) -> dict:
-    """``config.json`` of an HF llama folder.
+    """``config.json`` of an HF llama or qwen2 folder.
 
     Raises:
-        InputError: the file is missing or is not llama JSON.
+        InputError: the file is missing or is not llama / qwen2 JSON.
     """
     path = Path(hf_dir) / "config.json"
     try:
@@ -74,8 +76,8 @@ def read_config(hf_dir: Path) -> dict:
         raise InputError(f"{path}: cannot read ({exc.strerror}); expected an HF model folder") from exc
     except json.JSONDecodeError as exc:
         raise InputError(f"{path}: not valid JSON ({exc})") from exc
-    if config.get("model_type") != "llama":
-        raise InputError(f"{path}: model_type = {config.get('model_type')!r}; expected 'llama'")
+    if config.get("model_type") not in MODEL_TYPES:
+        raise InputError(f"{path}: model_type = {config.get('model_type')!r}; expected one of {', '.join(MODEL_TYPES)}")
     return config
 
 
@@ -119,7 +121,7 @@ def load_decoder(hf_dir: Path):
     missing, unexpected = module.load_state_dict(state, strict=False)
     if missing or unexpected:
         raise ConversionError(
-            f"{weights_path}: weights do not fit the llama config (missing {sorted(missing)[:5]}, "
+            f"{weights_path}: weights do not fit the {config['model_type']} config (missing {sorted(missing)[:5]}, "
             f"unexpected {sorted(unexpected)[:5]})"
         )
     return module.fuse_projections().eval()

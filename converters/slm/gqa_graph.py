@@ -1,4 +1,4 @@
-"""Write a llama decoder straight to ONNX with onnxruntime's fused ops and a shared, preallocated KV buffer.
+"""Write a llama or qwen2 decoder straight to ONNX with onnxruntime's fused ops and a shared KV buffer.
 
 The torch export (``export.py``) is the reference: plain ONNX ops, a cache that grows by Concat at every
 step. This graph computes the same function with onnxruntime's contrib ops, the layout onnxruntime-genai's
@@ -87,6 +87,9 @@ def _layer(g: _Graph, w: dict, i: int, x: str, residual: str | None, attrs: dict
         h, residual = g.skip_norm(x, residual, gamma, f"/layers.{i}/input_norm", eps)
     qkv_w = np.concatenate([w[f"{p}self_attn.{n}_proj.weight"] for n in "qkv"], axis=0).T
     (qkv,) = g.node("MatMul", [h, g.init(f"{p}self_attn.qkv_proj.weight_T", qkv_w)], f"/layers.{i}/attn/qkv_proj")
+    if f"{p}self_attn.q_proj.bias" in w:  # qwen2
+        qkv_b = np.concatenate([w[f"{p}self_attn.{n}_proj.bias"] for n in "qkv"])
+        (qkv,) = g.node("Add", [qkv, g.init(f"{p}self_attn.qkv_proj.bias", qkv_b)], f"/layers.{i}/attn/qkv_bias")
     past_k, past_v = f"past_key_values.{i}.key", f"past_key_values.{i}.value"
     attn_in = [qkv, "", "", past_k, past_v, "seqlens_k", "total_seq_len", "cos_cache", "sin_cache"]
     (attn, _, _) = g.node("GroupQueryAttention", attn_in, f"/layers.{i}/attn/gqa", 3, _MS, **attrs)
@@ -104,6 +107,19 @@ def _layer(g: _Graph, w: dict, i: int, x: str, residual: str | None, attrs: dict
     down_w = g.init(f"{p}mlp.down_proj.weight_T", w[f"{p}mlp.down_proj.weight"].T)
     (down,) = g.node("MatMul", [act, down_w], f"/layers.{i}/mlp/down_proj")
     return down, residual
+
+
+def _embedding(g: _Graph, w: dict, tied: bool) -> tuple[str, str]:
+    """(embedded input ``[B, S, H]``, the LM head's ``[H, vocab]`` weight). A tied table is stored once,
+    as the head's weight, which the embedding reads along axis 1; an untied one (e.g. a GGUF with its own
+    ``output.weight``) keeps both tables."""
+    table = w["model.embed_tokens.weight"]
+    head = g.init("lm_head.weight_T", np.ascontiguousarray((table if tied else w["lm_head.weight"]).T))
+    if not tied:
+        rows = g.init("model.embed_tokens.weight", table)
+        return g.node("Gather", [rows, "input_ids"], "/embed_tokens/Gather", axis=0)[0], head
+    (cols,) = g.node("Gather", [head, "input_ids"], "/embed_tokens/Gather", axis=1)  # [H, B, S]
+    return g.node("Transpose", [cols], "/embed_tokens/Transpose", perm=[1, 2, 0])[0], head
 
 
 def build_gqa_onnx(hf_dir: Path, out_path: Path, context_length: int | None = None) -> Path:
@@ -147,10 +163,7 @@ def build_gqa_onnx(hf_dir: Path, out_path: Path, context_length: int | None = No
     (mask_shape,) = g.node("Shape", ["attention_mask"], "/mask/shape")
     (total,) = g.node("Gather", [mask_shape, "one"], "/mask/total", axis=0)
     g.nodes.append(helper.make_node("Cast", [total], ["total_seq_len"], name="/mask/total_i32", to=TensorProto.INT32))
-    embed_t = w["lm_head.weight"].T if "lm_head.weight" in w else w["model.embed_tokens.weight"].T
-    head = g.init("lm_head.weight_T", np.ascontiguousarray(embed_t))
-    (cols,) = g.node("Gather", [head, "input_ids"], "/embed_tokens/Gather", axis=1)  # [H, B, S]
-    (x,) = g.node("Transpose", [cols], "/embed_tokens/Transpose", perm=[1, 2, 0])
+    x, head = _embedding(g, w, bool(config.get("tie_word_embeddings", "lm_head.weight" not in w)))
     attrs = {
         "num_heads": heads,
         "kv_num_heads": shape.num_kv_heads,

@@ -1,4 +1,4 @@
-"""Lossless INT4/INT8 for weights that already sit on a GGUF block grid (Q4_1 / Q8_0).
+"""Lossless INT4/INT8 for weights that already sit on a GGUF block grid (Q4_1 / Q4_0 / Q8_0).
 
 SmolLM2 arrives as Q4_1: in each block of 32 input features a weight is ``d * q + m`` with ``q`` in 0..15
 and a per-block scale ``d`` and minimum ``m``. Rounding those values again onto a *different* 4-bit grid
@@ -19,6 +19,13 @@ Nothing is stored twice or wider than the GGUF has it: scales and minima are fp1
 stored as fp16 + Cast (``C = m + 8d`` is a constant subgraph onnxruntime folds at load); a tied embedding
 (``Gather`` along axis 1 of the LM head's weight) becomes ``GatherBlockQuantized`` over the head's 8-bit
 codes. Optionally the head's ``top_k`` largest logits are recomputed exactly in fp32 (see ``_exact_head``).
+
+Q4_0 (``w = d * (q - 8)``) is MatMulNBits' own symmetric format: codes and scales go in as they are.
+Q4_K's 32-weight sub-blocks (``d * sc * q - dmin * m``) and Q5_0/Q5_1/Q5_K (q < 32) are offset grids whose
+extreme codes need not occur: found from the smallest gap between a block's values, stored as 4-bit
+(Q4_K) or 8-bit (5-bit codes) codes centred on the implied zero point, plus offsets as above. Q6_K (a
+scale per 16 weights) and float weights lie on no block-32 grid: :func:`repack_grid` refuses them, or with
+``reround=True`` (what ``convert_slm`` passes) re-rounds them to symmetric 8 bits and counts them.
 """
 
 from __future__ import annotations
@@ -51,7 +58,7 @@ def _check(weight_blocks: np.ndarray, recon: np.ndarray, scale: np.ndarray) -> b
 
 
 def find_grid(weight: np.ndarray) -> GridWeight | None:
-    """The Q4_1 or Q8_0 grid ``weight`` ``[K, N]`` lies on (blocks of 32 along K), or None."""
+    """The Q4_1, Q4_0 or Q8_0 grid ``weight`` ``[K, N]`` lies on (blocks of 32 along K), or None."""
     k, n = weight.shape
     if k % GRID_BLOCK:
         return None
@@ -63,13 +70,65 @@ def find_grid(weight: np.ndarray) -> GridWeight | None:
     if _check(blocks, d[:, None] * q + low[:, None], d):
         offsets = low + 8.0 * d
         return GridWeight(4, _codes(q, n, k), d.T.astype(np.float32), offsets.astype(np.float32))
-    amax = np.abs(blocks).max(axis=1)
-    d8 = amax / 127.0
+    grid = _symmetric_q4(blocks)
+    if grid is not None:
+        return grid
+    grid = reround_int8(weight)
+    if _check(blocks, _values(grid, blocks.shape), grid.scales.T):
+        return grid
+    return _gap_grid(blocks, low)
+
+
+def reround_int8(weight: np.ndarray) -> GridWeight:
+    """Symmetric 8-bit round-to-nearest per block of 32 (``d = amax / 127``): exact for Q8_0 weights, the
+    closest MatMulNBits gets to anything else (Q6_K's 16-element sub-scales, float weights)."""
+    k, n = weight.shape
+    blocks = weight.reshape(k // GRID_BLOCK, GRID_BLOCK, n).astype(np.float32)
+    d8 = np.abs(blocks).max(axis=1) / 127.0
     safe8 = np.where(d8 == 0, 1.0, d8)
     q8 = np.clip(np.rint(blocks / safe8[:, None]), -127, 127)
-    if _check(blocks, d8[:, None] * q8, d8):
-        return GridWeight(8, _codes(q8 + 128, n, k), d8.T.astype(np.float32), None)
-    return None
+    return GridWeight(8, _codes(q8 + 128, n, k), d8.T.astype(np.float32), None)
+
+
+def _values(grid: GridWeight, shape: tuple[int, ...]) -> np.ndarray:
+    """The ``[K/32, 32, N]`` weight values a zero-offset grid encodes."""
+    codes = grid.codes.T.reshape(shape).astype(np.float32)
+    return grid.scales.T[:, None, :] * (codes - 2 ** (grid.bits - 1))
+
+
+def _gap_grid(blocks: np.ndarray, low: np.ndarray) -> GridWeight | None:
+    """An offset grid ``w = d * q + low`` found from the smallest gap between a block's distinct values
+    (no code need be 0 or the largest): Q4_K's 32-element sub-blocks (``d * sc * q - dmin * m``, q < 16)
+    as 4-bit codes, Q5_K / Q5_0 / Q5_1 (q < 32) as 8-bit codes. None when the values are not all on it."""
+    nb, _, n = blocks.shape
+    ordered = np.sort(blocks, axis=1)
+    gaps = np.diff(ordered, axis=1)
+    gaps = np.where(gaps > 0, gaps, np.inf).min(axis=1)
+    d = np.where(np.isinf(gaps), 1.0, gaps).astype(np.float32)
+    q = np.rint((blocks - low[:, None]) / d[:, None])
+    top = int(q.max()) if q.size else 0
+    if top > 255 or not _check(blocks, d[:, None] * q + low[:, None], d):
+        return None
+    bits = 4 if top <= 15 else 8
+    # codes centred on the implied zero point, so the offset term adds back little (fp32 cancellation)
+    shift = 2 ** (bits - 1) - (top + 1) // 2
+    offsets = low + float((top + 1) // 2) * d
+    return GridWeight(bits, _codes(q + shift, n, nb * GRID_BLOCK), d.T.astype(np.float32), offsets.astype(np.float32))
+
+
+def _symmetric_q4(blocks: np.ndarray) -> GridWeight | None:
+    """Q4_0: ``w = d * (q - 8)``, q in 0..15, the block's largest-magnitude value coded as q = 0 (llama.cpp
+    sets ``d = max / -8``), so ``d`` is that value over -8 (negative when it is positive). This is exactly
+    MatMulNBits' symmetric 4-bit format (implied zero point 8): no offsets."""
+    nb, _, n = blocks.shape
+    pick = np.abs(blocks).argmax(axis=1)  # [K/32, N]
+    extreme = np.take_along_axis(blocks, pick[:, None], axis=1)[:, 0]
+    d = extreme / -8.0
+    safe = np.where(d == 0, 1.0, d)
+    q = np.clip(np.rint(blocks / safe[:, None]) + 8, 0, 15)
+    if not _check(blocks, d[:, None] * (q - 8), d):
+        return None
+    return GridWeight(4, _codes(q, n, nb * GRID_BLOCK), d.T.astype(np.float32), None)
 
 
 def _codes(q: np.ndarray, n: int, k: int) -> np.ndarray:
@@ -143,16 +202,17 @@ def _replace(w: _Writer, node, grid: GridWeight, accuracy_level: int) -> str:
     )
     if grid.offsets is None:
         return s_name
-    # C = m + 8 d: stored as the fp16 minimum m; 8 d comes from the scales (all exact in fp32)
-    low = grid.offsets - 8.0 * grid.scales.T
-    if np.array_equal(low + 8.0 * grid.scales.T, grid.offsets) and _half_if_exact(low).dtype == np.float16:
+    # C = m + zp d (zp = 8, or 128 for 8-bit codes): stored as the fp16 minimum m; zp d comes from the scales
+    zero = float(2 ** (grid.bits - 1))
+    low = grid.offsets - zero * grid.scales.T
+    if np.array_equal(low + zero * grid.scales.T, grid.offsets) and _half_if_exact(low).dtype == np.float16:
         d_t = w.node(
             "Transpose",
             [w.node("Reshape", [s_name, w.shape(f"{name}_grid_nk", [n, -1])], f"{name}_grid_d")],
             f"{name}_grid_dT",
             perm=[1, 0],
         )
-        eight = w.node("Mul", [d_t, w.init(f"{name}_grid_eight", np.array(8.0, np.float32))], f"{name}_grid_8d")
+        eight = w.node("Mul", [d_t, w.init(f"{name}_grid_eight", np.array(zero, np.float32))], f"{name}_grid_8d")
         c_name = w.node("Add", [w.float32(f"{weight}_grid_min", low), eight], f"{weight}_grid_offsets")
     else:
         c_name = w.init(f"{weight}_grid_offsets", grid.offsets)
@@ -282,6 +342,7 @@ def repack_grid(
     accuracy_level: int,
     levels: Mapping[str, int] | None = None,
     exact_top_k: int = 0,
+    reround: bool = False,
 ) -> dict[str, int]:
     """Rewrite every weight MatMul of a (rank-3 activation) decoder as exact block-grid MatMulNBits.
 
@@ -292,13 +353,16 @@ def repack_grid(
         levels: other accuracy levels by projection (``{"qkv_proj": 0}``: MatMuls whose node name
             has ``/qkv_proj``); the rest use ``accuracy_level``.
         exact_top_k: recompute this many largest logits of the 8-bit LM head in fp32 (0: off).
+        reround: a weight on no grid (Q6_K, float) is re-rounded to symmetric 8 bits (:func:`reround_int8`)
+            instead of refused; the gates judge it.
 
     Returns:
-        How many weights went to 4 and to 8 bits, and whether the tied embedding now reads the 8-bit
-        codes: ``{"int4": .., "int8": .., "embedding_int8": 0 or 1}``.
+        How many weights went to 4 and to 8 bits (re-rounded ones included), how many were re-rounded, and
+        whether the tied embedding now reads the 8-bit codes:
+        ``{"int4": .., "int8": .., "rerounded_int8": .., "embedding_int8": 0 or 1}``.
 
     Raises:
-        ConversionError: a weight lies on neither grid.
+        ConversionError: a weight lies on no grid and ``reround`` is off.
     """
     onnx = require("onnx", "convert", "rewriting the ONNX graph")
     from onnx import helper, numpy_helper
@@ -307,25 +371,26 @@ def repack_grid(
     graph = model.graph
     inits = {init.name: init for init in graph.initializer}
     w = _Writer(onnx)
-    kept, grids, counts = [], {}, {"int4": 0, "int8": 0, "embedding_int8": 0}
+    kept, grids, counts = [], {}, {"int4": 0, "int8": 0, "rerounded_int8": 0, "embedding_int8": 0}
     for node in graph.node:
         weight = inits.get(node.input[1]) if node.op_type == "MatMul" else None
         if weight is None or len(weight.dims) != 2:
             kept.append(node)
             continue
-        grid = find_grid(numpy_helper.to_array(weight))
+        grid, rerounded = _grid_or_reround(numpy_helper.to_array(weight), reround)
         if grid is None:
             raise ConversionError(
-                f"{fp32_path}: weight {weight.name!r} of {node.name!r} lies on neither a Q4_1 nor a Q8_0 "
-                "block grid; expected weights dequantized from a GGUF (use the 'rtn' INT4 method instead)"
+                f"{fp32_path}: weight {weight.name!r} of {node.name!r} lies on no Q4_1, Q4_0 or Q8_0 "
+                "block grid; expected weights dequantized from such a GGUF (use the 'rtn' INT4 method instead)"
             )
+        counts["rerounded_int8"] += rerounded
         level = next((v for k, v in (levels or {}).items() if f"/{k}" in node.name), accuracy_level)
         grids[weight.name] = (grid, _replace(w, node, grid, level))
         counts["int4" if grid.bits == 4 else "int8"] += 1
     del graph.node[:]
     graph.node.extend(kept)
     for name, (grid, scales) in grids.items():
-        if grid.bits == 8:
+        if grid.bits == 8 and grid.offsets is None:
             n, k = grid.codes.shape
             counts["embedding_int8"] += _tied_embedding(w, graph, name, _Table(f"{name}_grid_q8", scales, n, k))
     head = _head_table(w.nodes, {i.name: i for i in w.inits})
@@ -345,6 +410,13 @@ def repack_grid(
     Path(out_path).parent.mkdir(parents=True, exist_ok=True)
     onnx.save(model, str(out_path))
     return counts
+
+
+def _grid_or_reround(weight: np.ndarray, reround: bool) -> tuple[GridWeight | None, bool]:
+    grid = find_grid(weight)
+    if grid is not None or not reround or weight.shape[0] % GRID_BLOCK:
+        return grid, False
+    return reround_int8(weight), True
 
 
 def refine_nbits(path: Path, levels: Mapping[str, int] | None = None, exact_top_k: int = 0) -> dict[str, int]:

@@ -80,10 +80,9 @@ def render_markdown(report: dict) -> str:
     ppl, src = report["perplexity"], report["source"]
     verdict = "passed" if ppl["passed"] else "FAILED"
     lines = [
-        f"# SmolLM2 build: {report['profile']} / {report['precision']} ({report['method']})",
+        f"# Small-LM build: {report['profile']} / {report['precision']} ({report['method']})",
         "",
-        f"Source: `{src['file']}` from PyPI package {src['package']} {src['version']} ({src['licence']}), "
-        f"sha256 `{src['sha256'][:16]}...`",
+        f"Source: `{src['file']}` {_origin(src)} ({src['licence']}), sha256 `{src['sha256'][:16]}...`",
         "",
         f"Graph: {report['graph']['MatMulNBits']} MatMulNBits, {report['graph']['MatMul']} MatMul, "
         f"{report['graph']['MatMulInteger']} MatMulInteger, {report['graph']['nodes']} nodes.",
@@ -99,6 +98,10 @@ def render_markdown(report: dict) -> str:
     lines += [f"| {name} | {f['bytes']} | `{f['sha256'][:16]}...` |" for name, f in report["files"].items()]
     lines += ["", "Stage timings (s): " + ", ".join(f"{k} {v}" for k, v in report["timings_s"].items()), ""]
     return "\n".join(lines)
+
+
+def _origin(src: dict) -> str:
+    return "(a local GGUF)" if src["package"] == "file" else f"from PyPI package {src['package']} {src['version']}"
 
 
 def _greedy_lines(greedy: dict | None) -> list[str]:

@@ -2,8 +2,10 @@
 
 llama.cpp names the pre-tokenizer in ``tokenizer.ggml.pre``. For ``smollm`` it splits every digit on its
 own, then applies the GPT-2 split regex: exactly SmolLM2's original ``tokenizer.json`` (a ``Digits`` split
-with ``individual_digits`` followed by ``ByteLevel``). The vocabulary in the file is already spelled in the
-GPT-2 byte alphabet (``Ġ`` for a space), so tokens go in unchanged.
+with ``individual_digits`` followed by ``ByteLevel``). For ``qwen2`` it is Qwen2's own split regex (one
+digit per piece, letters with an optional leading non-letter) followed by ``ByteLevel`` without its regex,
+as Qwen2's ``tokenizer.json`` has it. The vocabulary in the file is already spelled in the GPT-2 byte
+alphabet (``Ġ`` for a space), so tokens go in unchanged.
 """
 
 from __future__ import annotations
@@ -17,8 +19,12 @@ if TYPE_CHECKING:
 
 TOKEN_TYPE_CONTROL = 3
 TOKEN_TYPE_USER_DEFINED = 4
-#: ``tokenizer.ggml.pre`` values we know how to rebuild, and whether they split digits one by one.
-_PRE_TOKENIZERS = {"smollm": True, "gpt2": False, "default": False}
+#: ``tokenizer.ggml.pre`` values we know how to rebuild, and how they split before the byte-level BPE.
+_PRE_TOKENIZERS = {"smollm": "digits", "gpt2": "gpt2", "default": "gpt2", "qwen2": "qwen2"}
+#: Qwen2's pre-tokenizer split (its tokenizer.json, ``Split`` with behaviour ``isolated``).
+QWEN2_SPLIT = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
 
 
 def build_tokenizer(spec: TokenizerSpec):
@@ -47,13 +53,12 @@ def build_tokenizer(spec: TokenizerSpec):
         if not sep:
             raise ConversionError(f"tokenizer.ggml.merges has {merge!r}; expected two tokens split by a space")
         merges.append((left, right))
-    tokenizer = tk.Tokenizer(tk.models.BPE(vocab=vocab, merges=merges, fuse_unk=False, byte_fallback=False))
-    byte_level = tk.pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
-    if _PRE_TOKENIZERS[spec.pre]:
-        digits = tk.pre_tokenizers.Digits(individual_digits=True)
-        tokenizer.pre_tokenizer = tk.pre_tokenizers.Sequence([digits, byte_level])
-    else:
-        tokenizer.pre_tokenizer = byte_level
+    try:
+        bpe = tk.models.BPE(vocab=vocab, merges=merges, fuse_unk=False, byte_fallback=False)
+    except Exception as exc:  # tokenizers raises a bare Exception for merges outside the vocabulary
+        raise ConversionError(f"tokenizer.ggml.merges do not fit tokenizer.ggml.tokens ({exc})") from exc
+    tokenizer = tk.Tokenizer(bpe)
+    tokenizer.pre_tokenizer = _pre_tokenizer(tk, _PRE_TOKENIZERS[spec.pre])
     tokenizer.decoder = tk.decoders.ByteLevel()
     tokenizer.post_processor = tk.processors.ByteLevel(trim_offsets=False)
     tokenizer.add_special_tokens(
@@ -71,6 +76,17 @@ def build_tokenizer(spec: TokenizerSpec):
     if user:
         tokenizer.add_tokens(user)
     return tokenizer
+
+
+def _pre_tokenizer(tk, kind: str):
+    if kind == "qwen2":
+        split = tk.pre_tokenizers.Split(tk.Regex(QWEN2_SPLIT), behavior="isolated", invert=False)
+        byte_level = tk.pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+        return tk.pre_tokenizers.Sequence([split, byte_level])
+    byte_level = tk.pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    if kind == "digits":
+        return tk.pre_tokenizers.Sequence([tk.pre_tokenizers.Digits(individual_digits=True), byte_level])
+    return byte_level
 
 
 def tokenizer_config(spec: TokenizerSpec, context_length: int) -> dict:

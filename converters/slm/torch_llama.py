@@ -1,8 +1,8 @@
 """A minimal llama decoder in torch, written to export cleanly to ONNX with an explicit KV cache.
 
 Numerically it follows ``transformers``' ``LlamaForCausalLM`` (fp32 RMSNorm, default rotary embedding
-with the half-split layout, grouped-query attention, SiLU-gated MLP); parameter names match HF's so
-``model.safetensors`` loads as is.
+with the half-split layout, grouped-query attention, SiLU-gated MLP) and ``Qwen2ForCausalLM`` (the same
+with q/k/v biases); parameter names match HF's so ``model.safetensors`` loads as is.
 """
 
 from __future__ import annotations
@@ -38,19 +38,23 @@ class Attention(nn.Module):
     key heads together, and the query heads of each key/value head batched as ``[B, KV, group, S, D]``
     against an unsqueezed ``[B, KV, 1, T, D]`` cache, so K/V are never repeated."""
 
-    def __init__(self, hidden: int, heads: int, kv_heads: int, head_dim: int) -> None:
+    def __init__(self, hidden: int, heads: int, kv_heads: int, head_dim: int, bias: bool = False) -> None:
         super().__init__()
         self.heads, self.kv_heads, self.head_dim = heads, kv_heads, head_dim
-        self.q_proj = nn.Linear(hidden, heads * head_dim, bias=False)
-        self.k_proj = nn.Linear(hidden, kv_heads * head_dim, bias=False)
-        self.v_proj = nn.Linear(hidden, kv_heads * head_dim, bias=False)
+        self.q_proj = nn.Linear(hidden, heads * head_dim, bias=bias)
+        self.k_proj = nn.Linear(hidden, kv_heads * head_dim, bias=bias)
+        self.v_proj = nn.Linear(hidden, kv_heads * head_dim, bias=bias)
         self.o_proj = nn.Linear(heads * head_dim, hidden, bias=False)
 
     def fuse(self) -> None:
         """One QKV projection instead of three (same numbers; fewer, larger MatMuls in the graph)."""
-        weight = torch.cat([self.q_proj.weight, self.k_proj.weight, self.v_proj.weight], dim=0)
-        self.qkv_proj = nn.Linear(weight.shape[1], weight.shape[0], bias=False)
+        parts = (self.q_proj, self.k_proj, self.v_proj)
+        weight = torch.cat([p.weight for p in parts], dim=0)
+        bias = parts[0].bias is not None
+        self.qkv_proj = nn.Linear(weight.shape[1], weight.shape[0], bias=bias)
         self.qkv_proj.weight = nn.Parameter(weight.detach().clone())
+        if bias:
+            self.qkv_proj.bias = nn.Parameter(torch.cat([p.bias for p in parts]).detach().clone())
         del self.q_proj, self.k_proj, self.v_proj
 
     def forward(self, x, shape, rope, mask, past_k, past_v):
@@ -96,7 +100,8 @@ class Block(nn.Module):
         hidden, eps = config["hidden_size"], config["rms_norm_eps"]
         heads = config["num_attention_heads"]
         self.input_layernorm = RMSNorm(hidden, eps)
-        self.self_attn = Attention(hidden, heads, config.get("num_key_value_heads", heads), head_dim)
+        bias = bool(config.get("attention_bias", False)) or config.get("model_type") == "qwen2"
+        self.self_attn = Attention(hidden, heads, config.get("num_key_value_heads", heads), head_dim, bias)
         self.post_attention_layernorm = RMSNorm(hidden, eps)
         self.mlp = Mlp(hidden, config["intermediate_size"])
 

@@ -182,8 +182,13 @@ def test_unpermute_inverts_llama_cpp_permutation() -> None:
 
 def test_unknown_tensor_name() -> None:
     with pytest.raises(ConversionError) as err:
-        hf_name("blk.0.attn_qkv.weight")
-    assert str(err.value) == "unknown GGUF tensor 'blk.0.attn_qkv.weight'; expected a llama tensor name"
+        hf_name("blk.0.attn_gate.weight")
+    assert str(err.value) == (
+        "unknown GGUF tensor 'blk.0.attn_gate.weight'; expected one of token_embd.weight, output_norm.weight, "
+        "output.weight or blk.N.{attn_k.bias,attn_k.weight,attn_norm.weight,attn_output.weight,attn_q.bias,"
+        "attn_q.weight,attn_qkv.weight,attn_v.bias,attn_v.weight,ffn_down.weight,ffn_gate.weight,ffn_norm.weight,"
+        "ffn_up.weight}"
+    )
 
 
 def test_hf_folder_and_tokenizer(tiny, tmp_path: Path) -> None:
@@ -205,8 +210,8 @@ def test_unsupported_pre_tokenizer(tiny) -> None:
     from dataclasses import replace
 
     with pytest.raises(ConversionError) as err:
-        build_tokenizer(replace(spec, pre="qwen2"))
-    assert str(err.value) == "tokenizer.ggml.pre = 'qwen2'; expected one of default, gpt2, smollm"
+        build_tokenizer(replace(spec, pre="llama-bpe"))
+    assert str(err.value) == "tokenizer.ggml.pre = 'llama-bpe'; expected one of default, gpt2, qwen2, smollm"
 
 
 def test_chat_template_becomes_plain_pieces() -> None:
@@ -215,6 +220,20 @@ def test_chat_template_becomes_plain_pieces() -> None:
     assert fmt.render([{"role": "user", "content": "hi"}]) == (
         "<|im_start|>system\nYou are tiny.<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
     )
+
+
+def test_chat_template_reading_the_first_message_unconditionally() -> None:
+    """Qwen2.5-style: ``messages[0]`` read with no guard, the default system message in an else branch."""
+    template = (
+        "{%- if messages[0]['role'] == 'system' %}{{- '<|im_start|>system\n' + messages[0]['content'] + "
+        "'<|im_end|>\n' }}{%- else %}{{- '<|im_start|>system\nYou are tiny.<|im_end|>\n' }}{%- endif %}"
+        "{%- for message in messages %}{%- if not (loop.first and message.role == 'system') %}"
+        "{{- '<|im_start|>' + message.role + '\n' + message.content + '<|im_end|>\n' }}{%- endif %}{%- endfor %}"
+        "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\n' }}{%- endif %}"
+    )
+    fmt = derive_chat_format(template)
+    assert fmt.default_system == "You are tiny."
+    assert fmt.generation_prompt == "<|im_start|>assistant\n"
 
 
 def test_chat_template_outside_the_pattern_is_refused() -> None:

@@ -50,6 +50,39 @@ def test_finds_q8_0_grid() -> None:
     assert grid is not None and grid.bits == 8 and grid.offsets is None
 
 
+def test_finds_q4_0_grid_as_symmetric_codes() -> None:
+    """A weight quantized by gguf-py's Q4_0 (llama.cpp's reference code) is MatMulNBits' own format."""
+    gguf_quants = pytest.importorskip("gguf.quants")
+    from gguf import GGMLQuantizationType
+
+    rows = np.random.default_rng(4).normal(size=(N, K)).astype(np.float32)  # GGUF rows: [N, K]
+    q4_0 = gguf_quants.quantize(rows, GGMLQuantizationType.Q4_0)
+    w = gguf_quants.dequantize(q4_0, GGMLQuantizationType.Q4_0).T  # [K, N]
+    grid = find_grid(np.ascontiguousarray(w))
+    assert grid is not None and grid.bits == 4 and grid.offsets is None
+    codes = grid.codes.T.reshape(K // 32, 32, N).astype(np.float32)
+    np.testing.assert_array_equal((grid.scales.T[:, None, :] * (codes - 8)).reshape(K, N), w)
+
+
+def _rebuilt(grid) -> np.ndarray:
+    codes = grid.codes.T.reshape(K // 32, 32, N).astype(np.float32)
+    zero = 2 ** (grid.bits - 1)
+    return (grid.scales.T[:, None, :] * (codes - zero) + grid.offsets[:, None, :]).reshape(K, N)
+
+
+@pytest.mark.parametrize(("top", "bits"), [(15, 4), (31, 8)])
+def test_finds_an_offset_grid_whose_extreme_codes_are_unused(top: int, bits: int) -> None:
+    """Q4_K / Q5_K sub-blocks: ``d * q - m`` with q below 16 (32), where neither 0 nor the top code need occur."""
+    rng = np.random.default_rng(6)
+    q = rng.integers(2, top - 2, size=(K // 32, 32, N)).astype(np.float32)
+    d = (rng.integers(1, 64, size=(K // 32, 1, N)) * np.float32(np.float16(3e-4))).astype(np.float32)
+    m = (rng.integers(0, 64, size=(K // 32, 1, N)) * np.float32(np.float16(1e-3))).astype(np.float32)
+    w = (d * q - m).reshape(K, N)
+    grid = find_grid(w)
+    assert grid is not None and grid.bits == bits and grid.offsets is not None
+    np.testing.assert_allclose(_rebuilt(grid), w, rtol=0, atol=1e-6)
+
+
 def test_off_grid_weight_is_none() -> None:
     assert find_grid(np.random.default_rng(2).normal(size=(K, N)).astype(np.float32)) is None
 
@@ -91,7 +124,7 @@ def test_repacked_graph_matches_fp32(tmp_path: Path) -> None:
     fp32, out = tmp_path / "fp32.onnx", tmp_path / "grid.onnx"
     _graph(fp32, [square, w8])
     counts = repack_grid(fp32, out, accuracy_level=0)
-    assert counts == {"int4": 1, "int8": 1, "embedding_int8": 0}
+    assert counts == {"int4": 1, "int8": 1, "rerounded_int8": 0, "embedding_int8": 0}
     model = onnx.load(str(out))
     ops = Counter(n.op_type for n in model.graph.node)
     # offsets: Reshape + ReduceSum + MatMul + Add; C = Cast(fp16 minimum) + 8 * scales (Reshape, Transpose,
@@ -139,7 +172,7 @@ def test_tied_embedding_reads_the_head_codes_and_top_logits_are_exact(tmp_path: 
     fp32, out = tmp_path / "fp32.onnx", tmp_path / "grid.onnx"
     _tied_graph(fp32, table, hidden)
     counts = repack_grid(fp32, out, accuracy_level=4, levels={"down_proj": 0}, exact_top_k=4)
-    assert counts == {"int4": 1, "int8": 1, "embedding_int8": 1, "exact_top_k": 4}
+    assert counts == {"int4": 1, "int8": 1, "rerounded_int8": 0, "embedding_int8": 1, "exact_top_k": 4}
     model = onnx.load(str(out))
     ops = Counter(n.op_type for n in model.graph.node)
     assert ops["GatherBlockQuantized"] == 2 and ops["TopK"] == 1 and ops["ScatterElements"] == 1
@@ -160,6 +193,6 @@ def test_off_grid_weight_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ConversionError) as err:
         repack_grid(fp32, tmp_path / "out.onnx", accuracy_level=4)
     assert str(err.value) == (
-        f"{fp32}: weight 'w0' of 'mm0' lies on neither a Q4_1 nor a Q8_0 block grid; expected weights "
-        "dequantized from a GGUF (use the 'rtn' INT4 method instead)"
+        f"{fp32}: weight 'w0' of 'mm0' lies on no Q4_1, Q4_0 or Q8_0 block grid; expected weights "
+        "dequantized from such a GGUF (use the 'rtn' INT4 method instead)"
     )
