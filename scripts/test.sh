@@ -2,7 +2,11 @@
 # The README's test command: set up (idempotent), lint, then run every test. Usage: bash scripts/test.sh [pytest args]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Each phase's wall time goes to the log, so the CI budget (40 minutes) is kept by measurement.
+start=$SECONDS
+phase() { echo "[test.sh] $1: $((SECONDS - start)) s since start" >&2; }
 bash scripts/setup.sh
+phase "main venv ready"
 # What the suite needs beyond the main job, up front (each is instant once installed): the TFLite side venvs,
 # the browser, and qemu-user + the emulated Pi's rootfs. (The tests would install them on first use too.)
 bash scripts/setup_onnx2tf.sh "the TFLite tests"
@@ -10,9 +14,11 @@ bash scripts/setup_litert_torch.sh "the language-model TFLite tests"
 bash scripts/setup_web.sh "the browser tests"
 # qemu-user: the ARM checks (qemu-aarch64) and the AVX2-only checks (qemu-x86_64 -cpu Haswell)
 bash scripts/arm/rootfs.sh
+phase "side venvs, browser and emulated Pi ready"
 dirs=()
 for d in edge converters edge_deploy tests scripts benchmarks; do [ -d "$d" ] && dirs+=("$d"); done
 .venv/bin/ruff check "${dirs[@]}"
 .venv/bin/mypy  # edge/ and edge_deploy/ (the files and settings are in pyproject.toml)
+phase "lint done; pytest starts"
 # --durations: the slowest tests are named in every run's log, so the 40-minute budget can be kept by measurement
 exec .venv/bin/python -m pytest -q -p no:cacheprovider --timeout=900 --durations=25 "$@"
