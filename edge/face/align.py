@@ -301,20 +301,27 @@ def pyramid_down_2(img: np.ndarray) -> np.ndarray:
 
 
 def _bilinear(src: np.ndarray, m: np.ndarray, size: int) -> np.ndarray:
-    """dlib's interpolate_bilinear: double maths, truncation to uint8, black if a neighbour is outside."""
-    out = np.zeros((size, size, src.shape[2]), np.uint8)
-    if src.shape[0] < 2 or src.shape[1] < 2:
-        return out
-    v, u = np.mgrid[0:size, 0:size].astype(np.float64)
-    x = m[0, 0] * u + m[0, 1] * v + m[0, 2]
-    y = m[1, 0] * u + m[1, 1] * v + m[1, 2]
+    """dlib's interpolate_bilinear: double maths, truncation to uint8, black if a neighbour is outside.
+
+    Every chip pixel is computed (neighbours clamped into the image, the outside ones blacked afterwards),
+    with dlib's expression in dlib's order, so the doubles and hence the truncated bytes are dlib's.
+    """
+    rows, cols = src.shape[:2]
+    if rows < 2 or cols < 2:
+        return np.zeros((size, size, src.shape[2]), np.uint8)
+    grid = np.arange(size, dtype=np.float64)
+    x = (m[0, 0] * grid)[None, :] + (m[0, 1] * grid)[:, None] + m[0, 2]
+    y = (m[1, 0] * grid)[None, :] + (m[1, 1] * grid)[:, None] + m[1, 2]
     left, top = np.floor(x), np.floor(y)
-    inside = (left >= 0) & (top >= 0) & (left + 1 < src.shape[1]) & (top + 1 < src.shape[0])
-    li, ti = left[inside].astype(np.intp), top[inside].astype(np.intp)
-    fx, fy = (x[inside] - left[inside])[:, None], (y[inside] - top[inside])[:, None]
-    s = src.astype(np.float64)
-    val = (1 - fy) * ((1 - fx) * s[ti, li] + fx * s[ti, li + 1]) + fy * (
-        (1 - fx) * s[ti + 1, li] + fx * s[ti + 1, li + 1]
-    )
-    out[inside] = np.clip(val, 0, 255).astype(np.uint8)
+    inside = (left >= 0) & (top >= 0) & (left + 1 < cols) & (top + 1 < rows)
+    fx, fy = (x - left)[..., None], (y - top)[..., None]
+    # where the chip leaves the image, any finite x, y will do: those pixels are blacked below
+    corner = np.clip(top, 0, rows - 2).astype(np.intp) * cols + np.clip(left, 0, cols - 2).astype(np.intp)
+    flat = np.ascontiguousarray(src).reshape(rows * cols, -1)
+    tl, tr = flat[corner], flat[corner + 1]
+    bl, br = flat[corner + cols], flat[corner + cols + 1]
+    gx = 1 - fx
+    val = (1 - fy) * (gx * tl + fx * tr) + fy * (gx * bl + fx * br)
+    out = np.clip(val, 0, 255).astype(np.uint8)
+    out[~inside] = 0
     return out

@@ -11,6 +11,7 @@ The model is the ``.npz`` written by ``converters.face.dlib_shape.export_shape_p
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -25,6 +26,10 @@ _KEYS = ("schema_version", "initial_shape", "split_idx", "split_thresh", "leaf_v
 #: (63 LFW faces found by both detectors; never the evaluation set): dx -0.007, dy +0.055, side 0.968.
 MTCNN_TO_HOG_BOX = (-0.007, 0.055, 0.968)
 
+#: Trees of up to this many split nodes (depth 4: dlib's default, and its 5- and 68-point models) find their
+#: leaf in a table of 2 ** splits bytes (32 KiB); deeper trees are walked node by node.
+_LUT_MAX_SPLITS = 15
+
 
 def hog_like_rect(box: tuple[float, float, float, float]) -> tuple[int, int, int, int]:
     """dlib rectangle (left, top, right, bottom; inclusive) that dlib's HOG detector would put on a face
@@ -38,14 +43,30 @@ def hog_like_rect(box: tuple[float, float, float, float]) -> tuple[int, int, int
 
 
 def _similarity_2x2(src: np.ndarray, dst: np.ndarray) -> np.ndarray:
-    """Rotation+scale part of the least-squares similarity transform src -> dst (dlib's, no reflection)."""
-    s_c, d_c = src - src.mean(axis=0), dst - dst.mean(axis=0)
-    var = (s_c**2).sum() / len(src)
-    u, sig, vt = np.linalg.svd(d_c.T @ s_c / len(src))
-    fix = np.eye(2)
-    if np.linalg.det(u) * np.linalg.det(vt) < 0:
-        fix[1, 1] = -1.0
-    return ((sig * np.diag(fix)).sum() / var) * (u @ fix @ vt) if var > 0 else np.eye(2)
+    """Rotation+scale part of the least-squares similarity transforms src -> dst[f] (dlib's, no reflection).
+
+    In 2-D the best rotation times scale is ``[[a, -b], [b, a]] / var(src)`` with ``a + ib`` the sum of
+    ``conj(s) * d`` over the centred points, the same matrix the SVD route (Umeyama, reflection refused) gives.
+
+    Args:
+        src: float64 [P, 2].
+        dst: float64 [F, P, 2].
+
+    Returns:
+        float64 [F, 2, 2]; the identity where ``src`` has no spread.
+    """
+    s_c = src - src.mean(axis=0)
+    d_c = dst - dst.mean(axis=1, keepdims=True)
+    n = len(src)
+    var = (s_c**2).sum() / n
+    out = np.empty((len(dst), 2, 2))
+    if var <= 0:
+        out[:] = np.eye(2)
+        return out
+    a = (d_c[..., 0] @ s_c[:, 0] + d_c[..., 1] @ s_c[:, 1]) / n / var
+    b = (d_c[..., 1] @ s_c[:, 0] - d_c[..., 0] @ s_c[:, 1]) / n / var
+    out[:, 0, 0], out[:, 0, 1], out[:, 1, 0], out[:, 1, 1] = a, -b, b, a
+    return out
 
 
 class ShapePredictor:
@@ -81,6 +102,19 @@ class ShapePredictor:
         self.anchor_idx = data["anchor_idx"].astype(np.intp)
         self.deltas = data["deltas"].astype(np.float32)
         self.depth = int(np.log2(self.split_idx.shape[2] + 1))
+        self._build_tables()
+
+    def _build_tables(self) -> None:
+        """Flat copies of the model for the vectorised walk (``predict_many``)."""
+        levels, trees, splits, _ = self.split_idx.shape
+        self._initial64 = self.initial.astype(np.float64)
+        self._pair_a = np.ascontiguousarray(self.split_idx[..., 0].reshape(levels, -1))
+        self._pair_b = np.ascontiguousarray(self.split_idx[..., 1].reshape(levels, -1))
+        self._thresh = self.split_thresh.reshape(levels, -1)
+        # row ``tree * (splits + 1) + leaf`` of a level's leaves
+        self._leaf_rows = self.leaf_values.reshape(levels, trees * (splits + 1), -1)
+        self._leaf_base = np.arange(trees, dtype=np.intp) * (splits + 1)
+        self._leaf_of_code = _leaf_table(self.depth).astype(np.uint8) if splits <= _LUT_MAX_SPLITS else None
 
     def _check_shapes(self, data: dict[str, np.ndarray]) -> None:
         levels, trees, splits, _ = data["split_idx"].shape
@@ -118,35 +152,96 @@ class ShapePredictor:
         Raises:
             InputError: if the image is not uint8 [H, W, 3].
         """
+        return self.predict_many(rgb, [rect])[0]
+
+    def predict_many(self, rgb: np.ndarray, rects: Sequence[tuple[int, int, int, int]]) -> np.ndarray:
+        """Landmarks of several faces of one image at once: ``predict`` for each rect, in one pass.
+
+        Every level walks all trees of all faces together: one comparison of every split node of every tree
+        (a few thousand pixel pairs), then a descent through those comparisons, then the leaves added tree by
+        tree in float32 (``np.add.accumulate``: sequential, so the sums round exactly as dlib's loop).
+
+        Args:
+            rgb: uint8 [H, W, 3].
+            rects: (left, top, right, bottom) per face, inclusive pixel coordinates.
+
+        Returns:
+            float64 [len(rects), P, 2], each as ``predict`` returns it.
+
+        Raises:
+            InputError: if the image is not uint8 [H, W, 3], or a rect is not four numbers.
+        """
         if not isinstance(rgb, np.ndarray) or rgb.dtype != np.uint8 or rgb.ndim != 3 or rgb.shape[2] != 3:
             desc = f"{rgb.dtype} {rgb.shape}" if isinstance(rgb, np.ndarray) else type(rgb).__name__
             raise InputError(f"shape predictor: image is {desc}; expected uint8 array [H, W, 3] (RGB)")
-        left, top, right, bottom = (int(v) for v in rect)
-        origin = np.array([left, top], np.float64)
-        extent = np.array([right - left, bottom - top], np.float64)  # unit box -> rect corners, as dlib
-        shape = self.initial.copy()
-        trees = np.arange(self.split_idx.shape[1])
+        box = np.asarray(rects, dtype=np.float64)
+        if box.ndim != 2 or box.shape[1] != 4:
+            raise InputError(
+                f"shape predictor: rects have shape {box.shape}; expected [N, 4] (left, top, right, bottom)"
+            )
+        box = np.trunc(box)  # dlib rectangles hold whole pixels
+        origin = box[:, None, :2]
+        extent = box[:, None, 2:] - origin  # unit box -> rect corners, as dlib
+        shape = np.repeat(self.initial[None], len(box), axis=0)
         for level in range(self.split_idx.shape[0]):
-            tform = _similarity_2x2(self.initial.astype(np.float64), shape.astype(np.float64)).astype(np.float32)
-            unit = self.deltas[level] @ tform.T + shape[self.anchor_idx[level]]
-            pix = np.floor(origin + unit.astype(np.float64) * extent + 0.5).astype(np.intp)
-            feats = _intensities(rgb, pix)
-            node = np.zeros(len(trees), np.intp)
-            for _ in range(self.depth):
-                idx = self.split_idx[level, trees, node]
-                left_branch = feats[idx[:, 0]] - feats[idx[:, 1]] > self.split_thresh[level, trees, node]
-                node = np.where(left_branch, 2 * node + 1, 2 * node + 2)
-            leaves = self.leaf_values[level, trees, node - self.split_idx.shape[2]]
-            for leaf in leaves:  # dlib adds the trees one by one in float32
-                shape += leaf
+            tform = _similarity_2x2(self._initial64, shape.astype(np.float64)).astype(np.float32)
+            unit = self.deltas[level] @ tform.transpose(0, 2, 1) + shape[:, self.anchor_idx[level]]
+            pix = np.floor(origin + unit.astype(np.float64) * extent + 0.5)
+            leaf = self._walk(level, _intensities(rgb, pix))
+            steps = self._leaf_rows[level][leaf]  # [F, trees, P * 2]
+            both = np.concatenate([shape.reshape(len(box), 1, -1), steps], axis=1)
+            shape = np.add.accumulate(both, axis=1)[:, -1].reshape(shape.shape)
         return np.floor(origin + shape.astype(np.float64) * extent + 0.5)
+
+    def _walk(self, level: int, feats: np.ndarray) -> np.ndarray:
+        """Row of ``_leaf_rows[level]`` [F, trees] that every tree of ``level`` reaches on each face.
+
+        Args:
+            level: cascade level.
+            feats: int32 [F, features] pixel intensities.
+        """
+        splits = self.split_idx.shape[2]
+        # exact: the difference of two intensities and a float32 threshold both fit a float64
+        went_left = feats[:, self._pair_a[level]] - feats[:, self._pair_b[level]] > self._thresh[level]
+        went_left = went_left.reshape(len(feats), -1, splits)  # [F, trees, splits], node order
+        if self._leaf_of_code is not None:  # the node outcomes of a tree as one number -> its leaf
+            packed = np.packbits(went_left, axis=-1, bitorder="little")
+            code = packed[..., 0] if packed.shape[-1] == 1 else packed.view("<u2")[..., 0]
+            return self._leaf_base + self._leaf_of_code[code]
+        node = np.zeros(went_left.shape[:2], np.intp)
+        for _ in range(self.depth):
+            node = 2 * node + 2 - np.take_along_axis(went_left, node[..., None], axis=2)[..., 0].astype(np.intp)
+        return self._leaf_base + node - splits
+
+
+def _leaf_table(depth: int) -> np.ndarray:
+    """For a tree of ``depth`` (nodes in breadth-first order), the leaf reached for every set of outcomes.
+
+    Bit k of the index is node k's outcome (1: went left, to child 2k + 1; 0: right, to 2k + 2).
+
+    Returns:
+        intp [2 ** (2 ** depth - 1)] of leaf numbers 0 .. 2 ** depth - 1.
+    """
+    splits = 2**depth - 1
+    codes = np.arange(2**splits)
+    node = np.zeros(len(codes), np.intp)
+    for _ in range(depth):
+        node = 2 * node + 2 - ((codes >> node) & 1)
+    return node - splits
 
 
 def _intensities(rgb: np.ndarray, pix: np.ndarray) -> np.ndarray:
-    """dlib's get_pixel_intensity of an rgb_pixel, (r + g + b) / 3 truncated; 0 outside the image."""
+    """dlib's get_pixel_intensity of an rgb_pixel, (r + g + b) / 3 truncated; 0 outside the image.
+
+    Args:
+        rgb: uint8 [H, W, 3].
+        pix: whole-pixel (x, y) [..., 2], float.
+
+    Returns:
+        int32 [...].
+    """
     h, w = rgb.shape[:2]
-    inside = (pix[:, 0] >= 0) & (pix[:, 0] < w) & (pix[:, 1] >= 0) & (pix[:, 1] < h)
-    out = np.zeros(len(pix), np.float32)
-    px = rgb[pix[inside, 1], pix[inside, 0]].astype(np.int32)
-    out[inside] = px.sum(axis=1) // 3
-    return out
+    xy = pix.astype(np.intp)
+    inside = (xy.view(np.uintp) < np.array([w, h], np.uintp)).all(axis=-1)  # a negative is a huge uintp
+    px = rgb[np.where(inside, xy[..., 1], 0), np.where(inside, xy[..., 0], 0)]
+    return np.where(inside, px.sum(axis=-1, dtype=np.int32) // 3, 0)
