@@ -304,24 +304,39 @@ def _bilinear(src: np.ndarray, m: np.ndarray, size: int) -> np.ndarray:
     """dlib's interpolate_bilinear: double maths, truncation to uint8, black if a neighbour is outside.
 
     Every chip pixel is computed (neighbours clamped into the image, the outside ones blacked afterwards),
-    with dlib's expression in dlib's order, so the doubles and hence the truncated bytes are dlib's.
+    with dlib's expression in dlib's order, so the doubles and hence the truncated bytes are dlib's. The
+    arithmetic runs on colour planes: numpy is several times faster on long rows than on pixels of three.
     """
-    rows, cols = src.shape[:2]
+    rows, cols, channels = src.shape
     if rows < 2 or cols < 2:
-        return np.zeros((size, size, src.shape[2]), np.uint8)
+        return np.zeros((size, size, channels), np.uint8)
     grid = np.arange(size, dtype=np.float64)
     x = (m[0, 0] * grid)[None, :] + (m[0, 1] * grid)[:, None] + m[0, 2]
     y = (m[1, 0] * grid)[None, :] + (m[1, 1] * grid)[:, None] + m[1, 2]
     left, top = np.floor(x), np.floor(y)
-    inside = (left >= 0) & (top >= 0) & (left + 1 < cols) & (top + 1 < rows)
-    fx, fy = (x - left)[..., None], (y - top)[..., None]
-    # where the chip leaves the image, any finite x, y will do: those pixels are blacked below
-    corner = np.clip(top, 0, rows - 2).astype(np.intp) * cols + np.clip(left, 0, cols - 2).astype(np.intp)
-    flat = np.ascontiguousarray(src).reshape(rows * cols, -1)
-    tl, tr = flat[corner], flat[corner + 1]
-    bl, br = flat[corner + cols], flat[corner + cols + 1]
+    outside = ((left < 0) | (top < 0) | (left + 1 >= cols) | (top + 1 >= rows)).ravel()
+    fx, fy = (x - left).ravel(), (y - top).ravel()
+    # where the chip leaves the image any neighbour will do: those pixels are blacked below
+    corner = (
+        np.clip(top, 0, rows - 2).astype(np.intp).ravel() * cols + np.clip(left, 0, cols - 2).astype(np.intp).ravel()
+    )
+    planes = src.transpose(2, 0, 1).reshape(channels, rows * cols)
+    neighbours = corner + np.array([0, 1, cols, cols + 1])[:, None]  # top-left, top-right, bottom-left, -right
+    tl, tr, bl, br = planes.take(neighbours, axis=1).astype(np.float64).transpose(1, 0, 2)
+    # (1 - fy) * ((1 - fx) * tl + fx * tr) + fy * ((1 - fx) * bl + fx * br), in place (fresh arrays of this
+    # size cost page faults): the same products and sums, so the same doubles
     gx = 1 - fx
-    val = (1 - fy) * (gx * tl + fx * tr) + fy * (gx * bl + fx * br)
-    out = np.clip(val, 0, 255).astype(np.uint8)
-    out[~inside] = 0
+    tl *= gx
+    tr *= fx
+    tl += tr
+    bl *= gx
+    br *= fx
+    bl += br
+    tl *= 1 - fy
+    bl *= fy
+    val = np.add(tl, bl, out=tl)
+    np.clip(val, 0, 255, out=val)
+    out = np.empty((size, size, channels), np.uint8)
+    np.copyto(out.transpose(2, 0, 1), val.reshape(channels, size, size), casting="unsafe")  # truncates, as astype
+    out.reshape(size * size, channels)[outside] = 0
     return out

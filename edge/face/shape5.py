@@ -42,33 +42,6 @@ def hog_like_rect(box: tuple[float, float, float, float]) -> tuple[int, int, int
     return left, top, left + max(round(side), 1) - 1, top + max(round(side), 1) - 1
 
 
-def _similarity_2x2(src: np.ndarray, dst: np.ndarray) -> np.ndarray:
-    """Rotation+scale part of the least-squares similarity transforms src -> dst[f] (dlib's, no reflection).
-
-    In 2-D the best rotation times scale is ``[[a, -b], [b, a]] / var(src)`` with ``a + ib`` the sum of
-    ``conj(s) * d`` over the centred points, the same matrix the SVD route (Umeyama, reflection refused) gives.
-
-    Args:
-        src: float64 [P, 2].
-        dst: float64 [F, P, 2].
-
-    Returns:
-        float64 [F, 2, 2]; the identity where ``src`` has no spread.
-    """
-    s_c = src - src.mean(axis=0)
-    d_c = dst - dst.mean(axis=1, keepdims=True)
-    n = len(src)
-    var = (s_c**2).sum() / n
-    out = np.empty((len(dst), 2, 2))
-    if var <= 0:
-        out[:] = np.eye(2)
-        return out
-    a = (d_c[..., 0] @ s_c[:, 0] + d_c[..., 1] @ s_c[:, 1]) / n / var
-    b = (d_c[..., 1] @ s_c[:, 0] - d_c[..., 0] @ s_c[:, 1]) / n / var
-    out[:, 0, 0], out[:, 0, 1], out[:, 1, 0], out[:, 1, 1] = a, -b, b, a
-    return out
-
-
 class ShapePredictor:
     """dlib's shape predictor run with numpy (CPU, no dlib)."""
 
@@ -107,14 +80,23 @@ class ShapePredictor:
     def _build_tables(self) -> None:
         """Flat copies of the model for the vectorised walk (``predict_many``)."""
         levels, trees, splits, _ = self.split_idx.shape
-        self._initial64 = self.initial.astype(np.float64)
         self._pair_a = np.ascontiguousarray(self.split_idx[..., 0].reshape(levels, -1))
         self._pair_b = np.ascontiguousarray(self.split_idx[..., 1].reshape(levels, -1))
-        self._thresh = self.split_thresh.reshape(levels, -1)
+        # For a whole number d (a difference of two intensities), d > t exactly when d > floor(t); beyond
+        # +-1024 every difference falls on the same side, and a NaN threshold is never passed, as in dlib.
+        thresh = np.nan_to_num(self.split_thresh.astype(np.float64), nan=1024.0)
+        self._thresh = np.clip(np.floor(thresh), -1024, 1024).astype(np.int32).reshape(levels, -1)
         # row ``tree * (splits + 1) + leaf`` of a level's leaves
         self._leaf_rows = self.leaf_values.reshape(levels, trees * (splits + 1), -1)
         self._leaf_base = np.arange(trees, dtype=np.intp) * (splits + 1)
         self._leaf_of_code = _leaf_table(self.depth).astype(np.uint8) if splits <= _LUT_MAX_SPLITS else None
+        self._bit_values = (2.0 ** np.arange(splits)).astype(np.float32)  # a tree's outcomes -> its code
+        # The similarity fit from the mean shape to the current one, as one product (see _fit_transposed).
+        src = self.initial.astype(np.float64)
+        centred = src - src.mean(axis=0)
+        var = float((centred**2).sum()) / len(src)
+        rot = np.stack([-centred[:, 1], centred[:, 0]], axis=1)  # b = sum(d_y s_x - d_x s_y)
+        self._fit = np.stack([centred.ravel(), rot.ravel()], axis=1) / (len(src) * var) if var > 0 else None
 
     def _check_shapes(self, data: dict[str, np.ndarray]) -> None:
         levels, trees, splits, _ = data["split_idx"].shape
@@ -158,8 +140,8 @@ class ShapePredictor:
         """Landmarks of several faces of one image at once: ``predict`` for each rect, in one pass.
 
         Every level walks all trees of all faces together: one comparison of every split node of every tree
-        (a few thousand pixel pairs), then a descent through those comparisons, then the leaves added tree by
-        tree in float32 (``np.add.accumulate``: sequential, so the sums round exactly as dlib's loop).
+        (a few thousand pixel pairs), then the leaf each tree's outcomes lead to, then the leaves added tree by
+        tree in float32, in dlib's order, so the sums round as in dlib's loop.
 
         Args:
             rgb: uint8 [H, W, 3].
@@ -183,15 +165,36 @@ class ShapePredictor:
         origin = box[:, None, :2]
         extent = box[:, None, 2:] - origin  # unit box -> rect corners, as dlib
         shape = np.repeat(self.initial[None], len(box), axis=0)
+        pixels = np.ascontiguousarray(rgb).reshape(-1, 3)
         for level in range(self.split_idx.shape[0]):
-            tform = _similarity_2x2(self._initial64, shape.astype(np.float64)).astype(np.float32)
-            unit = self.deltas[level] @ tform.transpose(0, 2, 1) + shape[:, self.anchor_idx[level]]
+            unit = self.deltas[level] @ self._fit_transposed(shape) + shape.take(self.anchor_idx[level], axis=1)
             pix = np.floor(origin + unit.astype(np.float64) * extent + 0.5)
-            leaf = self._walk(level, _intensities(rgb, pix))
-            steps = self._leaf_rows[level][leaf]  # [F, trees, P * 2]
-            both = np.concatenate([shape.reshape(len(box), 1, -1), steps], axis=1)
-            shape = np.add.accumulate(both, axis=1)[:, -1].reshape(shape.shape)
+            leaf = self._walk(level, _intensities(pixels, rgb.shape[:2], pix))
+            steps = self._leaf_rows[level].take(leaf.T, axis=0).reshape(leaf.shape[1], -1)  # [trees, F * P * 2]
+            both = np.concatenate([shape.reshape(1, -1), steps])
+            # Summing down the rows of a C-ordered array, numpy adds row after row (its pairwise summation is
+            # only along the contiguous axis): each point gets its trees' leaves one by one in float32, as
+            # dlib's loop (tests/unit/test_shape5.py checks the order on values where it matters).
+            shape = np.add.reduce(both, axis=0).reshape(shape.shape)
         return np.floor(origin + shape.astype(np.float64) * extent + 0.5)
+
+    def _fit_transposed(self, shape: np.ndarray) -> np.ndarray:
+        """Transposed rotation+scale of the least-squares similarity fit initial -> shape[f] (as dlib's).
+
+        In 2-D the best rotation times scale is ``[[a, -b], [b, a]]`` with ``a + ib`` the sum of
+        ``conj(s) * d`` over the centred points divided by n * var(s): the matrix Umeyama's SVD route gives
+        (reflections refused). The mean shape is centred, so the current one need not be.
+
+        Args:
+            shape: float32 [F, P, 2].
+
+        Returns:
+            float32 [F, 2, 2], ``tform.T`` per face.
+        """
+        if self._fit is None:  # a mean shape without spread: dlib's fit is the identity
+            return np.repeat(np.eye(2, dtype=np.float32)[None], len(shape), axis=0)
+        a, b = (shape.reshape(len(shape), -1).astype(np.float64) @ self._fit).T
+        return np.stack([a, b, -b, a], axis=1).astype(np.float32).reshape(-1, 2, 2)
 
     def _walk(self, level: int, feats: np.ndarray) -> np.ndarray:
         """Row of ``_leaf_rows[level]`` [F, trees] that every tree of ``level`` reaches on each face.
@@ -201,12 +204,10 @@ class ShapePredictor:
             feats: int32 [F, features] pixel intensities.
         """
         splits = self.split_idx.shape[2]
-        # exact: the difference of two intensities and a float32 threshold both fit a float64
-        went_left = feats[:, self._pair_a[level]] - feats[:, self._pair_b[level]] > self._thresh[level]
-        went_left = went_left.reshape(len(feats), -1, splits)  # [F, trees, splits], node order
-        if self._leaf_of_code is not None:  # the node outcomes of a tree as one number -> its leaf
-            packed = np.packbits(went_left, axis=-1, bitorder="little")
-            code = packed[..., 0] if packed.shape[-1] == 1 else packed.view("<u2")[..., 0]
+        pairs = np.take(feats, self._pair_a[level], axis=1) - np.take(feats, self._pair_b[level], axis=1)
+        went_left = (pairs > self._thresh[level]).reshape(len(feats), -1, splits)  # [F, trees, splits]
+        if self._leaf_of_code is not None:  # a tree's outcomes as one number (exact in float32) -> its leaf
+            code = (went_left.astype(np.float32) @ self._bit_values).astype(np.intp)
             return self._leaf_base + self._leaf_of_code[code]
         node = np.zeros(went_left.shape[:2], np.intp)
         for _ in range(self.depth):
@@ -230,18 +231,24 @@ def _leaf_table(depth: int) -> np.ndarray:
     return node - splits
 
 
-def _intensities(rgb: np.ndarray, pix: np.ndarray) -> np.ndarray:
+def _intensities(pixels: np.ndarray, size: tuple[int, int], pix: np.ndarray) -> np.ndarray:
     """dlib's get_pixel_intensity of an rgb_pixel, (r + g + b) / 3 truncated; 0 outside the image.
 
     Args:
-        rgb: uint8 [H, W, 3].
+        pixels: the image's uint8 pixels [H * W, 3], row by row.
+        size: (H, W).
         pix: whole-pixel (x, y) [..., 2], float.
 
     Returns:
         int32 [...].
     """
-    h, w = rgb.shape[:2]
+    h, w = size
     xy = pix.astype(np.intp)
-    inside = (xy.view(np.uintp) < np.array([w, h], np.uintp)).all(axis=-1)  # a negative is a huge uintp
-    px = rgb[np.where(inside, xy[..., 1], 0), np.where(inside, xy[..., 0], 0)]
-    return np.where(inside, px.sum(axis=-1, dtype=np.int32) // 3, 0)
+    fits = xy.view(np.uintp) < np.array([w, h], np.uintp)  # a negative is a huge uintp
+    outside = ~(fits[..., 0] & fits[..., 1])
+    index = xy[..., 1] * w + xy[..., 0]
+    index[outside] = 0
+    px = pixels.take(index, axis=0).astype(np.int32)
+    grey = (px[..., 0] + px[..., 1] + px[..., 2]) // 3
+    grey[outside] = 0
+    return grey
