@@ -49,7 +49,7 @@ class FacePipeline:
     * with ``edge.face.shape5.ShapePredictor``: as face_recognition does: dlib's 5-point model on the
       detector's box (mapped to a HOG-like box), then dlib's own 5-point template
       (``align_chip_dlib5``). This makes our chips, hence decisions, match face_recognition's far more
-      closely (docs/evaluation.md), for about 7 ms more per face.
+      closely (docs/evaluation.md), for about 1.5 ms more per face (docs/benchmarks.md, face alignment).
 
     The pipeline owns its parts: ``close()`` (or leaving a ``with`` block) closes detector and embedder.
     """
@@ -83,10 +83,13 @@ class FacePipeline:
         return align_chip_dlib5(rgb, points5, self.chip_size, self.padding)
 
     def chips(self, rgb: np.ndarray, detections: list[Detection]) -> np.ndarray:
-        """Aligned chips, uint8 [N, size, size, 3], one per detection."""
+        """Aligned chips, uint8 [N, size, size, 3], one per detection (landmarks of all faces in one pass)."""
         if not detections:
             return np.zeros((0, self.chip_size, self.chip_size, 3), np.uint8)
-        return np.stack([self.chip(rgb, d) for d in detections])
+        if self.shape_predictor is None:
+            return np.stack([self.chip(rgb, d) for d in detections])
+        points = self.shape_predictor.predict_many(rgb, [hog_like_rect(d.box) for d in detections])
+        return np.stack([align_chip_dlib5(rgb, p, self.chip_size, self.padding) for p in points])
 
     def analyze(self, rgb: np.ndarray) -> list[Face]:
         """Find and describe every face in an image.

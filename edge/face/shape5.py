@@ -157,6 +157,8 @@ class ShapePredictor:
             desc = f"{rgb.dtype} {rgb.shape}" if isinstance(rgb, np.ndarray) else type(rgb).__name__
             raise InputError(f"shape predictor: image is {desc}; expected uint8 array [H, W, 3] (RGB)")
         box = np.asarray(rects, dtype=np.float64)
+        if box.size == 0:
+            return np.zeros((0, self.num_points, 2))
         if box.ndim != 2 or box.shape[1] != 4:
             raise InputError(
                 f"shape predictor: rects have shape {box.shape}; expected [N, 4] (left, top, right, bottom)"
