@@ -314,12 +314,13 @@ def _bilinear(src: np.ndarray, m: np.ndarray, size: int) -> np.ndarray:
     x = (m[0, 0] * grid)[None, :] + (m[0, 1] * grid)[:, None] + m[0, 2]
     y = (m[1, 0] * grid)[None, :] + (m[1, 1] * grid)[:, None] + m[1, 2]
     left, top = np.floor(x), np.floor(y)
-    outside = ((left < 0) | (top < 0) | (left + 1 >= cols) | (top + 1 >= rows)).ravel()
     fx, fy = (x - left).ravel(), (y - top).ravel()
-    # where the chip leaves the image any neighbour will do: those pixels are blacked below
-    corner = (
-        np.clip(top, 0, rows - 2).astype(np.intp).ravel() * cols + np.clip(left, 0, cols - 2).astype(np.intp).ravel()
-    )
+    outside = None
+    if left.min() < 0 or top.min() < 0 or left.max() + 1 >= cols or top.max() + 1 >= rows:
+        outside = ((left < 0) | (top < 0) | (left + 1 >= cols) | (top + 1 >= rows)).ravel()
+        # there any neighbour will do: those pixels are blacked below
+        left, top = np.clip(left, 0, cols - 2), np.clip(top, 0, rows - 2)
+    corner = (top * cols + left).astype(np.intp).ravel()  # whole numbers far below 2**53: exact
     planes = src.transpose(2, 0, 1).reshape(channels, rows * cols)
     neighbours = corner + np.array([0, 1, cols, cols + 1])[:, None]  # top-left, top-right, bottom-left, -right
     tl, tr, bl, br = planes.take(neighbours, axis=1).astype(np.float64).transpose(1, 0, 2)
@@ -335,8 +336,8 @@ def _bilinear(src: np.ndarray, m: np.ndarray, size: int) -> np.ndarray:
     tl *= 1 - fy
     bl *= fy
     val = np.add(tl, bl, out=tl)
-    np.clip(val, 0, 255, out=val)
-    out = np.empty((size, size, channels), np.uint8)
-    np.copyto(out.transpose(2, 0, 1), val.reshape(channels, size, size), casting="unsafe")  # truncates, as astype
-    out.reshape(size * size, channels)[outside] = 0
+    # A convex mix of bytes lies in [0, 255 + a few ulps]: truncation gives dlib's clamped byte without a clip.
+    out = np.ascontiguousarray(val.astype(np.uint8).reshape(channels, size, size).transpose(1, 2, 0))
+    if outside is not None:
+        out.reshape(size * size, channels)[outside] = 0
     return out
