@@ -12,9 +12,13 @@ import json
 import stat
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from edge.digest import file_sha256
-from edge.errors import InputError
+from edge.errors import InferenceError, InputError
+
+if TYPE_CHECKING:
+    from edge.runtime import LoadOptions, Model
 
 MODELS_FILE = "models.json"
 MODELS_SCHEMA_VERSION = 1
@@ -217,6 +221,30 @@ def model_paths(folder: Path, models: tuple[FaceModel, ...] = tuple(FaceModel)) 
         InputError: models.json is missing, or has no model for one of their roles.
     """
     return {model: model_path(folder, model.role) for model in models}
+
+
+def open_net(path: Path, threads: int, options: LoadOptions, backend: str | None = None) -> Model:
+    """One of the face nets, on the runtime its format calls for (``edge.runtime.open_model``).
+
+    Args:
+        path: an ONNX, ORT or TFLite file.
+        threads: intra-op threads.
+        options: onnxruntime's knobs and how errors name the net.
+        backend: a backend to force; None: the one for the file's format.
+
+    Raises:
+        InferenceError: when the file is not a model at all (for the pipeline, a net that does not load) or the
+            runtime cannot load it.
+        InputError: a forced backend that cannot read the format, or onnxruntime settings for a TFLite file.
+        MissingDependencyError: if the runtime is not installed.
+    """
+    from edge.runtime import detect_format, open_model
+
+    try:
+        detect_format(path)
+    except InputError as exc:
+        raise InferenceError(str(exc)) from exc
+    return open_model(path, threads, backend=backend, options=options)
 
 
 def _onnx_source(path: Path) -> Path:
