@@ -42,6 +42,7 @@ from edge.face.shape5 import ShapePredictor  # noqa: E402
 
 CACHE = REPO / ".cache" / "bench"
 CONTENDERS = ("previous", "vectorised", "vectorised, all faces at once")
+GOAL_MS = 1.0
 
 Rect = tuple[int, int, int, int]
 Aligner = Callable[[ShapePredictor, np.ndarray, list[Rect]], tuple[np.ndarray, np.ndarray, float]]
@@ -131,8 +132,24 @@ def markdown(result: dict) -> str:
             "| code | ms a face | shape predictor ms | chip ms | speed-up |",
             "|---|---:|---:|---:|---:|",
             *rows,
+            "",
+            *_goal_lines(med[CONTENDERS[-1]]),
         ]
     )
+
+
+def _goal_lines(best_ms: float) -> list[str]:
+    """Where the best contender stands against issue 13's goal, and what is left."""
+    verdict = "met" if best_ms <= GOAL_MS * 1.25 else f"missed by {best_ms / GOAL_MS:.1f}×"
+    return [
+        f"Goal (issue 13): about {GOAL_MS:.0f} ms a face — {verdict} ({best_ms:.2f} ms). The issue's 43 ms a face",
+        "(346 ms for t1.jpg's 8 detections) was wall time inside a whole-pipeline run on a loaded host; the",
+        "first row is the same code alone, in CPU time. What is left is numpy's per-call cost and the float work",
+        "kept for bit-exactness: per cascade level about 15 calls on a few thousand values (pixel reads, the",
+        "split comparisons, the leaves added tree by tree in float32 in dlib's order), and for the chip dlib's",
+        "bilinear mix in float64 over 270,000 gathered bytes. Closing the gap would take a compiled kernel (none",
+        "is a device dependency today) or giving up exactness (OpenCV's fixed-point warp differs by a grey level).",
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:
