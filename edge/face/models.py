@@ -257,7 +257,7 @@ def _onnx_source(path: Path) -> Path:
     return source
 
 
-def open_face_pipeline(folder: Path, threads: int = 1, unfused: bool = False):
+def open_face_pipeline(folder: Path, threads: int = 1, unfused: bool = False, min_score: float | None = None):
     """The device pipeline over the models of a converted folder.
 
     MTCNN finds the faces; dlib's 5-point landmark model (numpy) places the landmarks on each MTCNN box, as
@@ -271,6 +271,9 @@ def open_face_pipeline(folder: Path, threads: int = 1, unfused: bool = False):
             (the ``.ort`` file's source, beside it) with onnxruntime's graph optimisations off, so that QDQ
             runs as dequantize -> float op -> quantize whatever INT8 kernels this CPU has. The emulated-Pi
             check compares the Pi's own results with these.
+        min_score: detections scoring lower are left out; None: ``edge.face.recognize.DEFAULT_MIN_SCORE``
+            (0.9, as the daemon and the browser page; on t1.jpg MTCNN's last stage also passes a fist and a
+            metal bowl at 0.87 and 0.86), 0 keeps every detection MTCNN returns.
 
     Returns:
         An ``edge.face.pipeline.FacePipeline`` (close it, or use it in a ``with`` block).
@@ -281,6 +284,7 @@ def open_face_pipeline(folder: Path, threads: int = 1, unfused: bool = False):
     from edge.face.detect_mtcnn import MtcnnDetector
     from edge.face.embed import FaceEmbedder
     from edge.face.pipeline import FacePipeline
+    from edge.face.recognize import DEFAULT_MIN_SCORE
     from edge.face.shape5 import ShapePredictor
     from edge.runtime.ort_session import Optimization
 
@@ -300,4 +304,5 @@ def open_face_pipeline(folder: Path, threads: int = 1, unfused: bool = False):
     except BaseException:
         detector.close()
         raise
-    return FacePipeline(detector, embedder, shape_predictor=shape)
+    score = DEFAULT_MIN_SCORE if min_score is None else min_score
+    return FacePipeline(detector, embedder, shape_predictor=shape, min_score=score)

@@ -61,6 +61,7 @@ class FacePipeline:
         shape_predictor: ShapePredictor | None = None,
         chip_size: int = 150,
         padding: float = 0.25,
+        min_score: float = 0.0,
     ) -> None:
         """Args:
         detector: e.g. ``edge.face.detect_mtcnn.MtcnnDetector``.
@@ -68,12 +69,15 @@ class FacePipeline:
         shape_predictor: optional dlib 5-point model, see the class docstring.
         chip_size: side of the aligned chip the embedder expects.
         padding: chip margin around the face, as dlib's ``get_face_chip_details``.
+        min_score: detections scoring lower are dropped before alignment (``open_face_pipeline`` passes
+            ``edge.face.recognize.DEFAULT_MIN_SCORE``: MTCNN's last stage passes a fist or a metal bowl at 0.86).
         """
         self.detector = detector
         self.embedder = embedder
         self.shape_predictor = shape_predictor
         self.chip_size = chip_size
         self.padding = padding
+        self.min_score = min_score
 
     def chip(self, rgb: np.ndarray, detection: Detection) -> np.ndarray:
         """The aligned chip of one detection, uint8 [size, size, 3]."""
@@ -98,13 +102,13 @@ class FacePipeline:
             rgb: uint8 [H, W, 3], RGB.
 
         Returns:
-            One Face per detection, in the detector's order; [] when there is no face.
+            One Face per detection scoring at least ``min_score``, in the detector's order; [] when there is none.
 
         Raises:
             InputError: if the image is not uint8 [H, W, 3] (raised by the detector).
             InferenceError: if a runtime fails, or the embedder returns the wrong shape.
         """
-        detections = self.detector.detect(rgb)
+        detections = [d for d in self.detector.detect(rgb) if d.score >= self.min_score]
         if not detections:
             return []
         descriptors = np.asarray(self.embedder.embed(self.chips(rgb, detections)), dtype=np.float32)
