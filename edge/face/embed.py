@@ -123,10 +123,10 @@ class FaceEmbedder:
         chip_shapes = ([3, CHIP_SIZE, CHIP_SIZE], [CHIP_SIZE, CHIP_SIZE, 3])
         inputs = [(i.name, list(i.shape)) for i in model.inputs]
         outputs = [(o.name, list(o.shape)) for o in model.outputs]
-        # The batch dimension may be named anything (or fixed); onnx2tf renames a quantized file's output.
+        # The batch dimension may be named anything (or fixed), and so may the tensors: a TFLite file from
+        # onnx2tf names them 'serving_default_chip:0' and 'PartitionedCall:0'. The shapes tell.
         fits = (
             len(inputs) == 1
-            and inputs[0][0] == INPUT_NAME
             and inputs[0][1][1:] in chip_shapes
             and len(outputs) == 1
             and outputs[0][1][1:] == [DESCRIPTOR_SIZE]
