@@ -144,7 +144,7 @@ class ShapePredictor:
         tree in float32, in dlib's order, so the sums round as in dlib's loop.
 
         Args:
-            rgb: uint8 [H, W, 3].
+            rgb: uint8 [H, W, 3] (a view that is not C-contiguous, e.g. a crop, is copied once).
             rects: (left, top, right, bottom) per face, inclusive pixel coordinates.
 
         Returns:
