@@ -120,6 +120,8 @@ def test_vectorised_walk_equals_the_tree_by_tree_one(tmp_path, depth):
     for rect, points in zip(rects, got, strict=True):
         assert np.array_equal(points, previous_predict(sp, img, rect)), rect
         assert np.array_equal(sp.predict(img, rect), points)
+    crop = img[5:, 7:]  # a view, not C-contiguous
+    assert np.array_equal(sp.predict_many(crop, rects), np.stack([previous_predict(sp, crop, r) for r in rects]))
 
 
 def test_leaves_are_added_in_dlibs_order(tmp_path):
