@@ -143,10 +143,11 @@ def _goal_lines(best_ms: float) -> list[str]:
     verdict = "met" if best_ms <= GOAL_MS * 1.25 else f"missed by {best_ms / GOAL_MS:.1f}×"
     return [
         f"Goal (issue 13): about {GOAL_MS:.0f} ms a face — {verdict} ({best_ms:.2f} ms). The issue's 43 ms a face",
-        "(346 ms for t1.jpg's 8 detections) was wall time inside a whole-pipeline run on a loaded host; the",
-        "first row is the same code alone, in CPU time. What is left is numpy's per-call cost and the float work",
-        "kept for bit-exactness: per cascade level about 15 calls on a few thousand values (pixel reads, the",
-        "split comparisons, the leaves added tree by tree in float32 in dlib's order), and for the chip dlib's",
+        "(346 ms for t1.jpg's 8 detections) was wall time inside a whole-pipeline run on another, loaded,",
+        "AVX2-only host; the first row is the same code alone, here, in CPU time. What is left is numpy's",
+        "per-call cost and the float work kept for bit-exactness: 15 cascade levels of about 45 numpy calls",
+        "each on a few thousand values (pixel reads, the split comparisons, the leaves added tree by tree in",
+        "float32 in dlib's order), and for the chip dlib's",
         "bilinear mix in float64 over 270,000 gathered bytes. Closing the gap would take a compiled kernel (none",
         "is a device dependency today) or giving up exactness: OpenCV's `warpAffine` (a device dependency) cut",
         "these 8 chips differing from dlib's by at most 1 grey level in about half the values (it rounds where",
