@@ -38,12 +38,11 @@ from pathlib import Path
 import numpy as np
 from edge.cpu import int8_kernels
 from edge.face.embed import FaceEmbedder
-from edge.runtime.ort_session import Optimization, build_session
+from edge.runtime import Optimization
 model, chips, fused = Path(sys.argv[1]), np.load(sys.argv[2]), sys.argv[3] == "1"
 optimization = Optimization.ALL if fused else Optimization.NONE
-embedder = FaceEmbedder(model, 1, optimization)
-if fused:  # onnxruntime's defaults: no session.x64quantprecision, the saturating u8s8 kernels where VNNI is missing
-    embedder._session = build_session(model, 1, optimization=optimization, precise_int8=False)
+# fused: onnxruntime's defaults (no session.x64quantprecision: the saturating u8s8 kernels where VNNI is missing)
+embedder = FaceEmbedder(model, 1, optimization, precise_int8=not fused)
 out = embedder.embed(chips)
 print(json.dumps({"kernels": int8_kernels().describe(), "descriptors": out.tolist()}))
 """

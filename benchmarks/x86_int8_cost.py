@@ -46,11 +46,10 @@ sys.path.insert(0, sys.argv[5])
 from marks import marker
 from edge.cpu import int8_kernels
 from edge.face.embed import FaceEmbedder
-from edge.runtime.ort_session import Optimization, build_session
+from edge.runtime import Optimization
 model, chips = Path(sys.argv[1]), np.load(sys.argv[2])
 optimization, precise = Optimization[sys.argv[3]], sys.argv[4] == "1"
-embedder = FaceEmbedder(model, 1, optimization)
-embedder._session = build_session(model, 1, optimization=optimization, precise_int8=precise)
+embedder = FaceEmbedder(model, 1, optimization, precise_int8=precise)
 embedder.embed(chips[:1])
 mark = marker(True)
 out = []
@@ -68,7 +67,7 @@ class Variant:
 
     name: str
     model: str  # "fp32", "x86_64-host", "rpi4"
-    optimization: str  # edge.runtime.ort_session.Optimization member name
+    optimization: str  # edge.runtime.Optimization member name
     precise: bool
     note: str
 

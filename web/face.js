@@ -5,6 +5,7 @@ import { Mtcnn } from "./mtcnn.js";
 import { ShapePredictor, alignChipDlib5, hogLikeRect } from "./align.js";
 
 const CHIP = 150;
+const MIN_SCORE = 0.9; // edge/face/recognize.py DEFAULT_MIN_SCORE
 const ROLE_FILES = ["detector.pnet", "detector.rnet", "detector.onet", "embedder"];
 
 async function fetchOk(url, what) {
@@ -86,7 +87,9 @@ export class FacePipeline {
   // rgb: Uint8Array [h * w * 3]. Returns {faces: [{box, score, landmarks, points5, descriptor}], timings}.
   async analyze(rgb, h, w) {
     const t0 = performance.now();
-    const dets = await this.mtcnn.detect(rgb, h, w);
+    // as open_face_pipeline (min_score = edge/face/recognize.py DEFAULT_MIN_SCORE): MTCNN's last stage passes
+    // a fist or a metal bowl at 0.86
+    const dets = (await this.mtcnn.detect(rgb, h, w)).filter((d) => d.score >= MIN_SCORE);
     const t1 = performance.now();
     const chips = new Float32Array(dets.length * 3 * CHIP * CHIP);
     const plane = CHIP * CHIP;

@@ -60,7 +60,8 @@ class FaceService:
         self.settings = settings
         self.threads = threads
         self.max_pixels = max_pixels
-        self.pipeline = open_face_pipeline(settings.models, threads)
+        # min_score=0: the daemon's own setting (settings.min_score, recognize_image) decides what is reported
+        self.pipeline = open_face_pipeline(settings.models, threads, min_score=0.0)
         try:
             self.gallery, self.gallery_origin = self._initial_gallery()
         except BaseException:
@@ -118,7 +119,7 @@ class FaceService:
         Returns:
             ``{"people": n, "gallery": origin}``.
         """
-        pipeline = open_face_pipeline(self.settings.models, self.threads)
+        pipeline = open_face_pipeline(self.settings.models, self.threads, min_score=0.0)
         try:
             path = self.settings.gallery
             gallery = Gallery.load(path) if path.is_file() else self.gallery

@@ -1,4 +1,4 @@
-"""MTCNN face detection on the device: the three-stage cascade in numpy around ONNX Runtime.
+"""MTCNN face detection on the device: the three-stage cascade in numpy around the nets, run by ``edge.runtime``.
 
 The nets are facenet-pytorch 2.6.0's PNet/RNet/ONet exported by ``converters/face/mtcnn.py``
 (``mtcnn_pnet.onnx``, ``mtcnn_rnet.onnx``, ``mtcnn_onet.onnx``). The cascade follows facenet-pytorch's
@@ -25,14 +25,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from enum import Enum
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from edge.errors import InferenceError, InputError
-from edge.face.models import FaceModel
+from edge.face.models import FaceModel, open_net
 from edge.face.types import Detection
-from edge.runtime.ort_session import Optimization, build_session
+from edge.runtime import LoadOptions, Model, Optimization
 
 #: Model files the detector loads from its folder, by net.
 MODEL_FILES = {FaceModel.PNET: "mtcnn_pnet.onnx", FaceModel.RNET: "mtcnn_rnet.onnx", FaceModel.ONET: "mtcnn_onet.onnx"}
@@ -285,6 +284,8 @@ class MtcnnDetector:
         thresholds: tuple[float, float, float] = (0.6, 0.7, 0.7),
         factor: float = 0.709,
         optimization: Optimization = Optimization.ALL,
+        *,
+        precise_int8: bool = True,
     ) -> None:
         """Load the three nets.
 
@@ -296,10 +297,11 @@ class MtcnnDetector:
             thresholds: face-probability thresholds of PNet, RNet and ONet.
             factor: scale step of the image pyramid.
             optimization: onnxruntime's graph optimisation (the accuracy gate runs QDQ nets unfused).
+            precise_int8: onnxruntime's non-saturating x86 INT8 kernels (``edge.cpu``).
 
         Raises:
             InputError: a setting is out of range.
-            InferenceError: a model file is missing or ONNX Runtime cannot load it.
+            InferenceError: a model file is missing, is no model, or its runtime cannot load it.
             MissingDependencyError: onnxruntime is not installed.
         """
         _check_settings(threads, min_face_size, tuple(thresholds), factor)
@@ -307,19 +309,25 @@ class MtcnnDetector:
         low, mid, high = (float(t) for t in thresholds)
         self.thresholds = (low, mid, high)
         self.factor = float(factor)
-        self._sessions: dict[FaceModel, Any] | None = None
-        sessions = {}
-        for name, file in MODEL_FILES.items():
-            path = Path(model_dir[name]) if isinstance(model_dir, Mapping) else Path(model_dir) / file
-            if not path.is_file():
-                raise InferenceError(f"{path}: MTCNN model file not found; export it with converters.face.mtcnn")
-            sessions[name] = build_session(
-                path, threads, what="this MTCNN model", purpose="MTCNN face detection", optimization=optimization
-            )
+        self._sessions: dict[FaceModel, Model] | None = None
+        options = LoadOptions(optimization, precise_int8, what="this MTCNN model", purpose="MTCNN face detection")
+        sessions: dict[FaceModel, Model] = {}
+        try:
+            for name, file in MODEL_FILES.items():
+                path = Path(model_dir[name]) if isinstance(model_dir, Mapping) else Path(model_dir) / file
+                if not path.is_file():
+                    raise InferenceError(f"{path}: MTCNN model file not found; export it with converters.face.mtcnn")
+                sessions[name] = open_net(path, threads, options)
+        except BaseException:
+            for model in sessions.values():
+                model.close()
+            raise
         self._sessions = sessions
 
     def close(self) -> None:
-        """Release the ONNX Runtime sessions. Safe to call twice."""
+        """Release the nets' runtime models. Safe to call twice."""
+        for model in (self._sessions or {}).values():
+            model.close()
         self._sessions = None
 
     def __enter__(self) -> MtcnnDetector:
@@ -331,10 +339,12 @@ class MtcnnDetector:
     def _run(self, name: FaceModel, x: np.ndarray) -> list[np.ndarray]:
         if self._sessions is None:
             raise InferenceError("MtcnnDetector is closed; create a new one to detect faces")
+        model = self._sessions[name]
         try:
-            return self._sessions[name].run(None, {"input": x})
-        except Exception as exc:  # onnxruntime's errors carry no useful type
+            outputs = model.run({"input": x})
+        except (InferenceError, InputError) as exc:
             raise InferenceError(f"MTCNN {name} failed on input {x.shape}: {exc}") from exc
+        return [outputs[spec.name] for spec in model.outputs]
 
     def _run_batched(self, name: FaceModel, x: np.ndarray) -> list[np.ndarray]:
         parts = [self._run(name, x[i : i + _MAX_BATCH]) for i in range(0, len(x), _MAX_BATCH)]

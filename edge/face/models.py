@@ -12,9 +12,13 @@ import json
 import stat
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from edge.digest import file_sha256
-from edge.errors import InputError
+from edge.errors import InferenceError, InputError
+
+if TYPE_CHECKING:
+    from edge.runtime import LoadOptions, Model
 
 MODELS_FILE = "models.json"
 MODELS_SCHEMA_VERSION = 1
@@ -219,6 +223,30 @@ def model_paths(folder: Path, models: tuple[FaceModel, ...] = tuple(FaceModel)) 
     return {model: model_path(folder, model.role) for model in models}
 
 
+def open_net(path: Path, threads: int, options: LoadOptions, backend: str | None = None) -> Model:
+    """One of the face nets, on the runtime its format calls for (``edge.runtime.open_model``).
+
+    Args:
+        path: an ONNX, ORT or TFLite file.
+        threads: intra-op threads.
+        options: onnxruntime's knobs and how errors name the net.
+        backend: a backend to force; None: the one for the file's format.
+
+    Raises:
+        InferenceError: when the file is not a model at all (for the pipeline, a net that does not load) or the
+            runtime cannot load it.
+        InputError: a forced backend that cannot read the format, or onnxruntime settings for a TFLite file.
+        MissingDependencyError: if the runtime is not installed.
+    """
+    from edge.runtime import detect_format, open_model
+
+    try:
+        detect_format(path)
+    except InputError as exc:
+        raise InferenceError(str(exc)) from exc
+    return open_model(path, threads, backend=backend, options=options)
+
+
 def _onnx_source(path: Path) -> Path:
     """The ``.onnx`` an ``.ort`` file was made from (beside it), or ``path`` itself when it is one."""
     if path.suffix != ".ort":
@@ -229,7 +257,7 @@ def _onnx_source(path: Path) -> Path:
     return source
 
 
-def open_face_pipeline(folder: Path, threads: int = 1, unfused: bool = False):
+def open_face_pipeline(folder: Path, threads: int = 1, unfused: bool = False, min_score: float | None = None):
     """The device pipeline over the models of a converted folder.
 
     MTCNN finds the faces; dlib's 5-point landmark model (numpy) places the landmarks on each MTCNN box, as
@@ -243,6 +271,9 @@ def open_face_pipeline(folder: Path, threads: int = 1, unfused: bool = False):
             (the ``.ort`` file's source, beside it) with onnxruntime's graph optimisations off, so that QDQ
             runs as dequantize -> float op -> quantize whatever INT8 kernels this CPU has. The emulated-Pi
             check compares the Pi's own results with these.
+        min_score: detections scoring lower are left out; None: ``edge.face.recognize.DEFAULT_MIN_SCORE``
+            (0.9, as the daemon and the browser page; on t1.jpg MTCNN's last stage also passes a fist and a
+            metal bowl at 0.87 and 0.86), 0 keeps every detection MTCNN returns.
 
     Returns:
         An ``edge.face.pipeline.FacePipeline`` (close it, or use it in a ``with`` block).
@@ -253,6 +284,7 @@ def open_face_pipeline(folder: Path, threads: int = 1, unfused: bool = False):
     from edge.face.detect_mtcnn import MtcnnDetector
     from edge.face.embed import FaceEmbedder
     from edge.face.pipeline import FacePipeline
+    from edge.face.recognize import DEFAULT_MIN_SCORE
     from edge.face.shape5 import ShapePredictor
     from edge.runtime.ort_session import Optimization
 
@@ -272,4 +304,5 @@ def open_face_pipeline(folder: Path, threads: int = 1, unfused: bool = False):
     except BaseException:
         detector.close()
         raise
-    return FacePipeline(detector, embedder, shape_predictor=shape)
+    score = DEFAULT_MIN_SCORE if min_score is None else min_score
+    return FacePipeline(detector, embedder, shape_predictor=shape, min_score=score)

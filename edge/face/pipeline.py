@@ -49,7 +49,7 @@ class FacePipeline:
     * with ``edge.face.shape5.ShapePredictor``: as face_recognition does: dlib's 5-point model on the
       detector's box (mapped to a HOG-like box), then dlib's own 5-point template
       (``align_chip_dlib5``). This makes our chips, hence decisions, match face_recognition's far more
-      closely (docs/evaluation.md), for about 7 ms more per face.
+      closely (docs/evaluation.md), for about 1.5 ms more per face (docs/benchmarks.md, face alignment).
 
     The pipeline owns its parts: ``close()`` (or leaving a ``with`` block) closes detector and embedder.
     """
@@ -61,6 +61,7 @@ class FacePipeline:
         shape_predictor: ShapePredictor | None = None,
         chip_size: int = 150,
         padding: float = 0.25,
+        min_score: float = 0.0,
     ) -> None:
         """Args:
         detector: e.g. ``edge.face.detect_mtcnn.MtcnnDetector``.
@@ -68,12 +69,15 @@ class FacePipeline:
         shape_predictor: optional dlib 5-point model, see the class docstring.
         chip_size: side of the aligned chip the embedder expects.
         padding: chip margin around the face, as dlib's ``get_face_chip_details``.
+        min_score: detections scoring lower are dropped before alignment (``open_face_pipeline`` passes
+            ``edge.face.recognize.DEFAULT_MIN_SCORE``: MTCNN's last stage passes a fist or a metal bowl at 0.86).
         """
         self.detector = detector
         self.embedder = embedder
         self.shape_predictor = shape_predictor
         self.chip_size = chip_size
         self.padding = padding
+        self.min_score = min_score
 
     def chip(self, rgb: np.ndarray, detection: Detection) -> np.ndarray:
         """The aligned chip of one detection, uint8 [size, size, 3]."""
@@ -83,10 +87,13 @@ class FacePipeline:
         return align_chip_dlib5(rgb, points5, self.chip_size, self.padding)
 
     def chips(self, rgb: np.ndarray, detections: list[Detection]) -> np.ndarray:
-        """Aligned chips, uint8 [N, size, size, 3], one per detection."""
+        """Aligned chips, uint8 [N, size, size, 3], one per detection (landmarks of all faces in one pass)."""
         if not detections:
             return np.zeros((0, self.chip_size, self.chip_size, 3), np.uint8)
-        return np.stack([self.chip(rgb, d) for d in detections])
+        if self.shape_predictor is None:
+            return np.stack([self.chip(rgb, d) for d in detections])
+        points = self.shape_predictor.predict_many(rgb, [hog_like_rect(d.box) for d in detections])
+        return np.stack([align_chip_dlib5(rgb, p, self.chip_size, self.padding) for p in points])
 
     def analyze(self, rgb: np.ndarray) -> list[Face]:
         """Find and describe every face in an image.
@@ -95,13 +102,13 @@ class FacePipeline:
             rgb: uint8 [H, W, 3], RGB.
 
         Returns:
-            One Face per detection, in the detector's order; [] when there is no face.
+            One Face per detection scoring at least ``min_score``, in the detector's order; [] when there is none.
 
         Raises:
             InputError: if the image is not uint8 [H, W, 3] (raised by the detector).
             InferenceError: if a runtime fails, or the embedder returns the wrong shape.
         """
-        detections = self.detector.detect(rgb)
+        detections = [d for d in self.detector.detect(rgb) if d.score >= self.min_score]
         if not detections:
             return []
         descriptors = np.asarray(self.embedder.embed(self.chips(rgb, detections)), dtype=np.float32)

@@ -11,6 +11,7 @@ The model is the ``.npz`` written by ``converters.face.dlib_shape.export_shape_p
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -25,6 +26,10 @@ _KEYS = ("schema_version", "initial_shape", "split_idx", "split_thresh", "leaf_v
 #: (63 LFW faces found by both detectors; never the evaluation set): dx -0.007, dy +0.055, side 0.968.
 MTCNN_TO_HOG_BOX = (-0.007, 0.055, 0.968)
 
+#: Trees of up to this many split nodes (depth 4: dlib's default, and its 5- and 68-point models) find their
+#: leaf in a table of 2 ** splits bytes (32 KiB); deeper trees are walked node by node.
+_LUT_MAX_SPLITS = 15
+
 
 def hog_like_rect(box: tuple[float, float, float, float]) -> tuple[int, int, int, int]:
     """dlib rectangle (left, top, right, bottom; inclusive) that dlib's HOG detector would put on a face
@@ -35,17 +40,6 @@ def hog_like_rect(box: tuple[float, float, float, float]) -> tuple[int, int, int
     cx, cy, side = (x1 + x2) / 2 + dx * mean_side, (y1 + y2) / 2 + dy * mean_side, k * mean_side
     left, top = round(cx - side / 2), round(cy - side / 2)
     return left, top, left + max(round(side), 1) - 1, top + max(round(side), 1) - 1
-
-
-def _similarity_2x2(src: np.ndarray, dst: np.ndarray) -> np.ndarray:
-    """Rotation+scale part of the least-squares similarity transform src -> dst (dlib's, no reflection)."""
-    s_c, d_c = src - src.mean(axis=0), dst - dst.mean(axis=0)
-    var = (s_c**2).sum() / len(src)
-    u, sig, vt = np.linalg.svd(d_c.T @ s_c / len(src))
-    fix = np.eye(2)
-    if np.linalg.det(u) * np.linalg.det(vt) < 0:
-        fix[1, 1] = -1.0
-    return ((sig * np.diag(fix)).sum() / var) * (u @ fix @ vt) if var > 0 else np.eye(2)
 
 
 class ShapePredictor:
@@ -81,6 +75,28 @@ class ShapePredictor:
         self.anchor_idx = data["anchor_idx"].astype(np.intp)
         self.deltas = data["deltas"].astype(np.float32)
         self.depth = int(np.log2(self.split_idx.shape[2] + 1))
+        self._build_tables()
+
+    def _build_tables(self) -> None:
+        """Flat copies of the model for the vectorised walk (``predict_many``)."""
+        levels, trees, splits, _ = self.split_idx.shape
+        self._pair_a = np.ascontiguousarray(self.split_idx[..., 0].reshape(levels, -1))
+        self._pair_b = np.ascontiguousarray(self.split_idx[..., 1].reshape(levels, -1))
+        # For a whole number d (a difference of two intensities), d > t exactly when d > floor(t); beyond
+        # +-1024 every difference falls on the same side, and a NaN threshold is never passed, as in dlib.
+        thresh = np.nan_to_num(self.split_thresh.astype(np.float64), nan=1024.0)
+        self._thresh = np.clip(np.floor(thresh), -1024, 1024).astype(np.int32).reshape(levels, -1)
+        # row ``tree * (splits + 1) + leaf`` of a level's leaves
+        self._leaf_rows = self.leaf_values.reshape(levels, trees * (splits + 1), -1)
+        self._leaf_base = np.arange(trees, dtype=np.intp) * (splits + 1)
+        self._leaf_of_code = _leaf_table(self.depth).astype(np.uint8) if splits <= _LUT_MAX_SPLITS else None
+        self._bit_values = (2.0 ** np.arange(splits)).astype(np.float32)  # a tree's outcomes -> its code
+        # The similarity fit from the mean shape to the current one, as one product (see _fit_transposed).
+        src = self.initial.astype(np.float64)
+        centred = src - src.mean(axis=0)
+        var = float((centred**2).sum()) / len(src)
+        rot = np.stack([-centred[:, 1], centred[:, 0]], axis=1)  # b = sum(d_y s_x - d_x s_y)
+        self._fit = np.stack([centred.ravel(), rot.ravel()], axis=1) / (len(src) * var) if var > 0 else None
 
     def _check_shapes(self, data: dict[str, np.ndarray]) -> None:
         levels, trees, splits, _ = data["split_idx"].shape
@@ -118,35 +134,123 @@ class ShapePredictor:
         Raises:
             InputError: if the image is not uint8 [H, W, 3].
         """
+        return self.predict_many(rgb, [rect])[0]
+
+    def predict_many(self, rgb: np.ndarray, rects: Sequence[tuple[int, int, int, int]]) -> np.ndarray:
+        """Landmarks of several faces of one image at once: ``predict`` for each rect, in one pass.
+
+        Every level walks all trees of all faces together: one comparison of every split node of every tree
+        (a few thousand pixel pairs), then the leaf each tree's outcomes lead to, then the leaves added tree by
+        tree in float32, in dlib's order, so the sums round as in dlib's loop.
+
+        Args:
+            rgb: uint8 [H, W, 3] (a view that is not C-contiguous, e.g. a crop, is copied once).
+            rects: (left, top, right, bottom) per face, inclusive pixel coordinates.
+
+        Returns:
+            float64 [len(rects), P, 2], each as ``predict`` returns it.
+
+        Raises:
+            InputError: if the image is not uint8 [H, W, 3], or a rect is not four numbers.
+        """
         if not isinstance(rgb, np.ndarray) or rgb.dtype != np.uint8 or rgb.ndim != 3 or rgb.shape[2] != 3:
             desc = f"{rgb.dtype} {rgb.shape}" if isinstance(rgb, np.ndarray) else type(rgb).__name__
             raise InputError(f"shape predictor: image is {desc}; expected uint8 array [H, W, 3] (RGB)")
-        left, top, right, bottom = (int(v) for v in rect)
-        origin = np.array([left, top], np.float64)
-        extent = np.array([right - left, bottom - top], np.float64)  # unit box -> rect corners, as dlib
-        shape = self.initial.copy()
-        trees = np.arange(self.split_idx.shape[1])
+        box = np.asarray(rects, dtype=np.float64)
+        if box.size == 0:
+            return np.zeros((0, self.num_points, 2))
+        if box.ndim != 2 or box.shape[1] != 4:
+            raise InputError(
+                f"shape predictor: rects have shape {box.shape}; expected [N, 4] (left, top, right, bottom)"
+            )
+        box = np.trunc(box)  # dlib rectangles hold whole pixels
+        origin = box[:, None, :2]
+        extent = box[:, None, 2:] - origin  # unit box -> rect corners, as dlib
+        shape = np.repeat(self.initial[None], len(box), axis=0)
+        pixels = np.ascontiguousarray(rgb).reshape(-1, 3)
         for level in range(self.split_idx.shape[0]):
-            tform = _similarity_2x2(self.initial.astype(np.float64), shape.astype(np.float64)).astype(np.float32)
-            unit = self.deltas[level] @ tform.T + shape[self.anchor_idx[level]]
-            pix = np.floor(origin + unit.astype(np.float64) * extent + 0.5).astype(np.intp)
-            feats = _intensities(rgb, pix)
-            node = np.zeros(len(trees), np.intp)
-            for _ in range(self.depth):
-                idx = self.split_idx[level, trees, node]
-                left_branch = feats[idx[:, 0]] - feats[idx[:, 1]] > self.split_thresh[level, trees, node]
-                node = np.where(left_branch, 2 * node + 1, 2 * node + 2)
-            leaves = self.leaf_values[level, trees, node - self.split_idx.shape[2]]
-            for leaf in leaves:  # dlib adds the trees one by one in float32
-                shape += leaf
+            unit = self.deltas[level] @ self._fit_transposed(shape) + shape.take(self.anchor_idx[level], axis=1)
+            pix = np.floor(origin + unit.astype(np.float64) * extent + 0.5)
+            leaf = self._walk(level, _intensities(pixels, rgb.shape[:2], pix))
+            steps = self._leaf_rows[level].take(leaf.T, axis=0).reshape(leaf.shape[1], -1)  # [trees, F * P * 2]
+            both = np.concatenate([shape.reshape(1, -1), steps])
+            # Summing down the rows of a C-ordered array, numpy adds row after row (its pairwise summation is
+            # only along the contiguous axis): each point gets its trees' leaves one by one in float32, as
+            # dlib's loop (tests/unit/test_shape5.py checks the order on values where it matters).
+            shape = np.add.reduce(both, axis=0).reshape(shape.shape)
         return np.floor(origin + shape.astype(np.float64) * extent + 0.5)
 
+    def _fit_transposed(self, shape: np.ndarray) -> np.ndarray:
+        """Transposed rotation+scale of the least-squares similarity fit initial -> shape[f] (as dlib's).
 
-def _intensities(rgb: np.ndarray, pix: np.ndarray) -> np.ndarray:
-    """dlib's get_pixel_intensity of an rgb_pixel, (r + g + b) / 3 truncated; 0 outside the image."""
-    h, w = rgb.shape[:2]
-    inside = (pix[:, 0] >= 0) & (pix[:, 0] < w) & (pix[:, 1] >= 0) & (pix[:, 1] < h)
-    out = np.zeros(len(pix), np.float32)
-    px = rgb[pix[inside, 1], pix[inside, 0]].astype(np.int32)
-    out[inside] = px.sum(axis=1) // 3
-    return out
+        In 2-D the best rotation times scale is ``[[a, -b], [b, a]]`` with ``a + ib`` the sum of
+        ``conj(s) * d`` over the centred points divided by n * var(s): the matrix Umeyama's SVD route gives
+        (reflections refused). The mean shape is centred, so the current one need not be.
+
+        Args:
+            shape: float32 [F, P, 2].
+
+        Returns:
+            float32 [F, 2, 2], ``tform.T`` per face.
+        """
+        if self._fit is None:  # a mean shape without spread: dlib's fit is the identity
+            return np.repeat(np.eye(2, dtype=np.float32)[None], len(shape), axis=0)
+        a, b = (shape.reshape(len(shape), -1).astype(np.float64) @ self._fit).T
+        return np.stack([a, b, -b, a], axis=1).astype(np.float32).reshape(-1, 2, 2)
+
+    def _walk(self, level: int, feats: np.ndarray) -> np.ndarray:
+        """Row of ``_leaf_rows[level]`` [F, trees] that every tree of ``level`` reaches on each face.
+
+        Args:
+            level: cascade level.
+            feats: int32 [F, features] pixel intensities.
+        """
+        splits = self.split_idx.shape[2]
+        pairs = np.take(feats, self._pair_a[level], axis=1) - np.take(feats, self._pair_b[level], axis=1)
+        went_left = (pairs > self._thresh[level]).reshape(len(feats), -1, splits)  # [F, trees, splits]
+        if self._leaf_of_code is not None:  # a tree's outcomes as one number (exact in float32) -> its leaf
+            code = (went_left.astype(np.float32) @ self._bit_values).astype(np.intp)
+            return self._leaf_base + self._leaf_of_code[code]
+        node = np.zeros(went_left.shape[:2], np.intp)
+        for _ in range(self.depth):
+            node = 2 * node + 2 - np.take_along_axis(went_left, node[..., None], axis=2)[..., 0].astype(np.intp)
+        return self._leaf_base + node - splits
+
+
+def _leaf_table(depth: int) -> np.ndarray:
+    """For a tree of ``depth`` (nodes in breadth-first order), the leaf reached for every set of outcomes.
+
+    Bit k of the index is node k's outcome (1: went left, to child 2k + 1; 0: right, to 2k + 2).
+
+    Returns:
+        intp [2 ** (2 ** depth - 1)] of leaf numbers 0 .. 2 ** depth - 1.
+    """
+    splits = 2**depth - 1
+    codes = np.arange(2**splits)
+    node = np.zeros(len(codes), np.intp)
+    for _ in range(depth):
+        node = 2 * node + 2 - ((codes >> node) & 1)
+    return node - splits
+
+
+def _intensities(pixels: np.ndarray, size: tuple[int, int], pix: np.ndarray) -> np.ndarray:
+    """dlib's get_pixel_intensity of an rgb_pixel, (r + g + b) / 3 truncated; 0 outside the image.
+
+    Args:
+        pixels: the image's uint8 pixels [H * W, 3], row by row.
+        size: (H, W).
+        pix: whole-pixel (x, y) [..., 2], float.
+
+    Returns:
+        int32 [...].
+    """
+    h, w = size
+    xy = pix.astype(np.intp)
+    fits = xy.view(np.uintp) < np.array([w, h], np.uintp)  # a negative is a huge uintp
+    outside = ~(fits[..., 0] & fits[..., 1])
+    index = xy[..., 1] * w + xy[..., 0]
+    index[outside] = 0
+    px = pixels.take(index, axis=0).astype(np.int32)
+    grey = (px[..., 0] + px[..., 1] + px[..., 2]) // 3
+    grey[outside] = 0
+    return grey

@@ -17,12 +17,14 @@ from pathlib import Path
 
 from edge.errors import InferenceError, InputError
 from edge.profiles import TargetProfile
-from edge.runtime.base import Backend, Model, ModelFormat, TensorSpec, check_feeds
+from edge.runtime.base import Backend, LoadOptions, Model, ModelFormat, Optimization, TensorSpec, check_feeds
 
 __all__ = [
     "Backend",
+    "LoadOptions",
     "Model",
     "ModelFormat",
+    "Optimization",
     "TensorSpec",
     "available_backends",
     "check_feeds",
@@ -175,6 +177,7 @@ def open_model(
     threads: int | None = None,
     backend: str | None = None,
     profile: TargetProfile | None = None,
+    options: LoadOptions | None = None,
 ) -> Model:
     """Load a model with the backend its format (and the profile) calls for.
 
@@ -184,12 +187,15 @@ def open_model(
             a profile.
         backend: a backend name to force (it must read the format); None picks one.
         profile: the target board's profile (see ``edge.board.detect_board``), for threads and backend.
+        options: onnxruntime's graph optimisation and INT8 precision, and how errors name the model
+            (``edge.runtime.base.LoadOptions``); None: the defaults.
 
     Returns:
         The loaded model; close it, or use it as a context manager.
 
     Raises:
-        InputError: if the file is missing or not a model, or the forced backend cannot read it.
+        InputError: if the file is missing or not a model, the forced backend cannot read it, or ``options``
+            sets onnxruntime knobs for a LiteRT model.
         InferenceError: for an unknown backend, a bad thread count, or a runtime that fails to load it.
         MissingDependencyError: if the runtime is not installed.
     """
@@ -198,4 +204,4 @@ def open_model(
     chosen = _pick_backend(path, fmt, backend, profile)
     if threads is None:
         threads = profile.runtime.threads if profile else default_threads()
-    return chosen.load(path, threads)
+    return chosen.load(path, threads, options)

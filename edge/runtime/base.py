@@ -33,6 +33,34 @@ class ModelFormat(enum.Enum):
         return {"onnx": "ONNX", "ort": "ORT", "tflite": "TFLite"}[self.value]
 
 
+class Optimization(enum.Enum):
+    """onnxruntime's graph optimisation level (``GraphOptimizationLevel``): ALL is onnxruntime's default."""
+
+    BASIC = "ORT_ENABLE_BASIC"
+    EXTENDED = "ORT_ENABLE_EXTENDED"
+    ALL = "ORT_ENABLE_ALL"
+    #: No fusion: a QDQ model runs as DequantizeLinear -> float op -> QuantizeLinear, which is what exact
+    #: integer arithmetic gives up to float rounding, whatever integer kernels the host has (the accuracy
+    #: gates use it; docs/quantization.md).
+    NONE = "ORT_DISABLE_ALL"
+
+
+@dataclass(frozen=True)
+class LoadOptions:
+    """How a backend loads a model, beyond its threads.
+
+    ``optimization`` and ``precise_int8`` are onnxruntime's (``edge.runtime.ort_session.build_session``);
+    LiteRT has no such knobs and refuses anything but the defaults rather than ignore them. ``what`` names
+    the model in load errors (``"{path}: onnxruntime cannot load {what} (...)"``), ``purpose`` says what
+    needs the runtime when it is missing (None: the backend's own wording).
+    """
+
+    optimization: Optimization = Optimization.ALL
+    precise_int8: bool = True
+    what: str = "the model"
+    purpose: str | None = None
+
+
 @dataclass(frozen=True)
 class TensorSpec:
     """Name, shape and element type of one model input or output.
@@ -105,8 +133,8 @@ class Backend(Protocol):
     name: str
     formats: frozenset[ModelFormat]
 
-    def load(self, path: Path, threads: int) -> Model:
-        """Load ``path`` with ``threads`` intra-op threads.
+    def load(self, path: Path, threads: int, options: LoadOptions | None = None) -> Model:
+        """Load ``path`` with ``threads`` intra-op threads (and ``options``; None: the defaults).
 
         Raises:
             InferenceError: if the runtime cannot load the file.

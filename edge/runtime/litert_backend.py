@@ -13,8 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from edge.errors import InferenceError, MissingDependencyError
-from edge.runtime.base import Dim, ModelFormat, TensorSpec, check_feeds, check_threads
+from edge.errors import InferenceError, InputError, MissingDependencyError
+from edge.runtime.base import Dim, LoadOptions, ModelFormat, TensorSpec, check_feeds, check_threads
 
 NAME = "litert"
 
@@ -133,18 +133,31 @@ class LiteRtBackend:
     name = NAME
     formats = frozenset({ModelFormat.TFLITE})
 
-    def load(self, path: Path, threads: int) -> LiteRtModel:
+    def load(self, path: Path, threads: int, options: LoadOptions | None = None) -> LiteRtModel:
         """Load ``path`` with ``threads`` interpreter threads and allocate its tensors.
 
+        Args:
+            path: a TFLite flatbuffer.
+            threads: interpreter threads.
+            options: only ``what`` (how errors name the model) applies; onnxruntime's knobs must keep their
+                defaults.
+
         Raises:
+            InputError: if ``options`` asks for an onnxruntime graph optimisation level or INT8 setting.
             MissingDependencyError: if neither ai-edge-litert nor tflite-runtime is installed.
             InferenceError: if the interpreter cannot load the file.
         """
+        opts = options or LoadOptions()
+        if (opts.optimization, opts.precise_int8) != (LoadOptions.optimization, LoadOptions.precise_int8):
+            raise InputError(
+                f"{path}: optimization = {opts.optimization.name}, precise_int8 = {opts.precise_int8} are "
+                "onnxruntime settings; LiteRT runs a TFLite model as it is (use the .onnx for the unfused gate)"
+            )
         threads = check_threads(threads)
         interpreter_cls = import_interpreter()
         try:
             interp = interpreter_cls(model_path=str(path), num_threads=threads)
             interp.allocate_tensors()
         except (RuntimeError, ValueError) as exc:
-            raise InferenceError(f"{path}: LiteRT could not load the model ({exc})") from exc
+            raise InferenceError(f"{path}: LiteRT could not load {opts.what} ({exc})") from exc
         return LiteRtModel(path, threads, interp)

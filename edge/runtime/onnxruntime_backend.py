@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from edge.errors import InferenceError
-from edge.runtime.base import Dim, ModelFormat, TensorSpec, check_feeds
+from edge.runtime.base import Dim, LoadOptions, ModelFormat, TensorSpec, check_feeds
 from edge.runtime.ort_session import build_session
 
 NAME = "onnxruntime"
@@ -118,12 +118,25 @@ class OnnxRuntimeBackend:
     name = NAME
     formats = frozenset({ModelFormat.ONNX, ModelFormat.ORT})
 
-    def load(self, path: Path, threads: int) -> OnnxRuntimeModel:
+    def load(self, path: Path, threads: int, options: LoadOptions | None = None) -> OnnxRuntimeModel:
         """Load ``path`` with ``threads`` intra-op threads (``edge.runtime.ort_session.build_session``).
+
+        Args:
+            path: an ONNX or ORT-format model.
+            threads: intra-op threads.
+            options: graph optimisation, x86 INT8 precision and how errors name the model; None: defaults.
 
         Raises:
             MissingDependencyError: if onnxruntime is not installed.
             InferenceError: if the session cannot be created.
         """
-        session = build_session(path, threads, purpose="The ONNX Runtime backend")
+        opts = options or LoadOptions()
+        session = build_session(
+            path,
+            threads,
+            what=opts.what,
+            purpose=opts.purpose or "The ONNX Runtime backend",
+            optimization=opts.optimization,
+            precise_int8=opts.precise_int8,
+        )
         return OnnxRuntimeModel(path, threads, session)

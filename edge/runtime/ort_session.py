@@ -17,14 +17,13 @@ for any event after the import in a process where something imported onnxruntime
 
 from __future__ import annotations
 
-import enum
 import os
 from pathlib import Path
 from typing import Any
 
 from edge.cpu import int8_session_config
 from edge.errors import InferenceError, require
-from edge.runtime.base import check_threads
+from edge.runtime.base import Optimization, check_threads
 
 __all__ = ["Optimization", "build_session", "import_onnxruntime"]
 
@@ -32,18 +31,6 @@ __all__ = ["Optimization", "build_session", "import_onnxruntime"]
 TELEMETRY_ENV = "ORT_DISABLE_TELEMETRY"
 
 _state: dict[str, Any] = {}
-
-
-class Optimization(enum.Enum):
-    """onnxruntime's graph optimisation level (``GraphOptimizationLevel``): ALL is onnxruntime's default."""
-
-    BASIC = "ORT_ENABLE_BASIC"
-    EXTENDED = "ORT_ENABLE_EXTENDED"
-    ALL = "ORT_ENABLE_ALL"
-    #: No fusion: a QDQ model runs as DequantizeLinear -> float op -> QuantizeLinear, which is what exact
-    #: integer arithmetic gives up to float rounding, whatever integer kernels the host has (the accuracy
-    #: gates use it; docs/quantization.md).
-    NONE = "ORT_DISABLE_ALL"
 
 
 def import_onnxruntime(purpose: str = "Running ONNX models") -> Any:

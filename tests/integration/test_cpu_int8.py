@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 from edge.cpu import int8_kernels
 from edge.face.embed import FaceEmbedder
-from edge.runtime.ort_session import Optimization, build_session
+from edge.runtime.ort_session import Optimization
 model, chips_file = Path(sys.argv[1]), Path(sys.argv[2])
 chips = np.load(chips_file)
 out = {"kernels": int8_kernels().to_dict()}
@@ -40,9 +40,8 @@ for name, optimization, precise in (
     ("device", Optimization.ALL, True),  # what a device runs: fused, with edge.cpu's session option
     ("saturating", Optimization.ALL, False),  # fused, onnxruntime's default u8s8 kernels
 ):
-    embedder = FaceEmbedder(model, 1, optimization)
-    embedder._session = build_session(model, 1, optimization=optimization, precise_int8=precise)
-    out[name] = embedder.embed(chips).tolist()
+    with FaceEmbedder(model, 1, optimization, precise_int8=precise) as embedder:
+        out[name] = embedder.embed(chips).tolist()
 print(json.dumps(out))
 """
 

@@ -189,7 +189,7 @@ def test_embedder_rejects_a_corrupt_model(onnx_path, tmp_path):
     corrupt.write_bytes(onnx_path.read_bytes()[:100_000])
     with pytest.raises(InferenceError) as info:
         FaceEmbedder(corrupt)
-    assert str(info.value).startswith(f"{corrupt}: onnxruntime cannot load the model (")
+    assert str(info.value).startswith(f"{corrupt}: not an ONNX or TFLite model (first bytes ")
     missing = tmp_path / "absent.onnx"
     with pytest.raises(InferenceError) as info:
         FaceEmbedder(missing)
@@ -212,7 +212,8 @@ def test_embedder_rejects_another_model_and_use_after_close(onnx_path, tmp_path)
         FaceEmbedder(other)
     assert str(info.value) == (
         f"{other}: not a face embedder: inputs [('x', ['N', 3, 112, 112])], outputs "
-        "[('y', ['N', 3, 112, 112])]; expected input 'chip' [N,3,150,150] and output 'descriptor' [N,128]"
+        "[('y', ['N', 3, 112, 112])]; expected input 'chip' [N,3,150,150] or [N,150,150,3] and output "
+        "'descriptor' [N,128]"
     )
     embedder = FaceEmbedder(onnx_path)
     embedder.close()

@@ -301,4 +301,4 @@ def test_closed_detector_and_corrupt_model(onnx_paths, tmp_path):
     (tmp_path / "mtcnn_onet.onnx").write_bytes(b"not an onnx file")
     with pytest.raises(InferenceError) as err:
         MtcnnDetector(tmp_path)
-    assert str(err.value).startswith(f"{tmp_path / 'mtcnn_onet.onnx'}: onnxruntime cannot load this MTCNN model (")
+    assert str(err.value).startswith(f"{tmp_path / 'mtcnn_onet.onnx'}: not an ONNX or TFLite model (first bytes ")

@@ -43,3 +43,25 @@ def test_same_landmarks_as_dlib_on_every_evaluation_face(predictor):
                 assert np.array_equal(predictor.predict(image.rgb, tuple(box)), expected), image.name
                 checked += 1
     assert checked >= 100  # measured 116: 58 faces x 2 boxes
+
+
+def test_vectorised_alignment_equals_the_previous_code_on_every_evaluation_face(predictor):
+    """Landmarks and chips of ``predict_many`` + ``align_chip_dlib5`` against the code before vectorisation
+    (``benchmarks/align_reference.py``): equal, byte for byte, on every face dlib finds in the evaluation
+    images, on HOG's box and on a moved one (the tolerance is zero)."""
+    from benchmarks import align_reference as previous
+    from edge.face.align import align_chip_dlib5
+
+    detector = dlib.get_frontal_face_detector()
+    rng = np.random.default_rng(1)
+    checked = 0
+    for image in make_eval_set(seed=0).images:
+        rects = [(r.left(), r.top(), r.right(), r.bottom()) for r in detector(image.rgb, 1)]
+        rects += [tuple(int(v) for v in np.add(r, rng.integers(-8, 9, 4))) for r in rects]
+        for rect, points in zip(rects, predictor.predict_many(image.rgb, rects), strict=True):
+            expected = previous.predict(predictor, image.rgb, rect)
+            assert np.array_equal(points, expected), (image.name, rect)
+            chip = align_chip_dlib5(image.rgb, points)
+            assert np.array_equal(chip, previous.align_chip_dlib5(image.rgb, expected)), (image.name, rect)
+            checked += 1
+    assert checked >= 100  # measured 116

@@ -356,3 +356,35 @@ def test_quantize_dequantize_round_trip():
     assert q.dtype == np.int8 and q.tolist() == [-12, -10, -9, 127]
     assert dequantize(q, 0.5, -10).tolist() == [-1.0, 0.0, 0.5, 68.5]
     assert dequantize(np.array([-128, 127], np.int8), 2.0, 127).tolist() == [-510.0, 0.0]
+
+
+def test_face_embedder_runs_the_tflite_twins_on_litert_like_the_onnx_on_onnxruntime(
+    embedder_tflite, onnx_models, chips
+):
+    """``edge.face.embed.FaceEmbedder`` on the ONNX file and on both TFLite twins: the runtime comes from the
+    file, layout (NCHW / NHWC), batch (dynamic / fixed 1) and INT8 I/O from the model's specs.
+
+    Tolerances: fp32 as ``test_embedder_fp32_equals_onnx`` (FP32_TOLERANCE, the same kernels' summation
+    order); the full-integer file as ``test_embedder_int8_close_to_onnx`` (cosines INT8_MIN/MEAN_COSINE)."""
+    from edge.face.embed import FaceEmbedder
+    from edge.runtime import Optimization
+
+    evaluation = chips[0]
+    fp32 = embedder_tflite.files[TfliteVariant.FP32]
+    with (
+        FaceEmbedder(onnx_models["embedder"]) as on_ort,
+        FaceEmbedder(fp32) as on_litert,
+        FaceEmbedder(embedder_tflite.path) as int8,
+    ):
+        assert (on_ort.backend, on_litert.backend, int8.backend) == ("onnxruntime", "litert", "litert")
+        reference, got, got_int8 = (e.embed(evaluation) for e in (on_ort, on_litert, int8))
+    assert got.shape == got_int8.shape == reference.shape == (len(evaluation), 128)
+    assert got.dtype == got_int8.dtype == np.float32
+    diff = float(np.abs(got - reference).max())
+    cosine = np.sum(got_int8 * reference, axis=1) / np.linalg.norm(got_int8, axis=1) / np.linalg.norm(reference, axis=1)
+    print(f"FaceEmbedder on LiteRT vs onnxruntime: fp32 max diff {diff:.2e}; int8 cosine min {cosine.min():.5f}")
+    assert diff < FP32_TOLERANCE
+    assert cosine.min() >= INT8_MIN_COSINE and cosine.mean() >= INT8_MEAN_COSINE
+    with pytest.raises(InputError) as err:
+        FaceEmbedder(fp32, optimization=Optimization.NONE)
+    assert str(err.value).startswith(f"{fp32}: optimization = NONE, precise_int8 = True are onnxruntime settings")

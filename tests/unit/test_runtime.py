@@ -17,8 +17,10 @@ from edge.errors import InferenceError, InputError, MissingDependencyError
 from edge.profiles import load_profile
 from edge.runtime import (
     Backend,
+    LoadOptions,
     Model,
     ModelFormat,
+    Optimization,
     TensorSpec,
     available_backends,
     default_threads,
@@ -159,6 +161,37 @@ def test_a_model_onnxruntime_cannot_load_is_an_inference_error(models):
     message = str(err.value)  # ... that onnxruntime refuses; its own words follow ours
     assert message.startswith(f"{path}: onnxruntime cannot load the model (")
     assert "NoSuchOperator" in message
+
+
+def test_load_options_reach_the_onnxruntime_session_and_its_errors(models):
+    from edge.cpu import int8_session_config
+
+    options = LoadOptions(Optimization.NONE, precise_int8=True, what="this MTCNN model")
+    with open_model(models["conv"], threads=1, options=options) as model:
+        session_options = model.session.get_session_options()
+        assert session_options.graph_optimization_level.name == "ORT_DISABLE_ALL"
+        for key, value in int8_session_config():  # x86: session.x64quantprecision=1; nothing on ARM
+            assert session_options.get_session_config_entry(key) == value
+    with pytest.raises(InferenceError) as err:
+        open_model(models["unknown_op"], options=options)
+    assert str(err.value).startswith(f"{models['unknown_op']}: onnxruntime cannot load this MTCNN model (")
+
+
+@pytest.mark.parametrize(
+    ("options", "settings"),
+    [
+        (LoadOptions(Optimization.NONE), "NONE, precise_int8 = True"),
+        (LoadOptions(precise_int8=False), "ALL, precise_int8 = False"),
+    ],
+)
+def test_litert_refuses_onnxruntime_settings_rather_than_ignore_them(tmp_path, options, settings):
+    path = tmp_path / "m.tflite"  # refused before the file is read
+    with pytest.raises(InputError) as err:
+        get_backend("litert").load(path, 1, options)
+    assert str(err.value) == (
+        f"{path}: optimization = {settings} are onnxruntime settings; LiteRT runs a TFLite model as it is "
+        "(use the .onnx for the unfused gate)"
+    )
 
 
 # --- specs, runs and input checks ------------------------------------------------------------------------

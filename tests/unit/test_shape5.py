@@ -90,6 +90,62 @@ def test_predict_rejects_non_rgb(tmp_path):
     assert str(err.value) == "shape predictor: image is uint8 (5, 5); expected uint8 array [H, W, 3] (RGB)"
 
 
+def _random_model(depth: int, seed: int, levels: int = 3, trees: int = 40, points: int = 5) -> dict[str, np.ndarray]:
+    """A random cascade whose leaves span several orders of magnitude (float32 sums then depend on order)."""
+    rng = np.random.default_rng(seed)
+    splits, features = 2**depth - 1, 60
+    scale = 10.0 ** rng.integers(-7, -1, (levels, trees, 1, 1, 1))
+    return {
+        "schema_version": np.array(SHAPE5_SCHEMA_VERSION),
+        "initial_shape": rng.uniform(0.2, 0.8, (points, 2)).astype(np.float32),
+        "split_idx": rng.integers(0, features, (levels, trees, splits, 2)).astype(np.int32),
+        "split_thresh": rng.normal(0, 40, (levels, trees, splits)).astype(np.float32),
+        "leaf_values": (rng.normal(0, 1, (levels, trees, splits + 1, points, 2)) * scale).astype(np.float32),
+        "anchor_idx": rng.integers(0, points, (levels, features)).astype(np.int32),
+        "deltas": rng.normal(0, 0.15, (levels, features, 2)).astype(np.float32),
+    }
+
+
+@pytest.mark.parametrize("depth", [1, 4, 5])  # 5: past the leaf table, walked node by node
+def test_vectorised_walk_equals_the_tree_by_tree_one(tmp_path, depth):
+    """predict_many against the previous implementation (tree by tree, leaves added in a Python loop)."""
+    from benchmarks.align_reference import predict as previous_predict
+
+    sp = ShapePredictor(_save(tmp_path / "m.npz", _random_model(depth, seed=depth)))
+    assert (sp._leaf_of_code is None) == (depth == 5)
+    img = np.random.default_rng(1).integers(0, 256, (90, 120, 3), dtype=np.uint8)
+    rects = [(10, 10, 70, 70), (-20, 30, 40, 90), (60, 5, 130, 75), (0, 0, 1, 1)]  # some reach outside
+    got = sp.predict_many(img, rects)
+    assert got.shape == (4, 5, 2)
+    for rect, points in zip(rects, got, strict=True):
+        assert np.array_equal(points, previous_predict(sp, img, rect)), rect
+        assert np.array_equal(sp.predict(img, rect), points)
+    crop = img[5:, 7:]  # a view, not C-contiguous
+    assert np.array_equal(sp.predict_many(crop, rects), np.stack([previous_predict(sp, crop, r) for r in rects]))
+
+
+def test_leaves_are_added_in_dlibs_order(tmp_path):
+    """One big leaf and many tiny ones: in float32 the tiny ones vanish when added one by one after it."""
+    model = _tiny_model() | {"leaf_values": np.zeros((1, 64, 2, 2, 2), np.float32)}
+    model |= {"split_idx": np.zeros((1, 64, 1, 2), np.int32), "split_thresh": np.full((1, 64, 1), 1e9, np.float32)}
+    model["leaf_values"][0, 0, 1] = 0.5  # every tree goes right (0 - 0 > 1e9 is false): leaf 1
+    model["leaf_values"][0, 1:, 1] = 2.0**-26  # half an ulp of 0.5 + 0.5 ... each rounds away
+    sp = ShapePredictor(_save(tmp_path / "m.npz", model))
+    shape = sp.predict_many(np.zeros((8, 8, 3), np.uint8), [(0, 0, 2**26, 2**26)])[0]
+    sequential = np.float32(0.25) + np.float32(0.5)  # point 0's x; the tiny leaves are lost one by one
+    assert shape[0, 0] == np.floor(sequential.astype(np.float64) * 2**26 + 0.5)
+    assert shape[0, 0] != np.floor((0.25 + 0.5 + 63 * 2.0**-26) * 2**26 + 0.5)  # what a pairwise sum keeps
+
+
+def test_predict_many_checks_the_rects(tmp_path):
+    sp = ShapePredictor(_save(tmp_path / "m.npz", _tiny_model()))
+    img = np.zeros((8, 8, 3), np.uint8)
+    assert sp.predict_many(img, []).shape == (0, 2, 2)
+    with pytest.raises(InputError) as err:
+        sp.predict_many(img, [(0, 0, 4)])
+    assert str(err.value) == "shape predictor: rects have shape (1, 3); expected [N, 4] (left, top, right, bottom)"
+
+
 def _int(v: int) -> bytes:
     """dlib's integer encoding: tag byte (size, bit 7 = negative), then little-endian bytes."""
     mag = abs(v).to_bytes(max(1, (abs(v).bit_length() + 7) // 8), "little") if v else b""

@@ -1,0 +1,172 @@
+"""Alignment speed: the previous numpy code against the vectorised one, side by side in one run.
+
+    .venv/bin/python benchmarks/align_speed.py            # writes the ``align-speed`` section of docs/benchmarks.md
+    .venv/bin/python benchmarks/align_speed.py --quick    # fewer rounds, prints only
+
+What is timed is the device's alignment of one face, as ``FacePipeline`` runs it with the shape predictor:
+dlib's 5-point shape predictor (``edge.face.shape5``) on the face's box, then the 150x150 chip cut through
+``align_chip_dlib5`` (similarity fit, pyramid when the face is large, bilinear sampling). The faces are the
+annotated ones of the evaluation photos (dlib HOG boxes: astronaut 1, insightface t1.jpg 6, Tom Hanks 1).
+Contenders, interleaved photo by photo in every round, 1 thread:
+
+* ``previous``: ``benchmarks/align_reference.py``, the code before vectorisation (tree by tree);
+* ``vectorised``: ``edge.face`` now, one face at a time;
+* ``vectorised, all faces at once``: ``ShapePredictor.predict_many`` over a photo's faces, then the chips
+  (what the pipeline does).
+
+Every round also checks that all three give the same landmarks and the same chip bytes. Times are the
+process's CPU time (``time.process_time``): the code is single-threaded, and on a shared machine CPU time is
+what the code costs, where wall time also counts the other jobs' turns.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks import align_reference as ref  # noqa: E402
+from benchmarks.report import REPO, machine_line, write_section  # noqa: E402
+from converters.face.dlib_shape import export_shape_predictor  # noqa: E402
+from converters.face.facedata import EVAL_PHOTOS  # noqa: E402
+from converters.face.reference import dlib_model_path  # noqa: E402
+from edge.face.align import align_chip_dlib5  # noqa: E402
+from edge.face.shape5 import ShapePredictor  # noqa: E402
+
+CACHE = REPO / ".cache" / "bench"
+CONTENDERS = ("previous", "vectorised", "vectorised, all faces at once")
+GOAL_MS = 1.0
+
+Rect = tuple[int, int, int, int]
+Aligner = Callable[[ShapePredictor, np.ndarray, list[Rect]], tuple[np.ndarray, np.ndarray, float]]
+
+
+def _previous(sp: ShapePredictor, rgb: np.ndarray, rects: list[Rect]) -> tuple[np.ndarray, np.ndarray, float]:
+    t0 = time.process_time()
+    points = np.stack([ref.predict(sp, rgb, r) for r in rects])
+    t1 = time.process_time()
+    chips = np.stack([ref.align_chip_dlib5(rgb, p) for p in points])
+    return points, chips, t1 - t0
+
+
+def _vectorised(sp: ShapePredictor, rgb: np.ndarray, rects: list[Rect]) -> tuple[np.ndarray, np.ndarray, float]:
+    t0 = time.process_time()
+    points = np.stack([sp.predict(rgb, r) for r in rects])
+    t1 = time.process_time()
+    chips = np.stack([align_chip_dlib5(rgb, p) for p in points])
+    return points, chips, t1 - t0
+
+
+def _batched(sp: ShapePredictor, rgb: np.ndarray, rects: list[Rect]) -> tuple[np.ndarray, np.ndarray, float]:
+    t0 = time.process_time()
+    points = sp.predict_many(rgb, rects)
+    t1 = time.process_time()
+    chips = np.stack([align_chip_dlib5(rgb, p) for p in points])
+    return points, chips, t1 - t0
+
+
+ALIGNERS: dict[str, Aligner] = dict(zip(CONTENDERS, (_previous, _vectorised, _batched), strict=True))
+
+
+def measure(rounds: int) -> dict:
+    """Time every contender on every photo, ``rounds`` times, interleaved; check they agree."""
+    model = CACHE / "shape5.npz"
+    if not model.is_file():
+        CACHE.mkdir(parents=True, exist_ok=True)
+        export_shape_predictor(dlib_model_path("landmarks5"), model)
+    sp = ShapePredictor(model)
+    photos = [(p.name, p.load(), [tuple(int(v) for v in f.box) for f in p.faces]) for p in EVAL_PHOTOS]
+    faces = sum(len(r) for _, _, r in photos)
+    total: dict[str, list[float]] = {c: [] for c in CONTENDERS}
+    shape: dict[str, list[float]] = {c: [] for c in CONTENDERS}
+    for _ in range(rounds + 1):  # round 0 warms up and is dropped
+        sums = dict.fromkeys(CONTENDERS, 0.0)
+        shape_sums = dict.fromkeys(CONTENDERS, 0.0)
+        for _name, rgb, rects in photos:
+            outputs = []
+            for contender, align in ALIGNERS.items():
+                t0 = time.process_time()
+                points, chips, shape_s = align(sp, rgb, rects)
+                sums[contender] += time.process_time() - t0
+                shape_sums[contender] += shape_s
+                outputs.append((points, chips))
+            for points, chips in outputs[1:]:
+                if not (np.array_equal(points, outputs[0][0]) and np.array_equal(chips, outputs[0][1])):
+                    raise RuntimeError(f"{_name}: the vectorised alignment differs from the previous one")
+        for c in CONTENDERS:
+            total[c].append(sums[c] / faces)
+            shape[c].append(shape_sums[c] / faces)
+    for c in CONTENDERS:
+        del total[c][0], shape[c][0]
+    return {"machine": machine_line(), "rounds": rounds, "faces": faces, "total_s": total, "shape_s": shape}
+
+
+def markdown(result: dict) -> str:
+    """The ``align-speed`` section."""
+    med = {c: statistics.median(v) * 1e3 for c, v in result["total_s"].items()}
+    shape = {c: statistics.median(v) * 1e3 for c, v in result["shape_s"].items()}
+    rows = [
+        f"| {c} | {med[c]:.2f} | {shape[c]:.2f} | {med[c] - shape[c]:.2f} | {med['previous'] / med[c]:.1f}× |"
+        for c in CONTENDERS
+    ]
+    return "\n".join(
+        [
+            "## Face alignment (5-point shape predictor + chip)",
+            "",
+            "`.venv/bin/python benchmarks/align_speed.py` — the alignment `FacePipeline` runs per face (dlib's",
+            "5-point shape predictor in numpy, then the 150×150 chip as dlib's `get_face_chip`), on the",
+            f"{result['faces']} annotated faces of the evaluation photos, 1 thread, CPU time, median of "
+            f"{result['rounds']} interleaved rounds.",
+            "`previous` is the code before vectorisation (`benchmarks/align_reference.py`); every round checked",
+            "that all contenders gave the same landmarks and the same chip bytes.",
+            "",
+            f"Machine: {result['machine']}",
+            "",
+            "| code | ms a face | shape predictor ms | chip ms | speed-up |",
+            "|---|---:|---:|---:|---:|",
+            *rows,
+            "",
+            *_goal_lines(med[CONTENDERS[-1]]),
+        ]
+    )
+
+
+def _goal_lines(best_ms: float) -> list[str]:
+    """Where the best contender stands against issue 13's goal, and what is left."""
+    verdict = "met" if best_ms <= GOAL_MS * 1.25 else f"missed by {best_ms / GOAL_MS:.1f}×"
+    return [
+        f"Goal (issue 13): about {GOAL_MS:.0f} ms a face — {verdict} ({best_ms:.2f} ms). The issue's 43 ms a face",
+        "(346 ms for t1.jpg's 8 detections) was wall time inside a whole-pipeline run on another, loaded,",
+        "AVX2-only host; the first row is the same code alone, here, in CPU time. What is left is numpy's",
+        "per-call cost and the float work kept for bit-exactness: 15 cascade levels of about 45 numpy calls",
+        "each on a few thousand values (pixel reads, the split comparisons, the leaves added tree by tree in",
+        "float32 in dlib's order), and for the chip dlib's",
+        "bilinear mix in float64 over 270,000 gathered bytes. Closing the gap would take a compiled kernel (none",
+        "is a device dependency today) or giving up exactness: OpenCV's `warpAffine` (a device dependency) cut",
+        "these 8 chips differing from dlib's by at most 1 grey level in about half the values (it rounds where",
+        "dlib truncates), in about a quarter of our chip time (measured once by hand, not by this script).",
+    ]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--quick", action="store_true", help="3 rounds, print only")
+    args = parser.parse_args(argv)
+    result = measure(3 if args.quick else args.rounds)
+    md = markdown(result)
+    print(md)
+    if not args.quick:
+        print(f"wrote {write_section('align-speed', md)}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
