@@ -81,7 +81,7 @@ def _int8_arithmetic(build: ModelBuild) -> str | None:
     if build.settings is None:
         return None
     device = {
-        Arch.X86_64: "x86: onnxruntime sessions get session.x64quantprecision=1 (edge.cpu)",
+        Arch.X86_64: "x86: sessions on a CPU without VNNI get session.x64quantprecision=1 (edge.cpu)",
         Arch.AARCH64: "ARM: onnxruntime's NEON (or dot-product) integer kernels",
         Arch.WASM32: "browser: onnxruntime-web's wasm integer kernels",
     }[build.job.profile.cpu.arch]

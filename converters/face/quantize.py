@@ -238,8 +238,9 @@ def _write_report(build: QuantBuild, cosines, threshold: float, progress: Progre
 def _int8_arithmetic(profile: TargetProfile) -> str:
     """models.json's ``int8_arithmetic``: what the gate ran and what the target's CPU will."""
     device = {
-        Arch.X86_64: "x86: every onnxruntime session gets session.x64quantprecision=1, so a CPU without VNNI "
-        "uses u8u8 kernels instead of saturating u8s8 ones (edge.cpu; bench and telemetry name the CPU's kind)",
+        Arch.X86_64: "x86: onnxruntime sessions on a CPU without VNNI get session.x64quantprecision=1 (u8u8 "
+        "kernels instead of saturating u8s8 ones); VNNI CPUs keep the defaults (edge.cpu; bench and telemetry "
+        "name the CPU's kind)",
         Arch.AARCH64: "ARM: onnxruntime's NEON (or dot-product) integer kernels, checked against the gate on "
         "emulated Cortex-A72/A76",
         Arch.WASM32: "browser: onnxruntime-web's wasm integer kernels",

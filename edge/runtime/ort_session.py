@@ -3,8 +3,9 @@
 Used by the ONNX Runtime backend (``open_model``, so ``bench`` and the daemon), the face pipeline's MTCNN
 detector and embedder, and the language model's decoder. Every session gets the same options: ``threads``
 intra-op threads, one inter-op thread, sequential execution, the CPU execution provider, and full graph
-optimisation unless the caller asks for less, and on x86 ``session.x64quantprecision=1`` (INT8 kernels that
-do not saturate on a CPU without VNNI: ``edge.cpu``). A file onnxruntime refuses is an ``InferenceError`` naming it.
+optimisation unless the caller asks for less, and on x86 without VNNI ``session.x64quantprecision=1`` (INT8
+kernels that do not saturate there; a VNNI CPU keeps onnxruntime's faster defaults: ``edge.cpu``). A file
+onnxruntime refuses is an ``InferenceError`` naming it.
 
 onnxruntime (1.32) otherwise records telemetry about the device (a device id, CPU, OS, executable path) in
 ``~/.cache/Microsoft/DeveloperTools/.onnxruntime/`` as soon as its native library loads. A device toolkit must

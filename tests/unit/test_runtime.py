@@ -170,7 +170,7 @@ def test_load_options_reach_the_onnxruntime_session_and_its_errors(models):
     with open_model(models["conv"], threads=1, options=options) as model:
         session_options = model.session.get_session_options()
         assert session_options.graph_optimization_level.name == "ORT_DISABLE_ALL"
-        for key, value in int8_session_config():  # x86: session.x64quantprecision=1; nothing on ARM
+        for key, value in int8_session_config():  # x86 without VNNI: session.x64quantprecision=1; else nothing
             assert session_options.get_session_config_entry(key) == value
     with pytest.raises(InferenceError) as err:
         open_model(models["unknown_op"], options=options)
