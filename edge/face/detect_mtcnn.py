@@ -310,7 +310,9 @@ class MtcnnDetector:
         self.thresholds = (low, mid, high)
         self.factor = float(factor)
         self._sessions: dict[FaceModel, Model] | None = None
-        options = LoadOptions(optimization, precise_int8, what="this MTCNN model", purpose="MTCNN face detection")
+        options = LoadOptions(
+            optimization, precise_int8, what="this MTCNN model", purpose="MTCNN face detection", varying_shapes=True
+        )  # every pyramid level is a new input shape
         sessions: dict[FaceModel, Model] = {}
         try:
             for name, file in MODEL_FILES.items():

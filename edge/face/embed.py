@@ -105,7 +105,8 @@ class FaceEmbedder:
             raise InputError(f"threads = {threads!r}; expected a positive integer")
         self.threads = threads
         self.optimization = optimization
-        self._options = LoadOptions(optimization, precise_int8, purpose="Face embedding")
+        # a batch of however many faces a frame has: a new shape per count
+        self._options = LoadOptions(optimization, precise_int8, purpose="Face embedding", varying_shapes=True)
         self._model: Model | None = self._load(backend)
         (self._input,), (self._output,) = self._model.inputs, self._model.outputs
         self._channels_last = self._input.shape[-1] == 3

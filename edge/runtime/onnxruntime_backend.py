@@ -138,5 +138,6 @@ class OnnxRuntimeBackend:
             purpose=opts.purpose or "The ONNX Runtime backend",
             optimization=opts.optimization,
             precise_int8=opts.precise_int8,
+            memory_arena=not opts.varying_shapes,
         )
         return OnnxRuntimeModel(path, threads, session)

@@ -63,6 +63,7 @@ def build_session(
     purpose: str = "Running ONNX models",
     optimization: Optimization = Optimization.ALL,
     precise_int8: bool = True,
+    memory_arena: bool = True,
 ) -> Any:
     """An ``onnxruntime.InferenceSession`` over ``path`` on the CPU execution provider.
 
@@ -74,6 +75,8 @@ def build_session(
         optimization: the graph optimisation level.
         precise_int8: add this CPU's ``edge.cpu.int8_session_config`` (False only to measure the saturating
             x86 kernels it avoids).
+        memory_arena: onnxruntime's CPU memory arena and memory patterns; False for inputs whose shape
+            changes from call to call (``LoadOptions.varying_shapes``), where they keep memory per shape.
 
     Returns:
         The session.
@@ -90,6 +93,8 @@ def build_session(
     options.inter_op_num_threads = 1
     options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     options.graph_optimization_level = getattr(ort.GraphOptimizationLevel, optimization.value)
+    options.enable_cpu_mem_arena = memory_arena
+    options.enable_mem_pattern = memory_arena
     for key, value in int8_session_config() if precise_int8 else ():  # x86: no u8s8 saturation (edge.cpu)
         options.add_session_config_entry(key, value)
     try:

@@ -170,6 +170,7 @@ def test_load_options_reach_the_onnxruntime_session_and_its_errors(models):
     with open_model(models["conv"], threads=1, options=options) as model:
         session_options = model.session.get_session_options()
         assert session_options.graph_optimization_level.name == "ORT_DISABLE_ALL"
+        assert session_options.enable_cpu_mem_arena and session_options.enable_mem_pattern  # onnxruntime's defaults
         for key, value in int8_session_config():  # x86 without VNNI: session.x64quantprecision=1; else nothing
             assert session_options.get_session_config_entry(key) == value
     with pytest.raises(InferenceError) as err:
@@ -317,3 +318,10 @@ def test_no_tflite_interpreter_names_the_extra(monkeypatch):
         "tflite_runtime.interpreter: import of tflite_runtime.interpreter halted; None in sys.modules); "
         "install it with: pip install 'edge-deploy[device]'"
     )
+
+
+def test_varying_shapes_turn_off_onnxruntimes_per_shape_memory(models):
+    """MTCNN's pyramid and the embedder's face batches change shape every call: no arena, no memory patterns."""
+    with open_model(models["conv"], threads=1, options=LoadOptions(varying_shapes=True)) as model:
+        session_options = model.session.get_session_options()
+        assert not session_options.enable_cpu_mem_arena and not session_options.enable_mem_pattern
