@@ -130,13 +130,14 @@ def table(rows: list[Row]) -> str:
             (f"{r.decode.total / p.decode.total:.2f}×", f"{r.prefill.total / p.prefill.total:.2f}×") if p else ("", "")
         )
         dots = f"{(r.decode.sdot + r.decode.udot) / 1e6:.2f} M"
-        lines.append(f"| {r.cpu} | {r.contender} | {_m(r.decode.total)} | {dots} | {_m(r.prefill.total)} | {ratio[0]} | {ratio[1]} |")
+        cells = [r.cpu, r.contender, _m(r.decode.total), dots, _m(r.prefill.total), *ratio]
+        lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
 def section(rows: list[Row], command: str) -> str:
     tokens = rows[0].prompt_tokens if rows else (0, 0)
-    return f"""## ARM race: SmolLM2 instructions per token, ours vs llama.cpp on emulated Cortex-A72 (Pi 4) and A76 (Pi 5)
+    return f"""## ARM race: SmolLM2 instructions per token, ours vs llama.cpp, emulated Cortex-A72 (Pi 4) and A76 (Pi 5)
 
 Same GGUF (SmolLM2-135M-Instruct Q4_1), one thread, executed instructions counted by the TCG plugin
 (`scripts/arm/insncount.c`) under qemu-user. Decode: (count with {DECODE[1]} new tokens − with {DECODE[0]}) /

@@ -124,7 +124,9 @@ class PrefillCost:
     per_token: InsnCounts
 
 
-def measure_prefill(guest: ArmGuest, model_dir: Path, prompts: tuple[str, str], plugin: Path | None = None) -> PrefillCost:
+def measure_prefill(
+    guest: ArmGuest, model_dir: Path, prompts: tuple[str, str], plugin: Path | None = None
+) -> PrefillCost:
     """Executed instructions per prompt token: ``generate`` with one new token on a short and a long prompt,
     (region of the long - region of the short) / (their difference in prompt tokens, chat template included).
 
@@ -148,4 +150,12 @@ def measure_prefill(guest: ArmGuest, model_dir: Path, prompts: tuple[str, str], 
     return PrefillCost(Path(model_dir).name, guest.cpu.value, (lengths[0], lengths[1]), per)
 
 
-__all__ = ["DEFAULT_PLUGIN", "RUN_TEXT", "PrefillCost", "TokenCost", "measure_generation", "measure_prefill", "run_text_both"]
+__all__ = [
+    "DEFAULT_PLUGIN",
+    "RUN_TEXT",
+    "PrefillCost",
+    "TokenCost",
+    "measure_generation",
+    "measure_prefill",
+    "run_text_both",
+]
