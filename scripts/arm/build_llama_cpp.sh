@@ -65,11 +65,13 @@ if [[ ! -f "$SRC/CMakeLists.txt" ]]; then
     tar -xzf "$CACHE/src/$SDIST" -C "$CACHE/src" || die "cannot unpack $SDIST"
 fi
 
+# One build tree for both: -march reaches only the ggml-cpu target (GGML_CPU_ARM_ARCH), so the second build
+# recompiles that target alone. Named after the first build, so an interrupted first build resumes.
+build="$CACHE/build-$VERSION-${ARCHES[0]}"
 for arch in "${ARCHES[@]}"; do
     out="$CACHE/$VERSION-$arch"
     [[ -f "$out/.stamp" && -x "$out/llama-bench" ]] && { log "$arch: up to date"; continue; }
-    rm -rf "$out"
-    build="$CACHE/build-$VERSION-$arch"
+    rm -rf "$out" "$out.tmp"
     start=$SECONDS
     log "$arch: configuring ($build)"
     cmake -S "$SRC" -B "$build" -DCMAKE_BUILD_TYPE=Release \
@@ -80,9 +82,11 @@ for arch in "${ARCHES[@]}"; do
         -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF \
         -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_TOOLS=ON >"$build.log" 2>&1 \
         || { tail -n 20 "$build.log" >&2; die "cmake configure for $arch failed (log: $build.log)"; }
-    log "$arch: building llama-bench (-j$JOBS; several minutes)"
+    log "$arch: building llama-bench (-j$JOBS; the first build takes many minutes)"
     cmake --build "$build" --target llama-bench -j "$JOBS" >>"$build.log" 2>&1 \
         || { tail -n 20 "$build.log" >&2; die "build for $arch failed (log: $build.log)"; }
+    grep -q -- "-march=$arch" "$build/ggml/src/CMakeFiles/ggml-cpu.dir/flags.make" \
+        || die "$arch: ggml-cpu was not compiled with -march=$arch (see $build/ggml/src/CMakeFiles/ggml-cpu.dir)"
     mkdir -p "$out.tmp"
     cp "$build/bin/llama-bench" "$out.tmp/llama-bench"
     if command -v file >/dev/null && ! file "$out.tmp/llama-bench" | grep -q "statically linked"; then
@@ -92,6 +96,6 @@ for arch in "${ARCHES[@]}"; do
         "GGML_OPENMP=OFF, aarch64-linux-gnu-gcc $(aarch64-linux-gnu-gcc -dumpversion), built $(date -u +%FT%TZ)" \
         >"$out.tmp/.stamp"
     mv "$out.tmp" "$out"
-    rm -rf "$build"
     log "$arch: ready in $((SECONDS - start)) s: $out/llama-bench"
 done
+all_built && rm -rf "$build" "$build.log"
