@@ -27,7 +27,8 @@ import json
 import shutil
 import sys
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -36,7 +37,7 @@ from benchmarks.report import machine_line, write_section  # noqa: E402
 from benchmarks.slm_speed_models import CACHE, _cached, cache_key  # noqa: E402
 from converters.arm.cost import DEFAULT_PLUGIN, InsnCounts, build_plugin  # noqa: E402
 from converters.arm.guest import ArmGuest, prepare_guest  # noqa: E402
-from converters.arm.llama import LlamaCost, build_llama_bench, measure_llama_cpp  # noqa: E402
+from converters.arm.llama import MARCH_OF_CPU, LlamaCost, build_llama_bench, measure_llama_cpp  # noqa: E402
 from converters.arm.text import measure_generation, measure_prefill  # noqa: E402
 
 DECODE_PROMPT = "Write a short story about a robot who learns to paint."
@@ -47,7 +48,7 @@ PREFILL_PROMPTS = (
 )
 #: Which builds run on which core by default: the profile shipped for that core, its level-0 copy, and on
 #: the A76 the rpi4 build (level 4 on the MLP projections, whose int8 activations use SDOT there).
-DEFAULT_VARIANTS = {"cortex-a72": ("rpi4", "rpi4-l0"), "cortex-a76": ("rpi5", "rpi4", "rpi4-l0")}
+DEFAULT_VARIANTS = {"cortex-a72": ("rpi4", "rpi4-l0"), "cortex-a76": ("rpi4", "rpi4-l0", "rpi5")}
 DECODE = (2, 10)
 
 
@@ -155,27 +156,58 @@ features do not enter the counts of the emulated cores).
 """
 
 
+def load_rows(path: Path) -> dict[tuple[str, str], Row]:
+    """Rows measured by an earlier run (the race resumes: a row is measured once unless ``--fresh``)."""
+    if not path.is_file():
+        return {}
+    rows = {}
+    for d in json.loads(path.read_text(encoding="utf-8")):
+        row = Row(
+            d["cpu"], d["contender"], InsnCounts(**d["decode"]), InsnCounts(**d["prefill"]), tuple(d["prompt_tokens"])
+        )
+        rows[(row.cpu, row.contender)] = row
+    return rows
+
+
+def save_rows(path: Path, rows: dict[tuple[str, str], Row]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps([asdict(r) for r in rows.values()], indent=2) + "\n", encoding="utf-8")
+
+
+def race_core(cpu: str, variants: list[str], done: dict[tuple[str, str], Row], save: Callable[[], None]) -> list[Row]:
+    """Ours (each variant) then llama.cpp (with our prompts' token counts) on one core; measured rows kept."""
+    from converters.slm.gguf_source import locate_smollm2_gguf
+
+    plugin = build_plugin(DEFAULT_PLUGIN)
+    guest = prepare_guest(cpu, progress=say)
+    for variant in variants:
+        if (cpu, f"ours {variant}") not in done:
+            done[(cpu, f"ours {variant}")] = ours(guest, variant, plugin)
+            save()
+    peer = f"llama.cpp -march={MARCH_OF_CPU[guest.cpu]}"
+    if (cpu, peer) not in done:
+        say("llama.cpp for aarch64 (scripts/arm/build_llama_cpp.sh, cached)")
+        build_llama_bench()
+        done[(cpu, peer)] = llama(
+            guest, locate_smollm2_gguf(), done[(cpu, f"ours {variants[0]}")].prompt_tokens, plugin
+        )
+        save()
+    return [done[(cpu, peer)], *(done[(cpu, f"ours {v}")] for v in variants)]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cpus", default="cortex-a72,cortex-a76")
     parser.add_argument("--variants", help="builds to run on every core, e.g. rpi4,rpi4-l0 (default: per core)")
     parser.add_argument("--json", type=Path, default=CACHE / "slm_arm_race.json")
+    parser.add_argument("--fresh", action="store_true", help="measure again the rows --json already has")
     parser.add_argument("--write", action="store_true", help="write the table into docs/benchmarks.md")
     args = parser.parse_args()
-    from converters.slm.gguf_source import locate_smollm2_gguf
-
-    gguf = locate_smollm2_gguf()
-    plugin = build_plugin(DEFAULT_PLUGIN)
-    say("llama.cpp for aarch64 (scripts/arm/build_llama_cpp.sh, cached)")
-    build_llama_bench()
+    done = {} if args.fresh else load_rows(args.json)
     rows: list[Row] = []
     for cpu in [c for c in args.cpus.split(",") if c]:
-        guest = prepare_guest(cpu, progress=say)
-        variants = args.variants.split(",") if args.variants else DEFAULT_VARIANTS[cpu]
-        mine = [ours(guest, v, plugin) for v in variants]
-        rows += [llama(guest, gguf, mine[0].prompt_tokens, plugin), *mine]
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps([r.__dict__ for r in rows], default=lambda o: o.__dict__, indent=2) + "\n")
+        variants = args.variants.split(",") if args.variants else list(DEFAULT_VARIANTS[cpu])
+        rows += race_core(cpu, variants, done, lambda: save_rows(args.json, done))
         print(table(rows), file=sys.stderr, flush=True)
     command = "python benchmarks/slm_arm_race.py " + " ".join(sys.argv[1:])
     markdown = section(rows, command.strip())

@@ -36,6 +36,15 @@ if all_built; then
     exit 0
 fi
 
+# One build at a time (two benchmarks may ask at once); the second finds the first's binaries.
+mkdir -p "$CACHE"
+exec 9>"$CACHE/.lock"
+flock 9
+if all_built; then
+    log "up to date (built meanwhile)"
+    exit 0
+fi
+
 need=()
 command -v aarch64-linux-gnu-gcc >/dev/null || need+=(gcc-aarch64-linux-gnu)
 command -v aarch64-linux-gnu-g++ >/dev/null || need+=(g++-aarch64-linux-gnu)
