@@ -174,12 +174,14 @@ def save_rows(path: Path, rows: dict[tuple[str, str], Row]) -> None:
     path.write_text(json.dumps([asdict(r) for r in rows.values()], indent=2) + "\n", encoding="utf-8")
 
 
-def race_core(cpu: str, variants: list[str], done: dict[tuple[str, str], Row], save: Callable[[], None]) -> list[Row]:
+def race_core(
+    cpu: str, variants: list[str], done: dict[tuple[str, str], Row], save: Callable[[], None], rootfs: Path | None
+) -> list[Row]:
     """Ours (each variant) then llama.cpp (with our prompts' token counts) on one core; measured rows kept."""
     from converters.slm.gguf_source import locate_smollm2_gguf
 
     plugin = build_plugin(DEFAULT_PLUGIN)
-    guest = prepare_guest(cpu, progress=say)
+    guest = prepare_guest(cpu, rootfs, progress=say)
     for variant in variants:
         if (cpu, f"ours {variant}") not in done:
             done[(cpu, f"ours {variant}")] = ours(guest, variant, plugin)
@@ -200,6 +202,7 @@ def main() -> int:
     parser.add_argument("--cpus", default="cortex-a72,cortex-a76")
     parser.add_argument("--variants", help="builds to run on every core, e.g. rpi4,rpi4-l0 (default: per core)")
     parser.add_argument("--json", type=Path, default=CACHE / "slm_arm_race.json")
+    parser.add_argument("--rootfs", type=Path, help="another arm64 rootfs (to race two cores at once)")
     parser.add_argument("--fresh", action="store_true", help="measure again the rows --json already has")
     parser.add_argument("--write", action="store_true", help="write the table into docs/benchmarks.md")
     args = parser.parse_args()
@@ -207,7 +210,7 @@ def main() -> int:
     rows: list[Row] = []
     for cpu in [c for c in args.cpus.split(",") if c]:
         variants = args.variants.split(",") if args.variants else list(DEFAULT_VARIANTS[cpu])
-        rows += race_core(cpu, variants, done, lambda: save_rows(args.json, done))
+        rows += race_core(cpu, variants, done, lambda: save_rows(args.json, done), args.rootfs)
         print(table(rows), file=sys.stderr, flush=True)
     command = "python benchmarks/slm_arm_race.py " + " ".join(sys.argv[1:])
     markdown = section(rows, command.strip())
