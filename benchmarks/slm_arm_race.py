@@ -137,6 +137,24 @@ def table(rows: list[Row]) -> str:
     return "\n".join(lines)
 
 
+def verdicts(rows: list[Row]) -> str:
+    """Per core: the cheapest of ours against the goal (decode and prefill <= 1.0x llama.cpp's)."""
+    lines = []
+    for cpu in dict.fromkeys(r.cpu for r in rows):
+        peer = next((r for r in rows if r.cpu == cpu and r.contender.startswith("llama.cpp")), None)
+        mine = [r for r in rows if r.cpu == cpu and r.contender.startswith("ours")]
+        if peer is None or not mine:
+            continue
+        for part in ("decode", "prefill"):
+            best = min(mine, key=lambda r: getattr(r, part).total)
+            ratio = getattr(best, part).total / getattr(peer, part).total
+            met = "met" if ratio <= 1.0 else f"**not met**: {ratio:.2f}× llama.cpp's instructions"
+            lines.append(
+                f"- {cpu}, {part}: cheapest of ours is {best.contender} at {ratio:.2f}×; goal <= 1.0× — {met}."
+            )
+    return "\n".join(lines)
+
+
 def section(rows: list[Row], command: str) -> str:
     tokens = rows[0].prompt_tokens if rows else (0, 0)
     return f"""## ARM race: SmolLM2 instructions per token, ours vs llama.cpp, emulated Cortex-A72 (Pi 4) and A76 (Pi 5)
@@ -151,6 +169,8 @@ at level 4 with exact top-8 logits); regions around `generate`. llama.cpp: stati
 (`scripts/arm/build_llama_cpp.sh`), whole runs; its decode starts from an empty context, ours after the
 prompt. Counts, not times; a Pi's IPC differs per kernel. Machine: {machine_line()} (the host's CPU
 features do not enter the counts of the emulated cores).
+
+{verdicts(rows)}
 
 {table(rows)}
 
