@@ -57,7 +57,8 @@ def say(message: str) -> None:
 
 
 def model_dir(variant: str) -> Path:
-    """The cached INT4 folder of ``variant``: a profile name (as built) or ``<profile>-l0``: that build with
+    """The cached INT4 folder of ``variant``: a profile name (as built), ``<profile>-all0`` (every MatMulNBits at
+    accuracy level 0, the head too: the gates' copy) or ``<profile>-l0``: that build with
     every 4-bit projection at accuracy level 0 (fp32 activations, as ``int4_fp32_projections`` listing all
     four would build it); the 8-bit head keeps its level and exact top-8 logits (at level 0 its 8-bit path
     dequantizes the whole table every token, docs/slm.md)."""
@@ -76,6 +77,8 @@ def model_dir(variant: str) -> Path:
     )
     if not level0:
         return built
+    if level0 == "all0":  # every MatMulNBits at level 0, the head too: the gates' copy
+        return _cached(CACHE / f"slm-arm-{profile}-int4-all0-{key}", "variant.json", lambda out: _gate(built, out), say)
 
     def level_zero(out: Path) -> None:
         out.mkdir(parents=True)
@@ -86,6 +89,17 @@ def model_dir(variant: str) -> Path:
         (out / "variant.json").write_text(json.dumps(note) + "\n", encoding="utf-8")
 
     return _cached(CACHE / f"slm-arm-{profile}-int4-proj0-{key}", "variant.json", level_zero, say)
+
+
+def _gate(built: Path, out: Path) -> None:
+    from converters.slm.quantize import gate_copy
+
+    out.mkdir(parents=True)
+    for name in ("generation.json", "tokenizer.json"):
+        shutil.copyfile(built / name, out / name)
+    _, changed = gate_copy(built / "model.onnx", out / "model.onnx")
+    note = {"from": str(built), "all_at_level_0": True, "changed": changed}
+    (out / "variant.json").write_text(json.dumps(note) + "\n", encoding="utf-8")
 
 
 @dataclass(frozen=True)
