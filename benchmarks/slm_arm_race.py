@@ -46,9 +46,10 @@ PREFILL_PROMPTS = (
     "Explain in simple words why the sky is blue during the day, why it turns red and orange at sunset, and "
     "why the sea often looks blue too, for a child who is eight years old and likes science.",
 )
-#: Which builds run on which core by default: the profile shipped for that core, its level-0 copy, and on
-#: the A76 the rpi4 build (level 4 on the MLP projections, whose int8 activations use SDOT there).
-DEFAULT_VARIANTS = {"cortex-a72": ("rpi4", "rpi4-l0"), "cortex-a76": ("rpi4", "rpi4-l0", "rpi5")}
+#: Which builds run on which core by default: the rpi4 build as built (MLP projections and head at level 4),
+#: with every 4-bit projection at level 0 (``-l0``: rpi5's accuracy levels, from the rpi4 build) and on the
+#: A72, with everything at level 0 (``-all0``, the head too).
+DEFAULT_VARIANTS = {"cortex-a72": ("rpi4", "rpi4-l0", "rpi4-all0"), "cortex-a76": ("rpi4", "rpi4-l0")}
 DECODE = (2, 10)
 
 
