@@ -185,6 +185,13 @@ at level 4 with exact top-8 logits); regions around `generate`. llama.cpp: stati
 prompt. Counts, not times; a Pi's IPC differs per kernel. Machine: {machine_line()} (the host's CPU
 features do not enter the counts of the emulated cores).
 
+What ships: rpi4 (Pi 4) is `ours rpi4`; rpi5 (Pi 5) has the accuracy levels of `ours rpi4-l0` (every 4-bit
+projection at level 0: the rpi4 build's level-4 MLP changes greedy answers on the A76, docs/slm.md). On the
+A72, onnxruntime 1.32's MatMulNBits has no int8-activation kernel without the dot product: levels 0 and 4
+run the same fp32 code (equal prefill and NEON counts), so no level change helps there; the 8-bit head alone
+(`/lm_head/MatMul_Q8` in its own model, `converters.arm.cost.measure_model`) counted 458.7 M instructions per
+token on the A72 against 6.9 M on the A76 (UDOT), and 458.7 M on the A76 at level 0.
+
 {verdicts(rows)}
 
 {table(rows)}
