@@ -177,9 +177,10 @@ def section(rows: list[Row], command: str) -> str:
 Same GGUF (SmolLM2-135M-Instruct Q4_1), one thread, executed instructions counted by the TCG plugin
 (`scripts/arm/insncount.c`) under qemu-user. Decode: (count with {DECODE[1]} new tokens − with {DECODE[0]}) /
 {DECODE[1] - DECODE[0]}; prefill: (count after a {tokens[1]}-token prompt − after a {tokens[0]}-token one) /
-{tokens[1] - tokens[0]}. Ours: the device text generator (onnxruntime) on the profile's INT4 build, ours
+{tokens[1] - tokens[0]}. Ours: the device text generator (onnxruntime) on the rpi4 INT4 build, ours
 `-l0`: the same with every 4-bit projection at accuracy level 0 (fp32 activations; the 8-bit head stays
-at level 4 with exact top-8 logits); regions around `generate`. llama.cpp: static
+at level 4 with exact top-8 logits), `-all0`: every MatMulNBits at level 0, the head too; regions around
+`generate`. llama.cpp: static
 `llama-bench -t 1 -r 1 --no-warmup` from llama-cpp-python 0.3.36's vendored source
 (`scripts/arm/build_llama_cpp.sh`), whole runs; its decode starts from an empty context, ours after the
 prompt. Counts, not times; a Pi's IPC differs per kernel. Machine: {machine_line()} (the host's CPU
