@@ -225,7 +225,9 @@ def add_monitor(sub: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_broker_options(p)
-    p.add_argument("--duration", type=float, help="seconds to watch (default: until Ctrl-C)")
+    p.add_argument(
+        "--duration", type=float, help="seconds to watch (default: until Ctrl-C or SIGTERM; both export and exit 0)"
+    )
     p.add_argument("--output", "-o", default="out/monitor", help="folder for monitor.db, CSV and PNG")
     p.add_argument("--store", metavar="PATH|URL", help="SQLite file or postgresql:// URL (default: OUTPUT/monitor.db)")
     p.add_argument("--shared", metavar="GROUP", help="join MQTT v5 shared-subscription GROUP ($share/GROUP/PREFIX/#)")

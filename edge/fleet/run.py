@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import signal
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -56,16 +59,41 @@ def _num(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f}"
 
 
+@contextmanager
+def _stop_signals() -> Iterator[None]:
+    """SIGINT (Ctrl-C) and SIGTERM (``kill``, a service manager) both end the watch as Ctrl-C does.
+
+    Installed explicitly because a process started in the background by a non-interactive shell inherits
+    SIGINT as *ignored*, and Python then never raises KeyboardInterrupt: such a monitor could only be
+    SIGKILLed, losing its last commit and its export. Only the main thread can install handlers; elsewhere
+    the process's own handling stays as it is.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(_signum: int, _frame: object) -> None:
+        raise KeyboardInterrupt
+
+    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
 def _watch(duration: float | None, step: Callable[[], None], refresh_s: float) -> None:
-    """Call ``step`` every ``refresh_s`` until ``duration`` passed (None: until Ctrl-C)."""
+    """Call ``step`` every ``refresh_s`` until ``duration`` passed (None: until Ctrl-C or SIGTERM)."""
     deadline = None if duration is None else time.monotonic() + duration
     try:
-        while deadline is None or time.monotonic() < deadline:
-            step()
-            left = refresh_s if deadline is None else min(refresh_s, deadline - time.monotonic())
-            time.sleep(max(left, 0.0))
+        with _stop_signals():
+            while deadline is None or time.monotonic() < deadline:
+                step()
+                left = refresh_s if deadline is None else min(refresh_s, deadline - time.monotonic())
+                time.sleep(max(left, 0.0))
     except KeyboardInterrupt:
-        pass  # Ctrl-C is how an open-ended watch ends; export what we have
+        pass  # Ctrl-C or SIGTERM is how an open-ended watch ends; export what we have
 
 
 def run_monitor(
@@ -81,7 +109,7 @@ def run_monitor(
 
     Args:
         config: broker, store and prefix.
-        duration: seconds to watch; None watches until Ctrl-C (KeyboardInterrupt ends the watch normally).
+        duration: seconds to watch; None watches until Ctrl-C or SIGTERM (either ends the watch normally).
         out_dir: where ``telemetry.csv`` and ``telemetry.png`` go.
         print_fn: called with the whole table text at each refresh (the CLI may clear the screen first).
         refresh_s: seconds between tables.

@@ -338,3 +338,36 @@ def test_both_stores_find_results_by_task_for_rollouts(backend: str, tmp_path: P
         assert [r["seq"] for r in store.results(("device.announce",), device_id="pi-2")] == [2, 6]
         assert group_members(store, "beta") == ["pi-1"] and group_members(store, "prod") == ["pi-2"]
         assert store.results(()) == []
+
+
+def _ignore_sigint() -> None:  # what a non-interactive shell does to a command it starts with `&`
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_monitor_started_in_the_background_stops_cleanly_on_sigterm_and_sigint(sig, tmp_path: Path) -> None:
+    """A monitor that inherited SIGINT as ignored (a background job) still ends on Ctrl-C, and on SIGTERM: it
+    commits, exports and exits 0 (before the fix it ignored SIGINT and had to be SIGKILLed)."""
+    with Broker(tmp_path / "broker") as broker:
+        out = tmp_path / "out"
+        args = [sys.executable, "-m", "edge_deploy", "monitor", "--broker", f"127.0.0.1:{broker.port}",
+                "--store", str(tmp_path / "fleet.db"), "-o", str(out), "--json"]  # fmt: skip
+        pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE}
+        proc = subprocess.Popen(args, cwd=ROOT, preexec_fn=_ignore_sigint, **pipes)  # noqa: PLW1509
+        try:
+            config = TelemetryConfig(
+                device_id="pi-s", outbox_path=tmp_path / "o.db", broker=fast(broker.port), require_subscriber=True
+            )  # kept in the outbox until the monitor has subscribed and takes it
+            with TelemetryClient(config) as client:
+                assert client.connect(timeout=10)
+                client.report(Telemetry(latency_p50_ms=1.0, latency_p90_ms=2.0, fps=3.0))
+                assert client.wait_drained(30)
+            proc.send_signal(sig)
+            stdout, stderr = proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(10)
+    assert proc.returncode == 0, stderr.decode()[-2000:]
+    assert (out / "telemetry.csv").is_file(), stdout.decode()[-2000:]
+    assert "pi-s" in (out / "telemetry.csv").read_text()
