@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -120,13 +120,27 @@ def count_instructions(
     plugin = Path(plugin) if plugin else DEFAULT_PLUGIN
     if not plugin.is_file():
         raise InputError(f"{plugin}: TCG plugin not found; build it with scripts/arm/build_plugin.sh")
+    return counted_run(
+        guest,
+        lambda log: guest.run(script, args, timeout=timeout, plugin=plugin, plugin_log=log),
+        f"{Path(script).name} on {guest.cpu.value}",
+    )
+
+
+def counted_run(guest: ArmGuest, run: Callable[[Path], object], source: str) -> RunCounts:
+    """Call ``run(log)`` (a guest run under the counting plugin writing to ``log``, a fresh file in the guest's
+    /tmp) and parse its counts; the log is removed whatever happens. ``source`` names the run in errors.
+
+    Raises:
+        InferenceError: the plugin wrote no (or malformed) counts.
+    """
     log = guest.rootfs / "tmp" / f"insncount-{os.getpid()}-{time.monotonic_ns()}.log"
     try:
-        guest.run(script, args, timeout=timeout, plugin=plugin, plugin_log=log)
+        run(log)
         text = log.read_text(encoding="utf-8") if log.is_file() else ""
     finally:
         log.unlink(missing_ok=True)
-    return parse_counts(text, f"{Path(script).name} on {guest.cpu.value}")
+    return parse_counts(text, source)
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from converters.arm.cost import InsnCounts, RunCounts, parse_counts
+from converters.arm.cost import InsnCounts, RunCounts, counted_run
 from converters.arm.guest import DEFAULT_CACHE, SCRIPTS, ArmGuest, CpuModel
 from converters.tools import run_tool
 from edge.errors import InferenceError, InputError
@@ -60,13 +60,11 @@ def count_llama_bench(guest: ArmGuest, gguf: Path, prompt: int, gen: int, plugin
     """
     binary = llama_bench_binary(guest.cpu)
     args = ["-m", str(Path(gguf).resolve()), "-t", "1", "-r", "1", "--no-warmup", "-p", str(prompt), "-n", str(gen)]
-    log = guest.rootfs / "tmp" / f"insncount-llama-{prompt}-{gen}.log"
-    try:
-        guest.run_program(binary, args, plugin=plugin, plugin_log=log, timeout=3600)
-        text = log.read_text(encoding="utf-8") if log.is_file() else ""
-    finally:
-        log.unlink(missing_ok=True)
-    return parse_counts(text, f"llama-bench on {guest.cpu.value}")
+    return counted_run(
+        guest,
+        lambda log: guest.run_program(binary, args, plugin=plugin, plugin_log=log, timeout=3600),
+        f"llama-bench on {guest.cpu.value}",
+    )
 
 
 @dataclass(frozen=True)
