@@ -100,11 +100,6 @@ def _count(model: Path, chips: Path, variant: Variant, work: Path) -> tuple[int,
     return int(region[0].split()[4]), json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def _cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-    return np.sum(a * b, 1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
-
-
 def _models(faces: int) -> tuple[dict[str, Path], np.ndarray]:
     """The embedder files by model key, and ``faces + 1`` real aligned chips (uint8 NHWC)."""
     from benchmarks.face_speed_models import CACHE, build_fp32, build_int8, eval_photos, real_chips
@@ -151,6 +146,8 @@ def main() -> int:
     if shutil.which("qemu-x86_64") is None:
         subprocess.run(["bash", str(REPO / "scripts/arm/rootfs.sh")], check=True)
     subprocess.run(["bash", str(REPO / "scripts/arm/build_plugin.sh"), str(PLUGIN)], check=True)
+    from converters.face.quant_eval import _cosine
+
     files, chips = _models(args.faces)
     work = Path(tempfile.mkdtemp(prefix="x86-int8-cost-"))
     np.save(work / "chips.npy", chips)
@@ -160,7 +157,7 @@ def main() -> int:
         total, out = _count(files[variant.model], work / "chips.npy", variant, work)
         got = np.asarray(out["descriptors"])
         reference = got if reference is None else reference
-        cos = _cosines(got, reference)
+        cos = _cosine(got, reference)
         kernels = out["kernels"]
         row = {"variant": variant.name, "note": variant.note, "per_face": total / args.faces}
         rows.append({**row, "mean_cosine": float(cos.mean()), "min_cosine": float(cos.min())})

@@ -110,6 +110,14 @@ def _header(w, arch: str, hidden: int = HIDDEN, ffn: int = FFN) -> None:
     w.add_chat_template(TEMPLATE)
 
 
+def _finish(w) -> None:
+    """Write a GGUFWriter's header, key-values and tensors, and close the file."""
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
 def _kquant(rng: np.random.Generator, shape: tuple[int, int], qtype: QT) -> np.ndarray:
     """Random K-quant blocks (gguf-py cannot quantize to K types): random codes and 6-bit sub-scales, the
     fp16 super-block scales set so weights stay below ~0.5. Any such bytes are a valid tensor of the type."""
@@ -146,10 +154,7 @@ def write_gguf(path: Path, arch: str, qtype: QT, seed: int = 0, tied: bool = Tru
             w.add_tensor(name, _kquant(rng, value.shape, qtype), raw_dtype=qtype)
         else:
             w.add_tensor(name, quantize(value, qtype), raw_dtype=qtype)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    _finish(w)
     return path
 
 
@@ -254,10 +259,7 @@ def test_unsupported_architecture_names_the_key(tmp_path: Path) -> None:
     w = gguf.GGUFWriter(str(path), "mamba")
     _header(w, "mamba")
     w.add_tensor("token_embd.weight", np.zeros((len(TOKENS), HIDDEN), np.float32))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    _finish(w)
     with pytest.raises(ConversionError) as err:
         read_gguf(path)
     assert str(err.value) == f"{path}: general.architecture = 'mamba'; expected one of llama, qwen2, phi3"
@@ -269,10 +271,7 @@ def test_partial_rotary_is_refused(tmp_path: Path) -> None:
     _header(w, "phi3")
     w.add_rope_dimension_count(HEAD_DIM // 2)
     w.add_tensor("token_embd.weight", np.zeros((len(TOKENS), HIDDEN), np.float32))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    _finish(w)
     with pytest.raises(ConversionError) as err:
         read_gguf(path)
     assert str(err.value) == (
@@ -287,10 +286,7 @@ def test_rope_scaling_factors_are_an_unknown_tensor(tmp_path: Path) -> None:
     w = gguf.GGUFWriter(str(path), "phi3")
     _header(w, "phi3")
     w.add_tensor("rope_factors_long.weight", np.ones(HEAD_DIM // 2, np.float32))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    _finish(w)
     with pytest.raises(ConversionError) as err:
         read_gguf(path)
     assert str(err.value).startswith(
@@ -304,10 +300,7 @@ def test_unsupported_tensor_type_names_tensor_and_type(tmp_path: Path) -> None:
     _header(w, "llama")
     # IQ4_NL: blocks of 32 weights in 18 bytes (an fp16 scale + 16 bytes of non-linear 4-bit codes)
     w.add_tensor("token_embd.weight", np.zeros((len(TOKENS), HIDDEN // 32 * 18), np.uint8), raw_dtype=QT.IQ4_NL)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    _finish(w)
     with pytest.raises(ConversionError) as err:
         read_gguf(path)
     assert str(err.value) == (
