@@ -6,8 +6,9 @@ AVX2-only host than on a VNNI host or a Pi (measured: the rpi4 INT8 face embedde
 on an AVX2-only CPU against 0.9996 on VNNI and on emulated Cortex-A72/A76; docs/quantization.md).
 onnxruntime's session option ``session.x64quantprecision=1`` makes those kernels widen first (u8u8) on such
 a CPU; :func:`int8_session_config` gives it there, and only there. On a VNNI CPU the option changes no
-number but halves INT8 speed (measured: the rpi4 INT8 embedder, 4.84 against 2.48 ms of CPU a face, fused,
-1 thread, on an AMD EPYC with AVX-512 VNNI), so VNNI CPUs and ARM keep onnxruntime's defaults.
+number but halves INT8 speed (``benchmarks/int8_precision_option.py``: the rpi4 INT8 embedder fused, 1 thread,
+on an AMD EPYC with AVX-512 VNNI, 5.14 against 2.66 ms of CPU a face, descriptors identical), so VNNI CPUs
+and ARM keep onnxruntime's defaults.
 
 The features come from numpy's own CPUID / HWCAP probe (``numpy._core._multiarray_umath.__cpu_features__``),
 not from ``/proc/cpuinfo``: under ``qemu-x86_64 -cpu Haswell`` the file still describes the host's CPU while

@@ -61,8 +61,8 @@ class LoadOptions:
     purpose: str | None = None
     #: The inputs change shape from call to call (MTCNN's image pyramid, a batch of however many faces):
     #: onnxruntime then runs without its memory arena and memory patterns, which otherwise keep a block
-    #: for every shape seen (measured: the face pipeline's peak RSS 449 -> 271 MiB fp32, 383 -> 246 MiB
-    #: INT8, over 12 photos, at the same speed). LiteRT's tensors have fixed shapes; it ignores this.
+    #: for every shape seen (benchmarks/face_speed.py's peak-RSS rows, 12 photos, before and after: fp32
+    #: pipeline 436.8 -> 271.7 MiB, INT8 372.6 -> 242.4 MiB). LiteRT's tensors have fixed shapes; it ignores this.
     varying_shapes: bool = False
 
 
