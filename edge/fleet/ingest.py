@@ -174,9 +174,16 @@ class Monitor(LinkHooks):
 
         return plot_telemetry(self.store.telemetry(), Path(path))
 
-    def close(self, timeout: float = 5.0) -> None:
-        """Commit and acknowledge what is pending, disconnect (the broker keeps the session), close the store."""
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop ingesting: commit and acknowledge what has arrived, disconnect (the broker keeps the session).
+
+        The store stays open for reading (the final table and the export); calling it again does nothing.
+        """
         self._link.stop(timeout)
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Stop ingesting (see ``stop``), close the store."""
+        self.stop(timeout)
         if self._own_store:
             self.store.close()
         self.check()
@@ -230,6 +237,13 @@ class Monitor(LinkHooks):
         return True
 
     def on_stopping(self, client: object) -> None:  # noqa: D102
+        # Take what is already in flight (paho reads about a packet a step), so the commit below includes it.
+        deadline = time.monotonic() + 0.5
+        while time.monotonic() < deadline:
+            before = len(self._pending.items)
+            client.loop(0.02)
+            if len(self._pending.items) == before:
+                break
         if self._pending.items:
             self._flush(client)
             client.loop(0.05)  # send the last acknowledgements before DISCONNECT

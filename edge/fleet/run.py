@@ -139,6 +139,7 @@ def run_monitor(
                 monitor.check()
 
             _watch(duration, step, refresh_s)
+        monitor.stop()  # commit what arrived before the signal: the table and the export must include it
         if table:
             print_fn(format_table(monitor.store.devices()))
         return _export(monitor, out_dir)

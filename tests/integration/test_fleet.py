@@ -362,6 +362,8 @@ def test_a_monitor_started_in_the_background_stops_cleanly_on_sigterm_and_sigint
                 assert client.connect(timeout=10)
                 client.report(Telemetry(latency_p50_ms=1.0, latency_p90_ms=2.0, fps=3.0))
                 assert client.wait_drained(30)
+            with open_store(tmp_path / "fleet.db") as store:  # the broker took it; now the monitor has it
+                wait_until(lambda: store.count("pi-s") == 1, 30, "the report in the monitor's store")
             proc.send_signal(sig)
             stdout, stderr = proc.communicate(timeout=60)
         finally:
