@@ -28,16 +28,27 @@ examples:
                        dynamic INT8 (no calibration data): for transformers, whose activations static
                        INT8 cannot hold (docs/byom.md: all-MiniLM-L6-v2)
 
-Data files: .npz with one array per model input, named like the input, samples stacked on axis 0
-(shape N x d1 x ... for an input of shape B x d1 x ..., N a multiple of B) and the input's dtype.
---eval must not be the --calib data. Exit codes: 3 bad input, 4 conversion failed, 5 gate failed (the
-report is written, models.json is not), 7 onnxruntime cannot run the model.
+  edge-deploy convert model mobilenet.onnx --target rpi5 --precision int8 --calib photos/calib/ \
+      --eval photos/eval/ --task classification --mean 123.675,116.28,103.53 \\
+      --std 58.395,57.12,57.375 -o out/mnv2
+                       image folders: each image resized to the model's input (stretched, RGB), then
+                       (pixel - mean) / std per channel (ImageNet's values here)
+
+Data: a .npz with one array per model input, named like the input, samples stacked on axis 0 (shape
+N x d1 x ... for an input of shape B x d1 x ..., N a multiple of B) and the input's dtype; or a folder of
+images (.jpg .jpeg .png .bmp .webp; other files skipped) for a model with one 4-D input of 1 or 3 channels
+(NCHW or NHWC, from the shape; --layout when both fit): float32 inputs get (pixel - mean) / std with
+--mean 0 --std 255 by default, uint8 inputs the pixels. The number of images must be a multiple of the
+batch (a remainder is refused, not dropped). --eval must not be the --calib data. Exit codes: 3 bad
+input, 4 conversion failed, 5 gate failed (the report is written, models.json is not), 7 onnxruntime
+cannot run the model. Bundle a passed folder with: edge-deploy build --model OUT_DIR (see build --help).
 """
 
 
 def _cmd_convert_model(args: argparse.Namespace) -> int:
     from converters.byom.build import ModelJob, convert_model
     from converters.byom.gate import GateThresholds, Task
+    from converters.byom.images import ImageOptions, Layout, parse_channels
     from converters.byom.report import record, summary
     from converters.byom.source import parse_input_specs
     from edge.profiles import Precision
@@ -63,6 +74,12 @@ def _cmd_convert_model(args: argparse.Namespace) -> int:
         input_shapes=parse_input_specs(args.input or []),
         thresholds=thresholds,
         dynamic=args.dynamic,
+        licence=args.licence,
+        images=ImageOptions(
+            mean=parse_channels(args.mean, "--mean") if args.mean is not None else None,
+            std=parse_channels(args.std, "--std") if args.std is not None else None,
+            layout=Layout(args.layout) if args.layout else None,
+        ),
     )
     build = convert_model(job, StepProgress(stream=None if args.json else sys.stderr))
     if args.json:
@@ -93,9 +110,16 @@ def add_convert_model(csub: argparse._SubParsersAction) -> None:
     m.add_argument("--target", "-t", required=True, help="target profile, e.g. rpi4 (see: edge-deploy targets)")
     m.add_argument("--output", "-o", required=True, help="output folder (new, or empty)")
     m.add_argument("--precision", choices=["fp32", "int8"], help="default: the profile's")
-    m.add_argument("--calib", help="calibration inputs (.npz); required for static int8")
+    m.add_argument("--calib", help="calibration inputs (.npz, or a folder of images); required for static int8")
     m.add_argument("--dynamic", action="store_true", help="int8: dynamic (no calibration; for transformers)")
-    m.add_argument("--eval", required=True, help="evaluation inputs (.npz), not the calibration data")
+    m.add_argument(
+        "--eval", required=True, help="evaluation inputs (.npz, or a folder of images), not the calibration data"
+    )
+    m.add_argument("--mean", metavar="R,G,B", help="image folders: per-channel mean, 0-255 scale (default 0)")
+    m.add_argument(
+        "--std", metavar="R,G,B", help="image folders: per-channel std, 0-255 scale (default 255: pixels/255)"
+    )
+    m.add_argument("--layout", choices=["nchw", "nhwc"], help="image folders: channel axis (default: from the shape)")
     m.add_argument("--task", choices=["embedding", "classification", "raw"], default="raw", help="what the gate checks")
     m.add_argument("--input", action="append", metavar="NAME=DIMS", help="fix an input's shape, e.g. x=1x3x224x224")
     m.add_argument("--min-cosine", type=float, default=defaults.min_cosine, help="embedding: mean cosine (%(default)s)")
@@ -106,6 +130,8 @@ def add_convert_model(csub: argparse._SubParsersAction) -> None:
     m.add_argument("--max-abs-error", type=float, default=None, help="raw: max abs difference (default: not gated)")
     m.add_argument("--max-rel-error", type=float, default=defaults.max_rel_error,
                    help="raw: max abs difference / max abs source value, per output (%(default)s)")  # fmt: skip
+    m.add_argument("--licence", help="the model's licence, recorded in models.json and bundles "
+                   "(default: 'unknown (user model)')")  # fmt: skip
     m.add_argument("--json", action="store_true", help="print the build record as JSON")
     m.add_argument("--profiles", default=str(DEFAULT_PROFILE_DIR), help=argparse.SUPPRESS)
     m.set_defaults(func=_cmd_convert_model)

@@ -21,9 +21,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from converters.byom.execute import run_model
-from converters.byom.feeds import Samples, check_disjoint, read_samples
+from converters.byom.feeds import Samples, check_disjoint
 from converters.byom.frontends import Frontend, read_model
 from converters.byom.gate import GateThresholds, Task, failures, fp32_failures, measure, measure_raw
+from converters.byom.images import ImageOptions, read_data
 from converters.byom.report import write_models_json, write_reports
 from converters.byom.source import SourceModel, TensorSpec, resolve_inputs
 from converters.compile import to_ort_format
@@ -56,6 +57,10 @@ class ModelJob:
     #: int8 only: dynamic INT8 (weights quantized ahead, activations at run time; no calibration) instead of
     #: static QDQ. Transformers need it: all-MiniLM-L6-v2 kept cosine 0.993 dynamic, 0.33 static (docs/byom.md).
     dynamic: bool = False
+    #: How image folders given as --calib / --eval become tensors (mean, std, layout).
+    images: ImageOptions = field(default_factory=ImageOptions)
+    #: The model's licence, recorded in models.json and carried into a bundle (None: ``UNKNOWN_LICENCE``).
+    licence: str | None = None
 
 
 @dataclass
@@ -99,11 +104,20 @@ def _check_job(job: ModelJob) -> None:
         raise InputError(f"--calib {job.calibration}: dynamic INT8 is not calibrated; drop --calib or --dynamic")
     if job.precision is Precision.INT8 and job.calibration is None and not job.dynamic:
         raise InputError(
-            f"{job.model}: int8 needs --calib FILE.npz (representative inputs, one array per model input) to "
-            "set the activation ranges (or --dynamic: activations quantized at run time); nothing else is used in "
-            "its place"
+            f"{job.model}: int8 needs --calib FILE.npz or DIR (representative inputs: one array per model input, "
+            "or a folder of images) to set the activation ranges (or --dynamic: activations quantized at run "
+            "time); nothing else is used in its place"
         )
     job.thresholds.check()
+    job.images.check()
+    if job.licence is not None and not job.licence.strip():
+        raise InputError("--licence '': expected the model's licence, e.g. Apache-2.0")
+    folders = [p for p in (job.evaluation, job.calibration) if p is not None and Path(p).is_dir()]
+    if job.images.given and not folders:
+        raise InputError(
+            "--mean/--std/--layout: apply to image folders, and neither --calib nor --eval is one (a .npz is "
+            "taken as it is: normalise its tensors yourself)"
+        )
     out = Path(job.out_dir)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise InputError(f"-o {out}: exists and is not an empty folder; choose a new output folder")
@@ -114,12 +128,12 @@ def _read_data(job: ModelJob, inputs: Sequence[TensorSpec]) -> tuple[Samples, Sa
     if len(batches) > 1 or any(not s.shape for s in inputs):
         shapes = ", ".join(f"{s.name}={s.shape_text()}" for s in inputs)
         raise InputError(f"{job.model}: inputs {shapes}; expected every input to have the same batch (axis 0)")
-    evaluation = read_samples(job.evaluation, inputs, "--eval")
+    evaluation = read_data(job.evaluation, job.model, inputs, "--eval", job.images)
     if job.task is Task.EMBEDDING and evaluation.count < 2:
         raise InputError(f"--eval {job.evaluation}: 1 sample; the embedding gate ranks neighbours and needs at least 2")
     if job.precision is not Precision.INT8 or job.calibration is None:
         return evaluation, None, 0
-    calib = read_samples(job.calibration, inputs, "--calib")
+    calib = read_data(job.calibration, job.model, inputs, "--calib", job.images)
     return evaluation, calib, check_disjoint(calib, evaluation)
 
 

@@ -1,4 +1,5 @@
-"""The user's calibration and evaluation tensors: one ``.npz`` file each, one array per model input.
+"""The user's calibration and evaluation tensors: one ``.npz`` file each, one array per model input
+(or a folder of images: ``converters.byom.images``).
 
 Each array holds N samples stacked on axis 0: for a model input of shape ``B x d1 x ... x dk`` (after
 ``--input``) the array's shape is ``N x d1 x ... x dk`` with N a multiple of B, and its dtype is the input's.
@@ -28,6 +29,8 @@ class Samples:
     sha256: str
     arrays: dict[str, np.ndarray]
     count: int
+    #: For an image folder (``converters.byom.images``): how the images became tensors.
+    images: dict | None = None
 
     def batches(self, inputs: Sequence[TensorSpec]) -> list[dict[str, np.ndarray]]:
         """The feeds, one dict per batch, in file order."""
@@ -35,7 +38,8 @@ class Samples:
         return [{s.name: self.arrays[s.name][i : i + batch] for s in inputs} for i in range(0, self.count, batch)]
 
     def to_dict(self) -> dict:
-        return {"file": str(self.path), "sha256": self.sha256, "samples": self.count}
+        out = {"file": str(self.path), "sha256": self.sha256, "samples": self.count}
+        return {**out, "kind": "images", "preprocessing": self.images} if self.images else out
 
 
 def _open_npz(path: Path, what: str) -> dict[str, np.ndarray]:

@@ -17,6 +17,21 @@ if TYPE_CHECKING:
 
 #: The role models.json gives the user's model.
 MODEL_ROLE = "model"
+#: The licence recorded when ``--licence`` was not given: said explicitly, never guessed.
+UNKNOWN_LICENCE = "unknown (user model)"
+
+
+def _source(build: ModelBuild) -> dict:
+    job = build.job
+    licence = job.licence.strip() if job.licence else None
+    return {
+        "path": str(job.model),
+        "sha256": build.source.sha256,
+        "format": build.source.format,
+        "licence": licence or UNKNOWN_LICENCE,
+        "licence_given_by": "edge-deploy convert model --licence" if licence else "nobody: no --licence given",
+    }
+
 
 #: How the gate ran a quantized candidate (report "evaluated_as").
 EVALUATED_AS_INT8 = (
@@ -62,7 +77,7 @@ def record(build: ModelBuild) -> dict:
         "precision": job.precision.value,
         "passed": build.passed,
         "out_dir": str(job.out_dir),
-        "source": {"path": str(job.model), "sha256": build.source.sha256, "format": build.source.format},
+        "source": _source(build),
         "inputs": [{"name": s.name, "dtype": str(s.dtype), "shape": list(s.shape)} for s in build.inputs],
         "outputs": list(build.source.outputs),
         "files": build.files,
@@ -99,7 +114,7 @@ def write_models_json(build: ModelBuild, folder: Path) -> Path:
         "precision": build.job.precision.value,
         "sha256": info["sha256"],
         "size": info["size"],
-        "source": {"path": str(build.job.model), "sha256": build.source.sha256, "format": build.source.format},
+        "source": _source(build),
     }
     data: dict[str, object] = {
         "schema_version": MODELS_SCHEMA_VERSION,
@@ -138,8 +153,21 @@ def _figure_lines(figures: dict) -> list[str]:
     return lines
 
 
+def _images(data: dict) -> str:
+    """How an image folder became tensors, for report.md (empty for a .npz)."""
+    p = data.get("preprocessing")
+    if not p:
+        return ""
+    norm = f", (pixel - {p['mean']}) / {p['std']}" if p["mean"] is not None else ", raw pixels"
+    size = "x".join(map(str, p["size"]))
+    skipped = f"; {len(p['skipped'])} other files skipped" if p["skipped"] else ""
+    return f" (images, {p['channels']} {size} {p['layout'].upper()} {p['dtype']}{norm}{skipped})"
+
+
 def _calibration_source(calibration: dict) -> str:
-    return f"from `{calibration['file']}`" if "file" in calibration else f"({calibration['reason']})"
+    if "file" not in calibration:
+        return f"({calibration['reason']})"
+    return f"from `{calibration['file']}`{_images(calibration)}"
 
 
 def render_markdown(build: ModelBuild) -> str:
@@ -149,11 +177,12 @@ def render_markdown(build: ModelBuild) -> str:
     lines = [
         f"# {job.model.name}: {job.precision.value} for {job.profile.name} ({job.task.value})",
         "",
-        f"- Source: `{job.model}` (sha256 `{build.source.sha256}`)",
+        f"- Source: `{job.model}` (sha256 `{build.source.sha256}`; licence: {_source(build)['licence']})",
         "- Inputs: " + ", ".join(f"`{s.name}` {s.dtype} {s.shape_text()}" for s in build.inputs),
         f"- Shipped: `{data['shipped']}`" + ("" if build.passed else " (gate failed: no models.json)"),
         f"- Calibration: {build.calibration.get('samples', 0)} samples {_calibration_source(build.calibration)}",
-        f"- Evaluation: {build.evaluation['samples']} samples from `{build.evaluation['file']}` "
+        f"- Evaluation: {build.evaluation['samples']} samples from `{build.evaluation['file']}`"
+        f"{_images(build.evaluation)} "
         f"({build.evaluation['shared_with_calibration']} also in the calibration data)",
         f"- Evaluated as: {data['gate']['evaluated_as']}",
         "",

@@ -24,12 +24,35 @@ def _init(rng: np.random.Generator, name: str, shape: tuple[int, ...], fan_in: i
     return numpy_helper.from_array((rng.standard_normal(shape) / np.sqrt(fan_in)).astype(np.float32), name)
 
 
-def write_embedder(path: Path, batch: int | str = "batch", size: int = 16, dim: int = 32) -> Path:
-    """x [batch, 3, size, size] -> Conv 3->8 + ReLU -> Conv 8->16 stride 2 + ReLU -> Flatten -> Gemm -> emb [batch, dim]."""
+def _image_front(nhwc: bool, uint8: bool) -> tuple[list[onnx.NodeProto], list[onnx.TensorProto], str]:
+    """Nodes that turn an NHWC and/or uint8 image input ``x`` into the NCHW float tensor the Conv takes."""
+    nodes, inits, name = [], [], "x"
+    if uint8:
+        nodes += [
+            helper.make_node("Cast", [name], ["xc"], to=TensorProto.FLOAT),
+            helper.make_node("Mul", ["xc", "scale"], ["xs"]),
+        ]
+        inits.append(numpy_helper.from_array(np.array(1 / 255, np.float32), "scale"))
+        name = "xs"
+    if nhwc:
+        nodes.append(helper.make_node("Transpose", [name], ["xt"], perm=[0, 3, 1, 2]))
+        name = "xt"
+    return nodes, inits, name
+
+
+def write_embedder(
+    path: Path, batch: int | str = "batch", size: int = 16, dim: int = 32, nhwc: bool = False, uint8: bool = False
+) -> Path:
+    """x [batch, 3, size, size] -> Conv 3->8 + ReLU -> Conv 8->16 stride 2 + ReLU -> Flatten -> Gemm -> emb [batch, dim].
+
+    ``nhwc``: x is [batch, size, size, 3] (a Transpose first); ``uint8``: x is uint8, cast and scaled by 1/255.
+    """
     rng = np.random.default_rng(1)
     flat = 16 * (size // 2) ** 2
+    front, front_inits, first = _image_front(nhwc, uint8)
     nodes = [
-        helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
+        *front,
+        helper.make_node("Conv", [first, "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
         helper.make_node("Relu", ["c1"], ["r1"]),
         helper.make_node("Conv", ["r1", "w2", "b2"], ["c2"], pads=[1, 1, 1, 1], strides=[2, 2]),
         helper.make_node("Relu", ["c2"], ["r2"]),
@@ -43,11 +66,13 @@ def write_embedder(path: Path, batch: int | str = "batch", size: int = 16, dim: 
         _init(rng, "b2", (16,), 72),
         _init(rng, "w3", (dim, flat), flat),
         _init(rng, "b3", (dim,), flat),
+        *front_inits,
     ]
+    shape = [batch, size, size, 3] if nhwc else [batch, 3, size, size]
     graph = helper.make_graph(
         nodes,
         "embedder",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 3, size, size])],
+        [helper.make_tensor_value_info("x", TensorProto.UINT8 if uint8 else TensorProto.FLOAT, shape)],
         [helper.make_tensor_value_info("emb", TensorProto.FLOAT, [batch, dim])],
         inits,
     )
@@ -115,3 +140,28 @@ def write_two_inputs(path: Path, width: int = 8) -> Path:
         [_init(rng, "w", (4, width), width), _init(rng, "c", (4,), width)],
     )
     return _save(graph, path)
+
+
+def photo_crops(seed: int, count: int) -> list[np.ndarray]:
+    """``count`` uint8 RGB crops (48 to 160 pixels a side, seeded) of skimage's sample photos."""
+    from skimage import data
+
+    photos = [data.astronaut(), data.coffee(), data.chelsea()]
+    rng = np.random.default_rng(seed)
+    crops = []
+    for i in range(count):
+        photo = photos[i % len(photos)]
+        h, w = int(rng.integers(48, 161)), int(rng.integers(48, 161))
+        y, x = int(rng.integers(0, photo.shape[0] - h)), int(rng.integers(0, photo.shape[1] - w))
+        crops.append(np.ascontiguousarray(photo[y : y + h, x : x + w]))
+    return crops
+
+
+def write_photo_folder(folder: Path, seed: int, count: int) -> Path:
+    """A folder of ``count`` real photo crops (``photo_crops``), alternately .jpg and .png."""
+    from edge.imageio import save_image
+
+    folder.mkdir(parents=True, exist_ok=True)
+    for i, crop in enumerate(photo_crops(seed, count)):
+        save_image(folder / f"img{i:03d}.{'jpg' if i % 2 else 'png'}", crop)
+    return folder

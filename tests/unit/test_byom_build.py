@@ -75,6 +75,8 @@ def test_int8_embedder_passes_and_ships_the_ort_file(files, tmp_path):
         "path": str(files / "emb.onnx"),
         "sha256": file_sha256(files / "emb.onnx"),
         "format": "onnx",
+        "licence": "unknown (user model)",  # said explicitly when --licence is not given
+        "licence_given_by": "nobody: no --licence given",
     }
     assert models["task"] == "embedding" and models["gate"]["passed"] is True
     assert models["gate"]["figures"]["embedding"]["cosine_mean"] == e["cosine_mean"]

@@ -211,9 +211,9 @@ def test_eval_of_the_wrong_shape(files, tmp_path):
 
 def test_int8_without_calibration(files, tmp_path):
     assert _refused(files, tmp_path, calibration=None) == (
-        f"{files / 'emb.onnx'}: int8 needs --calib FILE.npz (representative inputs, one array per model input) to "
-        "set the activation ranges (or --dynamic: activations quantized at run time); nothing else is used in its "
-        "place"
+        f"{files / 'emb.onnx'}: int8 needs --calib FILE.npz or DIR (representative inputs: one array per model "
+        "input, or a folder of images) to set the activation ranges (or --dynamic: activations quantized at run "
+        "time); nothing else is used in its place"
     )
 
 
