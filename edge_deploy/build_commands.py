@@ -55,11 +55,32 @@ def web_runtime_on_first_use(web_dir: Path | None = None, who: str = "edge-deplo
     ort_dist(web_dir)  # still missing: its own error says which file
 
 
+def _print_bundle(bundle, as_json: bool) -> None:
+    if as_json:
+        print_json(bundle.to_dict())
+    else:
+        print(bundle.summary())
+
+
+def _cmd_build_model_folder(args: argparse.Namespace, options, progress) -> int:
+    """``build --model FOLDER``: a passed convert model folder, for the target it was converted for."""
+    from converters.package.bundle import build_model_bundle
+    from converters.package.user_model import read_model_folder
+
+    target = args.target or read_model_folder(Path(args.model)).target
+    profile = load_profile(target, Path(args.profiles))
+    bundle = build_model_bundle(
+        profile, Path(args.model), Path(args.output), Path(args.cache), progress, options, args.licence
+    )
+    _print_bundle(bundle, args.json)
+    return 0
+
+
 def _cmd_build(args: argparse.Namespace) -> int:
-    from converters.package.bundle import BuildOptions, build_bundle
+    from converters.package.bundle import MODEL_CHOICES, BuildOptions, build_bundle
+    from edge.errors import InputError
     from edge.progress import StepProgress
 
-    profile = load_profile(args.target, Path(args.profiles))
     options = BuildOptions(
         precision=Precision(args.precision) if args.precision else None,
         wheels=not args.no_wheels,
@@ -67,6 +88,15 @@ def _cmd_build(args: argparse.Namespace) -> int:
         sign_key=Path(args.sign_key) if args.sign_key else None,
     )
     progress = StepProgress(stream=None if args.quiet else sys.stderr)
+    if args.model not in MODEL_CHOICES:
+        return _cmd_build_model_folder(args, options, progress)
+    if args.licence is not None:
+        raise InputError(f"--licence: for a user model's folder; the licences of --model {args.model} are recorded")
+    if not args.target:
+        raise InputError(
+            f"--model {args.model}: give the target with --target (one of {', '.join(available_targets())})"
+        )
+    profile = load_profile(args.target, Path(args.profiles))
     if profile.runtime.default is Runtime.ONNXRUNTIME_WEB:
         from converters.package.bundle import build_browser_site
 
@@ -80,11 +110,25 @@ def _cmd_build(args: argparse.Namespace) -> int:
             print(f"serve it with: edge-deploy serve-web {site.out_dir}")
         return 0
     bundle = build_bundle(profile, [args.model], Path(args.output), Path(args.cache), progress, options)
-    if args.json:
-        print_json(bundle.to_dict())
-    else:
-        print(bundle.summary())
+    _print_bundle(bundle, args.json)
     return 0
+
+
+BUILD_EPILOG = """\
+examples:
+  edge-deploy build --target rpi4 --model face -o dist/        dist/rpi4-face/ and dist/rpi4-face.tar.gz
+  edge-deploy build --target rpi5 --model all --sign-key keys/release.key
+  edge-deploy convert model net.onnx --target rpi4 --precision int8 --calib photos/calib/ --eval photos/eval/ \\
+      --task embedding --licence Apache-2.0 -o out/net
+  edge-deploy build --model out/net -o dist/ --sign-key keys/release.key
+                       your model: the passed convert model folder, bundled for the target it was converted
+                       and gated for (dist/rpi4-model-net/); a folder without models.json is refused
+  edge-deploy verify dist/rpi4-model-net.tar.gz --trust keys/release.pub
+
+--model FOLDER: not converted again; its files are checked against the sha256s convert model recorded, and
+the manifest records the source model, its sha256 and licence (--licence here, else convert model's
+--licence, else "unknown (user model)"). A folder named face, slm or all: write ./face.
+"""
 
 
 def add_build(sub: argparse._SubParsersAction) -> None:
@@ -96,10 +140,27 @@ def add_build(sub: argparse._SubParsersAction) -> None:
         "extra's wheels for aarch64 / Python 3.11, and write dist/<target>-<models>/ with manifest.json "
         "(files with sha256 and size, sources, licences, quantization, gate metrics), install.sh and a "
         "device README, plus a .tar.gz of it. Model stages and wheels are cached: a second build with "
-        "nothing changed reuses them.",
+        "nothing changed reuses them. --model FOLDER bundles your model from a passed 'convert model' folder.",
+        epilog=BUILD_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--target", "-t", required=True, help="target profile: " + ", ".join(available_targets()))
-    p.add_argument("--model", "-m", required=True, choices=["face", "slm", "all"], help="which models to bundle")
+    p.add_argument(
+        "--target",
+        "-t",
+        help="target profile: " + ", ".join(available_targets()) + " (default for --model FOLDER: the folder's)",
+    )
+    p.add_argument(
+        "--model",
+        "-m",
+        required=True,
+        metavar="{face,slm,all,FOLDER}",
+        help="which models to bundle: ours, or a passed 'edge-deploy convert model' output folder",
+    )
+    p.add_argument(
+        "--licence",
+        help="--model FOLDER: the model's licence for the manifest (default: convert model's --licence, else "
+        "'unknown (user model)')",
+    )
     p.add_argument("--output", "-o", default="dist", help="output folder (default: dist)")
     p.add_argument(
         "--precision",

@@ -110,6 +110,7 @@ class Bundle:
         lines = [f"bundle for {self.manifest['target']}: {self.folder} ({self.total_bytes / 1e6:.1f} MB)"]
         for m in self.manifest["models"]:
             hit = "cached" if self.stage_cache_hits.get(m["kind"]) else "built"
+            hit = f"from {m['from']}" if "from" in m else hit
             licences = ", ".join(sorted({s["licence"] for s in m["sources"]}))
             lines.append(f"  {m['kind']:5} {m['precision']:5} {len(m['files'])} files ({hit}); licences {licences}")
         wh = self.manifest["wheelhouse"]
@@ -122,6 +123,19 @@ class Bundle:
             lines.append(f"  archive: {self.archive} ({self.archive.stat().st_size / 1e6:.1f} MB)")
         lines.append(f"  verify on the Pi: edge-deploy verify {self.folder.name}")
         return "\n".join(lines)
+
+
+def check_pi_target(profile: TargetProfile) -> None:
+    """Bundles are for aarch64 boards (the browser has its own build).
+
+    Raises:
+        BundleError: naming the profile file and its arch.
+    """
+    if profile.cpu.arch.value != PI_ARCH:
+        raise BundleError(
+            f"{profile.source}: cpu.arch = '{profile.cpu.arch.value}'; 'edge-deploy build' makes bundles for "
+            f"{PI_ARCH} boards (rpi4, rpi5, rpi-zero-2w, aarch64-generic)"
+        )
 
 
 def model_kinds(models: list[str]) -> list[ModelKind]:
@@ -276,11 +290,7 @@ def build_bundle(
     """
     start = time.perf_counter()
     opts = options or BuildOptions()
-    if profile.cpu.arch.value != PI_ARCH:
-        raise BundleError(
-            f"{profile.source}: cpu.arch = '{profile.cpu.arch.value}'; 'edge-deploy build' makes bundles for "
-            f"{PI_ARCH} boards (rpi4, rpi5, rpi-zero-2w, aarch64-generic)"
-        )
+    check_pi_target(profile)
     kinds = model_kinds(models)
     if opts.sign_key is not None:
         load_private_key(opts.sign_key)  # a bad key or mode fails now, not after the conversions
@@ -300,9 +310,26 @@ def build_bundle(
         model_records.append({**result.to_dict(), "folder": f"models/{result.kind}", "cache_key": key})
     if opts.golden:
         _golden(folder, kinds, profile, progress)
+    _finish(bundle, profile, model_records, kinds, Path(cache_dir), opts, progress)
+    bundle.seconds = time.perf_counter() - start
+    return bundle
+
+
+def _finish(
+    bundle: Bundle,
+    profile: TargetProfile,
+    model_records: list[dict],
+    kinds: list[ModelKind],
+    cache_dir: Path,
+    opts: BuildOptions,
+    progress: ProgressFn,
+) -> None:
+    """What every bundle gets once its models are in place: wheelhouse, install.sh and the other extras,
+    manifest.json, the signature, its own verification and the archive."""
+    folder = bundle.folder
     wheelhouse = None
     if opts.wheels:
-        wh = prepare_wheelhouse(kinds, folder / "wheels", Path(cache_dir), progress)
+        wh = prepare_wheelhouse(kinds, folder / "wheels", cache_dir, progress)
         bundle.wheel_cache_hit = wh.cache_hit
         wheelhouse = wh.to_dict()
     _copy_extras(folder, profile)
@@ -317,6 +344,58 @@ def build_bundle(
     if opts.archive:
         progress(f"archiving to {folder.name}.tar.gz")
         bundle.archive = _archive(folder)
+
+
+def build_model_bundle(
+    profile: TargetProfile,
+    model_dir: Path,
+    out_dir: Path,
+    cache_dir: Path,
+    progress: ProgressFn = silent,
+    options: BuildOptions | None = None,
+    licence: str | None = None,
+) -> Bundle:
+    """A bundle of a user's model: ``out_dir/<target>-model-<name>/`` from a passed ``convert model`` folder.
+
+    The folder is bundled as it is (not converted again), after checking that its gate passed, that it was
+    made for ``profile`` (and ``options.precision``, when given) and that its files still have the sha256s
+    convert model recorded (``converters.package.user_model``). No golden set.
+
+    Args:
+        profile: the target the folder was converted for (an aarch64 board).
+        model_dir: the ``convert model -o`` folder.
+        out_dir: where the bundle folder and archive go.
+        cache_dir: the wheel cache, kept between builds.
+        progress: called with a line per step.
+        options: precision (must match the folder's), wheels on/off, archive on/off, signing key.
+        licence: the model's licence for the manifest (None: what convert model recorded, else
+            ``user_model.UNKNOWN_LICENCE``).
+
+    Returns:
+        The bundle (already verified against its own manifest).
+
+    Raises:
+        InputError: no models.json (gate failed), not a convert model folder, changed files, another target
+            or precision, a bad signing key.
+        BundleError: not an aarch64 target, an output folder that is not a bundle, pip failed.
+    """
+    from converters.package import user_model
+
+    start = time.perf_counter()
+    opts = options or BuildOptions()
+    check_pi_target(profile)
+    model = user_model.read_model_folder(model_dir)
+    user_model.check_target(model, profile, opts.precision.value if opts.precision else None)
+    user_model.licence_of(model, licence)  # a bad --licence fails before anything is written
+    if opts.sign_key is not None:
+        load_private_key(opts.sign_key)
+    folder = Path(out_dir) / user_model.bundle_name(model, profile)
+    bundle = Bundle(folder, None, {})
+    progress(f"assembling {folder}")
+    _prepare_folder(folder)
+    record = user_model.copy_model(model, folder / "models" / user_model.USER_KIND, licence, progress)
+    record["folder"] = f"models/{user_model.USER_KIND}"
+    _finish(bundle, profile, [record], [], Path(cache_dir), opts, progress)
     bundle.seconds = time.perf_counter() - start
     return bundle
 
