@@ -27,6 +27,8 @@ examples:
                                            equal to their sources, write a validation report
   edge-deploy convert model net.onnx --target rpi4 --precision int8 --calib calib.npz --eval eval.npz \\
       --task embedding -o out/net          your own ONNX model: static INT8 behind a gate on your data
+  edge-deploy build --model out/net -o dist/ --sign-key keys/release.key
+                                           bundle it (passed folders only) for the Pi it was gated for
   edge-deploy face enroll out/face gallery_photos/ -o out/gallery.npz
   edge-deploy face recognize out/face photo.jpg --gallery out/gallery.npz
   edge-deploy demo -o out/demo             the whole face job on the photos shipped in packages
