@@ -44,7 +44,10 @@ class Samples:
 
 def _open_npz(path: Path, what: str) -> dict[str, np.ndarray]:
     if not path.is_file():
-        raise InputError(f"{what} {path}: no such file; expected a .npz with one array per model input")
+        raise InputError(
+            f"{what} {path}: no such file or folder; expected a .npz with one array per model input, or a folder of "
+            "images"
+        )
     try:
         data = np.load(path, allow_pickle=False)
         if not isinstance(data, np.lib.npyio.NpzFile):

@@ -268,3 +268,11 @@ def test_cli_flags_and_help(files, tmp_path, capsys):
         main(["convert", "model", "--help"])
     out = capsys.readouterr().out
     assert "--calib photos/calib/" in out and "a remainder is refused" in out
+
+
+def test_a_missing_path_names_both_kinds_of_data(files, tmp_path):
+    missing = tmp_path / "nowhere"
+    assert _refused(files, tmp_path, evaluation=missing) == (
+        f"--eval {missing}: no such file or folder; expected a .npz with one array per model input, or a folder of "
+        "images"
+    )
