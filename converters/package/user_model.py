@@ -61,7 +61,9 @@ def _read_json(path: Path, what: str) -> dict[str, Any]:
     return data
 
 
-def _check_file(folder: Path, name: str, sha256: str, where: str) -> None:
+def _check_file(folder: Path, name: object, sha256: object, where: str) -> None:
+    if not isinstance(name, str) or Path(name).name != name or name in ("", ".", ".."):
+        raise InputError(f"--model {folder}: {where} names file {name!r}; expected a file name in the folder")
     path = folder / name
     if not path.is_file():
         raise InputError(f"--model {folder}: {name} is named in {where} but missing")
@@ -111,7 +113,10 @@ def read_model_folder(folder: Path) -> ModelFolder:
     _check_file(folder, entry["file"], entry["sha256"], MODELS_FILE)
     report = _read_json(folder / "report.json", "report.json") if (folder / "report.json").is_file() else {}
     ship = [entry["file"]]
-    for info in report.get("files", {}).values():
+    files = report.get("files", {})
+    for info in files.values() if isinstance(files, dict) else ():
+        if not isinstance(info, dict):
+            continue
         # Beside an .ort, the .onnx it was made from: the graph the gate ran unfused (as the face bundles).
         if entry["file"].endswith(".ort") and info.get("file") == Path(entry["file"]).with_suffix(".onnx").name:
             _check_file(folder, info["file"], info["sha256"], "report.json")

@@ -140,6 +140,12 @@ def test_a_folder_changed_after_the_gate_is_refused(files, tmp_path):
         fh.write(b"\0")
     with pytest.raises(InputError, match=r"emb.int8.onnx has sha256 .*, report.json recorded .* \(the folder changed"):
         build_model_bundle(load_profile("rpi4"), folder, tmp_path / "dist", tmp_path / "cache")
+    models = json.loads((folder / "models.json").read_text())
+    models["models"][0]["file"] = "../net/emb.int8.ort"
+    (folder / "models.json").write_text(json.dumps(models))
+    with pytest.raises(InputError, match=r"models.json names file '../net/emb.int8.ort'; expected a file name in the"):
+        build_model_bundle(load_profile("rpi4"), folder, tmp_path / "dist", tmp_path / "cache")
+    shutil.copy2(files / "net" / "models.json", folder / "models.json")
     (folder / "emb.int8.ort").unlink()
     with pytest.raises(InputError, match=r"emb.int8.ort is named in models.json but missing"):
         build_model_bundle(load_profile("rpi4"), folder, tmp_path / "dist", tmp_path / "cache")
