@@ -53,6 +53,8 @@ EXTRA_FILES = {
     DAEMON_DIR / "edge-deploy.example.toml": "config/edge-deploy.example.toml",
 }
 EXECUTABLE = {"install.sh"}
+#: The daemon's part of EXTRA_FILES: only bundles of our face/text models, which the daemon serves, get them.
+DAEMON_FILES = {"systemd/edge-deploy.service", "config/edge-deploy.example.toml"}
 #: Targets a Pi bundle is for (aarch64 wheels; the browser has its own build).
 PI_ARCH = "aarch64"
 
@@ -194,8 +196,12 @@ def _prepare_folder(folder: Path) -> None:
     folder.mkdir(parents=True)
 
 
-def _copy_extras(folder: Path, profile: TargetProfile) -> None:
+def _copy_extras(folder: Path, profile: TargetProfile, daemon: bool = True) -> None:
+    """install.sh, the device README and the profile; with ``daemon``, also the daemon's unit and config
+    template (a user-model bundle has no daemon service: its config would point at face models it lacks)."""
     for src, rel in EXTRA_FILES.items():
+        if not daemon and rel in DAEMON_FILES:
+            continue
         if src.is_file():
             (folder / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(src, folder / rel)
@@ -323,6 +329,7 @@ def _finish(
     cache_dir: Path,
     opts: BuildOptions,
     progress: ProgressFn,
+    daemon: bool = True,
 ) -> None:
     """What every bundle gets once its models are in place: wheelhouse, install.sh and the other extras,
     manifest.json, the signature, its own verification and the archive."""
@@ -332,7 +339,7 @@ def _finish(
         wh = prepare_wheelhouse(kinds, folder / "wheels", cache_dir, progress)
         bundle.wheel_cache_hit = wh.cache_hit
         wheelhouse = wh.to_dict()
-    _copy_extras(folder, profile)
+    _copy_extras(folder, profile, daemon)
     progress("hashing files and writing manifest.json")
     bundle.manifest = _manifest(folder, profile, model_records, wheelhouse)
     manifest_bytes = (json.dumps(bundle.manifest, indent=2) + "\n").encode("utf-8")
@@ -395,7 +402,7 @@ def build_model_bundle(
     _prepare_folder(folder)
     record = user_model.copy_model(model, folder / "models" / user_model.USER_KIND, licence, progress)
     record["folder"] = f"models/{user_model.USER_KIND}"
-    _finish(bundle, profile, [record], [], Path(cache_dir), opts, progress)
+    _finish(bundle, profile, [record], [], Path(cache_dir), opts, progress, daemon=False)
     bundle.seconds = time.perf_counter() - start
     return bundle
 

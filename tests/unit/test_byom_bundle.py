@@ -68,6 +68,9 @@ def test_a_passed_folder_is_bundled_signed_and_verifies(files, tmp_path):
     assert model["kind"] == "model" and model["folder"] == "models/model" and model["precision"] == "int8"
     # Shipped: the .ort, the .onnx the gate ran, models.json and the reports; not the fp32 copy.
     assert model["files"] == ["emb.int8.onnx", "emb.int8.ort", "models.json", "report.json", "report.md"]
+    # No daemon service or config: the daemon serves our face/text models, and its config would name models/face.
+    assert (bundle.folder / "install.sh").is_file() and (bundle.folder / "profile" / "rpi4.toml").is_file()
+    assert not (bundle.folder / "systemd").exists() and not (bundle.folder / "config").exists()
     assert model["sources"] == [
         {
             "model": "emb.onnx",
