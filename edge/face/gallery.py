@@ -84,7 +84,6 @@ def _read_npz(path: Path) -> dict[str, np.ndarray]:
     return data
 
 
-
 class _Analyzer(Protocol):
     def analyze(self, rgb: np.ndarray) -> list: ...
 
@@ -123,6 +122,9 @@ class Gallery:
 
     def __init__(self) -> None:
         self._people: dict[str, np.ndarray] = {}
+        # every descriptor in one array (enrolment order) and its owner's index in _names: match() is one
+        # vectorised distance computation, not a Python loop over people (built on first match after an add)
+        self._stacked: tuple[np.ndarray, np.ndarray, list[str]] | None = None
 
     @property
     def names(self) -> list[str]:
@@ -154,6 +156,7 @@ class Gallery:
         arr = _check_descriptors(descriptors, what or f"gallery person '{name}'")
         old = self._people.get(name, np.zeros((0, DESCRIPTOR_SIZE), np.float32))
         self._people[name] = np.concatenate([old, arr])
+        self._stacked = None
 
     def match(self, descriptor: np.ndarray, threshold: float = DLIB_SAME_PERSON_THRESHOLD) -> Match:
         """The nearest enrolled person, if within ``threshold`` (Euclidean, ``<=`` as face_recognition).
@@ -172,12 +175,17 @@ class Gallery:
         query = _check_descriptors(descriptor, "gallery.match")
         if query.shape[0] != 1:
             raise InputError(f"gallery.match: got {query.shape[0]} descriptors; expected one of shape (128,)")
-        best_name, best = None, math.inf
-        for name, stored in self._people.items():
-            dist = float(np.min(np.linalg.norm(stored - query, axis=1)))
-            if dist < best:
-                best_name, best = name, dist
-        return Match(best_name if best <= threshold else None, best)
+        if not self._people:
+            return Match(None, math.inf)
+        if self._stacked is None:
+            names = list(self._people)
+            owners = np.concatenate([np.full(len(self._people[n]), i, np.int64) for i, n in enumerate(names)])
+            self._stacked = (np.concatenate([self._people[n] for n in names]), owners, names)
+        stored, owners, names = self._stacked
+        dists = np.linalg.norm(stored - query, axis=1)
+        nearest = int(np.argmin(dists))  # the first of equal distances, in enrolment order, as the loop was
+        best = float(dists[nearest])
+        return Match(names[owners[nearest]] if best <= threshold else None, best)
 
     def enroll_folder(
         self, folder: str | Path, pipeline: _Analyzer, max_pixels: int = DEFAULT_MAX_PIXELS

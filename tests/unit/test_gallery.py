@@ -32,6 +32,22 @@ def test_match_takes_the_nearest_descriptor_of_the_nearest_person():
     assert m.distance == pytest.approx(float(np.linalg.norm(_unit(2) - q)), rel=1e-6)
 
 
+def test_match_is_the_nearest_over_every_descriptor_and_sees_later_additions():
+    rng = np.random.default_rng(7)
+    g, people = Gallery(), {}
+    for i in range(30):  # 1 to 4 descriptors a person
+        people[f"p{i}"] = (rng.normal(size=(1 + i % 4, 128)) * 0.1).astype(np.float32)
+        g.add(f"p{i}", people[f"p{i}"])
+    for q in (rng.normal(size=(20, 128)) * 0.1).astype(np.float32):
+        dist = {n: float(np.min(np.linalg.norm(d - q, axis=1))) for n, d in people.items()}
+        nearest = min(dist, key=lambda n: dist[n])
+        assert g.match(q, threshold=10.0) == Match(nearest, dist[nearest])
+    g.add("p3", q)  # a later addition (to an existing person) is matched at once
+    assert g.match(q) == Match("p3", 0.0)
+    g.add("zed", q + 1.0)
+    assert g.match(q + 1.0) == Match("zed", 0.0)
+
+
 def test_threshold_is_inclusive_as_face_recognition():
     g = Gallery()
     base = np.zeros(128, np.float32)
@@ -182,7 +198,10 @@ def test_an_unknown_member_is_refused_before_it_is_read(tmp_path) -> None:
 
     path = zip_bomb_gallery(tmp_path / "bomb.npz", unpacked=64 << 20)  # the slow tier uses the 1.5 GiB one
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    assert _load_error(path) == f"{path}: member 'bomb' is not part of a gallery; it holds schema_version, names, owner, descriptors"
+    assert (
+        _load_error(path)
+        == f"{path}: member 'bomb' is not part of a gallery; it holds schema_version, names, owner, descriptors"
+    )
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 32 * 1024  # KiB
 
 

@@ -1,0 +1,350 @@
+"""Whole frames: detect, align, embed and match a gallery of 100 — ours against face_recognition's pipeline.
+
+A user runs frames, not an embedder (issue #13). Every contender takes the same RGB photo and returns its
+faces, each matched against the same gallery of 100 descriptors:
+
+* **face_recognition** (1.3's pipeline through dlib, ``converters.face.reference.ReferencePipeline``): HOG with
+  one upsample, the 5-point model, the ResNet descriptor, ``compare_faces``-style nearest match;
+* **ours**: the device pipeline of a converted face folder (``edge.face.models.open_face_pipeline``: MTCNN,
+  dlib's 5-point model in numpy, the ONNX ResNet), fp32 and the profile's INT8, at 1 and 2 threads. Its
+  frame is timed per stage (detect / align / embed / match), which is exactly what ``analyze`` does.
+
+Speed: the original evaluation photos (converters.face.facedata.EVAL_PHOTOS), interleaved rounds (each round
+runs every contender over every photo, starting one contender later than the round before); the median of
+the rounds per photo; a contender's frame time over the photos is the sum of its per-photo medians. Quality:
+on the whole evaluation set (originals + seeded augmentations), ``converters.face.agreement.compare_pipelines``
+(faces missed, extra detections, same/different decisions against face_recognition's on the evaluation
+pairs; goal >= 99 %). dlib runs single-threaded (its HOG detector and ResNet use one core).
+
+    .venv/bin/python benchmarks/frame_speed.py            # full run: docs/benchmarks.md + docs/img/frame_speed.png
+    .venv/bin/python benchmarks/frame_speed.py --quick    # 1 round, no quality pass; prints, writes no docs
+
+Not measured here (issue #13 asks for them; see the section's last lines): a 640x480 video through
+``serve``, BlazeFace, LiteRT. Host side: imports converters; nothing here runs on the device.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks.face_speed_models import CACHE, build_fp32, build_int8  # noqa: E402
+from edge.face.types import DLIB_SAME_PERSON_THRESHOLD  # noqa: E402
+from edge.profiles import load_profile  # noqa: E402
+
+GALLERY_SIZE = 100
+STAGES = ("detect", "align", "embed", "match")
+
+
+@dataclass
+class Contender:
+    """One pipeline at one thread count: ``frame(rgb)`` returns (faces, {stage: seconds})."""
+
+    name: str
+    threads: int
+    frame: Callable[[np.ndarray], tuple[int, dict[str, float]]]
+    close: Callable[[], None]
+    # per photo: the wall seconds of each round, and the stage seconds of each round
+    times: dict[str, list[float]] = field(default_factory=dict)
+    stages: dict[str, list[dict[str, float]]] = field(default_factory=dict)
+    faces: dict[str, int] = field(default_factory=dict)
+
+
+def make_gallery(seed: int = 0):
+    """100 named entries of 128-d descriptors with the spread of real dlib descriptors (norm ~0.9...1.0).
+
+    Matching is a nearest-neighbour search over the gallery: its cost depends on the size, not on who is in
+    it; random directions keep every face unmatched, which is the most expensive case (no early answer).
+    """
+    from edge.face.gallery import Gallery
+
+    rng = np.random.default_rng(seed)
+    gallery = Gallery()
+    for i in range(GALLERY_SIZE):
+        v = rng.normal(size=128)
+        gallery.add(f"person-{i:03d}", (v / np.linalg.norm(v) * rng.uniform(0.9, 1.0))[None].astype(np.float32))
+    return gallery
+
+
+def ours(name: str, folder: Path, threads: int, gallery) -> Contender:
+    """Our device pipeline over ``folder``, its frame split into stages exactly as ``FacePipeline.analyze``."""
+    from edge.face.models import open_face_pipeline
+
+    pipeline = open_face_pipeline(folder, threads=threads)
+
+    def frame(rgb: np.ndarray) -> tuple[int, dict[str, float]]:
+        t0 = time.perf_counter()
+        found = [d for d in pipeline.detector.detect(rgb) if d.score >= pipeline.min_score]
+        t1 = time.perf_counter()
+        chips = pipeline.chips(rgb, found)
+        t2 = time.perf_counter()
+        descriptors = pipeline.embedder.embed(chips) if found else np.zeros((0, 128), np.float32)
+        t3 = time.perf_counter()
+        for d in descriptors:
+            gallery.match(d)
+        t4 = time.perf_counter()
+        return len(found), {"detect": t1 - t0, "align": t2 - t1, "embed": t3 - t2, "match": t4 - t3}
+
+    return Contender(name, threads, frame, pipeline.close)
+
+
+def face_recognition(gallery) -> Contender:
+    """face_recognition 1.3's pipeline through dlib, plus the same gallery match."""
+    from converters.face.reference import ReferencePipeline
+
+    reference = ReferencePipeline()
+
+    def frame(rgb: np.ndarray) -> tuple[int, dict[str, float]]:
+        t0 = time.perf_counter()
+        faces = reference.analyze(rgb)  # detect + landmarks + descriptor: dlib does not split them
+        t1 = time.perf_counter()
+        for f in faces:
+            gallery.match(f.descriptor.astype(np.float32))
+        t2 = time.perf_counter()
+        return len(faces), {"detect+align+embed": t1 - t0, "match": t2 - t1}
+
+    return Contender("face_recognition (dlib)", 1, frame, lambda: None)
+
+
+def race(contenders: list[Contender], photos: list[tuple[str, np.ndarray]], rounds: int, progress) -> None:
+    """Warm every contender on every photo once, then ``rounds`` interleaved rounds."""
+    for c in contenders:
+        for name, rgb in photos:
+            c.faces[name] = c.frame(rgb)[0]
+    for r in range(rounds):
+        shift = r % len(contenders)
+        for c in contenders[shift:] + contenders[:shift]:
+            for name, rgb in photos:
+                start = time.perf_counter()
+                _, stages = c.frame(rgb)
+                c.times.setdefault(name, []).append(time.perf_counter() - start)
+                c.stages.setdefault(name, []).append(stages)
+        progress(f"round {r + 1}/{rounds}")
+
+
+def speed_rows(contenders: list[Contender], photos: list[tuple[str, np.ndarray]]) -> list[dict]:
+    """Per contender and photo: median ms, faces, and median ms per stage; plus the total over photos."""
+    rows = []
+    for c in contenders:
+        per_photo = {}
+        for name, rgb in photos:
+            stage_ms = {
+                s: 1e3 * statistics.median(r[s] for r in c.stages[name]) for s in c.stages[name][0]
+            }  # fmt: skip
+            per_photo[name] = {
+                "ms": 1e3 * statistics.median(c.times[name]),
+                "faces": c.faces[name],
+                "size": f"{rgb.shape[1]}x{rgb.shape[0]}",
+                "stages_ms": stage_ms,
+            }
+        rows.append(
+            {
+                "contender": c.name,
+                "threads": c.threads,
+                "photos": per_photo,
+                "total_ms": sum(p["ms"] for p in per_photo.values()),
+                "faces": sum(p["faces"] for p in per_photo.values()),
+            }
+        )
+    return rows
+
+
+def quality(folders: dict[str, Path]) -> dict[str, dict]:
+    """compare_pipelines of each of our folders against face_recognition on the evaluation set (dlib runs once)."""
+    from converters.face.agreement import compare_pipelines
+    from converters.face.facedata import make_eval_set
+    from converters.face.reference import ReferencePipeline
+    from edge.face.models import open_face_pipeline
+
+    eval_set = make_eval_set(0)
+    reference = _Memo(ReferencePipeline())
+    out = {}
+    for name, folder in folders.items():
+        with open_face_pipeline(folder, threads=2) as pipeline:
+            summary = compare_pipelines(eval_set, pipeline, reference, DLIB_SAME_PERSON_THRESHOLD).summary()
+        out[name] = summary
+    return out
+
+
+class _Memo:
+    """face_recognition's answer per image, computed once for every pipeline it is compared with."""
+
+    def __init__(self, reference) -> None:
+        self._reference = reference
+        self._seen: dict[int, list] = {}
+
+    def analyze(self, rgb: np.ndarray) -> list:
+        key = hash(rgb.tobytes())
+        if key not in self._seen:
+            self._seen[key] = self._reference.analyze(rgb)
+        return self._seen[key]
+
+
+def run(target: str, rounds: int, threads: tuple[int, ...], with_quality: bool, calibration: int, progress) -> dict:
+    """Build or reuse the face folders, race, and (optionally) compare decisions; everything as a dict."""
+    from converters.face.facedata import EVAL_PHOTOS
+
+    profile = load_profile(target)
+    CACHE.mkdir(parents=True, exist_ok=True)
+    fp32_dir = build_fp32(CACHE, progress)
+    int8_dir, _ = build_int8(fp32_dir, profile, CACHE, calibration, progress)
+    folders = {"ours fp32": fp32_dir, f"ours INT8 ({target})": int8_dir}
+    photos = [(p.name, p.load()) for p in EVAL_PHOTOS]
+    gallery = make_gallery()
+    contenders = [face_recognition(gallery)]
+    contenders += [ours(name, folder, t, gallery) for name, folder in folders.items() for t in threads]
+    try:
+        progress(f"{len(contenders)} contenders, {len(photos)} photos; {rounds} rounds")
+        race(contenders, photos, rounds, progress)
+    finally:
+        for c in contenders:
+            c.close()
+    result = {
+        "params": {
+            "rounds": rounds,
+            "threads": list(threads),
+            "target": target,
+            "calibration": calibration,
+            "gallery": GALLERY_SIZE,
+            "load": os.getloadavg()[0],
+            "cores": len(os.sched_getaffinity(0)),
+        },
+        "speed": speed_rows(contenders, photos),
+    }
+    if with_quality:
+        progress("quality: both pipelines on the evaluation set")
+        result["quality"] = quality(folders)
+    return result
+
+
+def markdown(result: dict, command: str, machine: str) -> str:
+    """The docs/benchmarks.md section."""
+    rows = result["speed"]
+    ref = next(r for r in rows if r["contender"].startswith("face_recognition"))
+    photos = list(ref["photos"])
+    lines = [
+        "## Whole frames: ours vs face_recognition (detect, align, embed, match a gallery of 100)",
+        "",
+        f"`{command}` — {machine}",
+        "",
+        "Each contender takes the same RGB photo and returns its faces, each matched against the same gallery of "
+        f"{GALLERY_SIZE}. face_recognition = 1.3's pipeline through dlib (HOG, one upsample; 5-point model; "
+        "ResNet), one thread. Ours = the device pipeline of the converted face folder (MTCNN, the 5-point model "
+        "in numpy, the ONNX ResNet). Median of "
+        f"{result['params']['rounds']} interleaved rounds per photo; the frame total is the sum over the photos. "
+        "Ratios are what holds on a shared machine; the absolute times do not.",
+        "",
+        "| contender | threads | "
+        + " | ".join(f"{p} ms (faces)" for p in photos)
+        + " | total ms | vs face_recognition |",
+        "|---|---:|" + "---:|" * len(photos) + "---:|---:|",
+    ]
+    for r in rows:
+        cells = " | ".join(f"{r['photos'][p]['ms']:.0f} ({r['photos'][p]['faces']})" for p in photos)
+        lines.append(
+            f"| {r['contender']} | {r['threads']} | {cells} | {r['total_ms']:.0f} | "
+            f"{ref['total_ms'] / r['total_ms']:.2f}× |"
+        )
+    lines += ["", "Where our frame goes (1 thread, median ms summed over the photos):", ""]
+    lines += ["| contender | " + " | ".join(STAGES) + " | detect share |", "|---|" + "---:|" * (len(STAGES) + 1)]
+    for r in rows:
+        if r["threads"] != 1 or r is ref:
+            continue
+        sums = {s: sum(p["stages_ms"][s] for p in r["photos"].values()) for s in STAGES}
+        share = sums["detect"] / sum(sums.values())
+        lines.append(f"| {r['contender']} | " + " | ".join(f"{sums[s]:.1f}" for s in STAGES) + f" | {share:.0%} |")
+    best = min((r for r in rows if r is not ref and r["threads"] == 1), key=lambda r: r["total_ms"])
+    ratio = ref["total_ms"] / best["total_ms"]
+    verdict = "met" if ratio >= 10 else f"**not met** ({ratio:.2f}×: {10 / ratio:.1f}× short)"
+    lines += [
+        "",
+        f"Goal (issue #13): whole frame, 1 thread, ≥ 10× face_recognition — {verdict} by {best['contender']}.",
+    ]
+    if "quality" in result:
+        lines += [
+            "",
+            "Quality on the whole evaluation set (originals + seeded augmentations; `compare_pipelines`):",
+            "",
+            "| ours | faces found by ours / by face_recognition (annotated) | missed by ours / by face_recognition | "
+            "extra detections ours / face_recognition | decisions agree (pairs both found) | goal ≥ 99 % |",
+            "|---|---:|---:|---:|---:|---|",
+        ]
+        for name, q in result["quality"].items():
+            n, agree = q["faces_annotated"], q["decision_agreement"]
+            agree_text = "-" if agree is None else f"{agree:.4f} ({q['pairs_decided_by_both']} pairs)"
+            lines.append(
+                f"| {name} | {n - q['faces_missed_by_ours']} / {n - q['faces_missed_by_reference']} ({n}) | "
+                f"{q['faces_missed_by_ours']} / {q['faces_missed_by_reference']} | "
+                f"{q['extra_detections']['ours']} / {q['extra_detections']['reference']} | {agree_text} | "
+                f"{'met' if q['goal_met'] else '**not met**'} |"
+            )
+    lines += [
+        "",
+        "Not measured yet (issue #13): BlazeFace and LiteRT contenders, a 640×480 video through `serve`, the "
+        "frame on emulated Cortex-A72/A76.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def plot(result: dict, png: Path) -> None:
+    """Stacked bars: ms per stage over the photos, 1 thread, each contender."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [r for r in result["speed"] if r["threads"] == 1]
+    fig, ax = plt.subplots(figsize=(8, 3.2))
+    for i, r in enumerate(rows):
+        left = 0.0
+        stage_names = list(next(iter(r["photos"].values()))["stages_ms"])
+        for s in stage_names:
+            width = sum(p["stages_ms"][s] for p in r["photos"].values())
+            ax.barh(i, width, left=left, label=s if i == len(rows) - 1 or s.startswith("detect+") else None)
+            left += width
+    ax.set_yticks(range(len(rows)), [r["contender"] for r in rows])
+    ax.set_xlabel("ms for the evaluation photos, 1 thread (median of rounds)")
+    ax.legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(png, dpi=110)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from benchmarks.report import machine_line, publish
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds (default 5)")
+    parser.add_argument("--target", default="rpi4", help="profile of the INT8 build (default rpi4)")
+    parser.add_argument("--calibration", type=int, default=200, help="calibration images of the INT8 build")
+    parser.add_argument("--quick", action="store_true", help="1 round, 1 thread, no quality pass; writes no docs")
+    args = parser.parse_args(argv)
+    if args.rounds < 1:
+        parser.error("--rounds must be >= 1")
+    start = time.perf_counter()
+
+    def progress(msg: str) -> None:
+        print(f"[{time.perf_counter() - start:6.1f} s] {msg}", file=sys.stderr, flush=True)
+
+    rounds, threads = (1, (1,)) if args.quick else (args.rounds, (1, 2))
+    result = run(args.target, rounds, threads, not args.quick, args.calibration, progress)
+    command = f".venv/bin/python benchmarks/frame_speed.py --rounds {rounds}"
+    if args.target != "rpi4" or args.calibration != 200:
+        command += f" --target {args.target} --calibration {args.calibration}"
+    md = markdown(result, command, machine_line())
+    publish("frame_speed", md, result, CACHE, None if args.quick else lambda png: plot(result, png))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
