@@ -76,11 +76,11 @@ def make_gallery(seed: int = 0):
     return gallery
 
 
-def ours(name: str, folder: Path, threads: int, gallery) -> Contender:
+def ours(name: str, folder: Path, threads: int, gallery, min_face: int | None = None) -> Contender:
     """Our device pipeline over ``folder``, its frame split into stages exactly as ``FacePipeline.analyze``."""
     from edge.face.models import open_face_pipeline
 
-    pipeline = open_face_pipeline(folder, threads=threads)
+    pipeline = open_face_pipeline(folder, threads=threads, min_face_size=min_face)
 
     def frame(rgb: np.ndarray) -> tuple[int, dict[str, float]]:
         t0 = time.perf_counter()
@@ -159,7 +159,7 @@ def speed_rows(contenders: list[Contender], photos: list[tuple[str, np.ndarray]]
     return rows
 
 
-def quality(folders: dict[str, Path]) -> dict[str, dict]:
+def quality(folders: dict[str, tuple[Path, int | None]]) -> dict[str, dict]:
     """compare_pipelines of each of our folders against face_recognition on the evaluation set (dlib runs once)."""
     from converters.face.agreement import compare_pipelines
     from converters.face.facedata import make_eval_set
@@ -169,8 +169,8 @@ def quality(folders: dict[str, Path]) -> dict[str, dict]:
     eval_set = make_eval_set(0)
     reference = _Memo(ReferencePipeline())
     out = {}
-    for name, folder in folders.items():
-        with open_face_pipeline(folder, threads=2) as pipeline:
+    for name, (folder, min_face) in folders.items():
+        with open_face_pipeline(folder, threads=2, min_face_size=min_face) as pipeline:
             summary = compare_pipelines(eval_set, pipeline, reference, DLIB_SAME_PERSON_THRESHOLD).summary()
         out[name] = summary
     return out
@@ -190,7 +190,15 @@ class _Memo:
         return self._seen[key]
 
 
-def run(target: str, rounds: int, threads: tuple[int, ...], with_quality: bool, calibration: int, progress) -> dict:
+def run(
+    target: str,
+    rounds: int,
+    threads: tuple[int, ...],
+    with_quality: bool,
+    calibration: int,
+    min_faces: tuple[int, ...],
+    progress,
+) -> dict:
     """Build or reuse the face folders, race, and (optionally) compare decisions; everything as a dict."""
     from converters.face.facedata import EVAL_PHOTOS
 
@@ -198,11 +206,18 @@ def run(target: str, rounds: int, threads: tuple[int, ...], with_quality: bool, 
     CACHE.mkdir(parents=True, exist_ok=True)
     fp32_dir = build_fp32(CACHE, progress)
     int8_dir, _ = build_int8(fp32_dir, profile, CACHE, calibration, progress)
-    folders = {"ours fp32": fp32_dir, f"ours INT8 ({target})": int8_dir}
+    folders: dict[str, tuple[Path, int | None]] = {
+        "ours fp32": (fp32_dir, None),
+        f"ours INT8 ({target})": (int8_dir, None),
+    }
     photos = [(p.name, p.load()) for p in EVAL_PHOTOS]
     gallery = make_gallery()
     contenders = [face_recognition(gallery)]
-    contenders += [ours(name, folder, t, gallery) for name, folder in folders.items() for t in threads]
+    contenders += [ours(name, f, t, gallery, m) for name, (f, m) in folders.items() for t in threads]
+    for m in min_faces:  # the detector's smallest face: MTCNN's pyramid starts at 12 / m (1 thread, fp32 and INT8)
+        for name, folder in ((f"ours fp32, min face {m}", fp32_dir), (f"ours INT8 ({target}), min face {m}", int8_dir)):
+            folders[name] = (folder, m)
+            contenders.append(ours(name, folder, 1, gallery, m))
     try:
         progress(f"{len(contenders)} contenders, {len(photos)} photos; {rounds} rounds")
         race(contenders, photos, rounds, progress)
@@ -216,6 +231,7 @@ def run(target: str, rounds: int, threads: tuple[int, ...], with_quality: bool, 
             "target": target,
             "calibration": calibration,
             "gallery": GALLERY_SIZE,
+            "min_faces": list(min_faces),
             "load": os.getloadavg()[0],
             "cores": len(os.sched_getaffinity(0)),
         },
@@ -240,7 +256,8 @@ def markdown(result: dict, command: str, machine: str) -> str:
         "Each contender takes the same RGB photo and returns its faces, each matched against the same gallery of "
         f"{GALLERY_SIZE}. face_recognition = 1.3's pipeline through dlib (HOG, one upsample; 5-point model; "
         "ResNet), one thread. Ours = the device pipeline of the converted face folder (MTCNN, the 5-point model "
-        "in numpy, the ONNX ResNet). Median of "
+        "in numpy, the ONNX ResNet), MTCNN's smallest face 20 px unless the row says `min face N` (its image pyramid "
+        "then starts at 12/N instead of 12/20). Median of "
         f"{result['params']['rounds']} interleaved rounds per photo; the frame total is the sum over the photos. "
         "Ratios are what holds on a shared machine; the absolute times do not.",
         "",
@@ -327,6 +344,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds (default 5)")
     parser.add_argument("--target", default="rpi4", help="profile of the INT8 build (default rpi4)")
     parser.add_argument("--calibration", type=int, default=200, help="calibration images of the INT8 build")
+    parser.add_argument("--min-face", default="40", help="extra contenders: MTCNN's smallest face, pixels, comma-"
+                        "separated (default 40; the pipeline's default is 20; '' for none)")  # fmt: skip
     parser.add_argument("--quick", action="store_true", help="1 round, 1 thread, no quality pass; writes no docs")
     args = parser.parse_args(argv)
     if args.rounds < 1:
@@ -337,8 +356,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[{time.perf_counter() - start:6.1f} s] {msg}", file=sys.stderr, flush=True)
 
     rounds, threads = (1, (1,)) if args.quick else (args.rounds, (1, 2))
-    result = run(args.target, rounds, threads, not args.quick, args.calibration, progress)
-    command = f".venv/bin/python benchmarks/frame_speed.py --rounds {rounds}"
+    min_faces = tuple(int(v) for v in args.min_face.split(",") if v.strip())
+    result = run(args.target, rounds, threads, not args.quick, args.calibration, min_faces, progress)
+    command = f".venv/bin/python benchmarks/frame_speed.py --rounds {rounds} --min-face '{args.min_face}'"
     if args.target != "rpi4" or args.calibration != 200:
         command += f" --target {args.target} --calibration {args.calibration}"
     md = markdown(result, command, machine_line())

@@ -90,6 +90,9 @@ def nms(
     return np.asarray(keep, dtype=np.int64)
 
 
+#: Smallest face side looked for, in pixels, unless told otherwise.
+DEFAULT_MIN_FACE_SIZE = 20
+
 def pyramid_scales(height: int, width: int, min_face_size: int, factor: float) -> list[float]:
     """Scales of the image pyramid: from ``12 / min_face_size`` down while the short side stays >= 12."""
     m = 12.0 / min_face_size
@@ -280,7 +283,7 @@ class MtcnnDetector:
         self,
         model_dir: Path | Mapping[str, Path],
         threads: int = 1,
-        min_face_size: int = 20,
+        min_face_size: int = DEFAULT_MIN_FACE_SIZE,
         thresholds: tuple[float, float, float] = (0.6, 0.7, 0.7),
         factor: float = 0.709,
         optimization: Optimization = Optimization.ALL,

@@ -257,7 +257,13 @@ def _onnx_source(path: Path) -> Path:
     return source
 
 
-def open_face_pipeline(folder: Path, threads: int = 1, unfused: bool = False, min_score: float | None = None):
+def open_face_pipeline(
+    folder: Path,
+    threads: int = 1,
+    unfused: bool = False,
+    min_score: float | None = None,
+    min_face_size: int | None = None,
+):
     """The device pipeline over the models of a converted folder.
 
     MTCNN finds the faces; dlib's 5-point landmark model (numpy) places the landmarks on each MTCNN box, as
@@ -274,6 +280,9 @@ def open_face_pipeline(folder: Path, threads: int = 1, unfused: bool = False, mi
         min_score: detections scoring lower are left out; None: ``edge.face.recognize.DEFAULT_MIN_SCORE``
             (0.9, as the daemon and the browser page; on t1.jpg MTCNN's last stage also passes a fist and a
             metal bowl at 0.87 and 0.86), 0 keeps every detection MTCNN returns.
+        min_face_size: smallest face side MTCNN looks for, in pixels (None: MtcnnDetector's default, 20). The
+            first level of its image pyramid is scaled by 12 / min_face_size, so doubling it cuts the
+            detector's work about fourfold (benchmarks/frame_speed.py measures speed and faces found).
 
     Returns:
         An ``edge.face.pipeline.FacePipeline`` (close it, or use it in a ``with`` block).
@@ -281,7 +290,7 @@ def open_face_pipeline(folder: Path, threads: int = 1, unfused: bool = False, mi
     Raises:
         InputError: models.json is missing or lacks a role; InferenceError: a model does not load.
     """
-    from edge.face.detect_mtcnn import MtcnnDetector
+    from edge.face.detect_mtcnn import DEFAULT_MIN_FACE_SIZE, MtcnnDetector
     from edge.face.embed import FaceEmbedder
     from edge.face.pipeline import FacePipeline
     from edge.face.recognize import DEFAULT_MIN_SCORE
@@ -297,7 +306,9 @@ def open_face_pipeline(folder: Path, threads: int = 1, unfused: bool = False, mi
     if unfused:
         paths = {model: _onnx_source(path) if model in FACE_NETS else path for model, path in paths.items()}
         optimization = Optimization.NONE
-    detector = MtcnnDetector({net: paths[net] for net in DETECTOR_NETS}, threads=threads, optimization=optimization)
+    nets: dict[str, Path] = {net: paths[net] for net in DETECTOR_NETS}
+    min_face = DEFAULT_MIN_FACE_SIZE if min_face_size is None else min_face_size
+    detector = MtcnnDetector(nets, threads=threads, min_face_size=min_face, optimization=optimization)
     try:
         embedder = FaceEmbedder(paths[FaceModel.EMBEDDER], threads=threads, optimization=optimization)
         shape = ShapePredictor(paths[FaceModel.SHAPE5])
