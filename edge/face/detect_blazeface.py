@@ -37,6 +37,7 @@ import numpy as np
 from edge.errors import InferenceError, InputError
 from edge.face.align import template_points
 from edge.face.detect_mtcnn import area_resize, check_image
+from edge.face.shape5 import BLAZEFACE_FULL_TO_HOG_BOX, BLAZEFACE_SHORT_TO_HOG_BOX
 from edge.face.types import Detection
 from edge.runtime import LoadOptions, Model, Optimization, detect_format, open_model
 
@@ -62,10 +63,12 @@ class BlazeFaceSpec:
     interpolated_scale_aspect_ratio: float
     min_score: float
     num_boxes: int
+    #: where dlib's HOG box sits on this variant's box (``edge.face.shape5.hog_like_rect``)
+    hog_box_map: tuple[float, float, float]
 
 
-SHORT_RANGE = BlazeFaceSpec("short_range", 128, (8, 16, 16, 16), 1.0, 0.5, 896)
-FULL_RANGE = BlazeFaceSpec("full_range", 192, (4,), 0.0, 0.6, 2304)
+SHORT_RANGE = BlazeFaceSpec("short_range", 128, (8, 16, 16, 16), 1.0, 0.5, 896, BLAZEFACE_SHORT_TO_HOG_BOX)
+FULL_RANGE = BlazeFaceSpec("full_range", 192, (4,), 0.0, 0.6, 2304, BLAZEFACE_FULL_TO_HOG_BOX)
 #: The variants by input side (what the model file says about itself).
 SPECS = {spec.size: spec for spec in (SHORT_RANGE, FULL_RANGE)}
 
@@ -276,6 +279,7 @@ class BlazeFaceDetector:
         self.min_score = self.spec.min_score if min_score is None else float(min_score)
         self.nms_iou = float(nms_iou)
         self.anchors = ssd_anchors(self.spec)
+        self.hog_box_map = self.spec.hog_box_map
 
     @staticmethod
     def _check_model(model: Model) -> tuple[BlazeFaceSpec, str]:

@@ -257,12 +257,57 @@ def _onnx_source(path: Path) -> Path:
     return source
 
 
-def open_face_pipeline(folder: Path, threads: int = 1, unfused: bool = False, min_score: float | None = None):
+class Detector(enum.StrEnum):
+    """The face detectors ``open_face_pipeline`` can run."""
+
+    MTCNN = "mtcnn"  # the default: the three nets of models.json
+    BLAZEFACE = "blazeface"  # MediaPipe's short-range BlazeFace (128x128)
+    BLAZEFACE_FULL = "blazeface-full"  # MediaPipe's full-range detector (192x192)
+
+
+#: Where ``open_face_pipeline`` looks for a BlazeFace file in the folder (first found), ONNX before TFLite.
+BLAZEFACE_FILES = {
+    Detector.BLAZEFACE: ("face_detection_short_range.onnx", "face_detection_short_range.tflite"),
+    Detector.BLAZEFACE_FULL: ("face_detection_full_range_sparse.onnx", "face_detection_full_range_sparse.tflite"),
+}
+
+
+def _blazeface_path(folder: Path, detector: Detector, detector_model: Path | None) -> Path:
+    if detector_model is not None:
+        return Path(detector_model)
+    for name in BLAZEFACE_FILES[detector]:
+        if (Path(folder) / name).is_file():
+            return Path(folder) / name
+    names = " or ".join(BLAZEFACE_FILES[detector])
+    raise InputError(
+        f"{folder}: no {names} for detector {detector.value!r}; write it there with "
+        "converters.face.blazeface.export_blazeface_onnx, or pass detector_model"
+    )
+
+
+def _open_detector(folder: Path, paths: dict, threads: int, optimization, detector: Detector, detector_model):
+    if detector is Detector.MTCNN:
+        from edge.face.detect_mtcnn import MtcnnDetector
+
+        return MtcnnDetector({net: paths[net] for net in DETECTOR_NETS}, threads=threads, optimization=optimization)
+    from edge.face.detect_blazeface import BlazeFaceDetector
+
+    return BlazeFaceDetector(_blazeface_path(folder, detector, detector_model), threads=threads)
+
+
+def open_face_pipeline(
+    folder: Path,
+    threads: int = 1,
+    unfused: bool = False,
+    min_score: float | None = None,
+    detector: Detector | str = Detector.MTCNN,
+    detector_model: Path | None = None,
+):
     """The device pipeline over the models of a converted folder.
 
-    MTCNN finds the faces; dlib's 5-point landmark model (numpy) places the landmarks on each MTCNN box, as
-    face_recognition does on its HOG boxes; the chip is cut exactly as dlib's ``get_face_chip``; the ONNX
-    ResNet describes it.
+    MTCNN (or BlazeFace, if asked) finds the faces; dlib's 5-point landmark model (numpy) places the landmarks
+    on each box, as face_recognition does on its HOG boxes; the chip is cut exactly as dlib's ``get_face_chip``;
+    the ONNX ResNet describes it.
 
     Args:
         folder: a folder written by ``edge-deploy convert face`` (with models.json).
@@ -273,21 +318,31 @@ def open_face_pipeline(folder: Path, threads: int = 1, unfused: bool = False, mi
             check compares the Pi's own results with these.
         min_score: detections scoring lower are left out; None: ``edge.face.recognize.DEFAULT_MIN_SCORE``
             (0.9, as the daemon and the browser page; on t1.jpg MTCNN's last stage also passes a fist and a
-            metal bowl at 0.87 and 0.86), 0 keeps every detection MTCNN returns.
+            metal bowl at 0.87 and 0.86), 0 keeps every detection MTCNN returns. With BlazeFace, None is 0:
+            its own threshold (MediaPipe's 0.5 short range, 0.6 full range) already applies.
+        detector: ``"mtcnn"`` (default), ``"blazeface"`` (short range) or ``"blazeface-full"``
+            (``Detector``).
+        detector_model: the BlazeFace ``.onnx``/``.tflite`` to run; None: the first of ``BLAZEFACE_FILES``
+            found in ``folder``. MTCNN always comes from models.json.
 
     Returns:
         An ``edge.face.pipeline.FacePipeline`` (close it, or use it in a ``with`` block).
 
     Raises:
-        InputError: models.json is missing or lacks a role; InferenceError: a model does not load.
+        InputError: models.json is missing or lacks a role, the detector name is unknown, or the BlazeFace
+            file is not found; InferenceError: a model does not load.
     """
-    from edge.face.detect_mtcnn import MtcnnDetector
     from edge.face.embed import FaceEmbedder
     from edge.face.pipeline import FacePipeline
     from edge.face.recognize import DEFAULT_MIN_SCORE
     from edge.face.shape5 import ShapePredictor
     from edge.runtime.ort_session import Optimization
 
+    try:
+        kind = Detector(detector)
+    except ValueError:
+        known = ", ".join(repr(d.value) for d in Detector)
+        raise InputError(f"face detector {detector!r} is unknown; expected one of {known}") from None
     entries = read_models_file(folder)  # once: every file's sha256 is checked
     missing = [model for model in FaceModel if model.role not in entries]
     if missing:
@@ -297,12 +352,13 @@ def open_face_pipeline(folder: Path, threads: int = 1, unfused: bool = False, mi
     if unfused:
         paths = {model: _onnx_source(path) if model in FACE_NETS else path for model, path in paths.items()}
         optimization = Optimization.NONE
-    detector = MtcnnDetector({net: paths[net] for net in DETECTOR_NETS}, threads=threads, optimization=optimization)
+    found = _open_detector(folder, paths, threads, optimization, kind, detector_model)
     try:
         embedder = FaceEmbedder(paths[FaceModel.EMBEDDER], threads=threads, optimization=optimization)
         shape = ShapePredictor(paths[FaceModel.SHAPE5])
     except BaseException:
-        detector.close()
+        found.close()
         raise
-    score = DEFAULT_MIN_SCORE if min_score is None else min_score
-    return FacePipeline(detector, embedder, shape_predictor=shape, min_score=score)
+    default_score = DEFAULT_MIN_SCORE if kind is Detector.MTCNN else 0.0
+    score = default_score if min_score is None else min_score
+    return FacePipeline(found, embedder, shape_predictor=shape, min_score=score)
