@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from converters.face.boxes import iou
 from converters.face.facedata import EVAL_PHOTOS
+from edge.errors import InputError
 from edge.face.models import open_face_pipeline
 
 pytestmark = pytest.mark.integration
@@ -29,3 +31,32 @@ def test_t1_gives_one_face_per_person(face_fp32_models):
     assert len(everything) == 8 and len(extra) == 2
     assert all(0.85 < f.detection.score < 0.9 for f in extra), [f.detection.score for f in extra]
     assert min(f.detection.score for f in faces) > 0.95
+
+
+def test_blazeface_as_the_detector_describes_the_same_faces(face_fp32_models, tmp_path):
+    """``detector='blazeface-full'``: t1.jpg gives 5 of its 6 people (benchmarks/detector_quality.py), and each
+    descriptor is near MTCNN's pipeline's for the same face (the shape predictor runs on BlazeFace's box mapped
+    to a HOG box: measured distances 0-0.18, same-person threshold 0.6)."""
+    from converters.face.blazeface import FULL_RANGE, export_blazeface_onnx
+    from converters.face.boxes import match_boxes
+
+    export = export_blazeface_onnx(tmp_path, FULL_RANGE)
+    for photo in EVAL_PHOTOS:
+        rgb = photo.load()
+        with open_face_pipeline(face_fp32_models) as pipeline:
+            want = pipeline.analyze(rgb)
+        with open_face_pipeline(face_fp32_models, detector="blazeface-full", detector_model=export.onnx) as pipeline:
+            got = pipeline.analyze(rgb)
+        pairs = match_boxes([f.detection.box for f in want], [f.detection.box for f in got], 0.5)
+        assert len(got) == len(pairs) >= len(photo.faces) - 1, photo.name
+        for i, j, _ in pairs:
+            assert np.linalg.norm(want[i].descriptor - got[j].descriptor) < 0.25, photo.name
+
+
+def test_a_missing_blazeface_file_is_named(face_fp32_models):
+    with pytest.raises(InputError) as err:
+        open_face_pipeline(face_fp32_models, detector="blazeface")
+    assert str(err.value) == (
+        f"{face_fp32_models}: no face_detection_short_range.onnx or face_detection_short_range.tflite for detector "
+        "'blazeface'; write it there with converters.face.blazeface.export_blazeface_onnx, or pass detector_model"
+    )
