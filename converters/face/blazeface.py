@@ -19,6 +19,7 @@ raw outputs within ``ONNX_TOLERANCE`` of LiteRT's.
 
 from __future__ import annotations
 
+import json
 import shutil
 import sys
 import tempfile
@@ -34,6 +35,7 @@ from converters.tools import run_tool
 from converters.validate import OutputCheck, compare_outputs, raise_if_off
 from edge.digest import file_sha256
 from edge.errors import ConversionError
+from edge.face.models import ModelEntry
 from edge.runtime import get_backend, open_model
 
 PACKAGE = "mediapipe"
@@ -279,3 +281,38 @@ def export_blazeface_onnx(
     checks = compare_with_tflite(onnx_path, tflite_copy, photos)
     raise_if_off(checks, f"{onnx_path} (translated from {source.name})")
     return OnnxExport(onnx_path, tflite_copy, tuple(checks), tuple(name for name, _ in photos))
+
+
+def add_blazeface(folder: Path, variant: BlazeFaceFile = SHORT_RANGE, cache_dir: Path = DEFAULT_CACHE) -> ModelEntry:
+    """Put a BlazeFace detector into a face models folder (``convert face``'s) as an optional role.
+
+    Writes the ``.tflite``, its ONNX translation (proven equal, ``export_blazeface_onnx``) and the licence into
+    ``folder``, and adds the ONNX file to models.json under ``edge.face.models.BLAZEFACE_ROLES[...]``
+    (replacing an earlier entry of that role); the other entries are kept as they are. The device then runs
+    it with ``open_face_pipeline(folder, detector="blazeface")``.
+
+    Returns:
+        The new models.json entry (its source records the package, version, file, licence and the proof).
+
+    Raises:
+        InputError: ``folder`` has no valid models.json.
+        ConversionError, ValidationError: as ``export_blazeface_onnx``.
+    """
+    from edge.face.models import BLAZEFACE_ROLES, MODELS_FILE, Detector, describe, read_models_file
+
+    read_models_file(folder)  # the folder must be a valid models folder before anything is written
+    export = export_blazeface_onnx(folder, variant, cache_dir)
+    role = BLAZEFACE_ROLES[Detector.BLAZEFACE if variant is SHORT_RANGE else Detector.BLAZEFACE_FULL]
+    source = {
+        **variant.provenance(),
+        "converted_from": export.tflite.name,
+        "max_abs_diff_vs_tflite": max(c.max_abs_diff for c in export.checks),
+        "tolerance": ONNX_TOLERANCE,
+        "proof_photos": list(export.photos),
+    }
+    entry = describe(export.onnx, role, "onnx", "fp32", source)
+    path = Path(folder) / MODELS_FILE
+    data = json.loads(path.read_text(encoding="utf-8"))
+    data["models"] = [m for m in data["models"] if m.get("role") != role] + [entry.to_dict()]
+    path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    return entry

@@ -265,34 +265,31 @@ class Detector(enum.StrEnum):
     BLAZEFACE_FULL = "blazeface-full"  # MediaPipe's full-range detector (192x192)
 
 
-#: Where ``open_face_pipeline`` looks for a BlazeFace file in the folder (first found), ONNX before TFLite.
-BLAZEFACE_FILES = {
-    Detector.BLAZEFACE: ("face_detection_short_range.onnx", "face_detection_short_range.tflite"),
-    Detector.BLAZEFACE_FULL: ("face_detection_full_range_sparse.onnx", "face_detection_full_range_sparse.tflite"),
-}
+#: models.json roles of the optional BlazeFace detectors (``converters.face.blazeface.add_blazeface`` adds them;
+#: a folder without them is complete: MTCNN is the default).
+BLAZEFACE_ROLES = {Detector.BLAZEFACE: "detector.blazeface", Detector.BLAZEFACE_FULL: "detector.blazeface_full"}
 
 
-def _blazeface_path(folder: Path, detector: Detector, detector_model: Path | None) -> Path:
+def _blazeface_path(folder: Path, entries: dict, detector: Detector, detector_model: Path | None) -> Path:
     if detector_model is not None:
         return Path(detector_model)
-    for name in BLAZEFACE_FILES[detector]:
-        if (Path(folder) / name).is_file():
-            return Path(folder) / name
-    names = " or ".join(BLAZEFACE_FILES[detector])
-    raise InputError(
-        f"{folder}: no {names} for detector {detector.value!r}; write it there with "
-        "converters.face.blazeface.export_blazeface_onnx, or pass detector_model"
-    )
+    role = BLAZEFACE_ROLES[detector]
+    if role not in entries:
+        raise InputError(
+            f"{Path(folder) / MODELS_FILE}: no model with role {role!r} for detector {detector.value!r}; add it "
+            "with converters.face.blazeface.add_blazeface, or pass detector_model"
+        )
+    return Path(folder) / entries[role].file
 
 
-def _open_detector(folder: Path, paths: dict, threads: int, optimization, detector: Detector, detector_model):
+def _open_detector(folder: Path, entries: dict, paths: dict, threads: int, optimization, detector, detector_model):
     if detector is Detector.MTCNN:
         from edge.face.detect_mtcnn import MtcnnDetector
 
         return MtcnnDetector({net: paths[net] for net in DETECTOR_NETS}, threads=threads, optimization=optimization)
     from edge.face.detect_blazeface import BlazeFaceDetector
 
-    return BlazeFaceDetector(_blazeface_path(folder, detector, detector_model), threads=threads)
+    return BlazeFaceDetector(_blazeface_path(folder, entries, detector, detector_model), threads=threads)
 
 
 def open_face_pipeline(
@@ -322,15 +319,15 @@ def open_face_pipeline(
             its own threshold (MediaPipe's 0.5 short range, 0.6 full range) already applies.
         detector: ``"mtcnn"`` (default), ``"blazeface"`` (short range) or ``"blazeface-full"``
             (``Detector``).
-        detector_model: the BlazeFace ``.onnx``/``.tflite`` to run; None: the first of ``BLAZEFACE_FILES``
-            found in ``folder``. MTCNN always comes from models.json.
+        detector_model: the BlazeFace ``.onnx``/``.tflite`` to run; None: the file of its role in models.json
+            (``BLAZEFACE_ROLES``). MTCNN always comes from models.json.
 
     Returns:
         An ``edge.face.pipeline.FacePipeline`` (close it, or use it in a ``with`` block).
 
     Raises:
-        InputError: models.json is missing or lacks a role, the detector name is unknown, or the BlazeFace
-            file is not found; InferenceError: a model does not load.
+        InputError: models.json is missing or lacks a role (BlazeFace's too, when asked for without
+            ``detector_model``), or the detector name is unknown; InferenceError: a model does not load.
     """
     from edge.face.embed import FaceEmbedder
     from edge.face.pipeline import FacePipeline
@@ -352,7 +349,7 @@ def open_face_pipeline(
     if unfused:
         paths = {model: _onnx_source(path) if model in FACE_NETS else path for model, path in paths.items()}
         optimization = Optimization.NONE
-    found = _open_detector(folder, paths, threads, optimization, kind, detector_model)
+    found = _open_detector(folder, entries, paths, threads, optimization, kind, detector_model)
     try:
         embedder = FaceEmbedder(paths[FaceModel.EMBEDDER], threads=threads, optimization=optimization)
         shape = ShapePredictor(paths[FaceModel.SHAPE5])

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import shutil
+
 import numpy as np
 import pytest
 
 from converters.face.boxes import iou
 from converters.face.facedata import EVAL_PHOTOS
 from edge.errors import InputError
-from edge.face.models import open_face_pipeline
+from edge.face.models import open_face_pipeline, read_models_file
 
 pytestmark = pytest.mark.integration
 
@@ -34,18 +36,28 @@ def test_t1_gives_one_face_per_person(face_fp32_models):
 
 
 def test_blazeface_as_the_detector_describes_the_same_faces(face_fp32_models, tmp_path):
-    """``detector='blazeface-full'``: t1.jpg gives 5 of its 6 people (benchmarks/detector_quality.py), and each
-    descriptor is near MTCNN's pipeline's for the same face (the shape predictor runs on BlazeFace's box mapped
-    to a HOG box: measured distances 0-0.18, same-person threshold 0.6)."""
-    from converters.face.blazeface import FULL_RANGE, export_blazeface_onnx
+    """``add_blazeface`` puts the full-range detector into a copy of the folder (models.json role
+    ``detector.blazeface_full``); ``detector='blazeface-full'`` then finds 5 of t1.jpg's 6 people
+    (benchmarks/detector_quality.py), and each descriptor is near MTCNN's pipeline's for the same face (the shape
+    predictor runs on BlazeFace's box mapped to a HOG box: measured distances 0-0.18, same person below 0.6)."""
+    from converters.face.blazeface import FULL_RANGE, add_blazeface
     from converters.face.boxes import match_boxes
 
-    export = export_blazeface_onnx(tmp_path, FULL_RANGE)
+    folder = tmp_path / "face"
+    shutil.copytree(face_fp32_models, folder)
+    before = read_models_file(folder)
+    entry = add_blazeface(folder, FULL_RANGE)
+    after = read_models_file(folder)  # sizes and sha256 of every file checked again
+    assert set(after) == set(before) | {"detector.blazeface_full"}
+    assert (entry.file, entry.format, entry.source["package"], entry.source["licence"]) == (
+        "face_detection_full_range_sparse.onnx", "onnx", "mediapipe", "Apache-2.0"
+    )  # fmt: skip
+    assert entry.source["max_abs_diff_vs_tflite"] <= entry.source["tolerance"]
     for photo in EVAL_PHOTOS:
         rgb = photo.load()
-        with open_face_pipeline(face_fp32_models) as pipeline:
+        with open_face_pipeline(folder) as pipeline:
             want = pipeline.analyze(rgb)
-        with open_face_pipeline(face_fp32_models, detector="blazeface-full", detector_model=export.onnx) as pipeline:
+        with open_face_pipeline(folder, detector="blazeface-full") as pipeline:
             got = pipeline.analyze(rgb)
         pairs = match_boxes([f.detection.box for f in want], [f.detection.box for f in got], 0.5)
         assert len(got) == len(pairs) >= len(photo.faces) - 1, photo.name
@@ -53,10 +65,10 @@ def test_blazeface_as_the_detector_describes_the_same_faces(face_fp32_models, tm
             assert np.linalg.norm(want[i].descriptor - got[j].descriptor) < 0.25, photo.name
 
 
-def test_a_missing_blazeface_file_is_named(face_fp32_models):
+def test_a_missing_blazeface_role_is_named(face_fp32_models):
     with pytest.raises(InputError) as err:
         open_face_pipeline(face_fp32_models, detector="blazeface")
     assert str(err.value) == (
-        f"{face_fp32_models}: no face_detection_short_range.onnx or face_detection_short_range.tflite for detector "
-        "'blazeface'; write it there with converters.face.blazeface.export_blazeface_onnx, or pass detector_model"
+        f"{face_fp32_models / 'models.json'}: no model with role 'detector.blazeface' for detector 'blazeface'; "
+        "add it with converters.face.blazeface.add_blazeface, or pass detector_model"
     )
