@@ -143,6 +143,10 @@ def test_wrong_model_files_are_named(exported, tmp_path):
     assert str(err.value) == (
         f"{tmp_path / 'missing.tflite'}: BlazeFace model file not found; fetch it with converters.face.blazeface"
     )
+    tflite = exported[SHORT_RANGE.key].tflite
+    with pytest.raises(InputError) as err:
+        BlazeFaceDetector(tflite, backend="onnxruntime")
+    assert str(err.value) == f"{tflite}: is in TFLite format; backend 'onnxruntime' reads only ONNX and ORT"
     with pytest.raises(InputError) as err:
         BlazeFaceDetector(exported[SHORT_RANGE.key].tflite, min_score=1.5)
     assert str(err.value) == "BlazeFaceDetector min_score = 1.5; expected a number in [0, 1] or None"
