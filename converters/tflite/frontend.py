@@ -15,6 +15,7 @@ transposed back only where an op depends on the layout (RESHAPE).
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,7 +45,6 @@ def _import_tflite():
 class _Graph:
     """The ONNX graph being built, and what is known about each TFLite tensor."""
 
-    tfl: object  # tflite.Model
     sub: object  # tflite.SubGraph
     values: dict[int, np.ndarray]  # constant tensors (weights), by TFLite tensor index
     nodes: list = field(default_factory=list)
@@ -252,16 +252,43 @@ def _op_name(tflite, model, op) -> str:
     return tflite.opcode2name(builtin)
 
 
+def _check_float(tflite, path: Path, sub, ops: list, names: list[str], values: dict[int, np.ndarray]) -> None:
+    """Refuse quantized graphs: every activation must be float32, every (folded) weight a float."""
+    for op, name in zip(ops, names, strict=True):
+        if name in _FOLDABLE:
+            continue
+        for k in range(op.OutputsLength()):
+            index = op.Outputs(k)
+            if sub.Tensors(index).Type() != tflite.TensorType.FLOAT32:
+                raise ConversionError(
+                    f"{path}: {name} writes {sub.Tensors(index).Name().decode()!r} as TFLite type "
+                    f"{sub.Tensors(index).Type()}; expected float32 (quantized models are not supported)"
+                )
+    for index, value in values.items():
+        if value.dtype.kind not in "fi" or (value.dtype.kind == "i" and value.ndim == 4):
+            raise ConversionError(
+                f"{path}: constant {sub.Tensors(index).Name().decode()!r} is {value.dtype}; "
+                "expected float weights (quantized models are not supported)"
+            )
+
+
 def _constant_values(path: Path, sub) -> dict[int, np.ndarray]:
     """Every tensor LiteRT computes without the input (weights, dequantized and densified), by index."""
-    from ai_edge_litert.interpreter import Interpreter, OpResolverType
+    try:
+        from ai_edge_litert.interpreter import Interpreter, OpResolverType
+    except ImportError as exc:
+        raise MissingDependencyError(
+            "reading a .tflite model's weights needs LiteRT: pip install 'edge-deploy[device]'"
+        ) from exc
 
     try:
-        interp = Interpreter(
-            model_path=str(path),
-            experimental_op_resolver_type=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES,
-            experimental_preserve_all_tensors=True,
-        )
+        with warnings.catch_warnings():  # keeping every tensor is what we want here, not a debugging slip
+            warnings.simplefilter("ignore", UserWarning)
+            interp = Interpreter(
+                model_path=str(path),
+                experimental_op_resolver_type=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES,
+                experimental_preserve_all_tensors=True,
+            )
         interp.allocate_tensors()
         detail = interp.get_input_details()[0]
         interp.set_tensor(detail["index"], np.zeros(detail["shape"], detail["dtype"]))
@@ -321,7 +348,8 @@ def tflite_to_onnx(src: Path, dst: Path) -> Path:
     for op, name in zip(ops, names, strict=True):
         if name in _FOLDABLE:
             constant.add(op.Outputs(0))
-    g = _Graph(model, sub, {i: all_values[i] for i in constant})
+    g = _Graph(sub, {i: all_values[i] for i in constant})
+    _check_float(tflite, src, sub, ops, names, g.values)
     x = sub.Inputs(0)
     in_shape = g.shape(x)
     in_name = sub.Tensors(x).Name().decode()
