@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 
 import numpy as np
 import pytest
 
 from converters.face.boxes import iou
-from converters.face.facedata import EVAL_PHOTOS
+from converters.face.facedata import EVAL_PHOTOS, package_dir
 from edge.errors import InputError
+from edge.face.gallery import Gallery
 from edge.face.models import open_face_pipeline, read_models_file
+from edge_deploy.cli import main
 
 pytestmark = pytest.mark.integration
 
@@ -35,9 +38,9 @@ def test_t1_gives_one_face_per_person(face_fp32_models):
     assert min(f.detection.score for f in faces) > 0.95
 
 
-def test_blazeface_as_the_detector_describes_the_same_faces(face_fp32_models, tmp_path):
+def test_blazeface_as_the_detector_describes_the_same_faces(face_fp32_models, tmp_path, capsys):
     """``add_blazeface`` puts the full-range detector into a copy of the folder (models.json role
-    ``detector.blazeface_full``); ``detector='blazeface-full'`` then finds 5 of t1.jpg's 6 people
+    ``detector.blazeface_full``); ``detector='blazeface-full'`` (``face recognize --detector``) then finds 5 of t1.jpg's 6 people
     (benchmarks/detector_quality.py), and each descriptor is near MTCNN's pipeline's for the same face (the shape
     predictor runs on BlazeFace's box mapped to a HOG box: measured distances 0-0.18, same person below 0.6)."""
     from converters.face.blazeface import FULL_RANGE, add_blazeface
@@ -53,6 +56,14 @@ def test_blazeface_as_the_detector_describes_the_same_faces(face_fp32_models, tm
         "face_detection_full_range_sparse.onnx", "onnx", "mediapipe", "Apache-2.0"
     )  # fmt: skip
     assert entry.source["max_abs_diff_vs_tflite"] <= entry.source["tolerance"]
+    t1 = package_dir("insightface") / "data" / "images" / "t1.jpg"
+    gallery = Gallery().save(tmp_path / "g.npz")
+    assert (
+        main(["face", "recognize", str(folder), str(t1), "-g", str(gallery), "--detector", "blazeface-full", "--json"])
+        == 0
+    )
+    [result] = json.loads(capsys.readouterr().out)
+    assert len(result["faces"]) == 5 and all(0.6 <= f["score"] < 0.95 for f in result["faces"])  # BlazeFace's own cut
     for photo in EVAL_PHOTOS:
         rgb = photo.load()
         with open_face_pipeline(folder) as pipeline:
