@@ -133,7 +133,7 @@ def add_face(sub: argparse._SubParsersAction) -> None:
         choices=["mtcnn", "blazeface", "blazeface-full"],
         default="mtcnn",
         help="face detector (default mtcnn); BlazeFace needs its models.json role, added on the host by "
-        "converters.face.blazeface.add_blazeface",
+        "'edge-deploy convert blazeface MODELS'",
     )
 
     e = fsub.add_parser(

@@ -277,7 +277,7 @@ def _blazeface_path(folder: Path, entries: dict, detector: Detector, detector_mo
     if role not in entries:
         raise InputError(
             f"{Path(folder) / MODELS_FILE}: no model with role {role!r} for detector {detector.value!r}; add it "
-            "with converters.face.blazeface.add_blazeface, or pass detector_model"
+            "with 'edge-deploy convert blazeface' (converters.face.blazeface.add_blazeface), or pass detector_model"
         )
     return Path(folder) / entries[role].file
 

@@ -12,7 +12,7 @@ from converters.face.boxes import iou
 from converters.face.facedata import EVAL_PHOTOS, package_dir
 from edge.errors import InputError
 from edge.face.gallery import Gallery
-from edge.face.models import open_face_pipeline, read_models_file
+from edge.face.models import ModelEntry, open_face_pipeline, read_models_file
 from edge_deploy.cli import main
 
 pytestmark = pytest.mark.integration
@@ -39,17 +39,18 @@ def test_t1_gives_one_face_per_person(face_fp32_models):
 
 
 def test_blazeface_as_the_detector_describes_the_same_faces(face_fp32_models, tmp_path, capsys):
-    """``add_blazeface`` puts the full-range detector into a copy of the folder (models.json role
-    ``detector.blazeface_full``); ``detector='blazeface-full'`` (``face recognize --detector``) then finds 5 of t1.jpg's 6 people
-    (benchmarks/detector_quality.py), and each descriptor is near MTCNN's pipeline's for the same face (the shape
-    predictor runs on BlazeFace's box mapped to a HOG box: measured distances 0-0.18, same person below 0.6)."""
-    from converters.face.blazeface import FULL_RANGE, add_blazeface
+    """``convert blazeface`` (``add_blazeface``) puts the full-range detector into a copy of the folder
+    (models.json role ``detector.blazeface_full``); ``detector='blazeface-full'`` (``face recognize --detector``)
+    then finds 5 of t1.jpg's 6 people (benchmarks/detector_quality.py), and each descriptor is near MTCNN's
+    pipeline's for the same face (the shape predictor runs on BlazeFace's box mapped to a HOG box: measured
+    distances 0-0.18, same person below 0.6)."""
     from converters.face.boxes import match_boxes
 
     folder = tmp_path / "face"
     shutil.copytree(face_fp32_models, folder)
     before = read_models_file(folder)
-    entry = add_blazeface(folder, FULL_RANGE)
+    assert main(["convert", "blazeface", str(folder), "--range", "full", "--json"]) == 0
+    entry = ModelEntry(**json.loads(capsys.readouterr().out))
     after = read_models_file(folder)  # sizes and sha256 of every file checked again
     assert set(after) == set(before) | {"detector.blazeface_full"}
     assert (entry.file, entry.format, entry.source["package"], entry.source["licence"]) == (
@@ -81,5 +82,5 @@ def test_a_missing_blazeface_role_is_named(face_fp32_models):
         open_face_pipeline(face_fp32_models, detector="blazeface")
     assert str(err.value) == (
         f"{face_fp32_models / 'models.json'}: no model with role 'detector.blazeface' for detector 'blazeface'; "
-        "add it with converters.face.blazeface.add_blazeface, or pass detector_model"
+        "add it with 'edge-deploy convert blazeface' (converters.face.blazeface.add_blazeface), or pass detector_model"
     )
