@@ -43,8 +43,8 @@ from edge.face.shape5 import BLAZEFACE_FULL_TO_HOG_BOX, BLAZEFACE_SHORT_TO_HOG_B
 from edge.face.types import Detection
 from edge.runtime import LoadOptions, Model, Optimization
 
-#: MediaPipe's keypoint order in the model's output.
-KEYPOINT_NAMES = ("eye_a", "eye_b", "nose_tip", "mouth_centre", "ear_a", "ear_b")
+#: MediaPipe's keypoint order in the model's output (the subject's right eye is image-left in a frontal photo).
+KEYPOINT_NAMES = ("right_eye", "left_eye", "nose_tip", "mouth_center", "right_ear_tragion", "left_ear_tragion")
 _NUM_COORDS = 16
 _NUM_KEYPOINTS = 6
 _SCORE_CLIP = 100.0
