@@ -22,3 +22,7 @@ def make_output_dir(path: Path) -> Path:
     except OSError as exc:
         raise ConversionError(f"{path}: cannot create the output folder ({exc.strerror or exc})") from exc
     return path
+
+
+#: The build cache shared by every command and test that converts or fetches (``--cache`` overrides it).
+DEFAULT_BUILD_CACHE = Path.home() / ".cache" / "edge-deploy" / "build"

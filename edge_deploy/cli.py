@@ -111,6 +111,22 @@ def _cmd_convert_face(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_convert_blazeface(args: argparse.Namespace) -> int:
+    from converters.face.blazeface import FULL_RANGE, SHORT_RANGE, add_blazeface
+
+    entry = add_blazeface(Path(args.models), FULL_RANGE if args.range == "full" else SHORT_RANGE)
+    if args.json:
+        print_json(entry.to_dict())
+    else:
+        src = entry.source
+        print(
+            f"{entry.role}: {entry.file} (from {src['package']} {src['version']} {src['file']}, {src['licence']}); "
+            f"max |ONNX - TFLite| {src['max_abs_diff_vs_tflite']:.2g} <= {src['tolerance']:g} on "
+            f"{len(src['proof_photos'])} photos"
+        )
+    return 0
+
+
 def _cmd_convert_slm(args: argparse.Namespace) -> int:
     from converters.slm.build import SlmOptions, convert_slm
     from edge.profiles import Precision
@@ -134,6 +150,23 @@ def _cmd_convert_slm(args: argparse.Namespace) -> int:
         )
         print(f"  report: {build.report_md}")
     return 0
+
+
+def _add_convert_blazeface(csub: argparse._SubParsersAction) -> None:
+    b = csub.add_parser(
+        "blazeface",
+        help="add MediaPipe's BlazeFace detector to a converted face folder (an option to MTCNN)",
+        description="Fetch MediaPipe's BlazeFace face detector (the mediapipe 0.10.21 wheel, Apache-2.0, "
+        "downloaded once into the build cache, never installed), translate it to ONNX, prove the ONNX equal "
+        "to the TFLite file on real photos, and add it to MODELS/models.json (role detector.blazeface or "
+        "detector.blazeface_full). Then: edge-deploy face recognize MODELS ... --detector blazeface.",
+        epilog="example:\n  edge-deploy convert blazeface out/face --range full",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    b.add_argument("models", help="face models folder (from: edge-deploy convert face)")
+    b.add_argument("--range", choices=["short", "full"], default="short", help="short (128x128) or full (192x192)")
+    b.add_argument("--json", action="store_true", help="print the models.json entry as JSON")
+    b.set_defaults(func=_cmd_convert_blazeface)
 
 
 def _add_convert(sub: argparse._SubParsersAction) -> None:
@@ -166,6 +199,7 @@ def _add_convert(sub: argparse._SubParsersAction) -> None:
     f.add_argument("--json", action="store_true", help="print the build record as JSON")
     f.add_argument("--profiles", default=str(DEFAULT_PROFILE_DIR), help=argparse.SUPPRESS)
     f.set_defaults(func=_cmd_convert_face)
+    _add_convert_blazeface(csub)
     s = csub.add_parser(
         "slm",
         help="a small LM in GGUF (default SmolLM2-135M-Instruct) -> ONNX decoder with KV cache + tokenizer",

@@ -45,7 +45,7 @@ def _check_output(path: Path) -> Path:
 def _check_thresholds(args: argparse.Namespace) -> None:
     if not (math.isfinite(args.threshold) and 0 < args.threshold <= 2):
         raise InputError(f"--threshold {args.threshold}; expected a descriptor distance in (0, 2]")
-    if not (math.isfinite(args.min_score) and 0 <= args.min_score <= 1):
+    if args.min_score is not None and not (math.isfinite(args.min_score) and 0 <= args.min_score <= 1):
         raise InputError(f"--min-score {args.min_score}; expected a detection score in [0, 1]")
 
 
@@ -55,7 +55,7 @@ def _cmd_enroll(args: argparse.Namespace) -> int:
 
     output = _check_output(Path(args.output))
     gallery = Gallery()
-    with open_face_pipeline(Path(args.models), _threads(args)) as pipeline:
+    with open_face_pipeline(Path(args.models), _threads(args), detector=args.detector) as pipeline:
         report = gallery.enroll_folder(Path(args.photos), pipeline, _max_pixels())
     out = gallery.save(output)
     data = {"gallery": str(out), "enrolled": report.enrolled, "skipped": report.skipped}
@@ -81,11 +81,14 @@ def _recognize_all(args: argparse.Namespace) -> list[dict]:
     gallery = Gallery.load(Path(args.gallery))
     results: list[dict[str, Any]] = []
     limit = _max_pixels()
-    with open_face_pipeline(Path(args.models), _threads(args)) as pipeline:
+    min_score = args.min_score
+    if min_score is None:  # MTCNN's cut-off; BlazeFace's own threshold already applied inside the detector
+        min_score = DEFAULT_MIN_SCORE if args.detector == "mtcnn" else 0.0
+    with open_face_pipeline(Path(args.models), _threads(args), detector=args.detector) as pipeline:
         for image in args.images:
             try:
                 rgb = load_image(Path(image), limit)
-                faces = recognize_image(pipeline, gallery, rgb, args.threshold, args.min_score)
+                faces = recognize_image(pipeline, gallery, rgb, args.threshold, min_score)
             except EdgeDeployError as exc:  # one bad image does not throw away the others' results
                 results.append({"image": str(image), "error": str(exc)})
                 continue
@@ -118,13 +121,20 @@ def add_face(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "face",
         help="enroll people and recognise faces with converted face models (device side)",
-        description="Run the face pipeline (MTCNN detect -> 5-point alignment -> dlib ResNet descriptor -> "
-        "nearest gallery entry) on images, with models written by 'edge-deploy convert face'.",
+        description="Run the face pipeline (MTCNN or BlazeFace detect -> 5-point alignment -> dlib ResNet "
+        "descriptor -> nearest gallery entry) on images, with models written by 'edge-deploy convert face'.",
     )
     fsub = p.add_subparsers(dest="action", required=True, metavar="ACTION")
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--threads", type=int, help="intra-op threads (default: all CPUs this process may use)")
     common.add_argument("--json", action="store_true", help="machine-readable output")
+    common.add_argument(
+        "--detector",
+        choices=["mtcnn", "blazeface", "blazeface-full"],
+        default="mtcnn",
+        help="face detector (default mtcnn); BlazeFace needs its models.json role, added on the host by "
+        "'edge-deploy convert blazeface MODELS'",
+    )
 
     e = fsub.add_parser(
         "enroll",
@@ -151,7 +161,11 @@ def add_face(sub: argparse._SubParsersAction) -> None:
     r.add_argument("images", nargs="+", help="image files (JPEG, PNG, ...)")
     r.add_argument("--gallery", "-g", required=True, help="gallery file (from: edge-deploy face enroll)")
     r.add_argument("--threshold", type=float, default=DLIB_SAME_PERSON_THRESHOLD, help="same-person distance")
-    r.add_argument("--min-score", type=float, default=DEFAULT_MIN_SCORE, help="ignore weaker detections (0.9)")
+    r.add_argument(
+        "--min-score",
+        type=float,
+        help="ignore weaker detections (default: 0.9 with MTCNN, BlazeFace's own 0.5 / 0.6 otherwise)",
+    )
     r.set_defaults(func=_cmd_recognize)
 
 

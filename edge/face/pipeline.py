@@ -9,7 +9,7 @@ import numpy as np
 
 from edge.errors import InferenceError
 from edge.face.align import align_chip, align_chip_dlib5
-from edge.face.shape5 import ShapePredictor, hog_like_rect
+from edge.face.shape5 import MTCNN_TO_HOG_BOX, ShapePredictor, hog_like_rect
 from edge.face.types import Detection
 
 
@@ -62,6 +62,7 @@ class FacePipeline:
         chip_size: int = 150,
         padding: float = 0.25,
         min_score: float = 0.0,
+        box_map: tuple[float, float, float] | None = None,
     ) -> None:
         """Args:
         detector: e.g. ``edge.face.detect_mtcnn.MtcnnDetector``.
@@ -71,6 +72,8 @@ class FacePipeline:
         padding: chip margin around the face, as dlib's ``get_face_chip_details``.
         min_score: detections scoring lower are dropped before alignment (``open_face_pipeline`` passes
             ``edge.face.recognize.DEFAULT_MIN_SCORE``: MTCNN's last stage passes a fist or a metal bowl at 0.86).
+        box_map: how dlib's HOG box sits on this detector's box (``edge.face.shape5.hog_like_rect``), for the
+            shape predictor; None: the detector's ``hog_box_map`` attribute, else MTCNN's.
         """
         self.detector = detector
         self.embedder = embedder
@@ -78,12 +81,13 @@ class FacePipeline:
         self.chip_size = chip_size
         self.padding = padding
         self.min_score = min_score
+        self.box_map = box_map if box_map is not None else getattr(detector, "hog_box_map", MTCNN_TO_HOG_BOX)
 
     def chip(self, rgb: np.ndarray, detection: Detection) -> np.ndarray:
         """The aligned chip of one detection, uint8 [size, size, 3]."""
         if self.shape_predictor is None:
             return align_chip(rgb, detection.landmarks, self.chip_size, self.padding)
-        points5 = self.shape_predictor.predict(rgb, hog_like_rect(detection.box))
+        points5 = self.shape_predictor.predict(rgb, hog_like_rect(detection.box, self.box_map))
         return align_chip_dlib5(rgb, points5, self.chip_size, self.padding)
 
     def chips(self, rgb: np.ndarray, detections: list[Detection]) -> np.ndarray:
@@ -92,7 +96,7 @@ class FacePipeline:
             return np.zeros((0, self.chip_size, self.chip_size, 3), np.uint8)
         if self.shape_predictor is None:
             return np.stack([self.chip(rgb, d) for d in detections])
-        points = self.shape_predictor.predict_many(rgb, [hog_like_rect(d.box) for d in detections])
+        points = self.shape_predictor.predict_many(rgb, [hog_like_rect(d.box, self.box_map) for d in detections])
         return np.stack([align_chip_dlib5(rgb, p, self.chip_size, self.padding) for p in points])
 
     def analyze(self, rgb: np.ndarray) -> list[Face]:

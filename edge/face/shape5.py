@@ -25,18 +25,24 @@ _KEYS = ("schema_version", "initial_shape", "split_idx", "split_thresh", "leaf_v
 #: scaled by ``side``, all relative to the MTCNN box's mean side. Measured on the calibration photos
 #: (63 LFW faces found by both detectors; never the evaluation set): dx -0.007, dy +0.055, side 0.968.
 MTCNN_TO_HOG_BOX = (-0.007, 0.055, 0.968)
+#: The same for BlazeFace's boxes, measured the same way (62 faces short range, 35 full range: it finds fewer
+#: of the upscaled LFW crops).
+BLAZEFACE_SHORT_TO_HOG_BOX = (-0.033, -0.028, 1.004)
+BLAZEFACE_FULL_TO_HOG_BOX = (0.004, 0.016, 0.956)
 
 #: Trees of up to this many split nodes (depth 4: dlib's default, and its 5- and 68-point models) find their
 #: leaf in a table of 2 ** splits bytes (32 KiB); deeper trees are walked node by node.
 _LUT_MAX_SPLITS = 15
 
 
-def hog_like_rect(box: tuple[float, float, float, float]) -> tuple[int, int, int, int]:
+def hog_like_rect(
+    box: tuple[float, float, float, float], box_map: tuple[float, float, float] = MTCNN_TO_HOG_BOX
+) -> tuple[int, int, int, int]:
     """dlib rectangle (left, top, right, bottom; inclusive) that dlib's HOG detector would put on a face
-    MTCNN boxed as ``box``."""
+    a detector boxed as ``box``; ``box_map`` is that detector's (dx, dy, side), e.g. ``MTCNN_TO_HOG_BOX``."""
     x1, y1, x2, y2 = (float(v) for v in box)
     mean_side = ((x2 - x1) + (y2 - y1)) / 2.0
-    dx, dy, k = MTCNN_TO_HOG_BOX
+    dx, dy, k = box_map
     cx, cy, side = (x1 + x2) / 2 + dx * mean_side, (y1 + y2) / 2 + dy * mean_side, k * mean_side
     left, top = round(cx - side / 2), round(cy - side / 2)
     return left, top, left + max(round(side), 1) - 1, top + max(round(side), 1) - 1

@@ -190,3 +190,25 @@ def test_box_map_constants_come_from_the_calibration_photos(models, reference):
     print("MTCNN -> HOG box map on the calibration photos:", np.round(measured, 4), "from", faces, "faces")
     assert faces >= 60  # measured 63
     assert measured == pytest.approx(MTCNN_TO_HOG_BOX, abs=0.002)
+
+
+@pytest.mark.parametrize("variant", ["short", "full"])
+def test_blazeface_box_maps_come_from_the_calibration_photos(reference, tmp_path, variant):
+    from converters.face.blazeface import FULL_RANGE, SHORT_RANGE, export_blazeface_onnx
+    from edge.face.detect_blazeface import BlazeFaceDetector
+    from edge.face.shape5 import BLAZEFACE_FULL_TO_HOG_BOX, BLAZEFACE_SHORT_TO_HOG_BOX
+
+    source, constant, at_least = {
+        "short": (SHORT_RANGE, BLAZEFACE_SHORT_TO_HOG_BOX, 60),  # measured 62 faces
+        "full": (FULL_RANGE, BLAZEFACE_FULL_TO_HOG_BOX, 33),  # measured 35 faces
+    }[variant]
+    export = export_blazeface_onnx(tmp_path, source)
+    ours, hog = [], []
+    with BlazeFaceDetector(export.onnx, threads=2) as detector:
+        for _, rgb in calibration_images(100, seed=0):
+            ours.append([d.box for d in detector.detect(rgb)])
+            hog.append([f.box for f in reference.analyze(rgb)])
+    measured, faces = measure_box_map(ours, hog)
+    print(f"BlazeFace {variant} -> HOG box map on the calibration photos:", np.round(measured, 4), "from", faces)
+    assert faces >= at_least
+    assert measured == pytest.approx(constant, abs=0.002)

@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import json
+import shutil
+
+import numpy as np
 import pytest
 
 from converters.face.boxes import iou
-from converters.face.facedata import EVAL_PHOTOS
-from edge.face.models import open_face_pipeline
+from converters.face.facedata import EVAL_PHOTOS, package_dir
+from edge.errors import InputError
+from edge.face.gallery import Gallery
+from edge.face.models import ModelEntry, open_face_pipeline, read_models_file
+from edge_deploy.cli import main
 
 pytestmark = pytest.mark.integration
 
@@ -29,3 +36,51 @@ def test_t1_gives_one_face_per_person(face_fp32_models):
     assert len(everything) == 8 and len(extra) == 2
     assert all(0.85 < f.detection.score < 0.9 for f in extra), [f.detection.score for f in extra]
     assert min(f.detection.score for f in faces) > 0.95
+
+
+def test_blazeface_as_the_detector_describes_the_same_faces(face_fp32_models, tmp_path, capsys):
+    """``convert blazeface`` (``add_blazeface``) puts the full-range detector into a copy of the folder
+    (models.json role ``detector.blazeface_full``); ``detector='blazeface-full'`` (``face recognize --detector``)
+    then finds 5 of t1.jpg's 6 people (benchmarks/detector_quality.py), and each descriptor is near MTCNN's
+    pipeline's for the same face (the shape predictor runs on BlazeFace's box mapped to a HOG box: measured
+    distances 0-0.18, same person below 0.6)."""
+    from converters.face.boxes import match_boxes
+
+    folder = tmp_path / "face"
+    shutil.copytree(face_fp32_models, folder)
+    before = read_models_file(folder)
+    assert main(["convert", "blazeface", str(folder), "--range", "full", "--json"]) == 0
+    entry = ModelEntry(**json.loads(capsys.readouterr().out))
+    after = read_models_file(folder)  # sizes and sha256 of every file checked again
+    assert set(after) == set(before) | {"detector.blazeface_full"}
+    assert (entry.file, entry.format, entry.source["package"], entry.source["licence"]) == (
+        "face_detection_full_range_sparse.onnx", "onnx", "mediapipe", "Apache-2.0"
+    )  # fmt: skip
+    assert entry.source["max_abs_diff_vs_tflite"] <= entry.source["tolerance"]
+    t1 = package_dir("insightface") / "data" / "images" / "t1.jpg"
+    gallery = Gallery().save(tmp_path / "g.npz")
+    assert (
+        main(["face", "recognize", str(folder), str(t1), "-g", str(gallery), "--detector", "blazeface-full", "--json"])
+        == 0
+    )
+    [result] = json.loads(capsys.readouterr().out)
+    assert len(result["faces"]) == 5 and all(0.6 <= f["score"] < 0.95 for f in result["faces"])  # BlazeFace's own cut
+    for photo in EVAL_PHOTOS:
+        rgb = photo.load()
+        with open_face_pipeline(folder) as pipeline:
+            want = pipeline.analyze(rgb)
+        with open_face_pipeline(folder, detector="blazeface-full") as pipeline:
+            got = pipeline.analyze(rgb)
+        pairs = match_boxes([f.detection.box for f in want], [f.detection.box for f in got], 0.5)
+        assert len(got) == len(pairs) >= len(photo.faces) - 1, photo.name
+        for i, j, _ in pairs:
+            assert np.linalg.norm(want[i].descriptor - got[j].descriptor) < 0.25, photo.name
+
+
+def test_a_missing_blazeface_role_is_named(face_fp32_models):
+    with pytest.raises(InputError) as err:
+        open_face_pipeline(face_fp32_models, detector="blazeface")
+    assert str(err.value) == (
+        f"{face_fp32_models / 'models.json'}: no model with role 'detector.blazeface' for detector 'blazeface'; "
+        "add it with 'edge-deploy convert blazeface' (converters.face.blazeface.add_blazeface), or pass detector_model"
+    )

@@ -1,24 +1,26 @@
 """The LiteRT backend on a real model: BlazeFace short-range from the mediapipe 0.10.21 wheel (Apache-2.0).
 
-The wheel is fetched once per session with pip (PyPI) by tests.integration.blazeface.fetch_blazeface; it finds
-the astronaut's face in skimage's photo, and it runs through run_bench.
+The wheel is downloaded with pip (PyPI) once into the build cache by converters.face.blazeface (later runs reuse
+it); each run extracts from a copy in a fresh folder. The model finds the astronaut's face in skimage's photo,
+and it runs through run_bench.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 from pathlib import Path
 
 import cv2
 import numpy as np
 import pytest
 
+from converters.face.blazeface import OUTPUTS, SHA256, download_wheel, fetch_blazeface, verify_blazeface
 from edge.bench import make_inputs, run_bench
 from edge.errors import ConversionError, InferenceError, InputError
 from edge.profiles import load_profile
 from edge.runtime import ModelFormat, TensorSpec, detect_format, open_model
-from tests.integration.blazeface import OUTPUTS, SHA256, fetch_blazeface, verify_blazeface
 
 pytestmark = pytest.mark.integration
 
@@ -27,7 +29,11 @@ NAME = "face_detection_short_range.tflite"
 
 @pytest.fixture(scope="module")
 def cache(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("blazeface-cache")
+    """A fresh cache folder holding only the mediapipe wheel (copied from the build cache)."""
+    folder = tmp_path_factory.mktemp("blazeface-cache")
+    wheel = download_wheel()
+    shutil.copyfile(wheel, folder / wheel.name)
+    return folder
 
 
 @pytest.fixture(scope="module")
