@@ -20,7 +20,7 @@ pairs; goal >= 99 %). dlib runs single-threaded (its HOG detector and ResNet use
     .venv/bin/python benchmarks/frame_speed.py --quick    # 1 round, no quality pass; prints, writes no docs
 
 Not measured here (issue #13 asks for them; see the section's last lines): a 640x480 video through
-``serve``, BlazeFace, LiteRT. Host side: imports converters; nothing here runs on the device.
+``serve``, LiteRT. Host side: imports converters; nothing here runs on the device.
 """
 
 from __future__ import annotations
@@ -76,11 +76,16 @@ def make_gallery(seed: int = 0):
     return gallery
 
 
-def ours(name: str, folder: Path, threads: int, gallery, min_face: int | None = None) -> Contender:
+#: How one of our pipelines is opened: (models folder, MTCNN's smallest face or None, detector name).
+Setup = tuple[Path, int | None, str]
+
+
+def ours(name: str, setup: Setup, threads: int, gallery) -> Contender:
     """Our device pipeline over ``folder``, its frame split into stages exactly as ``FacePipeline.analyze``."""
     from edge.face.models import open_face_pipeline
 
-    pipeline = open_face_pipeline(folder, threads=threads, min_face_size=min_face)
+    folder, min_face, detector = setup
+    pipeline = open_face_pipeline(folder, threads=threads, min_face_size=min_face, detector=detector)
 
     def frame(rgb: np.ndarray) -> tuple[int, dict[str, float]]:
         t0 = time.perf_counter()
@@ -159,7 +164,7 @@ def speed_rows(contenders: list[Contender], photos: list[tuple[str, np.ndarray]]
     return rows
 
 
-def quality(folders: dict[str, tuple[Path, int | None]]) -> dict[str, dict]:
+def quality(folders: dict[str, Setup]) -> dict[str, dict]:
     """compare_pipelines of each of our folders against face_recognition on the evaluation set (dlib runs once)."""
     from converters.face.agreement import compare_pipelines
     from converters.face.facedata import make_eval_set
@@ -169,8 +174,8 @@ def quality(folders: dict[str, tuple[Path, int | None]]) -> dict[str, dict]:
     eval_set = make_eval_set(0)
     reference = _Memo(ReferencePipeline())
     out = {}
-    for name, (folder, min_face) in folders.items():
-        with open_face_pipeline(folder, threads=2, min_face_size=min_face) as pipeline:
+    for name, (folder, min_face, detector) in folders.items():
+        with open_face_pipeline(folder, threads=2, min_face_size=min_face, detector=detector) as pipeline:
             summary = compare_pipelines(eval_set, pipeline, reference, DLIB_SAME_PERSON_THRESHOLD).summary()
         out[name] = summary
     return out
@@ -190,6 +195,23 @@ class _Memo:
         return self._seen[key]
 
 
+def with_blazeface(folder: Path, progress) -> Path:
+    """A copy of a face folder with BlazeFace full range added (``edge-deploy convert blazeface --range full``)."""
+    import shutil
+
+    from converters.face.blazeface import FULL_RANGE, add_blazeface
+    from edge.face.models import BLAZEFACE_ROLES, Detector, read_models_file
+
+    copy = folder.with_name(folder.name + "-blazeface-full")
+    if copy.is_dir() and BLAZEFACE_ROLES[Detector.BLAZEFACE_FULL] in read_models_file(copy):
+        return copy
+    shutil.rmtree(copy, ignore_errors=True)
+    shutil.copytree(folder, copy)
+    progress(f"adding BlazeFace full range to {copy.name}")
+    add_blazeface(copy, FULL_RANGE)
+    return copy
+
+
 def run(
     target: str,
     rounds: int,
@@ -197,6 +219,7 @@ def run(
     with_quality: bool,
     calibration: int,
     min_faces: tuple[int, ...],
+    blazeface: bool,
     progress,
 ) -> dict:
     """Build or reuse the face folders, race, and (optionally) compare decisions; everything as a dict."""
@@ -206,18 +229,27 @@ def run(
     CACHE.mkdir(parents=True, exist_ok=True)
     fp32_dir = build_fp32(CACHE, progress)
     int8_dir, _ = build_int8(fp32_dir, profile, CACHE, calibration, progress)
-    folders: dict[str, tuple[Path, int | None]] = {
-        "ours fp32": (fp32_dir, None),
-        f"ours INT8 ({target})": (int8_dir, None),
+    folders: dict[str, Setup] = {
+        "ours fp32": (fp32_dir, None, "mtcnn"),
+        f"ours INT8 ({target})": (int8_dir, None, "mtcnn"),
     }
     photos = [(p.name, p.load()) for p in EVAL_PHOTOS]
     gallery = make_gallery()
     contenders = [face_recognition(gallery)]
-    contenders += [ours(name, f, t, gallery, m) for name, (f, m) in folders.items() for t in threads]
+    contenders += [ours(name, setup, t, gallery) for name, setup in folders.items() for t in threads]
+    extra: dict[str, Setup] = {}
     for m in min_faces:  # the detector's smallest face: MTCNN's pyramid starts at 12 / m (1 thread, fp32 and INT8)
-        for name, folder in ((f"ours fp32, min face {m}", fp32_dir), (f"ours INT8 ({target}), min face {m}", int8_dir)):
-            folders[name] = (folder, m)
-            contenders.append(ours(name, folder, 1, gallery, m))
+        extra[f"ours fp32, min face {m}"] = (fp32_dir, m, "mtcnn")
+        extra[f"ours INT8 ({target}), min face {m}"] = (int8_dir, m, "mtcnn")
+    if blazeface:
+        extra["ours fp32, BlazeFace full range"] = (with_blazeface(fp32_dir, progress), None, "blazeface-full")
+        extra[f"ours INT8 ({target}), BlazeFace full range"] = (
+            with_blazeface(int8_dir, progress),
+            None,
+            "blazeface-full",
+        )
+    folders.update(extra)
+    contenders += [ours(name, setup, 1, gallery) for name, setup in extra.items()]
     try:
         progress(f"{len(contenders)} contenders, {len(photos)} photos; {rounds} rounds")
         race(contenders, photos, rounds, progress)
@@ -232,6 +264,7 @@ def run(
             "calibration": calibration,
             "gallery": GALLERY_SIZE,
             "min_faces": list(min_faces),
+            "blazeface": blazeface,
             "load": os.getloadavg()[0],
             "cores": len(os.sched_getaffinity(0)),
         },
@@ -257,7 +290,8 @@ def markdown(result: dict, command: str, machine: str) -> str:
         f"{GALLERY_SIZE}. face_recognition = 1.3's pipeline through dlib (HOG, one upsample; 5-point model; "
         "ResNet), one thread. Ours = the device pipeline of the converted face folder (MTCNN, the 5-point model "
         "in numpy, the ONNX ResNet), MTCNN's smallest face 20 px unless the row says `min face N` (its image pyramid "
-        "then starts at 12/N instead of 12/20). Median of "
+        "then starts at 12/N instead of 12/20); `BlazeFace full range` rows detect with MediaPipe's 192×192 "
+        "detector instead (`edge-deploy convert blazeface --range full`; the ONNX translation, onnxruntime). Median of "
         f"{result['params']['rounds']} interleaved rounds per photo; the frame total is the sum over the photos. "
         "Ratios are what holds on a shared machine; the absolute times do not.",
         "",
@@ -307,8 +341,8 @@ def markdown(result: dict, command: str, machine: str) -> str:
             )
     lines += [
         "",
-        "Not measured yet (issue #13): BlazeFace and LiteRT contenders, a 640×480 video through `serve`, the "
-        "frame on emulated Cortex-A72/A76.",
+        "Not measured yet (issue #13): LiteRT contenders, a 640×480 video through `serve`, the frame on emulated "
+        "Cortex-A72/A76.",
     ]
     return "\n".join(lines) + "\n"
 
@@ -346,6 +380,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--calibration", type=int, default=200, help="calibration images of the INT8 build")
     parser.add_argument("--min-face", default="40", help="extra contenders: MTCNN's smallest face, pixels, comma-"
                         "separated (default 40; the pipeline's default is 20; '' for none)")  # fmt: skip
+    parser.add_argument("--no-blazeface", action="store_true", help="leave out the BlazeFace full-range contenders")
     parser.add_argument("--quick", action="store_true", help="1 round, 1 thread, no quality pass; writes no docs")
     args = parser.parse_args(argv)
     if args.rounds < 1:
@@ -357,8 +392,10 @@ def main(argv: list[str] | None = None) -> int:
 
     rounds, threads = (1, (1,)) if args.quick else (args.rounds, (1, 2))
     min_faces = tuple(int(v) for v in args.min_face.split(",") if v.strip())
-    result = run(args.target, rounds, threads, not args.quick, args.calibration, min_faces, progress)
+    blaze = not args.no_blazeface
+    result = run(args.target, rounds, threads, not args.quick, args.calibration, min_faces, blaze, progress)
     command = f".venv/bin/python benchmarks/frame_speed.py --rounds {rounds} --min-face '{args.min_face}'"
+    command += "" if blaze else " --no-blazeface"
     if args.target != "rpi4" or args.calibration != 200:
         command += f" --target {args.target} --calibration {args.calibration}"
     md = markdown(result, command, machine_line())
