@@ -276,6 +276,59 @@ def run(
     return result
 
 
+def quality_lines(quality: dict[str, dict]) -> list[str]:
+    """The quality table: faces found and missed, extra detections, decisions agreed, per pipeline of ours."""
+    lines: list[str] = []
+    lines += [
+        "",
+        "Quality on the whole evaluation set (originals + seeded augmentations; `compare_pipelines`):",
+        "",
+        "| ours | faces found by ours / by face_recognition (annotated) | missed by ours / by face_recognition | "
+        "extra detections ours / face_recognition | decisions agree (pairs both found) | goal ≥ 99 % |",
+        "|---|---:|---:|---:|---:|---|",
+    ]
+    for name, q in quality.items():
+        n, agree = q["faces_annotated"], q["decision_agreement"]
+        agree_text = "-" if agree is None else f"{agree:.4f} ({q['pairs_decided_by_both']} pairs)"
+        lines.append(
+            f"| {name} | {n - q['faces_missed_by_ours']} / {n - q['faces_missed_by_reference']} ({n}) | "
+            f"{q['faces_missed_by_ours']} / {q['faces_missed_by_reference']} | "
+            f"{q['extra_detections']['ours']} / {q['extra_detections']['reference']} | {agree_text} | "
+            f"{'met' if q['goal_met'] else '**not met**'} |"
+        )
+    return lines
+
+
+def goal_lines(rows: list[dict], ref: dict, quality: dict[str, dict] | None) -> list[str]:
+    """The speed goal, judged on the fastest 1-thread pipeline of ours, and on the fastest that also keeps the
+    quality goal (decisions agree >= 99 %, no more faces missed than face_recognition misses)."""
+    ones = [r for r in rows if r is not ref and r["threads"] == 1]
+
+    def verdict(r: dict) -> str:
+        ratio = ref["total_ms"] / r["total_ms"]
+        met = "met" if ratio >= 10 else f"**not met** ({10 / ratio:.1f}× short)"
+        return f"{r['contender']}: {ratio:.2f}× — {met}"
+
+    fastest = min(ones, key=lambda r: r["total_ms"])
+    lines = [f"Goal (issue #13): whole frame, 1 thread, ≥ 10× face_recognition. Fastest: {verdict(fastest)}."]
+    if quality is not None:
+        keeps = [
+            r
+            for r in ones
+            if r["contender"] in quality
+            and quality[r["contender"]]["goal_met"]
+            and quality[r["contender"]]["faces_missed_by_ours"] <= quality[r["contender"]]["faces_missed_by_reference"]
+        ]
+        if keeps:
+            best = min(keeps, key=lambda r: r["total_ms"])
+            lines.append(
+                f"Fastest that also misses no more faces than face_recognition and agrees ≥ 99 %: {verdict(best)}."
+            )
+        else:
+            lines.append("No pipeline of ours both agrees ≥ 99 % and misses no more faces than face_recognition.")
+    return lines
+
+
 def markdown(result: dict, command: str, machine: str) -> str:
     """The docs/benchmarks.md section."""
     rows = result["speed"]
@@ -314,31 +367,9 @@ def markdown(result: dict, command: str, machine: str) -> str:
         sums = {s: sum(p["stages_ms"][s] for p in r["photos"].values()) for s in STAGES}
         share = sums["detect"] / sum(sums.values())
         lines.append(f"| {r['contender']} | " + " | ".join(f"{sums[s]:.1f}" for s in STAGES) + f" | {share:.0%} |")
-    best = min((r for r in rows if r is not ref and r["threads"] == 1), key=lambda r: r["total_ms"])
-    ratio = ref["total_ms"] / best["total_ms"]
-    verdict = "met" if ratio >= 10 else f"**not met** ({ratio:.2f}×: {10 / ratio:.1f}× short)"
-    lines += [
-        "",
-        f"Goal (issue #13): whole frame, 1 thread, ≥ 10× face_recognition — {verdict} by {best['contender']}.",
-    ]
+    lines += ["", *goal_lines(rows, ref, result.get("quality"))]
     if "quality" in result:
-        lines += [
-            "",
-            "Quality on the whole evaluation set (originals + seeded augmentations; `compare_pipelines`):",
-            "",
-            "| ours | faces found by ours / by face_recognition (annotated) | missed by ours / by face_recognition | "
-            "extra detections ours / face_recognition | decisions agree (pairs both found) | goal ≥ 99 % |",
-            "|---|---:|---:|---:|---:|---|",
-        ]
-        for name, q in result["quality"].items():
-            n, agree = q["faces_annotated"], q["decision_agreement"]
-            agree_text = "-" if agree is None else f"{agree:.4f} ({q['pairs_decided_by_both']} pairs)"
-            lines.append(
-                f"| {name} | {n - q['faces_missed_by_ours']} / {n - q['faces_missed_by_reference']} ({n}) | "
-                f"{q['faces_missed_by_ours']} / {q['faces_missed_by_reference']} | "
-                f"{q['extra_detections']['ours']} / {q['extra_detections']['reference']} | {agree_text} | "
-                f"{'met' if q['goal_met'] else '**not met**'} |"
-            )
+        lines += quality_lines(result["quality"])
     lines += [
         "",
         "Not measured yet (issue #13): LiteRT contenders, a 640×480 video through `serve`, the frame on emulated "
