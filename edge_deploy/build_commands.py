@@ -65,6 +65,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
         wheels=not args.no_wheels,
         archive=not args.no_archive,
         sign_key=Path(args.sign_key) if args.sign_key else None,
+        tflite=args.format != "onnx",
     )
     progress = StepProgress(stream=None if args.quiet else sys.stderr)
     if profile.runtime.default is Runtime.ONNXRUNTIME_WEB:
@@ -105,6 +106,13 @@ def add_build(sub: argparse._SubParsersAction) -> None:
         "--precision",
         choices=[p.value for p in Precision],
         help="override the profile's runtime.precision for every model",
+    )
+    p.add_argument(
+        "--format",
+        choices=["onnx", "tflite", "both"],
+        default="onnx",
+        help="onnx (default), or the face models' TFLite twins too (as 'convert face --format'; needs "
+        "scripts/setup_onnx2tf.sh); the bundle's manifest lists them",
     )
     p.add_argument("--cache", default=str(DEFAULT_CACHE), help=f"build cache (default: {DEFAULT_CACHE})")
     p.add_argument("--no-wheels", action="store_true", help="leave out the aarch64 wheelhouse (models only)")

@@ -92,20 +92,18 @@ def _add_targets(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_convert_face(args: argparse.Namespace) -> int:
-    from converters.face.build import build_face_models
+    from converters.face.build import OutputFormat, build_face_models
     from edge.profiles import Precision
     from edge.progress import StepProgress
 
     profile = load_profile(args.target, Path(args.profiles))
     progress = StepProgress(stream=None if args.json else sys.stderr)
     precision = Precision(args.precision) if args.precision else None
-    fp32, quant = build_face_models(profile, Path(args.output), precision, args.dynamic, progress)
+    built = build_face_models(profile, Path(args.output), precision, args.dynamic, progress, OutputFormat(args.format))
     if args.json:
-        print_json({"fp32": fp32.to_dict(), "quantized": quant.to_dict() if quant else None})
+        print_json(built.to_dict())
     else:
-        print(fp32.summary())
-        if quant:
-            print(quant.summary())
+        print(built.summary())
     return 0
 
 
@@ -134,6 +132,42 @@ def _cmd_convert_slm(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_convert_face(csub: argparse._SubParsersAction) -> None:
+    f = csub.add_parser(
+        "face",
+        help="dlib ResNet-29 embedder + MTCNN detector + dlib 5-point landmarks",
+        description="Read dlib's face-recognition ResNet-29 and 5-point landmark model from "
+        "face-recognition-models (no dlib needed) and MTCNN's P/R/O-nets from facenet-pytorch, export them, "
+        "prove the ONNX outputs equal the source networks (and, with dlib installed, equal dlib's own "
+        "descriptor and face_recognition's decisions), then quantize to the target's precision behind the "
+        "accuracy gate. Writes models.json (roles, sha256, sources and licences) and report.md/json. "
+        "With --format tflite or both, also the TFLite twins of the embedder and MTCNN's R/O-nets (onnx2tf, "
+        "in .venv-onnx2tf from scripts/setup_onnx2tf.sh; here 8 s for RNet, 1.5 min for the embedder): "
+        "fp32, and full-integer INT8 for what the int8 build quantizes, calibrated on the same samples; each "
+        "compared with its ONNX source and behind the same gate; listed in models.json as tflite.<role>. "
+        "The ONNX files are written either way (the twins' source, the gate's reference, and PNet, which has "
+        "no fixed input size).",
+        epilog="examples:\n  edge-deploy convert face --target rpi4 -o out/face            (profile: int8)\n"
+        "  edge-deploy convert face --target rpi4 --precision fp32 -o out/face32\n"
+        "  edge-deploy convert face --target rpi4 --precision fp32 --format both -o out/face32  (+ .tflite)",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    f.add_argument("--target", "-t", required=True, help="target profile, e.g. rpi4 (see: edge-deploy targets)")
+    f.add_argument("--output", "-o", required=True, help="output folder")
+    f.add_argument("--precision", choices=["fp32", "fp16", "int8"], help="default: the profile's")
+    f.add_argument("--dynamic", action="store_true", help="dynamic instead of static (calibrated) INT8")
+    f.add_argument(
+        "--format",
+        choices=["onnx", "tflite", "both"],
+        default="onnx",
+        help="onnx (default; no profile asks for TFLite), or also the TFLite twins (tflite = both: ONNX is "
+        "always kept)",
+    )
+    f.add_argument("--json", action="store_true", help="print the build record as JSON")
+    f.add_argument("--profiles", default=str(DEFAULT_PROFILE_DIR), help=argparse.SUPPRESS)
+    f.set_defaults(func=_cmd_convert_face)
+
+
 def _add_convert(sub: argparse._SubParsersAction) -> None:
     from edge_deploy import model_commands
 
@@ -145,25 +179,7 @@ def _add_convert(sub: argparse._SubParsersAction) -> None:
         "to the models.",
     )
     csub = p.add_subparsers(dest="model", required=True, metavar="MODEL")
-    f = csub.add_parser(
-        "face",
-        help="dlib ResNet-29 embedder + MTCNN detector + dlib 5-point landmarks",
-        description="Read dlib's face-recognition ResNet-29 and 5-point landmark model from "
-        "face-recognition-models (no dlib needed) and MTCNN's P/R/O-nets from facenet-pytorch, export them, "
-        "prove the ONNX outputs equal the source networks (and, with dlib installed, equal dlib's own "
-        "descriptor and face_recognition's decisions), then quantize to the target's precision behind the "
-        "accuracy gate. Writes models.json (roles, sha256, sources and licences) and report.md/json.",
-        epilog="examples:\n  edge-deploy convert face --target rpi4 -o out/face            (profile: int8)\n"
-        "  edge-deploy convert face --target rpi4 --precision fp32 -o out/face32",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    f.add_argument("--target", "-t", required=True, help="target profile, e.g. rpi4 (see: edge-deploy targets)")
-    f.add_argument("--output", "-o", required=True, help="output folder")
-    f.add_argument("--precision", choices=["fp32", "fp16", "int8"], help="default: the profile's")
-    f.add_argument("--dynamic", action="store_true", help="dynamic instead of static (calibrated) INT8")
-    f.add_argument("--json", action="store_true", help="print the build record as JSON")
-    f.add_argument("--profiles", default=str(DEFAULT_PROFILE_DIR), help=argparse.SUPPRESS)
-    f.set_defaults(func=_cmd_convert_face)
+    _add_convert_face(csub)
     s = csub.add_parser(
         "slm",
         help="a small LM in GGUF (default SmolLM2-135M-Instruct) -> ONNX decoder with KV cache + tokenizer",

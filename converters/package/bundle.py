@@ -68,6 +68,8 @@ class BuildOptions:
         golden: write the face golden set (``golden/``) that over-the-air updates check on the device.
         sign_key: an Ed25519 private key file (``edge-deploy keygen``): ``manifest.sig`` is written beside
             ``manifest.json``. The key itself never enters the bundle.
+        tflite: the face models also carry their TFLite twins (``build --format both``), listed in their
+            models.json and in the manifest.
     """
 
     precision: Precision | None = None
@@ -75,6 +77,7 @@ class BuildOptions:
     archive: bool = True
     sign_key: Path | None = None
     golden: bool = True
+    tflite: bool = False
 
 
 @dataclass
@@ -139,11 +142,17 @@ def model_kinds(models: list[str]) -> list[ModelKind]:
 
 
 def _run_stage(
-    stage: ModelStage, profile: TargetProfile, precision: Precision, cache_dir: Path, progress: ProgressFn
+    stage: ModelStage,
+    profile: TargetProfile,
+    precision: Precision,
+    cache_dir: Path,
+    progress: ProgressFn,
+    tflite: bool = False,
 ) -> tuple[Path, StageResult, str, bool]:
     """The stage's cached folder (built when missing); its result, cache key and whether it was a hit."""
-    key = stage.cache_key(profile, precision)
-    prefix = f"{profile.name}-{stage.kind}-{precision.value}-"
+    tflite = tflite and stage.kind is ModelKind.FACE  # only the face models have TFLite twins
+    key = stage.cache_key(profile, precision, tflite)
+    prefix = f"{profile.name}-{stage.kind}{'-tflite' if tflite else ''}-{precision.value}-"
     folder = cache_dir / "stages" / f"{prefix}{key}"
     record = folder / "stage.json"
     if record.is_file():
@@ -156,9 +165,9 @@ def _run_stage(
     progress(f"{stage.kind} models: converting for {profile.name} at {precision.value}")
 
     def fp32_folder() -> Path:
-        return _run_stage(stage, profile, Precision.FP32, cache_dir, progress)[0]
+        return _run_stage(stage, profile, Precision.FP32, cache_dir, progress, tflite)[0]
 
-    ctx = StageContext(profile, precision, partial / "files", partial / "work", progress, fp32_folder)
+    ctx = StageContext(profile, precision, partial / "files", partial / "work", progress, fp32_folder, tflite)
     # On failure the .partial folder stays: the reports in it (named by the error) explain why.
     result = stage.run(ctx)
     shutil.rmtree(partial / "work")
@@ -289,7 +298,7 @@ def build_bundle(
     bundle = Bundle(folder, None, {})
     stage_outputs = []
     for kind in kinds:
-        files, result, key, hit = _run_stage(STAGES[kind], profile, precision, Path(cache_dir), progress)
+        files, result, key, hit = _run_stage(STAGES[kind], profile, precision, Path(cache_dir), progress, opts.tflite)
         bundle.stage_cache_hits[kind] = hit
         stage_outputs.append((files, result, key))
     progress(f"assembling {folder}")
