@@ -310,12 +310,16 @@ def run_face(ctx: StageContext) -> StageResult:
             f"precision {ctx.precision.value!r} for the face models; expected one of fp32, fp16, int8 "
             f"(set runtime.precision in {ctx.profile.source} or pass --precision)"
         )
-    models = _read_json(ctx.out_dir / "models.json").get("models", [])
-    sources = tuple({m["role"]: m["source"] for m in models}.values())
+    return face_result(ctx.precision, ctx.out_dir, quantization, metrics)
+
+
+def face_result(precision: Precision, folder: Path, quantization: dict[str, Any], metrics: dict[str, Any]):
+    """The face stage's StageResult for a filled ``folder``: its files, formats and sources from models.json
+    (a source once, though a TFLite twin shares its ONNX model's)."""
+    models = _read_json(folder / "models.json").get("models", [])
+    sources = tuple({json.dumps(m["source"], sort_keys=True): m["source"] for m in models}.values())
     formats = "+".join(sorted({m["format"] for m in models}))
-    return StageResult(
-        ModelKind.FACE, ctx.precision.value, formats, _files_of(ctx.out_dir), sources, quantization, metrics
-    )
+    return StageResult(ModelKind.FACE, precision.value, formats, _files_of(folder), sources, quantization, metrics)
 
 
 def run_slm(ctx: StageContext) -> StageResult:

@@ -30,14 +30,14 @@ TWIN_ROLES = {
 
 @pytest.fixture(scope="module")
 def converted(tmp_path_factory):
-    """The CLI's folder, its JSON record and its stderr (progress lines)."""
+    """The CLI's folder, its stdout (the summary) and its stderr (progress lines)."""
     install_on_first_use(ONNX2TF, "the convert face --format test (tests/integration/test_convert_face_tflite.py)")
     out = tmp_path_factory.mktemp("face-tflite") / "face"
     argv = [sys.executable, "-m", "edge_deploy", "convert", "face", "--target", "rpi4", "--precision", "fp32"]
-    argv += ["--format", "both", "-o", str(out), "--json"]
+    argv += ["--format", "both", "-o", str(out)]
     done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=1200)
     assert done.returncode == 0, done.stderr[-3000:]
-    return out, json.loads(done.stdout), done.stderr
+    return out, done.stdout, done.stderr
 
 
 def test_models_json_lists_the_twins_beside_the_onnx_models(converted):
@@ -63,11 +63,11 @@ def test_models_json_lists_the_twins_beside_the_onnx_models(converted):
 
 
 def test_report_and_json_record_the_twins(converted):
-    out, record, stderr = converted
-    (twins,) = record["tflite"]
-    assert twins["passed"] is True and twins["failures"] == []
+    out, stdout, stderr = converted
     report = json.loads((out / "report.json").read_text())
-    assert report["passed"] is True and report["tflite"] == twins
+    twins = report["tflite"]
+    assert report["passed"] is True and twins["passed"] is True and twins["failures"] == []
+    assert json.loads((out / "tflite_report.json").read_text()) == twins
     for net in ("rnet", "onet", "embedder"):
         assert twins["nets"][net]["precision"] == "fp32"
         assert twins["nets"][net]["vs_onnx"]["max_abs_diff"] < FP32_TOLERANCE, net
@@ -77,7 +77,8 @@ def test_report_and_json_record_the_twins(converted):
     assert "## TFLite twins (onnx2tf, run on LiteRT)" in md and "`face_embedder_fp32.tflite`" in md
     assert (out / "tflite_report.md").is_file()
     # progress lines name each onnx2tf run before it starts
-    assert "TFLite twin 3/3: embedder fp32 with onnx2tf" in stderr
+    assert "] TFLite twin 3/3: embedder fp32 with onnx2tf" in stderr
+    assert f"TFLite twins in {out}:" in stdout and stdout.rstrip().endswith("PASSED")
 
 
 def test_fp32_twins_equal_onnx_on_the_device_runtimes(converted):
@@ -112,3 +113,40 @@ def test_fp32_twins_equal_onnx_on_the_device_runtimes(converted):
                 got = twin.run({twin.inputs[0].name: np.ascontiguousarray(sample[None])})
                 for name, value in want.items():  # the fp32 twin keeps the ONNX output names
                     assert np.abs(got[name][0] - value[i]).max() < FP32_TOLERANCE, (net, name, i)
+
+
+def test_build_carries_the_twins_and_the_manifest_lists_them(converted, tmp_path):
+    """``build --format both``: the face stage's folder with twins goes into the bundle and its manifest.
+
+    The stage's cache entry is seeded from the CLI's folder (what the fp32 stage writes: convert_face + the
+    twins, onnx2tf's logs left out), so the bundle machinery runs without converting again; the stage's own
+    conversion path is the CLI's (``converters.face.build.add_tflite_twins``)."""
+    import shutil
+
+    from converters.package.bundle import BuildOptions, build_bundle
+    from converters.package.stages import STAGES, ModelKind, _face_metrics, face_result
+    from edge.bundle import verify_bundle
+    from edge.profiles import Precision, load_profile
+
+    out, _, _ = converted
+    profile, cache = load_profile("rpi4"), tmp_path / "cache"
+    key = STAGES[ModelKind.FACE].cache_key(profile, Precision.FP32, tflite=True)
+    assert key != STAGES[ModelKind.FACE].cache_key(profile, Precision.FP32)
+    stage = cache / "stages" / f"rpi4-face-tflite-fp32-{key}"
+    shutil.copytree(out, stage / "files", ignore=shutil.ignore_patterns("onnx2tf"))
+    metrics = _face_metrics(json.loads((out / "report.json").read_text()))
+    result = face_result(Precision.FP32, stage / "files", {"method": "none"}, metrics)
+    (stage / "stage.json").write_text(json.dumps(result.to_dict()))
+    options = BuildOptions(precision=Precision.FP32, wheels=False, archive=False, tflite=True)
+    bundle = build_bundle(profile, ["face"], tmp_path / "dist", cache, options=options)
+    assert bundle.stage_cache_hits == {"face": True}
+    (record,) = bundle.manifest["models"]
+    assert record["format"] == "npz+onnx+tflite"
+    assert record["metrics"]["tflite"]["passed"] is True
+    assert record["metrics"]["tflite"]["nets"]["embedder"]["vs_onnx"]["max_abs_diff"] < FP32_TOLERANCE
+    assert len(record["sources"]) == 5  # dlib's two files and MTCNN's three nets, each once
+    listed = {f["path"]: f for f in bundle.manifest["files"]}
+    for name in ("face_embedder_fp32.tflite", "mtcnn_rnet_fp32.tflite", "mtcnn_onet_fp32.tflite"):
+        assert listed[f"models/face/{name}"]["sha256"] == file_sha256(out / name)
+    assert not any("onnx2tf" in path for path in listed)
+    assert verify_bundle(bundle.folder).files == len(listed)
