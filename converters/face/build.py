@@ -331,7 +331,7 @@ def _append_twins(report_md: Path, report_json: Path, twins) -> None:
     report_json.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
 
 
-def _twin_inputs(fp32_dir: Path, profile: TargetProfile, count: int, progress: ProgressFn):
+def twin_inputs(fp32_dir: Path, profile: TargetProfile, count: int, progress: ProgressFn):
     """(calibration, fp32 reference) for the TFLite twins: the same calibration and evaluation data as INT8."""
     from converters.face.calibration import chip_landmarks, collect_calibration
     from converters.face.facedata import make_eval_set
@@ -364,7 +364,7 @@ def add_tflite_twins(
     """
     from converters.face.tflite_twins import write_tflite_twins
 
-    calibration, reference = inputs or _twin_inputs(fp32_dir, profile, TWIN_CALIBRATION_IMAGES, progress)
+    calibration, reference = inputs or twin_inputs(fp32_dir, profile, TWIN_CALIBRATION_IMAGES, progress)
     twins = write_tflite_twins(
         fp32_dir, out_dir, profile, calibration, reference, int8_nets=int8_nets, progress=progress
     )
@@ -438,7 +438,7 @@ def build_face_models(
     fp32 = convert_face(profile, Path(out_dir) / "fp32", progress=progress)
     calibration = reference = None
     if output_format.tflite:  # shared by the ONNX INT8 and the TFLite twins
-        calibration, reference = _twin_inputs(fp32.out_dir, profile, DEFAULT_CALIBRATION_COUNT, progress)
+        calibration, reference = twin_inputs(fp32.out_dir, profile, DEFAULT_CALIBRATION_COUNT, progress)
     mode = QuantMode.DYNAMIC if dynamic else None
     quant = quantize_face_models(
         fp32.out_dir, out_dir, profile, precision, progress=progress, mode=mode,

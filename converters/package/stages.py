@@ -244,10 +244,10 @@ def _face_quantized(ctx: StageContext) -> dict:
     fp32_report = _read_json(fp32_dir / "report.json")
     inputs = None
     if ctx.tflite:  # one calibration set and fp32 reference for the ONNX INT8 and the TFLite twins
-        from converters.face.build import _twin_inputs
+        from converters.face.build import twin_inputs
         from converters.face.quantize import DEFAULT_CALIBRATION_COUNT
 
-        inputs = _twin_inputs(fp32_dir, ctx.profile, DEFAULT_CALIBRATION_COUNT, ctx.progress)
+        inputs = twin_inputs(fp32_dir, ctx.profile, DEFAULT_CALIBRATION_COUNT, ctx.progress)
     ctx.progress(f"quantizing the face models to {ctx.precision.value} and checking them against fp32")
     build = quantize_face_models(
         fp32_dir, q_dir, ctx.profile, ctx.precision, progress=ctx.progress,

@@ -150,3 +150,36 @@ def test_build_carries_the_twins_and_the_manifest_lists_them(converted, tmp_path
         assert listed[f"models/face/{name}"]["sha256"] == file_sha256(out / name)
     assert not any("onnx2tf" in path for path in listed)
     assert verify_bundle(bundle.folder).files == len(listed)
+
+
+def test_a_twin_that_misses_its_threshold_fails_the_build_after_writing_the_report(converted, tmp_path):
+    """The gate's failure path without converting again: the CLI's fp32 twins (reused) against a profile whose
+    fp32 tolerance no real conversion meets."""
+    import dataclasses
+    import shutil
+
+    from converters.face.build import twin_inputs
+    from converters.face.tflite_twins import raise_if_failed, write_tflite_twins
+    from edge.errors import ValidationError
+    from edge.profiles import load_profile
+
+    out, _, _ = converted
+    profile = load_profile("rpi4")
+    strict = dataclasses.replace(
+        profile, thresholds=dataclasses.replace(profile.thresholds, embed_max_abs_diff_fp32=1e-9)
+    )
+    folder = tmp_path / "strict"
+    shutil.copytree(out, folder, ignore=shutil.ignore_patterns("*.tflite", "tflite_report.*", "onnx2tf"))
+    calibration, reference = twin_inputs(out, strict, 8, lambda _msg: None)
+    report = write_tflite_twins(out, folder, strict, calibration, reference)  # fp32 twins: copied from ``out``
+    (failure,) = report.failures
+    assert failure.startswith("TFLite embedder (face_embedder_fp32.tflite): max |diff| to face_embedder.onnx ")
+    assert failure.endswith(" > 1e-09")
+    with pytest.raises(ValidationError) as err:
+        raise_if_failed(report)
+    assert str(err.value) == (
+        f"TFLite face models for rpi4 failed their checks (see {folder / 'tflite_report.md'}):\n  {failure}"
+    )
+    md = (folder / "tflite_report.md").read_text()
+    assert "Verdict: **FAILED**" in md and failure in md
+    assert "tflite.embedder" in {e.role for e in face_models.read_models_file(folder).values()}
