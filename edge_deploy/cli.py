@@ -15,7 +15,7 @@ from pathlib import Path
 
 from edge import __version__
 from edge.errors import EdgeDeployError
-from edge.profiles import DEFAULT_PROFILE_DIR, available_targets, load_all, load_profile
+from edge.profiles import DEFAULT_PROFILE_DIR, FaceFormats, available_targets, load_all, load_profile
 from edge_deploy.common import print_json, run
 
 EPILOG = """\
@@ -92,14 +92,15 @@ def _add_targets(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_convert_face(args: argparse.Namespace) -> int:
-    from converters.face.build import OutputFormat, build_face_models
+    from converters.face.build import build_face_models
     from edge.profiles import Precision
     from edge.progress import StepProgress
 
     profile = load_profile(args.target, Path(args.profiles))
     progress = StepProgress(stream=None if args.json else sys.stderr)
     precision = Precision(args.precision) if args.precision else None
-    built = build_face_models(profile, Path(args.output), precision, args.dynamic, progress, OutputFormat(args.format))
+    formats = FaceFormats(args.format) if args.format else None
+    built = build_face_models(profile, Path(args.output), precision, args.dynamic, progress, formats)
     if args.json:
         print_json(built.to_dict())
     else:
@@ -158,10 +159,9 @@ def _add_convert_face(csub: argparse._SubParsersAction) -> None:
     f.add_argument("--dynamic", action="store_true", help="dynamic instead of static (calibrated) INT8")
     f.add_argument(
         "--format",
-        choices=["onnx", "tflite", "both"],
-        default="onnx",
-        help="onnx (default; no profile asks for TFLite), or also the TFLite twins (tflite = both: ONNX is "
-        "always kept)",
+        choices=[f.value for f in FaceFormats],
+        help="onnx, or also the TFLite twins (tflite writes what both does: ONNX is always kept); default: the "
+        "profile's runtime.face_formats (onnx in every shipped profile)",
     )
     f.add_argument("--json", action="store_true", help="print the build record as JSON")
     f.add_argument("--profiles", default=str(DEFAULT_PROFILE_DIR), help=argparse.SUPPRESS)

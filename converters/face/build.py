@@ -9,7 +9,6 @@ leaves its explanation on disk.
 
 from __future__ import annotations
 
-import enum
 import importlib.util
 import json
 import time
@@ -27,7 +26,7 @@ from edge import __version__
 from edge.errors import InputError, ValidationError
 from edge.face import models as face_models
 from edge.face.models import FaceModel
-from edge.profiles import Precision, TargetProfile
+from edge.profiles import FaceFormats, Precision, TargetProfile
 from edge.progress import ProgressFn, silent
 from edge.runtime import default_threads
 
@@ -40,18 +39,6 @@ MIN_PROOF_CHIPS = 20
 #: Calibration images whose cascade crops an fp32 build's RNet/ONet twins are compared on (INT8 builds use
 #: the INT8 calibration set itself).
 TWIN_CALIBRATION_IMAGES = 16
-
-
-class OutputFormat(enum.StrEnum):
-    """What ``convert face --format`` writes: ONNX (and ORT) only, or the TFLite twins too."""
-
-    ONNX = "onnx"
-    TFLITE = "tflite"
-    BOTH = "both"
-
-    @property
-    def tflite(self) -> bool:
-        return self is not OutputFormat.ONNX
 
 
 @dataclass
@@ -394,15 +381,16 @@ def build_face_models(
     precision: Precision | None = None,
     dynamic: bool = False,
     progress: ProgressFn = silent,
-    output_format: OutputFormat = OutputFormat.ONNX,
+    output_format: FaceFormats | None = None,
 ) -> FaceModels:
     """The deployable face models for ``profile`` in ``out_dir``, at ``precision`` (default: the profile's).
 
     fp32 goes straight into ``out_dir``. For int8/fp16 the fp32 models (checked as in ``convert_face``) go
     into ``out_dir/fp32`` and the quantized, gated set (with its own models.json) into ``out_dir``. With
-    ``output_format`` tflite/both each folder also gets the TFLite twins of its nets
-    (``converters.face.tflite_twins``; INT8 for the nets the ONNX build quantizes, calibrated on the same
-    samples), checked against ONNX and gated; their section is added to the folder's report.
+    ``output_format`` (default: the profile's ``runtime.face_formats``) tflite or both, each folder also gets
+    the TFLite twins of its nets (``converters.face.tflite_twins``; INT8 for the nets the ONNX build
+    quantizes, calibrated on the same samples), checked against ONNX and gated; their section is added to the
+    folder's report.
 
     Returns:
         ``FaceModels(fp32, quantized or None, TFLite twin reports)``.
@@ -416,6 +404,7 @@ def build_face_models(
     from converters.face.tflite_twins import raise_if_failed
 
     precision = precision or profile.runtime.precision
+    output_format = output_format or profile.runtime.face_formats
     if precision is Precision.INT4:  # a profile's default for LMs; CNN weights get INT8
         precision = Precision.INT8
     _check_format(precision, dynamic, output_format)

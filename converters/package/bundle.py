@@ -69,7 +69,7 @@ class BuildOptions:
         sign_key: an Ed25519 private key file (``edge-deploy keygen``): ``manifest.sig`` is written beside
             ``manifest.json``. The key itself never enters the bundle.
         tflite: the face models also carry their TFLite twins (``build --format both``), listed in their
-            models.json and in the manifest.
+            models.json and in the manifest; None: as the profile's ``runtime.face_formats`` says.
     """
 
     precision: Precision | None = None
@@ -77,7 +77,7 @@ class BuildOptions:
     archive: bool = True
     sign_key: Path | None = None
     golden: bool = True
-    tflite: bool = False
+    tflite: bool | None = None
 
 
 @dataclass
@@ -294,11 +294,12 @@ def build_bundle(
     if opts.sign_key is not None:
         load_private_key(opts.sign_key)  # a bad key or mode fails now, not after the conversions
     precision = opts.precision or profile.runtime.precision
+    tflite = profile.runtime.face_formats.tflite if opts.tflite is None else opts.tflite
     folder = Path(out_dir) / f"{profile.name}-{'-'.join(kinds)}"
     bundle = Bundle(folder, None, {})
     stage_outputs = []
     for kind in kinds:
-        files, result, key, hit = _run_stage(STAGES[kind], profile, precision, Path(cache_dir), progress, opts.tflite)
+        files, result, key, hit = _run_stage(STAGES[kind], profile, precision, Path(cache_dir), progress, tflite)
         bundle.stage_cache_hits[kind] = hit
         stage_outputs.append((files, result, key))
     progress(f"assembling {folder}")
