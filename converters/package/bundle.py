@@ -295,6 +295,10 @@ def build_bundle(
         load_private_key(opts.sign_key)  # a bad key or mode fails now, not after the conversions
     precision = opts.precision or profile.runtime.precision
     tflite = profile.runtime.face_formats.tflite if opts.tflite is None else opts.tflite
+    if tflite and ModelKind.FACE in kinds:
+        from converters.tflite.convert import onnx2tf_executable
+
+        onnx2tf_executable()  # a missing venv fails now (naming scripts/setup_onnx2tf.sh), not after minutes
     folder = Path(out_dir) / f"{profile.name}-{'-'.join(kinds)}"
     bundle = Bundle(folder, None, {})
     stage_outputs = []
