@@ -360,7 +360,12 @@ def add_tflite_twins(
     return twins
 
 
-def _check_format(precision: Precision, dynamic: bool, output_format) -> None:
+def check_formats(precision: Precision, dynamic: bool, output_format: FaceFormats) -> None:
+    """Refuse a format that cannot be built at ``precision`` (before any work).
+
+    Raises:
+        InputError: TFLite twins with fp16 or dynamic INT8, naming the options.
+    """
     if not output_format.tflite:
         return
     if precision is Precision.FP16:
@@ -407,7 +412,7 @@ def build_face_models(
     output_format = output_format or profile.runtime.face_formats
     if precision is Precision.INT4:  # a profile's default for LMs; CNN weights get INT8
         precision = Precision.INT8
-    _check_format(precision, dynamic, output_format)
+    check_formats(precision, dynamic, output_format)
     if output_format.tflite:
         from converters.tflite.convert import onnx2tf_executable
 

@@ -37,7 +37,7 @@ from edge import __version__
 from edge.bundle import BUNDLE_FORMAT, MANIFEST_FILE, MANIFEST_SCHEMA_VERSION, verify_bundle
 from edge.digest import file_sha256
 from edge.errors import BundleError
-from edge.profiles import Precision, TargetProfile
+from edge.profiles import FaceFormats, Precision, TargetProfile
 from edge.progress import ProgressFn, silent
 from edge.signing import SIGNATURE_FILE, load_private_key, sign_manifest
 
@@ -295,10 +295,12 @@ def build_bundle(
         load_private_key(opts.sign_key)  # a bad key or mode fails now, not after the conversions
     precision = opts.precision or profile.runtime.precision
     tflite = profile.runtime.face_formats.tflite if opts.tflite is None else opts.tflite
-    if tflite and ModelKind.FACE in kinds:
+    if tflite and ModelKind.FACE in kinds:  # what cannot be built fails now, not after minutes of work
+        from converters.face.build import check_formats
         from converters.tflite.convert import onnx2tf_executable
 
-        onnx2tf_executable()  # a missing venv fails now (naming scripts/setup_onnx2tf.sh), not after minutes
+        check_formats(precision, False, FaceFormats.BOTH)
+        onnx2tf_executable()  # a missing venv names scripts/setup_onnx2tf.sh
     folder = Path(out_dir) / f"{profile.name}-{'-'.join(kinds)}"
     bundle = Bundle(folder, None, {})
     stage_outputs = []

@@ -222,7 +222,7 @@ def _face_metrics(report: dict[str, Any]) -> dict[str, Any]:
     return metrics
 
 
-def _twins(ctx: StageContext, fp32_dir: Path, folder: Path, inputs=None, int8_nets=()) -> None:
+def _twins(ctx: StageContext, fp32_dir: Path, folder: Path, inputs: tuple | None = None, int8_nets: tuple = ()) -> None:
     """The TFLite twins into ``folder``; onnx2tf's logs go to the work folder (kept after a failure)."""
     from converters.face.build import add_tflite_twins
     from converters.face.tflite_twins import raise_if_failed
@@ -313,7 +313,9 @@ def run_face(ctx: StageContext) -> StageResult:
     return face_result(ctx.precision, ctx.out_dir, quantization, metrics)
 
 
-def face_result(precision: Precision, folder: Path, quantization: dict[str, Any], metrics: dict[str, Any]):
+def face_result(
+    precision: Precision, folder: Path, quantization: dict[str, Any], metrics: dict[str, Any]
+) -> StageResult:
     """The face stage's StageResult for a filled ``folder``: its files, formats and sources from models.json
     (a source once, though a TFLite twin shares its ONNX model's)."""
     models = _read_json(folder / "models.json").get("models", [])

@@ -138,3 +138,13 @@ def test_convert_face_format_that_cannot_be_built_fails_before_any_work(tmp_path
     assert main(["convert", "face", "--target", "rpi4", "-o", str(out), *extra]) == 3
     assert capsys.readouterr().err == message
     assert not out.exists()
+
+
+def test_build_with_tflite_twins_at_fp16_fails_before_any_stage(tmp_path, capsys):
+    argv = ["build", "--target", "rpi4", "--model", "face", "--precision", "fp16", "--format", "both"]
+    assert main([*argv, "-o", str(tmp_path / "dist"), "--cache", str(tmp_path / "cache"), "--no-wheels"]) == 3
+    assert capsys.readouterr().err == (
+        "Error: --format both with --precision fp16: the TFLite twins are fp32 and full-integer INT8; use "
+        "--precision fp32 or int8, or --format onnx\n"
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
