@@ -75,6 +75,21 @@ class Precision(enum.Enum):
     INT4 = "int4"
 
 
+class FaceFormats(enum.Enum):
+    """Which files a face build writes (``runtime.face_formats``, ``convert face --format``): ONNX (and ORT)
+    only, or also their TFLite twins (``converters/face/tflite_twins.py``). ``tflite`` writes what ``both``
+    does: the ONNX files are the twins' source, the gate's reference and what runs MTCNN's PNet."""
+
+    ONNX = "onnx"
+    TFLITE = "tflite"
+    BOTH = "both"
+
+    @property
+    def tflite(self) -> bool:
+        """True when the TFLite twins are written."""
+        return self is not FaceFormats.ONNX
+
+
 class QuantType(enum.Enum):
     INT8 = "int8"
     UINT8 = "uint8"
@@ -124,6 +139,7 @@ class RuntimeSpec:
     default: Runtime
     precision: Precision
     threads: int
+    face_formats: FaceFormats
 
 
 @dataclass(frozen=True)
@@ -184,6 +200,7 @@ class TargetProfile:
                 "default": self.runtime.default.value,
                 "precision": self.runtime.precision.value,
                 "threads": self.runtime.threads,
+                "face_formats": self.runtime.face_formats.value,
             },
             "quant": {
                 "activations": self.quant.activations.value,
@@ -219,7 +236,12 @@ _SCHEMA: Schema = {
         "qemu_cpu": Field(str, None),
     },
     "memory": {"min_mb": Field(int, high=1 << 24), "max_mb": Field(int, high=1 << 24)},
-    "runtime": {"default": Field(Runtime), "precision": Field(Precision), "threads": Field(int)},
+    "runtime": {
+        "default": Field(Runtime),
+        "precision": Field(Precision),
+        "threads": Field(int),
+        "face_formats": Field(FaceFormats),
+    },
     "quant": {
         "activations": Field(QuantType),
         "weights": Field(QuantType),
@@ -273,6 +295,11 @@ def _check_rules(where: str, p: TargetProfile) -> None:
     if bad:
         raise ProfileError(
             f"{where}: cpu.isa_features has {', '.join(bad)}, which cpu.arch = '{p.cpu.arch.value}' does not have"
+        )
+    if p.cpu.arch is Arch.WASM32 and p.runtime.face_formats.tflite:
+        raise ProfileError(
+            f"{where}: runtime.face_formats = '{p.runtime.face_formats.value}' with cpu.arch = 'wasm32'; "
+            "expected 'onnx' (the browser runs onnxruntime-web)"
         )
     if (p.cpu.arch is Arch.WASM32) != (p.runtime.default is Runtime.ONNXRUNTIME_WEB):
         raise ProfileError(

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from edge import __version__
 from edge.errors import EdgeDeployError
-from edge.profiles import DEFAULT_PROFILE_DIR, available_targets, load_all, load_profile
+from edge.profiles import DEFAULT_PROFILE_DIR, FaceFormats, available_targets, load_all, load_profile
 from edge_deploy.common import print_json, run
 
 EPILOG = """\
@@ -101,13 +101,12 @@ def _cmd_convert_face(args: argparse.Namespace) -> int:
     profile = load_profile(args.target, Path(args.profiles))
     progress = StepProgress(stream=None if args.json else sys.stderr)
     precision = Precision(args.precision) if args.precision else None
-    fp32, quant = build_face_models(profile, Path(args.output), precision, args.dynamic, progress)
+    formats = FaceFormats(args.format) if args.format else None
+    built = build_face_models(profile, Path(args.output), precision, args.dynamic, progress, formats)
     if args.json:
-        print_json({"fp32": fp32.to_dict(), "quantized": quant.to_dict() if quant else None})
+        print_json(built.to_dict())
     else:
-        print(fp32.summary())
-        if quant:
-            print(quant.summary())
+        print(built.summary())
     return 0
 
 
@@ -169,6 +168,41 @@ def _add_convert_blazeface(csub: argparse._SubParsersAction) -> None:
     b.set_defaults(func=_cmd_convert_blazeface)
 
 
+def _add_convert_face(csub: argparse._SubParsersAction) -> None:
+    f = csub.add_parser(
+        "face",
+        help="dlib ResNet-29 embedder + MTCNN detector + dlib 5-point landmarks",
+        description="Read dlib's face-recognition ResNet-29 and 5-point landmark model from "
+        "face-recognition-models (no dlib needed) and MTCNN's P/R/O-nets from facenet-pytorch, export them, "
+        "prove the ONNX outputs equal the source networks (and, with dlib installed, equal dlib's own "
+        "descriptor and face_recognition's decisions), then quantize to the target's precision behind the "
+        "accuracy gate. Writes models.json (roles, sha256, sources and licences) and report.md/json. "
+        "With --format tflite or both, also the TFLite twins of the embedder and MTCNN's R/O-nets (onnx2tf, "
+        "in .venv-onnx2tf from scripts/setup_onnx2tf.sh; here 8 s for RNet, 1.5 min for the embedder): "
+        "fp32, and full-integer INT8 for what the int8 build quantizes, calibrated on the same samples; each "
+        "compared with its ONNX source and behind the same gate; listed in models.json as tflite.<role>. "
+        "The ONNX files are written either way (the twins' source, the gate's reference, and PNet, which has "
+        "no fixed input size).",
+        epilog="examples:\n  edge-deploy convert face --target rpi4 -o out/face            (profile: int8)\n"
+        "  edge-deploy convert face --target rpi4 --precision fp32 -o out/face32\n"
+        "  edge-deploy convert face --target rpi4 --precision fp32 --format both -o out/face32  (+ .tflite)",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    f.add_argument("--target", "-t", required=True, help="target profile, e.g. rpi4 (see: edge-deploy targets)")
+    f.add_argument("--output", "-o", required=True, help="output folder")
+    f.add_argument("--precision", choices=["fp32", "fp16", "int8"], help="default: the profile's")
+    f.add_argument("--dynamic", action="store_true", help="dynamic instead of static (calibrated) INT8")
+    f.add_argument(
+        "--format",
+        choices=[f.value for f in FaceFormats],
+        help="onnx, or also the TFLite twins (tflite writes what both does: ONNX is always kept); default: the "
+        "profile's runtime.face_formats (onnx in every shipped profile)",
+    )
+    f.add_argument("--json", action="store_true", help="print the build record as JSON")
+    f.add_argument("--profiles", default=str(DEFAULT_PROFILE_DIR), help=argparse.SUPPRESS)
+    f.set_defaults(func=_cmd_convert_face)
+
+
 def _add_convert(sub: argparse._SubParsersAction) -> None:
     from edge_deploy import model_commands
 
@@ -180,25 +214,7 @@ def _add_convert(sub: argparse._SubParsersAction) -> None:
         "to the models.",
     )
     csub = p.add_subparsers(dest="model", required=True, metavar="MODEL")
-    f = csub.add_parser(
-        "face",
-        help="dlib ResNet-29 embedder + MTCNN detector + dlib 5-point landmarks",
-        description="Read dlib's face-recognition ResNet-29 and 5-point landmark model from "
-        "face-recognition-models (no dlib needed) and MTCNN's P/R/O-nets from facenet-pytorch, export them, "
-        "prove the ONNX outputs equal the source networks (and, with dlib installed, equal dlib's own "
-        "descriptor and face_recognition's decisions), then quantize to the target's precision behind the "
-        "accuracy gate. Writes models.json (roles, sha256, sources and licences) and report.md/json.",
-        epilog="examples:\n  edge-deploy convert face --target rpi4 -o out/face            (profile: int8)\n"
-        "  edge-deploy convert face --target rpi4 --precision fp32 -o out/face32",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    f.add_argument("--target", "-t", required=True, help="target profile, e.g. rpi4 (see: edge-deploy targets)")
-    f.add_argument("--output", "-o", required=True, help="output folder")
-    f.add_argument("--precision", choices=["fp32", "fp16", "int8"], help="default: the profile's")
-    f.add_argument("--dynamic", action="store_true", help="dynamic instead of static (calibrated) INT8")
-    f.add_argument("--json", action="store_true", help="print the build record as JSON")
-    f.add_argument("--profiles", default=str(DEFAULT_PROFILE_DIR), help=argparse.SUPPRESS)
-    f.set_defaults(func=_cmd_convert_face)
+    _add_convert_face(csub)
     _add_convert_blazeface(csub)
     s = csub.add_parser(
         "slm",

@@ -26,6 +26,7 @@ SLOW_MODULES = frozenset(
     {
         "test_browser",  # Chromium + onnxruntime-web, converted face and language models
         "test_build",  # whole Pi bundles, aarch64 wheelhouse, emulated install
+        "test_convert_face_tflite",  # edge-deploy convert face --format both: onnx2tf in its own venv
         "test_cpu_int8",  # INT8 runs under qemu-x86_64 -cpu Haswell (an AVX2-only CPU)
         "test_face_agreement",  # our face pipeline vs face_recognition over the evaluation pairs
         "test_face_quant",  # INT8 calibration and the accuracy gate

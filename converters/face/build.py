@@ -14,6 +14,7 @@ import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -25,7 +26,7 @@ from edge import __version__
 from edge.errors import InputError, ValidationError
 from edge.face import models as face_models
 from edge.face.models import FaceModel
-from edge.profiles import Precision, TargetProfile
+from edge.profiles import FaceFormats, Precision, TargetProfile
 from edge.progress import ProgressFn, silent
 from edge.runtime import default_threads
 
@@ -35,6 +36,9 @@ SHAPE5_FILE = "shape5.npz"
 PIPELINE_AGREEMENT_GOAL = 0.99
 #: How many real aligned chips the dlib proof uses at least.
 MIN_PROOF_CHIPS = 20
+#: Calibration images whose cascade crops an fp32 build's RNet/ONet twins are compared on (INT8 builds use
+#: the INT8 calibration set itself).
+TWIN_CALIBRATION_IMAGES = 16
 
 
 @dataclass
@@ -94,6 +98,26 @@ class FaceBuild:
         lines.append("  report: " + str(self.out_dir / "report.md"))
         lines.append("PASSED" if self.passed else "FAILED:\n  " + "\n  ".join(self.failures))
         return "\n".join(lines)
+
+
+@dataclass
+class FaceModels:
+    """What ``build_face_models`` produced: the fp32 build, the quantized one (or None), the TFLite twins."""
+
+    fp32: FaceBuild
+    quant: Any | None  # converters.face.quantize.QuantBuild (imported lazily: it pulls onnxruntime.quantization)
+    twins: list[Any]  # converters.face.tflite_twins.TwinReport, one per folder
+
+    def to_dict(self) -> dict:
+        return {
+            "fp32": self.fp32.to_dict(),
+            "quantized": self.quant.to_dict() if self.quant else None,
+            "tflite": [t.to_dict() for t in self.twins],
+        }
+
+    def summary(self) -> str:
+        parts = [self.fp32.summary()] + ([self.quant.summary()] if self.quant else [])
+        return "\n".join(parts + [t.summary() for t in self.twins])
 
 
 def _export(out_dir: Path, progress: ProgressFn) -> tuple[list[face_models.ModelEntry], list[OutputCheck]]:
@@ -285,38 +309,144 @@ def convert_face(profile: TargetProfile, out_dir: Path, progress: ProgressFn = s
     return build
 
 
+def _append_twins(report_md: Path, report_json: Path, twins) -> None:
+    """Add the TFLite twins' section to a build report (Markdown and JSON) already on disk."""
+    with report_md.open("a", encoding="utf-8") as fh:
+        fh.write("\n" + twins.markdown())
+    data = json.loads(report_json.read_text(encoding="utf-8"))
+    data["tflite"] = twins.to_dict()
+    report_json.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+
+
+def twin_inputs(fp32_dir: Path, profile: TargetProfile, count: int, progress: ProgressFn):
+    """(calibration, fp32 reference) for the TFLite twins: the same calibration and evaluation data as INT8."""
+    from converters.face.calibration import chip_landmarks, collect_calibration
+    from converters.face.facedata import make_eval_set
+    from converters.face.quant_eval import fp32_reference
+
+    threads = max(1, min(profile.runtime.threads, default_threads()))
+    calibration = collect_calibration(fp32_dir, count, threads=threads, progress=progress)
+    progress("running the fp32 pipeline on the evaluation set (the reference of the gate)")
+    nets = face_models.model_paths(fp32_dir, face_models.FACE_NETS)
+    return calibration, fp32_reference(make_eval_set(0), nets, threads, chip_landmarks(fp32_dir))
+
+
+def add_tflite_twins(
+    fp32_dir: Path,
+    out_dir: Path,
+    profile: TargetProfile,
+    inputs: tuple | None = None,
+    int8_nets: tuple[FaceModel, ...] = (),
+    progress: ProgressFn = silent,
+):
+    """The TFLite twins of ``fp32_dir``'s nets in ``out_dir`` (``converters.face.tflite_twins``), their section
+    added to the folder's report (``report.md``/``.json`` of an fp32 folder, else ``quant_report.*``).
+
+    Args:
+        inputs: ``(calibration, fp32 reference)`` shared with the INT8 build; None: made here (calibration
+            crops of ``TWIN_CALIBRATION_IMAGES`` images, which an fp32 build only compares on).
+
+    Returns:
+        The TwinReport; the caller raises on its failures (``tflite_twins.raise_if_failed``).
+    """
+    from converters.face.tflite_twins import write_tflite_twins
+
+    calibration, reference = inputs or twin_inputs(fp32_dir, profile, TWIN_CALIBRATION_IMAGES, progress)
+    twins = write_tflite_twins(
+        fp32_dir, out_dir, profile, calibration, reference, int8_nets=int8_nets, progress=progress
+    )
+    name = "report" if Path(out_dir).resolve() == Path(fp32_dir).resolve() else "quant_report"
+    _append_twins(Path(out_dir) / f"{name}.md", Path(out_dir) / f"{name}.json", twins)
+    return twins
+
+
+def check_formats(precision: Precision, dynamic: bool, output_format: FaceFormats) -> None:
+    """Refuse a format that cannot be built at ``precision`` (before any work).
+
+    Raises:
+        InputError: TFLite twins with fp16 or dynamic INT8, naming the options.
+    """
+    if not output_format.tflite:
+        return
+    if precision is Precision.FP16:
+        raise InputError(
+            f"--format {output_format.value} with --precision fp16: the TFLite twins are fp32 and full-integer "
+            "INT8; use --precision fp32 or int8, or --format onnx"
+        )
+    if dynamic:
+        raise InputError(
+            f"--format {output_format.value} with --dynamic: the INT8 TFLite twin is full-integer, calibrated; "
+            "drop --dynamic or use --format onnx"
+        )
+
+
 def build_face_models(
     profile: TargetProfile,
     out_dir: Path,
     precision: Precision | None = None,
     dynamic: bool = False,
     progress: ProgressFn = silent,
-):
+    output_format: FaceFormats | None = None,
+) -> FaceModels:
     """The deployable face models for ``profile`` in ``out_dir``, at ``precision`` (default: the profile's).
 
     fp32 goes straight into ``out_dir``. For int8/fp16 the fp32 models (checked as in ``convert_face``) go
-    into ``out_dir/fp32`` and the quantized, gated set (with its own models.json) into ``out_dir``.
+    into ``out_dir/fp32`` and the quantized, gated set (with its own models.json) into ``out_dir``. With
+    ``output_format`` (default: the profile's ``runtime.face_formats``) tflite or both, each folder also gets
+    the TFLite twins of its nets (``converters.face.tflite_twins``; INT8 for the nets the ONNX build
+    quantizes, calibrated on the same samples), checked against ONNX and gated; their section is added to the
+    folder's report.
 
     Returns:
-        ``(FaceBuild, QuantBuild | None)``.
+        ``FaceModels(fp32, quantized or None, TFLite twin reports)``.
 
     Raises:
-        ConversionError / ValidationError: as ``convert_face`` and ``quantize_face_models``.
+        InputError: --dynamic without int8, or a format that does not go with the precision.
+        MissingDependencyError: TFLite asked for and onnx2tf's venv is missing (naming its set-up script).
+        ConversionError / ValidationError: as ``convert_face``, ``quantize_face_models`` and
+            ``write_tflite_twins``.
     """
+    from converters.face.tflite_twins import raise_if_failed
+
     precision = precision or profile.runtime.precision
+    output_format = output_format or profile.runtime.face_formats
     if precision is Precision.INT4:  # a profile's default for LMs; CNN weights get INT8
         precision = Precision.INT8
+    check_formats(precision, dynamic, output_format)
+    if output_format.tflite:
+        from converters.tflite.convert import onnx2tf_executable
+
+        onnx2tf_executable()  # fail before minutes of work when onnx2tf's venv is missing
     if precision is Precision.FP32:
         if dynamic:
             raise InputError("--dynamic is dynamic INT8 quantization; it needs --precision int8")
-        return convert_face(profile, out_dir, progress=progress), None
-    from converters.face.quantize import quantize_face_models
+        fp32 = convert_face(profile, out_dir, progress=progress)
+        if not output_format.tflite:
+            return FaceModels(fp32, None, [])
+        twins = add_tflite_twins(fp32.out_dir, fp32.out_dir, profile, progress=progress)
+        raise_if_failed(twins)
+        return FaceModels(fp32, None, [twins])
+    from converters.face.quantize import DEFAULT_CALIBRATION_COUNT, quantize_face_models
     from converters.quantize import QuantMode
 
     fp32 = convert_face(profile, Path(out_dir) / "fp32", progress=progress)
+    calibration = reference = None
+    if output_format.tflite:  # shared by the ONNX INT8 and the TFLite twins
+        calibration, reference = twin_inputs(fp32.out_dir, profile, DEFAULT_CALIBRATION_COUNT, progress)
     mode = QuantMode.DYNAMIC if dynamic else None
-    quant = quantize_face_models(Path(out_dir) / "fp32", out_dir, profile, precision, progress=progress, mode=mode)
-    return fp32, quant
+    quant = quantize_face_models(
+        fp32.out_dir, out_dir, profile, precision, progress=progress, mode=mode,
+        calibration=calibration, reference=reference,
+    )  # fmt: skip
+    if calibration is None or reference is None:
+        return FaceModels(fp32, quant, [])
+    inputs = (calibration, reference)
+    twins = [add_tflite_twins(fp32.out_dir, fp32.out_dir, profile, inputs, progress=progress)]
+    int8_nets = tuple(FaceModel(net) for net in quant.settings)
+    twins.append(add_tflite_twins(fp32.out_dir, quant.out_dir, profile, inputs, int8_nets, progress))
+    for report in twins:
+        raise_if_failed(report)
+    return FaceModels(fp32, quant, twins)
 
 
 def export_face_models(out_dir: Path, target: str = "rpi4", progress: ProgressFn = silent) -> Path:

@@ -135,8 +135,8 @@ class QuantBuild:
             )
 
 
-def gate_failures(profile: TargetProfile, embedder: dict, detector: dict) -> list[str]:
-    """Every threshold of ``profile`` that the measurements miss, with values and thresholds in the text."""
+def embedder_failures(profile: TargetProfile, embedder: dict) -> list[str]:
+    """The embedder's thresholds of ``profile`` that ``embedder`` (``EmbedderStats.to_dict()``) misses."""
     t = profile.thresholds
     where = f"{profile.source.name} [thresholds]"
     out = []
@@ -152,6 +152,14 @@ def gate_failures(profile: TargetProfile, embedder: dict, detector: dict) -> lis
             f"embedder: same/different decisions agree with fp32 on {agreement:.4f} of pairs "
             f"({dec['agree']} of {dec['pairs']}) < embed_decision_agreement {t.embed_decision_agreement:g} ({where})"
         )
+    return out
+
+
+def gate_failures(profile: TargetProfile, embedder: dict, detector: dict) -> list[str]:
+    """Every threshold of ``profile`` that the measurements miss, with values and thresholds in the text."""
+    t = profile.thresholds
+    where = f"{profile.source.name} [thresholds]"
+    out = embedder_failures(profile, embedder)
     if detector["lost"] > t.detect_max_lost:
         out.append(
             f"detector: {detector['lost']} of {detector['faces']} faces found by fp32 lost (no box with IoU >= "
@@ -203,7 +211,8 @@ def _entries(fp32_dir: Path, out_dir: Path, shipped: dict[str, Path], fmt: str, 
         for net in FACE_NETS
     ]
     for role, entry in sources.items():
-        if role not in {net.role for net in FACE_NETS}:  # e.g. the 5-point landmark model (numpy, not quantized)
+        # e.g. the 5-point landmark model (numpy, not quantized); TFLite twins are made apart (face.tflite_twins)
+        if role not in {net.role for net in FACE_NETS} and not role.startswith("tflite."):
             shutil.copy(fp32_dir / entry.file, out_dir / entry.file)
             entries.append(
                 face_models.describe(out_dir / entry.file, role, entry.format, entry.precision, entry.source)

@@ -37,7 +37,7 @@ from edge import __version__
 from edge.bundle import BUNDLE_FORMAT, MANIFEST_FILE, MANIFEST_SCHEMA_VERSION, verify_bundle
 from edge.digest import file_sha256
 from edge.errors import BundleError
-from edge.profiles import Precision, TargetProfile
+from edge.profiles import FaceFormats, Precision, TargetProfile
 from edge.progress import ProgressFn, silent
 from edge.signing import SIGNATURE_FILE, load_private_key, sign_manifest
 
@@ -70,6 +70,8 @@ class BuildOptions:
         golden: write the face golden set (``golden/``) that over-the-air updates check on the device.
         sign_key: an Ed25519 private key file (``edge-deploy keygen``): ``manifest.sig`` is written beside
             ``manifest.json``. The key itself never enters the bundle.
+        tflite: the face models also carry their TFLite twins (``build --format both``), listed in their
+            models.json and in the manifest; None: as the profile's ``runtime.face_formats`` says.
     """
 
     precision: Precision | None = None
@@ -77,6 +79,7 @@ class BuildOptions:
     archive: bool = True
     sign_key: Path | None = None
     golden: bool = True
+    tflite: bool | None = None
 
 
 @dataclass
@@ -155,11 +158,17 @@ def model_kinds(models: list[str]) -> list[ModelKind]:
 
 
 def _run_stage(
-    stage: ModelStage, profile: TargetProfile, precision: Precision, cache_dir: Path, progress: ProgressFn
+    stage: ModelStage,
+    profile: TargetProfile,
+    precision: Precision,
+    cache_dir: Path,
+    progress: ProgressFn,
+    tflite: bool = False,
 ) -> tuple[Path, StageResult, str, bool]:
     """The stage's cached folder (built when missing); its result, cache key and whether it was a hit."""
-    key = stage.cache_key(profile, precision)
-    prefix = f"{profile.name}-{stage.kind}-{precision.value}-"
+    tflite = tflite and stage.kind is ModelKind.FACE  # only the face models have TFLite twins
+    key = stage.cache_key(profile, precision, tflite)
+    prefix = f"{profile.name}-{stage.kind}{'-tflite' if tflite else ''}-{precision.value}-"
     folder = cache_dir / "stages" / f"{prefix}{key}"
     record = folder / "stage.json"
     if record.is_file():
@@ -172,9 +181,9 @@ def _run_stage(
     progress(f"{stage.kind} models: converting for {profile.name} at {precision.value}")
 
     def fp32_folder() -> Path:
-        return _run_stage(stage, profile, Precision.FP32, cache_dir, progress)[0]
+        return _run_stage(stage, profile, Precision.FP32, cache_dir, progress, tflite)[0]
 
-    ctx = StageContext(profile, precision, partial / "files", partial / "work", progress, fp32_folder)
+    ctx = StageContext(profile, precision, partial / "files", partial / "work", progress, fp32_folder, tflite)
     # On failure the .partial folder stays: the reports in it (named by the error) explain why.
     result = stage.run(ctx)
     shutil.rmtree(partial / "work")
@@ -301,11 +310,18 @@ def build_bundle(
     if opts.sign_key is not None:
         load_private_key(opts.sign_key)  # a bad key or mode fails now, not after the conversions
     precision = opts.precision or profile.runtime.precision
+    tflite = profile.runtime.face_formats.tflite if opts.tflite is None else opts.tflite
+    if tflite and ModelKind.FACE in kinds:  # what cannot be built fails now, not after minutes of work
+        from converters.face.build import check_formats
+        from converters.tflite.convert import onnx2tf_executable
+
+        check_formats(precision, False, FaceFormats.BOTH)
+        onnx2tf_executable()  # a missing venv names scripts/setup_onnx2tf.sh
     folder = Path(out_dir) / f"{profile.name}-{'-'.join(kinds)}"
     bundle = Bundle(folder, None, {})
     stage_outputs = []
     for kind in kinds:
-        files, result, key, hit = _run_stage(STAGES[kind], profile, precision, Path(cache_dir), progress)
+        files, result, key, hit = _run_stage(STAGES[kind], profile, precision, Path(cache_dir), progress, tflite)
         bundle.stage_cache_hits[kind] = hit
         stage_outputs.append((files, result, key))
     progress(f"assembling {folder}")

@@ -86,6 +86,7 @@ class StageContext:
         progress: called with a line per step.
         fp32_folder: returns this stage's fp32 output folder (from the cache, built when missing), for
             stages that quantize what the fp32 stage made; read it, never write to it.
+        tflite: also write the TFLite twins (face: ``converters.face.tflite_twins``; ``build --format``).
     """
 
     profile: TargetProfile
@@ -94,6 +95,7 @@ class StageContext:
     work_dir: Path
     progress: ProgressFn
     fp32_folder: Callable[[], Path]
+    tflite: bool = False
 
 
 StageFn = Callable[[StageContext], StageResult]
@@ -115,14 +117,16 @@ class ModelStage:
     code: tuple[str, ...]
     run: StageFn
 
-    def cache_key(self, profile: TargetProfile, precision: Precision) -> str:
-        """Hash of (source weights' sha256, profile file content, tool version, stage code, precision).
+    def cache_key(self, profile: TargetProfile, precision: Precision, tflite: bool = False) -> str:
+        """Hash of (source weights' sha256, profile file content, tool version, stage code, precision, TFLite).
 
         Raises:
             InputError: a source package is not installed.
         """
         h = hashlib.sha256()
         h.update(f"{self.kind}\0{precision.value}\0{__version__}\0{STAGE_CODE_VERSION}\0".encode())
+        if tflite:
+            h.update(b"tflite\0")
         for source in self.sources():
             h.update(source.key.encode() + b"\0" + file_sha256(source.locate()).encode() + b"\0")
         h.update(Path(profile.source).read_bytes())
@@ -188,16 +192,45 @@ def _read_json(path: Path) -> dict[str, Any]:
         raise ConversionError(f"{path}: cannot read the stage's report ({exc})") from exc
 
 
+def _twin_metrics(report: dict[str, Any]) -> dict[str, Any] | None:
+    """The TFLite twins' figures of a report (None without twins): per net file, precision, vs ONNX, gate."""
+    twins = report.get("tflite")
+    if not twins:
+        return None
+    nets = {}
+    for net, d in twins["nets"].items():
+        vs = {k: d["vs_onnx"][k] for k in ("samples", "max_abs_diff", "mean_cosine", "min_cosine")}
+        gate = {k: v for k, v in d.get("gate", {}).items() if k != "decisions"}
+        if "gate" in d:
+            gate["decision_agreement"] = d["gate"]["decisions"]["agreement"]
+        nets[net] = {"file": d["file"], "precision": d["precision"], "vs_onnx": vs, "gate": gate or None}
+    return {"passed": twins["passed"], "nets": nets}
+
+
 def _face_metrics(report: dict[str, Any]) -> dict[str, Any]:
     checks = report.get("source_checks", [])
     agreement = {k: v for k, v in report.get("pipeline_agreement", {}).items() if k != "summary"}
-    return {
+    metrics = {
         "passed": report.get("passed"),
         "onnx_vs_source_max_abs_diff": max((c["max_abs_diff"] for c in checks), default=None),
         "onnx_vs_source_outputs": len(checks),
         "embedder_vs_dlib": report.get("dlib_proof"),
         "pipeline_agreement": agreement,
     }
+    if report.get("tflite"):
+        metrics["tflite"] = _twin_metrics(report)
+    return metrics
+
+
+def _twins(ctx: StageContext, fp32_dir: Path, folder: Path, inputs: tuple | None = None, int8_nets: tuple = ()) -> None:
+    """The TFLite twins into ``folder``; onnx2tf's logs go to the work folder (kept after a failure)."""
+    from converters.face.build import add_tflite_twins
+    from converters.face.tflite_twins import raise_if_failed
+
+    twins = add_tflite_twins(fp32_dir, folder, ctx.profile, inputs, int8_nets, ctx.progress)
+    if (folder / "onnx2tf").is_dir():
+        shutil.move(folder / "onnx2tf", ctx.work_dir / f"onnx2tf-{folder.name}")
+    raise_if_failed(twins)
 
 
 def _face_quantized(ctx: StageContext) -> dict:
@@ -209,8 +242,19 @@ def _face_quantized(ctx: StageContext) -> dict:
 
     fp32_dir, q_dir = ctx.fp32_folder(), ctx.work_dir / "quant"
     fp32_report = _read_json(fp32_dir / "report.json")
+    inputs = None
+    if ctx.tflite:  # one calibration set and fp32 reference for the ONNX INT8 and the TFLite twins
+        from converters.face.build import twin_inputs
+        from converters.face.quantize import DEFAULT_CALIBRATION_COUNT
+
+        inputs = twin_inputs(fp32_dir, ctx.profile, DEFAULT_CALIBRATION_COUNT, ctx.progress)
     ctx.progress(f"quantizing the face models to {ctx.precision.value} and checking them against fp32")
-    build = quantize_face_models(fp32_dir, q_dir, ctx.profile, ctx.precision, progress=ctx.progress)
+    build = quantize_face_models(
+        fp32_dir, q_dir, ctx.profile, ctx.precision, progress=ctx.progress,
+        calibration=inputs[0] if inputs else None, reference=inputs[1] if inputs else None,
+    )  # fmt: skip
+    if inputs:
+        _twins(ctx, fp32_dir, q_dir, inputs, tuple(build.settings))
     quantized = face_models.read_models_file(q_dir)
     entries = []
     # A role the quantizer leaves alone (e.g. the numpy landmark model) ships as its fp32 file.
@@ -223,7 +267,7 @@ def _face_quantized(ctx: StageContext) -> dict:
         entries.append(chosen)
     arithmetic = _read_json(q_dir / "models.json").get("int8_arithmetic")
     face_models.write_models_file(ctx.out_dir, entries, ctx.profile.name, __version__, arithmetic)
-    for name in ("quant_report.json", "quant_report.md", "cosine_hist.png"):
+    for name in ("quant_report.json", "quant_report.md", "cosine_hist.png", "tflite_report.json", "tflite_report.md"):
         if (q_dir / name).is_file():
             shutil.copy2(q_dir / name, ctx.out_dir / name)
     for name in ("report.json", "report.md"):
@@ -237,6 +281,8 @@ def _face_quantized(ctx: StageContext) -> dict:
         "detector": {k: v for k, v in report["detector"].items() if not isinstance(v, list)},
         "end_to_end": report["end_to_end"],
     }
+    if ctx.tflite:
+        metrics["tflite"] = _twin_metrics(_read_json(q_dir / "quant_report.json"))
     settings = {
         "mode": report["mode"],
         "shipped": report["shipped"],
@@ -252,6 +298,8 @@ def run_face(ctx: StageContext) -> StageResult:
         from converters.face.build import convert_face
 
         convert_face(ctx.profile, ctx.out_dir, progress=ctx.progress)
+        if ctx.tflite:
+            _twins(ctx, ctx.out_dir, ctx.out_dir)
         metrics = _face_metrics(_read_json(ctx.out_dir / "report.json"))
         quantization: dict[str, Any] = {"method": "none"}
     elif ctx.precision in (Precision.INT8, Precision.FP16):
@@ -262,12 +310,18 @@ def run_face(ctx: StageContext) -> StageResult:
             f"precision {ctx.precision.value!r} for the face models; expected one of fp32, fp16, int8 "
             f"(set runtime.precision in {ctx.profile.source} or pass --precision)"
         )
-    models = _read_json(ctx.out_dir / "models.json").get("models", [])
-    sources = tuple({m["role"]: m["source"] for m in models}.values())
+    return face_result(ctx.precision, ctx.out_dir, quantization, metrics)
+
+
+def face_result(
+    precision: Precision, folder: Path, quantization: dict[str, Any], metrics: dict[str, Any]
+) -> StageResult:
+    """The face stage's StageResult for a filled ``folder``: its files, formats and sources from models.json
+    (a source once, though a TFLite twin shares its ONNX model's)."""
+    models = _read_json(folder / "models.json").get("models", [])
+    sources = tuple({json.dumps(m["source"], sort_keys=True): m["source"] for m in models}.values())
     formats = "+".join(sorted({m["format"] for m in models}))
-    return StageResult(
-        ModelKind.FACE, ctx.precision.value, formats, _files_of(ctx.out_dir), sources, quantization, metrics
-    )
+    return StageResult(ModelKind.FACE, precision.value, formats, _files_of(folder), sources, quantization, metrics)
 
 
 def run_slm(ctx: StageContext) -> StageResult:

@@ -81,13 +81,23 @@ def test_unknown_target_lists_the_known_ones():
             "thresholds.embed_mean_cosine = 1.5; expected a number in (0, 1]",
         ),
         ('name = "rpi4"', 'name = "rpi5"', "name = 'rpi5'; expected 'rpi4' (the file's name)"),
-        ("[memory]", "[memroy]", "unknown table [memroy]; expected one of [cpu], [memory], [quant], [runtime], [thresholds]"),
+        (
+            "[memory]",
+            "[memroy]",
+            "unknown table [memroy]; expected one of [cpu], [memory], [quant], [runtime], [thresholds]",
+        ),
         (
             'default = "onnxruntime"',
             'default = "onnxruntime-web"',
             "runtime.default = 'onnxruntime-web' with cpu.arch = 'aarch64'; onnxruntime-web is for, and only for, wasm32",
         ),
         ("schema_version = 1", "schema_version = 2", "schema_version = 2; expected 1"),
+        (
+            'face_formats = "onnx"',
+            'face_formats = "tf"',
+            "runtime.face_formats = 'tf'; expected one of onnx, tflite, both",
+        ),
+        ('face_formats = "onnx"', "", "missing key runtime.face_formats"),
         (
             "slm_perplexity_ratio = 1.10",
             "slm_perplexity_ratio = 0.9",
@@ -136,3 +146,21 @@ def test_an_x86_target_cannot_ask_for_int8_activations_in_int4_matmuls(tmp_path)
     )
     rpi4 = load_profile("rpi4")  # ARM targets keep level 4: the emulated-Pi check measures what they compute
     assert rpi4.quant.int4_accuracy_level == 4
+
+
+def test_face_formats_default_onnx_and_no_tflite_for_the_browser(tmp_path):
+    from edge.profiles import FaceFormats
+
+    assert {p.runtime.face_formats for p in load_all()} == {FaceFormats.ONNX}  # nothing measured favours LiteRT yet
+    assert load_profile("rpi4").to_dict()["runtime"]["face_formats"] == "onnx"
+    d = _copy(tmp_path, "browser-wasm")
+    _edit(d, "browser-wasm", 'face_formats = "onnx"', 'face_formats = "both"')
+    with pytest.raises(ProfileError) as exc:
+        load_profile("browser-wasm", d)
+    assert str(exc.value).endswith(
+        "browser-wasm.toml: runtime.face_formats = 'both' with cpu.arch = 'wasm32'; expected 'onnx' (the browser "
+        "runs onnxruntime-web)"
+    )
+    d = _copy(tmp_path, "rpi5")
+    _edit(d, "rpi5", 'face_formats = "onnx"', 'face_formats = "both"')
+    assert load_profile("rpi5", d).runtime.face_formats.tflite
