@@ -240,7 +240,8 @@ _SCHEMA: Schema = {
         "default": Field(Runtime),
         "precision": Field(Precision),
         "threads": Field(int),
-        "face_formats": Field(FaceFormats),
+        # optional: profiles written before the key existed keep building what they did (ONNX only)
+        "face_formats": Field(FaceFormats, FaceFormats.ONNX),
     },
     "quant": {
         "activations": Field(QuantType),

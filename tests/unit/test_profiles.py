@@ -97,7 +97,6 @@ def test_unknown_target_lists_the_known_ones():
             'face_formats = "tf"',
             "runtime.face_formats = 'tf'; expected one of onnx, tflite, both",
         ),
-        ('face_formats = "onnx"', "", "missing key runtime.face_formats"),
         (
             "slm_perplexity_ratio = 1.10",
             "slm_perplexity_ratio = 0.9",
@@ -146,6 +145,15 @@ def test_an_x86_target_cannot_ask_for_int8_activations_in_int4_matmuls(tmp_path)
     )
     rpi4 = load_profile("rpi4")  # ARM targets keep level 4: the emulated-Pi check measures what they compute
     assert rpi4.quant.int4_accuracy_level == 4
+
+
+def test_a_profile_without_face_formats_builds_onnx(tmp_path):
+    from edge.profiles import FaceFormats
+
+    d = _copy(tmp_path)
+    _edit(d, "rpi4", 'face_formats = "onnx"', "")
+    profile = load_profile("rpi4", d)
+    assert "face_formats" not in (d / "rpi4.toml").read_text() and profile.runtime.face_formats is FaceFormats.ONNX
 
 
 def test_face_formats_default_onnx_and_no_tflite_for_the_browser(tmp_path):
