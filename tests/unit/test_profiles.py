@@ -81,7 +81,11 @@ def test_unknown_target_lists_the_known_ones():
             "thresholds.embed_mean_cosine = 1.5; expected a number in (0, 1]",
         ),
         ('name = "rpi4"', 'name = "rpi5"', "name = 'rpi5'; expected 'rpi4' (the file's name)"),
-        ("[memory]", "[memroy]", "unknown table [memroy]; expected one of [cpu], [memory], [quant], [runtime], [thresholds]"),
+        (
+            "[memory]",
+            "[memroy]",
+            "unknown table [memroy]; expected one of [cpu], [memory], [quant], [runtime], [thresholds]",
+        ),
         (
             'default = "onnxruntime"',
             'default = "onnxruntime-web"',
@@ -136,3 +140,21 @@ def test_an_x86_target_cannot_ask_for_int8_activations_in_int4_matmuls(tmp_path)
     )
     rpi4 = load_profile("rpi4")  # ARM targets keep level 4: the emulated-Pi check measures what they compute
     assert rpi4.quant.int4_accuracy_level == 4
+
+
+def test_lm_head_is_fp32_on_the_pi4_only_and_checked(tmp_path):
+    """quant.lm_head: the Pi 4 (no dot product) computes the 8-bit head in fp32, the Pi 5 keeps int8 (UDOT);
+    absent means int8; anything else names the key and the choices."""
+    from edge.profiles import LmHead
+
+    heads = {p.name: p.quant.lm_head for p in load_all()}
+    assert heads["rpi4"] is LmHead.FP32 and heads["rpi5"] is LmHead.INT8
+    assert load_profile("rpi4").to_dict()["quant"]["lm_head"] == "fp32"
+    d = _copy(tmp_path)
+    _edit(d, "rpi4", 'lm_head = "fp32"\n', "")
+    assert load_profile("rpi4", d).quant.lm_head is LmHead.INT8
+    d = _copy(tmp_path)  # a fresh copy of the shipped file
+    _edit(d, "rpi4", 'lm_head = "fp32"', 'lm_head = "fp16"')
+    with pytest.raises(ProfileError) as exc:
+        load_profile("rpi4", d)
+    assert "rpi4.toml: quant.lm_head = 'fp16'; expected one of int8, fp32" in str(exc.value)
