@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -207,23 +208,50 @@ RUNTIME_MB = {  # what the head's weights take in memory after load (MB, 1e6 byt
 }
 
 
-def markdown(costs: list[tuple[str, ModelCost]], command: str) -> str:
+_RSS_CHILD = """
+import resource, sys, numpy as np
+from edge.runtime.ort_session import build_session
+def rss():
+    return next(int(x.split()[1]) for x in open('/proc/self/status') if x.startswith('VmRSS')) / 1024
+base = rss()
+s = build_session(sys.argv[1], 1)
+s.run(None, {'hidden': np.ones((1, 1, 576), np.float32)})
+print(rss() - base, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 - base)
+"""
+
+
+def host_rss(model: Path) -> tuple[float, float]:
+    """(MB more resident after load and one run, MB more at the peak) of a fresh host process, onnxruntime at
+    optimisation ALL: what the model costs in memory, including what folding constants at load takes."""
+    out = subprocess.run(
+        [sys.executable, "-c", _RSS_CHILD, str(model)], check=True, capture_output=True, text=True, timeout=600
+    )
+    after, peak = map(float, out.stdout.split()[-2:])
+    return after, peak
+
+
+def markdown(costs: list[tuple[str, ModelCost]], rss: dict[str, tuple[float, float]], command: str) -> str:
     lines = [
-        "| variant | what | weights in memory (MB) | core | M instr. / token | NEON share | SDOT+UDOT | repeat noise |",
-        "|---|---|---:|---|---:|---:|---:|---:|",
+        "| variant | what | weights (MB) | host RSS after load / peak at load (MB) | core | M instr. / token "
+        "| NEON share | SDOT+UDOT | repeat noise |",
+        "|---|---|---:|---:|---|---:|---:|---:|---:|",
     ]
     for name, c in costs:
         s = c.steady
+        after, peak = rss.get(name, (float("nan"), float("nan")))
         lines.append(
-            f"| `{name}` | {NOTES[name]} | {RUNTIME_MB[name]:.1f} | {c.cpu} | {s.total / 1e6:.1f} | "
-            f"{s.simd_share:.0%} | {(s.sdot + s.udot) / 1e6:.2f} M | {c.repeat_noise / 1e6:.2f} M |"
+            f"| `{name}` | {NOTES[name]} | {RUNTIME_MB[name]:.1f} | {after:.0f} / {peak:.0f} | {c.cpu} | "
+            f"{s.total / 1e6:.1f} | {s.simd_share:.0%} | {(s.sdot + s.udot) / 1e6:.2f} M | "
+            f"{c.repeat_noise / 1e6:.2f} M |"
         )
     return f"""## ARM race, the LM head alone: SmolLM2's 49152 x 576 head on emulated Cortex-A72 and A76
 
 One head model per variant (`benchmarks/slm_arm_head.py`: the SmolLM2 head's shape and storage, random
 codes), one thread, onnxruntime 1.32 at graph optimisation ALL; steady-state instructions per call
-(= per decoded token), `converters.arm.cost.measure_model`, k = 2. Machine: {machine_line()} (the host's
-CPU features do not enter the counts of the emulated cores).
+(= per decoded token), `converters.arm.cost.measure_model`, k = 2. Weights: what the head's weights take
+once loaded; host RSS: a fresh process on this host loading the head alone and running it once (the
+peak includes the constants onnxruntime folds at load; the fp32 variants fold 113 MB tables).
+Machine: {machine_line()} (the host's CPU features do not enter the counts of the emulated cores).
 
 {chr(10).join(lines)}
 
@@ -280,8 +308,12 @@ def main() -> int:
                 say(f"{cpu}: {name}: {done[(cpu, name)].steady.total / 1e6:.1f} M / token")
                 store.write_text(json.dumps([[n, c.to_dict()] for (_, n), c in done.items()], indent=1) + "\n")
             costs.append((name, done[(cpu, name)]))
+    rss = {}
+    for name in names:
+        say(f"host memory: {name}")
+        rss[name] = host_rss(models[name])
     command = "python benchmarks/slm_arm_head.py " + " ".join(sys.argv[1:])
-    text = markdown(costs, command.strip())
+    text = markdown(costs, rss, command.strip())
     print(text)
     if args.write:
         print(f"wrote {write_section('slm-arm-head', text)}", file=sys.stderr)
