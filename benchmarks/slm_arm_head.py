@@ -187,10 +187,10 @@ VARIANTS: dict[str, Callable[[Path], Path]] = {
     "q4-nbits-l4": lambda p: nbits_head(p, 4, 4),
 }
 NOTES = {
-    "q8-nbits-l4": "8-bit MatMulNBits, level 4 (the head of the rpi4 build before)",
-    "q8-nbits-l4-top8": "the same + exact top-8 logits (as shipped before)",
+    "q8-nbits-l4": "8-bit MatMulNBits, level 4",
+    "q8-nbits-l4-top8": "the same + exact top-8 logits: rpi5's head (and rpi4's before `quant.lm_head`)",
     "q8-nbits-l0": "8-bit MatMulNBits, level 0",
-    "fp32-gemm": "Gemm(x, E, transB=1), E fp32 [49152, 576] folded at load from the codes",
+    "fp32-gemm": "Gemm(x, E, transB=1), E fp32 [49152, 576] folded at load from the codes: rpi4's head",
     "fp32-matmul": "MatMul(x, E^T), E^T fp32 [576, 49152] folded at load",
     "int8-matmulinteger": "DynamicQuantizeLinear + MatMulInteger per 32-block (batched), 8-bit codes",
     "q4-nbits-l0": "4-bit MatMulNBits (re-rounded: lossy), level 0",
