@@ -215,17 +215,18 @@ def rss():
     return next(int(x.split()[1]) for x in open('/proc/self/status') if x.startswith('VmRSS')) / 1024
 base = rss()
 s = build_session(sys.argv[1], 1)
-s.run(None, {'hidden': np.ones((1, 1, 576), np.float32)})
+if len(sys.argv) < 3:
+    s.run(None, {'hidden': np.ones((1, 1, 576), np.float32)})
 print(rss() - base, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 - base)
 """
 
 
-def host_rss(model: Path) -> tuple[float, float]:
+def host_rss(model: Path, run: bool = True) -> tuple[float, float]:
     """(MB more resident after load and one run, MB more at the peak) of a fresh host process, onnxruntime at
-    optimisation ALL: what the model costs in memory, including what folding constants at load takes."""
-    out = subprocess.run(
-        [sys.executable, "-c", _RSS_CHILD, str(model)], check=True, capture_output=True, text=True, timeout=600
-    )
+    optimisation ALL: what the model costs in memory, including what folding constants at load takes.
+    ``run=False``: load only (a whole decoder, whose inputs this child does not make)."""
+    args = [sys.executable, "-c", _RSS_CHILD, str(model), *([] if run else ["--load-only"])]
+    out = subprocess.run(args, check=True, capture_output=True, text=True, timeout=600)
     after, peak = map(float, out.stdout.split()[-2:])
     return after, peak
 
@@ -276,6 +277,13 @@ def main() -> int:
     parser.add_argument("--variants", default=",".join(VARIANTS))
     parser.add_argument("--k", type=int, default=2)
     parser.add_argument("--fresh", action="store_true", help="count again what an earlier run counted")
+    parser.add_argument(
+        "--whole",
+        nargs="*",
+        type=Path,
+        default=[],
+        help="also: host memory of loading these whole SLM builds' model.onnx",
+    )
     parser.add_argument("--write", action="store_true", help="write the table into docs/benchmarks.md")
     args = parser.parse_args()
     names = [v for v in args.variants.split(",") if v]
@@ -314,6 +322,13 @@ def main() -> int:
         rss[name] = host_rss(models[name])
     command = "python benchmarks/slm_arm_head.py " + " ".join(sys.argv[1:])
     text = markdown(costs, rss, command.strip())
+    for folder in args.whole:
+        after, peak = host_rss(folder / "model.onnx", run=False)
+        settings = json.loads((folder / "report.json").read_text(encoding="utf-8"))["settings"]
+        text += (
+            f"\nWhole decoder `{folder.name}` (fp32_head = {settings.get('fp32_head', 0)}), loaded on this host: "
+            f"+{after:.0f} MB resident after load, +{peak:.0f} MB at the peak.\n"
+        )
     print(text)
     if args.write:
         print(f"wrote {write_section('slm-arm-head', text)}", file=sys.stderr)

@@ -100,8 +100,9 @@ class LmHead(enum.Enum):
 
     ``int8``: an 8-bit ``MatMulNBits`` with exact top-8 logits (fast with a dot product: Cortex-A76, x86
     VNNI); ``fp32``: a ``Gemm`` over the fp32 table that onnxruntime makes from the same 8-bit codes at load
-    (file unchanged, exact logits; ~89 MB more memory): onnxruntime 1.32 has no fast 8-bit kernel without a
-    dot product, so on a Cortex-A72 the fp32 head costs 12.3 M instructions a token against 458.7 M.
+    (file unchanged, exact logits; ~100 MB more resident, ~530 MB more at the load peak): onnxruntime 1.32
+    has no fast 8-bit kernel without a dot product, so on a Cortex-A72 the fp32 head costs 12.3 M
+    instructions a token against 458.7 M.
     """
 
     INT8 = "int8"
