@@ -176,6 +176,39 @@ def matmulinteger_head(path: Path) -> Path:
     return _save(nodes, inits, path)
 
 
+def fp32_blocks_head(path: Path) -> Path:
+    """Per-block fp32 products over ``Cast(codes)`` only (the folded table needs no scale multiply): the 18
+    partial sums per logit get the zero point (128 x block sum of x) and the block scales afterwards."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    codes, scales = _table()
+    nb = HIDDEN // BLOCK
+    inits = [
+        numpy_helper.from_array(codes, "head_codes"),  # [V, 18, 32], as the build stores them
+        numpy_helper.from_array(np.ascontiguousarray(scales.T[:, None, :]).astype(np.float16), "scales_t16"),
+        numpy_helper.from_array(np.array([-1, nb, BLOCK], np.int64), "blocks_shape"),
+        numpy_helper.from_array(np.array([-1], np.int64), "last"),
+        numpy_helper.from_array(np.array([0], np.int64), "first"),
+        numpy_helper.from_array(np.array(128, np.float32), "zero"),
+        numpy_helper.from_array(np.array([1, 1, VOCAB], np.int64), "logits_shape"),
+    ]
+    nodes = [
+        helper.make_node("Transpose", ["head_codes"], ["codes_t"], perm=[1, 2, 0]),  # [18, 32, V] uint8
+        helper.make_node("Cast", ["codes_t"], ["table_t"], to=TensorProto.FLOAT),
+        helper.make_node("Cast", ["scales_t16"], ["scales_t"], to=TensorProto.FLOAT),  # [18, 1, V]
+        helper.make_node("Reshape", ["hidden", "blocks_shape"], ["x_blocks"]),
+        helper.make_node("Transpose", ["x_blocks"], ["xb"], perm=[1, 0, 2]),  # [18, rows, 32]
+        helper.make_node("MatMul", ["xb", "table_t"], ["dots"]),  # [18, rows, V]
+        helper.make_node("ReduceSum", ["xb", "last"], ["bsum"], keepdims=1),
+        helper.make_node("Mul", ["bsum", "zero"], ["offset"]),
+        helper.make_node("Sub", ["dots", "offset"], ["centred"]),
+        helper.make_node("Mul", ["centred", "scales_t"], ["scaled"]),
+        helper.make_node("ReduceSum", ["scaled", "first"], ["logits_rows"], keepdims=0),
+        helper.make_node("Reshape", ["logits_rows", "logits_shape"], ["logits"]),
+    ]
+    return _save(nodes, inits, path)
+
+
 VARIANTS: dict[str, Callable[[Path], Path]] = {
     "q8-nbits-l4": lambda p: nbits_head(p, 8, 4),
     "q8-nbits-l4-top8": lambda p: nbits_head(p, 8, 4, top_k=8),
@@ -183,6 +216,7 @@ VARIANTS: dict[str, Callable[[Path], Path]] = {
     "fp32-gemm": fp32_gemm_head,
     "fp32-matmul": fp32_matmul_head,
     "int8-matmulinteger": matmulinteger_head,
+    "fp32-blocks": fp32_blocks_head,
     "q4-nbits-l0": lambda p: nbits_head(p, 4, 0),
     "q4-nbits-l4": lambda p: nbits_head(p, 4, 4),
 }
@@ -193,6 +227,7 @@ NOTES = {
     "fp32-gemm": "Gemm(x, E, transB=1), E fp32 [49152, 576] folded at load from the codes: rpi4's head",
     "fp32-matmul": "MatMul(x, E^T), E^T fp32 [576, 49152] folded at load",
     "int8-matmulinteger": "DynamicQuantizeLinear + MatMulInteger per 32-block (batched), 8-bit codes",
+    "fp32-blocks": "MatMul per 32-block (batched) over Cast(codes) folded at load, scales after",
     "q4-nbits-l0": "4-bit MatMulNBits (re-rounded: lossy), level 0",
     "q4-nbits-l4": "4-bit MatMulNBits (re-rounded: lossy), level 4",
 }
@@ -203,21 +238,23 @@ RUNTIME_MB = {  # what the head's weights take in memory after load (MB, 1e6 byt
     "fp32-gemm": VOCAB * HIDDEN * 4 / 1e6,
     "fp32-matmul": VOCAB * HIDDEN * 4 / 1e6,
     "int8-matmulinteger": VOCAB * HIDDEN * (1 + 4 / BLOCK) / 1e6,
+    "fp32-blocks": VOCAB * HIDDEN * 4 / 1e6,
     "q4-nbits-l0": VOCAB * HIDDEN * (0.5 + 4 / BLOCK) / 1e6,
     "q4-nbits-l4": VOCAB * HIDDEN * (0.5 + 4 / BLOCK) / 1e6,
 }
 
 
+# VmHWM, not getrusage's ru_maxrss: the latter carries the parent's peak over fork + exec
 _RSS_CHILD = """
-import resource, sys, numpy as np
+import sys, numpy as np
 from edge.runtime.ort_session import build_session
-def rss():
-    return next(int(x.split()[1]) for x in open('/proc/self/status') if x.startswith('VmRSS')) / 1024
-base = rss()
+def status(key):
+    return next(int(x.split()[1]) for x in open('/proc/self/status') if x.startswith(key)) / 1024
+base = status('VmRSS:')
 s = build_session(sys.argv[1], 1)
 if len(sys.argv) < 3:
     s.run(None, {'hidden': np.ones((1, 1, 576), np.float32)})
-print(rss() - base, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 - base)
+print(status('VmRSS:') - base, status('VmHWM:') - base)
 """
 
 
