@@ -308,6 +308,25 @@ def load_costs(path: Path) -> dict[tuple[str, str], ModelCost]:
     return done
 
 
+def count(cpus: str, models: dict[str, Path], hidden: Path, k: int, fresh: bool) -> list[tuple[str, ModelCost]]:
+    """Steady-state counts of every model on every core, resumed from ``costs.json`` unless ``fresh``."""
+    plugin = build_plugin(DEFAULT_PLUGIN)
+    store = WORK / "costs.json"
+    done = {} if fresh else load_costs(store)
+    costs: list[tuple[str, ModelCost]] = []
+    for cpu in [c for c in cpus.split(",") if c]:
+        guest = None
+        for name, model in models.items():
+            if (cpu, name) not in done:
+                guest = guest or prepare_guest(cpu, progress=say)
+                say(f"{cpu}: {name}")
+                done[(cpu, name)] = measure_model(guest, model, "onnxruntime", k=k, plugin=plugin, input_npy=hidden)
+                say(f"{cpu}: {name}: {done[(cpu, name)].steady.total / 1e6:.1f} M / token")
+                store.write_text(json.dumps([[n, c.to_dict()] for (_, n), c in done.items()], indent=1) + "\n")
+            costs.append((name, done[(cpu, name)]))
+    return costs
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cpus", default="cortex-a72,cortex-a76")
@@ -337,22 +356,7 @@ def main() -> int:
             say(f"writing {path.name}")
             VARIANTS[name](path)
         models[name] = path
-    plugin = build_plugin(DEFAULT_PLUGIN)
-    store = WORK / "costs.json"
-    done = {} if args.fresh else load_costs(store)
-    costs: list[tuple[str, ModelCost]] = []
-    for cpu in [c for c in args.cpus.split(",") if c]:
-        guest = None
-        for name in names:
-            if (cpu, name) not in done:
-                guest = guest or prepare_guest(cpu, progress=say)
-                say(f"{cpu}: {name}")
-                done[(cpu, name)] = measure_model(
-                    guest, models[name], "onnxruntime", k=args.k, plugin=plugin, input_npy=hidden
-                )
-                say(f"{cpu}: {name}: {done[(cpu, name)].steady.total / 1e6:.1f} M / token")
-                store.write_text(json.dumps([[n, c.to_dict()] for (_, n), c in done.items()], indent=1) + "\n")
-            costs.append((name, done[(cpu, name)]))
+    costs = count(args.cpus, models, hidden, args.k, args.fresh)
     rss = {}
     for name in names:
         say(f"host memory: {name}")
