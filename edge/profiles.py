@@ -110,6 +110,20 @@ class Projection(enum.Enum):
     DOWN = "down_proj"
 
 
+class LmHead(enum.Enum):
+    """How an SLM's 8-bit (Q8_0) LM head is computed (``quant.lm_head``).
+
+    ``int8``: an 8-bit ``MatMulNBits`` with exact top-8 logits (fast with a dot product: Cortex-A76, x86
+    VNNI); ``fp32``: a ``Gemm`` over the fp32 table that onnxruntime makes from the same 8-bit codes at load
+    (file unchanged, exact logits; ~100 MB more resident, ~530 MB more at the load peak): onnxruntime 1.32
+    has no fast 8-bit kernel without a dot product, so on a Cortex-A72 the fp32 head costs 12.3 M
+    instructions a token against 458.7 M.
+    """
+
+    INT8 = "int8"
+    FP32 = "fp32"
+
+
 @dataclass(frozen=True)
 class CpuSpec:
     model: str
@@ -153,6 +167,7 @@ class QuantSpec:
     int4_block_size: int
     int4_accuracy_level: int
     int4_fp32_projections: tuple[Projection, ...] = ()
+    lm_head: LmHead = LmHead.INT8
 
 
 @dataclass(frozen=True)
@@ -212,6 +227,7 @@ class TargetProfile:
                 "int4_block_size": self.quant.int4_block_size,
                 "int4_accuracy_level": self.quant.int4_accuracy_level,
                 "int4_fp32_projections": [p.value for p in self.quant.int4_fp32_projections],
+                "lm_head": self.quant.lm_head.value,
             },
             "thresholds": dict(self.thresholds.__dict__),
             "device_tree_models": list(self.device_tree_models),
@@ -253,6 +269,7 @@ _SCHEMA: Schema = {
         "int4_block_size": Field(int),
         "int4_accuracy_level": Field(int),
         "int4_fp32_projections": Field([Projection], _OPTIONAL_LIST),
+        "lm_head": Field(LmHead, LmHead.INT8),
     },
     "thresholds": {
         "embed_max_abs_diff_fp32": Field(float, low=0.0, low_open=True),

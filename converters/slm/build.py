@@ -35,7 +35,7 @@ from converters.slm.report import build_report, write_reports
 from converters.timing import Laps
 from edge.digest import file_sha256
 from edge.errors import ConversionError, InputError, require
-from edge.profiles import Precision, TargetProfile
+from edge.profiles import LmHead, Precision, TargetProfile
 from edge.text.chat import ChatFormat
 from edge.text.spec import GENERATION_FILE, GenerationSpec
 
@@ -138,8 +138,13 @@ def _quantize(fp32: Path, out: Path, precision: Precision, profile: TargetProfil
         else:
             q = quantize.quantize_nbits(fp32, out, 8, quant.int4_block_size, quant.int4_accuracy_level)
             levels = {p.value: 0 for p in quant.int4_fp32_projections}
-            refined = grid_quant.refine_nbits(out, levels, EXACT_TOP_K)
-            settings = {**q.settings, "fp32_projections": sorted(levels), "exact_top_k": refined["exact_top_k"]}
+            refined = grid_quant.refine_nbits(out, levels, EXACT_TOP_K, fp32_head=quant.lm_head is LmHead.FP32)
+            settings = {
+                **q.settings,
+                "fp32_projections": sorted(levels),
+                "exact_top_k": refined["exact_top_k"],
+                "fp32_head": refined["fp32_head"],
+            }
             return q.method, settings, quantize.op_counts(out)
         return q.method, q.settings, q.op_counts
     if opts.int4_method is Int4Method.RTN:
@@ -152,12 +157,21 @@ def _quantize(fp32: Path, out: Path, precision: Precision, profile: TargetProfil
         )
     fused = build_gqa_onnx(hf_dir, fp32.parent.parent / "gqa" / MODEL_FILE)
     levels = {p.value: 0 for p in profile.quant.int4_fp32_projections}
-    counts = grid_quant.repack_grid(fused, out, profile.quant.int4_accuracy_level, levels, EXACT_TOP_K, reround=True)
+    counts = grid_quant.repack_grid(
+        fused,
+        out,
+        profile.quant.int4_accuracy_level,
+        levels,
+        EXACT_TOP_K,
+        reround=True,
+        fp32_head=profile.quant.lm_head is LmHead.FP32,
+    )
     settings = {
         "block_size": grid_quant.GRID_BLOCK,
         "accuracy_level": profile.quant.int4_accuracy_level,
         "fp32_projections": sorted(levels),
         "exact_top_k": counts.get("exact_top_k", 0),
+        "fp32_head": counts.get("fp32_head", 0),
         "weights_int4": counts["int4"],
         "weights_int8": counts["int8"],
         "weights_rerounded_int8": counts["rerounded_int8"],

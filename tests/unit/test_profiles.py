@@ -172,3 +172,21 @@ def test_face_formats_default_onnx_and_no_tflite_for_the_browser(tmp_path):
     d = _copy(tmp_path, "rpi5")
     _edit(d, "rpi5", 'face_formats = "onnx"', 'face_formats = "both"')
     assert load_profile("rpi5", d).runtime.face_formats.tflite
+
+
+def test_lm_head_is_fp32_on_the_pi4_only_and_checked(tmp_path):
+    """quant.lm_head: the Pi 4 (no dot product) computes the 8-bit head in fp32, the Pi 5 keeps int8 (UDOT);
+    absent means int8; anything else names the key and the choices."""
+    from edge.profiles import LmHead
+
+    heads = {p.name: p.quant.lm_head for p in load_all()}
+    assert heads["rpi4"] is LmHead.FP32 and heads["rpi5"] is LmHead.INT8
+    assert load_profile("rpi4").to_dict()["quant"]["lm_head"] == "fp32"
+    d = _copy(tmp_path)
+    _edit(d, "rpi4", 'lm_head = "fp32"\n', "")
+    assert load_profile("rpi4", d).quant.lm_head is LmHead.INT8
+    d = _copy(tmp_path)  # a fresh copy of the shipped file
+    _edit(d, "rpi4", 'lm_head = "fp32"', 'lm_head = "fp16"')
+    with pytest.raises(ProfileError) as exc:
+        load_profile("rpi4", d)
+    assert "rpi4.toml: quant.lm_head = 'fp16'; expected one of int8, fp32" in str(exc.value)

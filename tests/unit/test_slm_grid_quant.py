@@ -187,6 +187,42 @@ def test_tied_embedding_reads_the_head_codes_and_top_logits_are_exact(tmp_path: 
     np.testing.assert_allclose(np.take_along_axis(got, top, -1), np.take_along_axis(ref, top, -1), rtol=1e-5, atol=1e-5)
 
 
+def test_fp32_head_is_a_gemm_over_the_shared_codes(tmp_path: Path) -> None:
+    """quant.lm_head = 'fp32': the head is Gemm(x, E, transB=1) with E folded at load from the same 8-bit codes
+    the embedding reads (one table in the file, no MatMulNBits or top-k fix-up for the head), logits = fp32."""
+    rng = np.random.default_rng(7)
+    vocab = 4 * N
+    table = np.concatenate([q8_0_weight(rng) for _ in range(vocab // N)], axis=1)  # [K, vocab] Q8_0
+    hidden = np.concatenate([q4_1_weight(rng)] * (K // N), axis=1)
+    fp32, out = tmp_path / "fp32.onnx", tmp_path / "grid.onnx"
+    _tied_graph(fp32, table, hidden)
+    counts = repack_grid(fp32, out, accuracy_level=4, levels={"down_proj": 0}, exact_top_k=4, fp32_head=True)
+    assert counts == {"int4": 1, "int8": 1, "rerounded_int8": 0, "embedding_int8": 1, "fp32_head": 1}
+    model = onnx.load(str(out))
+    ops = Counter(n.op_type for n in model.graph.node)
+    assert ops["MatMulNBits"] == 1 and ops["Gemm"] == 1 and ops["TopK"] == 0 and ops["ScatterElements"] == 0
+    assert ops["GatherBlockQuantized"] == 1  # the embedding
+    nodes = {o: n for n in model.graph.node for o in n.output}
+    gemm = next(n for n in model.graph.node if n.op_type == "Gemm")
+    assert {a.name: a.i for a in gemm.attribute} == {"transB": 1}
+    assert nodes["logits"].op_type == "Reshape" and nodes["logits"].input[0] == gemm.output[0]
+    # E <- Reshape <- Mul <- Sub <- Cast <- the 8-bit codes, the very initializer the embedding gathers from
+    chain, name = [], gemm.input[1]
+    while name in nodes:
+        chain.append(nodes[name].op_type)
+        name = nodes[name].input[0]
+    assert chain == ["Reshape", "Mul", "Sub", "Cast"]
+    embedding = next(n for n in model.graph.node if n.op_type == "GatherBlockQuantized")
+    assert name == embedding.input[0] == "head_grid_q8"
+    inits = {i.name: tuple(i.dims) for i in model.graph.initializer}
+    assert inits[name] == (vocab, K // 32, 32) and not any(d in ((K, vocab), (vocab, K)) for d in inits.values())
+    ids = rng.integers(0, vocab, size=(1, 5)).astype(np.int64)
+    sess = {p: ort.InferenceSession(str(p), providers=["CPUExecutionProvider"]) for p in (fp32, out)}
+    ref, got = (sess[p].run(None, {"input_ids": ids})[0] for p in (fp32, out))
+    assert got.shape == ref.shape == (1, 5, vocab)
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)  # every logit, not only the top ones
+
+
 def test_off_grid_weight_is_refused(tmp_path: Path) -> None:
     fp32 = tmp_path / "fp32.onnx"
     _graph(fp32, [np.random.default_rng(5).normal(size=(K, N)).astype(np.float32)])
