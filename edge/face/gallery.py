@@ -179,8 +179,7 @@ class Gallery:
             return Match(None, math.inf)
         if self._stacked is None:
             names = list(self._people)
-            owners = np.concatenate([np.full(len(self._people[n]), i, np.int64) for i, n in enumerate(names)])
-            self._stacked = (np.concatenate([self._people[n] for n in names]), owners, names)
+            self._stacked = (*self._flat(names), names)
         stored, owners, names = self._stacked
         dists = np.linalg.norm(stored - query, axis=1)
         nearest = int(np.argmin(dists))  # the first of equal distances, in enrolment order, as the loop was
@@ -241,6 +240,14 @@ class Gallery:
         self.add(name, max(faces, key=area).descriptor)
         return None
 
+    def _flat(self, names: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """Every descriptor of ``names``, person after person in that order, float32 [N, 128], and for each the
+        index of its owner in ``names`` (int64 [N]): the file's layout, and what match() searches."""
+        if not names:
+            return np.zeros((0, DESCRIPTOR_SIZE), np.float32), np.zeros(0, np.int64)
+        owner = np.concatenate([np.full(len(self._people[n]), i, np.int64) for i, n in enumerate(names)])
+        return np.concatenate([self._people[n] for n in names]), owner
+
     def save(self, path: str | Path) -> Path:
         """Write the gallery to ``path`` (.npz content, whatever the suffix). Returns the path.
 
@@ -249,9 +256,7 @@ class Gallery:
         """
         path = Path(path)
         names = self.names
-        owners = [np.full(len(self._people[n]), i, np.int64) for i, n in enumerate(names)]
-        owner = np.concatenate(owners) if owners else np.zeros(0, np.int64)
-        desc = np.concatenate([self._people[n] for n in names]) if names else np.zeros((0, DESCRIPTOR_SIZE))
+        desc, owner = self._flat(names)
         buf = io.BytesIO()
         np.savez(
             buf,
