@@ -71,7 +71,7 @@ class GreedyAgreement:
         return {
             "required_tokens": self.required,
             "passed": self.passed,
-            "prompts": [p.to_dict() for p in self.prompts],
+            "prompts": [{**p.to_dict(), "needed": self._needed(p)} for p in self.prompts],
         }
 
     def check(self, label: str) -> None:

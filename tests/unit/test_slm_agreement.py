@@ -42,6 +42,7 @@ def test_failure_names_prompt_answers_and_threshold() -> None:
         "leading_equal": 0,
         "reference": "The capital of France is Paris.",
         "candidate": "L'Étoile, la Cité",
+        "needed": 8,
     }
     with pytest.raises(ValidationError) as err:
         agreement.check("out/model.onnx (rpi4, int4, gguf_grid)")

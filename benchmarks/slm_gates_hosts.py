@@ -1,0 +1,152 @@
+"""``convert slm``'s gates on this host and on an AVX2-only x86: does a SmolLM2 verdict depend on the build host?
+
+Both SmolLM2 gates (perplexity and greedy agreement, ``converters/slm/build.py``) run a copy of the model with
+every MatMulNBits at accuracy level 0, so that what they measure is the shipped weights and not the build
+machine's int8 kernels (docs/slm.md, "What the gates measure"). This script runs the whole conversion a
+user runs with ``edge-deploy convert slm --target T`` (the INT4 build, the perplexity gate on the shipped
+text, the greedy gate on the five fixed prompts, the report) once natively and once as
+``qemu-x86_64 -cpu Haswell`` (AVX2 and FMA, no AVX-512, no VNNI: the CPU on which the first release's
+rpi4 INT4 build failed the greedy gate), for each target, and prints both hosts' figures side by side.
+
+    .venv/bin/python benchmarks/slm_gates_hosts.py [--targets rpi4,rpi5] [--hosts native,haswell] [--quick]
+
+One step is shared and run natively: the fp32 torch export (``SlmOptions.work_dir``, reused exactly as a kept
+export is; the export is float tracing, with no int8 kernel, and ~50 minutes under TCG). Everything the gates
+decide runs on the emulated CPU: the GGUF read, the INT4 repack, the fp32 reference and the candidate through
+onnxruntime, both gates. A conversion that fails its gate is reported, not raised. Without ``--quick`` the
+table is written to the ``slm-gates-hosts`` section of docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks.report import REPO, machine_line, write_section  # noqa: E402
+
+CACHE = REPO / ".cache" / "bench" / "slm-gates"
+HOSTS = {"native": (), "haswell": ("qemu-x86_64", "-cpu", "Haswell")}
+#: An emulated conversion takes tens of minutes (TCG is ~20x slower than the host).
+CHILD_TIMEOUT_S = 4 * 3600
+
+_CHILD = """
+import json, sys
+from pathlib import Path
+from converters.slm.build import SlmOptions, convert_slm
+from edge.cpu import int8_kernels
+from edge.errors import ValidationError
+from edge.profiles import Precision, load_profile
+target, out, work = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
+say = lambda line: print(f"[{target}] {line}", file=sys.stderr, flush=True)
+try:
+    convert_slm(load_profile(target), Precision.INT4, out, progress=say, options=SlmOptions(work_dir=work))
+    verdict = "passed"
+except ValidationError as exc:  # the report is written before the gate raises
+    verdict = str(exc)
+print(json.dumps({"kernels": int8_kernels().describe(), "verdict": verdict}))
+"""
+
+
+def _convert(host: str, target: str, work: Path) -> dict:
+    """One ``convert slm`` of ``target`` at INT4 on ``host``; its verdict, CPU kind and report."""
+    out = CACHE / f"{target}-{host}"
+    env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONHASHSEED": "0"}
+    cmd = [*HOSTS[host], sys.executable, "-c", _CHILD, target, str(out), str(work)]
+    start = time.monotonic()
+    done = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, text=True, timeout=CHILD_TIMEOUT_S, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"{host} {target}: convert slm exited {done.returncode} (its log is above)")
+    child = json.loads(done.stdout.strip().splitlines()[-1])
+    report = json.loads((out / "report.json").read_text(encoding="utf-8"))
+    return {**child, "report": report, "wall_s": round(time.monotonic() - start, 1)}
+
+
+def _table(runs: dict[tuple[str, str], dict]) -> str:
+    heads = ["target", "host (CPU features)", "perplexity fp32 / INT4 (ratio)", "greedy: leading tokens equal fp32"]
+    lines = ["| " + " | ".join(heads + ["gates"]) + " |", "|---|---|---|---|---|"]
+    for (target, host), run in runs.items():
+        ppl, greedy = run["report"]["perplexity"], run["report"]["greedy_agreement"]
+        tokens = ", ".join(f"{p['leading_equal']}/{p['needed']}" for p in greedy["prompts"])
+        verdict = "passed" if run["verdict"] == "passed" else "**failed**"
+        cells = [
+            target,
+            f"{host}, {run['kernels']}",
+            f"{ppl['fp32']:.4f} / {ppl['quantized']:.4f} ({ppl['ratio']:.5f})",
+        ]
+        lines.append("| " + " | ".join([*cells, tokens, verdict]) + " |")
+    return "\n".join(lines)
+
+
+def _same_verdicts(runs: dict[tuple[str, str], dict]) -> list[str]:
+    lines = []
+    for target in sorted({t for t, _ in runs}):
+        mine = {h: r for (t, h), r in runs.items() if t == target}
+        verdicts = {h: r["verdict"] == "passed" for h, r in mine.items()}
+        ratios = {h: r["report"]["perplexity"]["ratio"] for h, r in mine.items()}
+        equal = [[p["leading_equal"] for p in r["report"]["greedy_agreement"]["prompts"]] for r in mine.values()]
+        same = len(set(verdicts.values())) == 1 and all(e == equal[0] for e in equal)
+        spread = max(ratios.values()) - min(ratios.values())
+        lines.append(
+            f"- {target}: verdicts {'the same' if same else '**differ**'} on {', '.join(mine)}; "
+            f"perplexity ratios differ by {spread:.2e}"
+        )
+    return lines
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--targets", default="rpi4,rpi5", help="profiles to convert for, comma-separated")
+    parser.add_argument("--hosts", default="native,haswell", help=f"of {', '.join(HOSTS)}, comma-separated")
+    parser.add_argument("--quick", action="store_true", help="print only; do not write docs/benchmarks.md")
+    args = parser.parse_args()
+    targets, hosts = args.targets.split(","), args.hosts.split(",")
+    if unknown := [h for h in hosts if h not in HOSTS]:
+        parser.error(f"--hosts: unknown {', '.join(unknown)}; expected of {', '.join(HOSTS)}")
+    CACHE.mkdir(parents=True, exist_ok=True)
+    machine = machine_line()
+    work = CACHE / "work"  # the fp32 export, made by the first (native) run and reused by the others
+    order = sorted(((t, h) for t in targets for h in hosts), key=lambda th: (th[1] != "native", th))
+    runs = {}
+    for target, host in order:
+        print(f"convert slm --target {target} on {host}", file=sys.stderr)
+        runs[(target, host)] = _convert(host, target, work)
+        print(json.dumps({k: v for k, v in runs[(target, host)].items() if k != "report"}), file=sys.stderr)
+    runs = {k: runs[k] for k in sorted(runs)}
+    (CACHE / "result.json").write_text(json.dumps({f"{t} {h}": r for (t, h), r in runs.items()}, indent=2))
+    markdown = _markdown(args, machine, runs)
+    print(markdown)
+    if not args.quick:
+        print(f"wrote {write_section('slm-gates-hosts', markdown)}", file=sys.stderr)
+    return 0
+
+
+def _markdown(args: argparse.Namespace, machine: str, runs: dict[tuple[str, str], dict]) -> str:
+    walls = ", ".join(f"{t} {h} {r['wall_s'] / 60:.0f} min" for (t, h), r in runs.items())
+    return "\n".join([
+        "## SmolLM2's gates on a VNNI host and on an AVX2-only x86 (`convert slm`, INT4)",
+        "",
+        f"`.venv/bin/python benchmarks/slm_gates_hosts.py --targets {args.targets} --hosts {args.hosts}` — "
+        f"{machine}",
+        "",
+        "The whole INT4 conversion (GGUF read, repack, both gates, report) run natively and as "
+        "`qemu-x86_64 -cpu Haswell` (AVX2 and FMA, no AVX-512, no VNNI); only the fp32 torch export is made "
+        "once, natively, and shared. Perplexity on the first 2,048 tokens of the shipped text (windows of 512); "
+        "greedy: leading tokens of each of the five fixed prompts equal to fp32's (of the profile's "
+        "`slm_greedy_tokens`, or of fp32's whole answer when shorter), fp32 and the gate copy both computed on "
+        "that host. Wall time per conversion (TCG is slow; times mean nothing else): " + walls + ".",
+        "",
+        _table(runs),
+        "",
+        *_same_verdicts(runs),
+    ])  # fmt: skip
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
