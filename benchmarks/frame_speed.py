@@ -39,6 +39,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.face_speed_models import CACHE, build_fp32, build_int8  # noqa: E402
+from edge.face.tiles import DEFAULT_TILING  # noqa: E402
 from edge.face.types import DLIB_SAME_PERSON_THRESHOLD  # noqa: E402
 from edge.profiles import load_profile  # noqa: E402
 
@@ -241,13 +242,11 @@ def run(
     for m in min_faces:  # the detector's smallest face: MTCNN's pyramid starts at 12 / m (1 thread, fp32 and INT8)
         extra[f"ours fp32, min face {m}"] = (fp32_dir, m, "mtcnn")
         extra[f"ours INT8 ({target}), min face {m}"] = (int8_dir, m, "mtcnn")
-    if blazeface:
-        extra["ours fp32, BlazeFace full range"] = (with_blazeface(fp32_dir, progress), None, "blazeface-full")
-        extra[f"ours INT8 ({target}), BlazeFace full range"] = (
-            with_blazeface(int8_dir, progress),
-            None,
-            "blazeface-full",
-        )
+    if blazeface:  # the whole-frame pass, then the same detector on tiles too (edge.face.tiles.DEFAULT_TILING)
+        for precision, folder in (("fp32", fp32_dir), (f"INT8 ({target})", int8_dir)):
+            with_full = with_blazeface(folder, progress)
+            extra[f"ours {precision}, BlazeFace full range"] = (with_full, None, "blazeface-full")
+            extra[f"ours {precision}, BlazeFace full range tiled"] = (with_full, None, "blazeface-full-tiled")
     folders.update(extra)
     contenders += [ours(name, setup, 1, gallery) for name, setup in extra.items()]
     try:
@@ -334,6 +333,8 @@ def markdown(result: dict, command: str, machine: str) -> str:
     rows = result["speed"]
     ref = next(r for r in rows if r["contender"].startswith("face_recognition"))
     photos = list(ref["photos"])
+    sizes = {p: [int(v) for v in ref["photos"][p]["size"].split("x")] for p in photos}
+    tiled = ", ".join(p for p in photos if max(sizes[p]) >= DEFAULT_TILING.min_side) or "none"
     lines = [
         "## Whole frames: ours vs face_recognition (detect, align, embed, match a gallery of 100)",
         "",
@@ -344,7 +345,10 @@ def markdown(result: dict, command: str, machine: str) -> str:
         "ResNet), one thread. Ours = the device pipeline of the converted face folder (MTCNN, the 5-point model "
         "in numpy, the ONNX ResNet), MTCNN's smallest face 20 px unless the row says `min face N` (its image pyramid "
         "then starts at 12/N instead of 12/20); `BlazeFace full range` rows detect with MediaPipe's 192×192 "
-        "detector instead (`edge-deploy convert blazeface --range full`; the ONNX translation, onnxruntime). Median of "
+        "detector instead (`edge-deploy convert blazeface --range full`; the ONNX translation, onnxruntime), `tiled` "
+        f"on the whole photo and, when its long side is ≥ {DEFAULT_TILING.min_side} px (here: {tiled}), on "
+        f"{DEFAULT_TILING.per_side} overlapping tiles across the long side too (`--detector blazeface-full-tiled`, "
+        "`edge.face.tiles`). Median of "
         f"{result['params']['rounds']} interleaved rounds per photo; the frame total is the sum over the photos. "
         "Ratios are what holds on a shared machine; the absolute times do not.",
         "",
@@ -411,7 +415,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--calibration", type=int, default=200, help="calibration images of the INT8 build")
     parser.add_argument("--min-face", default="40", help="extra contenders: MTCNN's smallest face, pixels, comma-"
                         "separated (default 40; the pipeline's default is 20; '' for none)")  # fmt: skip
-    parser.add_argument("--no-blazeface", action="store_true", help="leave out the BlazeFace full-range contenders")
+    parser.add_argument(
+        "--no-blazeface", action="store_true", help="leave out the BlazeFace full-range contenders (plain and tiled)"
+    )
     parser.add_argument("--quick", action="store_true", help="1 round, 1 thread, no quality pass; writes no docs")
     args = parser.parse_args(argv)
     if args.rounds < 1:

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from edge.errors import InputError
+from edge.face.models import Detector
 from edge.face.recognize import DEFAULT_MIN_SCORE
 from edge.face.types import DLIB_SAME_PERSON_THRESHOLD
 from edge.profiles import DEFAULT_PROFILE_DIR
@@ -130,10 +131,11 @@ def add_face(sub: argparse._SubParsersAction) -> None:
     common.add_argument("--json", action="store_true", help="machine-readable output")
     common.add_argument(
         "--detector",
-        choices=["mtcnn", "blazeface", "blazeface-full"],
-        default="mtcnn",
+        choices=[d.value for d in Detector],
+        default=Detector.MTCNN.value,
         help="face detector (default mtcnn); BlazeFace needs its models.json role, added on the host by "
-        "'edge-deploy convert blazeface MODELS'",
+        "'edge-deploy convert blazeface MODELS' (--range full for blazeface-full and blazeface-full-tiled: the "
+        "full-range detector on the whole frame and on overlapping tiles of a frame of 576 pixels or more)",
     )
 
     e = fsub.add_parser(

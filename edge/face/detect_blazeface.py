@@ -1,4 +1,5 @@
-"""BlazeFace face detection on the device: one network run, SSD anchor decoding and weighted NMS in numpy.
+"""BlazeFace face detection on the device: one network run (a few more on a tiled frame), SSD anchor decoding and
+weighted NMS in numpy.
 
 The networks are MediaPipe's face detectors from the mediapipe 0.10.21 wheel (Apache-2.0), fetched on the
 host by ``converters.face.blazeface``: short range (128x128, faces within ~2 m of a phone camera) and full
@@ -19,7 +20,12 @@ The steps follow MediaPipe's graph (``mediapipe/modules/face_detection/face_dete
    sigmoid of the logit clipped to +-100; kept at ``score >= min_score`` (0.5 short range, 0.6 full range);
 4. ``NonMaxSuppressionCalculator``, weighted, IoU > 0.3: each cluster becomes the score-weighted mean of its
    boxes and keypoints, with the best member's score;
-5. the letterbox is undone to image pixels.
+5. the letterbox is undone to image pixels (we undo it before NMS, which is the same up to float rounding:
+   IoU and weighted means do not change under a uniform scale and shift).
+
+With ``tiling`` (``edge.face.tiles``, not MediaPipe's), steps 1-3 also run on overlapping square tiles of a
+large frame, each tile's detections mapped to frame pixels; those crossing a tile edge inside the frame are
+dropped, and step 4 merges all passes together.
 
 BlazeFace's six keypoints are both eyes, the nose tip, the mouth centre and both ear tragions. The pipeline's
 ``Detection`` carries five points in ``LANDMARK_NAMES`` order: eyes and nose are BlazeFace's; BlazeFace has
@@ -37,9 +43,10 @@ import numpy as np
 
 from edge.errors import InferenceError, InputError
 from edge.face.align import template_points
-from edge.face.detect_mtcnn import area_resize, check_image
+from edge.face.detect_mtcnn import area_resize_window, check_image, row_integral
 from edge.face.models import open_net
 from edge.face.shape5 import BLAZEFACE_FULL_TO_HOG_BOX, BLAZEFACE_SHORT_TO_HOG_BOX
+from edge.face.tiles import Tiling, inside_tile, tile_grid
 from edge.face.types import Detection
 from edge.runtime import LoadOptions, Model, Optimization
 
@@ -186,12 +193,25 @@ def letterbox(rgb: np.ndarray, size: int) -> tuple[np.ndarray, Letterbox]:
     Returns:
         (float32 [1, size, size, 3], the placement).
     """
-    h, w = rgb.shape[:2]
+    return letterbox_window(row_integral(rgb), (0, rgb.shape[0], 0, rgb.shape[1]), size)
+
+
+def letterbox_window(
+    integral: np.ndarray, window: tuple[int, int, int, int], size: int
+) -> tuple[np.ndarray, Letterbox]:
+    """``letterbox`` of rows ``r0:r1``, columns ``c0:c1`` of an image, from its ``row_integral`` (computed once
+    for the whole frame and every tile of it).
+
+    Returns:
+        (float32 [1, size, size, 3], the placement of the window, relative to its top-left corner).
+    """
+    r0, r1, c0, c1 = window
+    h, w = r1 - r0, c1 - c0
     scale = size / max(h, w)
     new_h, new_w = max(1, round(h * scale)), max(1, round(w * scale))
     top, left = (size - new_h) // 2, (size - new_w) // 2
     square = np.full((size, size, 3), -1.0, np.float32)
-    resized = area_resize(rgb, new_h, new_w)
+    resized = area_resize_window(integral, window, new_h, new_w)
     square[top : top + new_h, left : left + new_w] = resized * np.float32(2.0 / 255.0) - np.float32(1.0)
     return square[None], Letterbox(new_w / w, float(left), float(top))
 
@@ -246,6 +266,7 @@ class BlazeFaceDetector:
         min_score: float | None = None,
         nms_iou: float = NMS_IOU,
         backend: str | None = None,
+        tiling: Tiling | None = None,
     ) -> None:
         """Load the network.
 
@@ -256,6 +277,9 @@ class BlazeFaceDetector:
             min_score: keep detections scoring at least this; None: MediaPipe's (0.5 short, 0.6 full range).
             nms_iou: IoU above which boxes are merged.
             backend: force ``"litert"`` or ``"onnxruntime"``; None: the one for the file's format.
+            tiling: also run the network on overlapping tiles of frames large enough (``edge.face.tiles``;
+                ``DEFAULT_TILING`` is what ``detector="blazeface-full-tiled"`` runs), merging every pass's
+                detections with the same weighted NMS; None: the whole frame only.
 
         Raises:
             InputError: a setting is out of range, or a forced backend cannot read the file.
@@ -263,6 +287,8 @@ class BlazeFaceDetector:
             MissingDependencyError: the runtime is not installed.
         """
         _check_settings(threads, min_score, nms_iou)
+        if tiling is not None and not isinstance(tiling, Tiling):
+            raise InputError(f"BlazeFaceDetector tiling = {tiling!r:.80}; expected an edge.face.tiles.Tiling or None")
         path = Path(model_path)
         if not path.is_file():
             raise InferenceError(f"{path}: BlazeFace model file not found; fetch it with converters.face.blazeface")
@@ -278,6 +304,7 @@ class BlazeFaceDetector:
         self.nms_iou = float(nms_iou)
         self.anchors = ssd_anchors(self.spec)
         self.hog_box_map = self.spec.hog_box_map
+        self.tiling = tiling
 
     @staticmethod
     def _check_model(model: Model) -> tuple[BlazeFaceSpec, str]:
@@ -319,7 +346,7 @@ class BlazeFaceDetector:
         return out[self._outputs[0]][0], out[self._outputs[1]][0, :, 0]
 
     def detect(self, rgb: np.ndarray) -> list[Detection]:
-        """Find faces in one RGB image.
+        """Find faces in one RGB image (and its tiles, with ``tiling``).
 
         Args:
             rgb: uint8 [H, W, 3] RGB image.
@@ -334,16 +361,31 @@ class BlazeFaceDetector:
         image = check_image(rgb, "BlazeFace")
         if self._model is None:
             raise InferenceError("BlazeFaceDetector is closed; create a new one to detect faces")
-        tensor, place = letterbox(image, self.spec.size)
-        raw_boxes, logits = self.run_raw(tensor)
-        boxes, keypoints, scores = decode(raw_boxes, logits, self.anchors, self.spec.size)
-        keep = scores >= self.min_score
-        boxes, keypoints, scores = weighted_nms(boxes[keep], keypoints[keep], scores[keep], self.nms_iou)
-        size, inv = np.float32(self.spec.size), np.float32(1.0 / place.scale)
-        pad = np.array([place.pad_x, place.pad_y], np.float32)
-        boxes = ((boxes.reshape(-1, 2, 2) * size - pad) * inv).reshape(-1, 4)
-        points = five_points((keypoints * size - pad) * inv)
+        height, width = image.shape[:2]
+        integral = row_integral(image)
+        parts = [self._candidates(integral, (0, height, 0, width))]
+        tiles = tile_grid(width, height, self.spec.size, self.tiling) if self.tiling is not None else []
+        for tile in tiles:
+            boxes, keypoints, scores = self._candidates(integral, (tile.y0, tile.y1, tile.x0, tile.x1))
+            whole = inside_tile(boxes, tile, width, height)  # a face the tile cuts is whole elsewhere
+            parts.append((boxes[whole], keypoints[whole], scores[whole]))
+        boxes, keypoints, scores = (np.concatenate(p) for p in zip(*parts, strict=True))
+        boxes, keypoints, scores = weighted_nms(boxes, keypoints, scores, self.nms_iou)
+        points = five_points(keypoints)
         return [
             Detection(box=(float(b[0]), float(b[1]), float(b[2]), float(b[3])), score=float(s), landmarks=p)
             for b, s, p in zip(boxes, scores, points, strict=True)
         ]
+
+    def _candidates(self, integral: np.ndarray, window: tuple[int, int, int, int]) -> tuple:
+        """One network pass over rows ``r0:r1``, columns ``c0:c1`` of the image: its decoded anchors scoring at
+        least ``min_score`` (before NMS), boxes [n, 4] and keypoints [n, 6, 2] in image pixels, scores [n]."""
+        tensor, place = letterbox_window(integral, window, self.spec.size)
+        raw_boxes, logits = self.run_raw(tensor)
+        boxes, keypoints, scores = decode(raw_boxes, logits, self.anchors, self.spec.size)
+        keep = scores >= self.min_score
+        size, inv = np.float32(self.spec.size), np.float32(1.0 / place.scale)
+        shift = np.array([place.pad_x, place.pad_y], np.float32)
+        origin = np.array([window[2], window[0]], np.float32)
+        boxes = ((boxes[keep].reshape(-1, 2, 2) * size - shift) * inv + origin).reshape(-1, 4)
+        return boxes, (keypoints[keep] * size - shift) * inv + origin, scores[keep]

@@ -263,11 +263,17 @@ class Detector(enum.StrEnum):
     MTCNN = "mtcnn"  # the default: the three nets of models.json
     BLAZEFACE = "blazeface"  # MediaPipe's short-range BlazeFace (128x128)
     BLAZEFACE_FULL = "blazeface-full"  # MediaPipe's full-range detector (192x192)
+    #: full range on the whole frame and on overlapping tiles of a large one (``edge.face.tiles.DEFAULT_TILING``)
+    BLAZEFACE_FULL_TILED = "blazeface-full-tiled"
 
 
 #: models.json roles of the optional BlazeFace detectors (``converters.face.blazeface.add_blazeface`` adds them;
-#: a folder without them is complete: MTCNN is the default).
-BLAZEFACE_ROLES = {Detector.BLAZEFACE: "detector.blazeface", Detector.BLAZEFACE_FULL: "detector.blazeface_full"}
+#: a folder without them is complete: MTCNN is the default). The tiled detector runs the full-range file.
+BLAZEFACE_ROLES = {
+    Detector.BLAZEFACE: "detector.blazeface",
+    Detector.BLAZEFACE_FULL: "detector.blazeface_full",
+    Detector.BLAZEFACE_FULL_TILED: "detector.blazeface_full",
+}
 
 
 def _blazeface_path(folder: Path, entries: dict, detector: Detector, detector_model: Path | None) -> Path:
@@ -292,8 +298,10 @@ def _open_detector(
         min_face = DEFAULT_MIN_FACE_SIZE if min_face_size is None else min_face_size
         return MtcnnDetector(nets, threads=threads, min_face_size=min_face, optimization=optimization)
     from edge.face.detect_blazeface import BlazeFaceDetector
+    from edge.face.tiles import DEFAULT_TILING
 
-    return BlazeFaceDetector(_blazeface_path(folder, entries, detector, detector_model), threads=threads)
+    tiling = DEFAULT_TILING if detector is Detector.BLAZEFACE_FULL_TILED else None
+    return BlazeFaceDetector(_blazeface_path(folder, entries, detector, detector_model), threads=threads, tiling=tiling)
 
 
 def open_face_pipeline(
@@ -322,8 +330,11 @@ def open_face_pipeline(
             (0.9, as the daemon and the browser page; on t1.jpg MTCNN's last stage also passes a fist and a
             metal bowl at 0.87 and 0.86), 0 keeps every detection MTCNN returns. With BlazeFace, None is 0:
             its own threshold (MediaPipe's 0.5 short range, 0.6 full range) already applies.
-        detector: ``"mtcnn"`` (default), ``"blazeface"`` (short range) or ``"blazeface-full"``
-            (``Detector``).
+        detector: ``"mtcnn"`` (default), ``"blazeface"`` (short range), ``"blazeface-full"`` or
+            ``"blazeface-full-tiled"`` (``Detector``): full range on the whole frame and, when its long side
+            is at least 576 pixels, on a grid of overlapping tiles too (``edge.face.tiles.DEFAULT_TILING``;
+            it finds the 80-120 pixel faces of a 1280-pixel group photo that the whole-frame pass misses, for
+            about four more network runs).
         detector_model: the BlazeFace ``.onnx``/``.tflite`` to run; None: the file of its role in models.json
             (``BLAZEFACE_ROLES``). MTCNN always comes from models.json.
         min_face_size: smallest face side MTCNN looks for, in pixels (None: MtcnnDetector's default, 20). The

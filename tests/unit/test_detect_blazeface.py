@@ -86,5 +86,8 @@ def test_five_points_orders_the_eyes_and_estimates_the_mouth_corners():
 def test_an_unknown_detector_name_is_refused(tmp_path):
     with pytest.raises(InputError) as err:
         open_face_pipeline(tmp_path, detector="yolo")
-    assert str(err.value) == "face detector 'yolo' is unknown; expected one of 'mtcnn', 'blazeface', 'blazeface-full'"
-    assert [d.value for d in Detector] == ["mtcnn", "blazeface", "blazeface-full"]
+    assert str(err.value) == (
+        "face detector 'yolo' is unknown; expected one of 'mtcnn', 'blazeface', 'blazeface-full', "
+        "'blazeface-full-tiled'"
+    )
+    assert [d.value for d in Detector] == ["mtcnn", "blazeface", "blazeface-full", "blazeface-full-tiled"]
