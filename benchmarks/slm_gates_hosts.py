@@ -54,9 +54,14 @@ print(json.dumps({"kernels": int8_kernels().describe(), "verdict": verdict}))
 """
 
 
-def _convert(host: str, target: str, work: Path) -> dict:
-    """One ``convert slm`` of ``target`` at INT4 on ``host``; its verdict, CPU kind and report."""
+def _convert(host: str, target: str, work: Path, fresh: bool) -> dict:
+    """One ``convert slm`` of ``target`` at INT4 on ``host``; its verdict, CPU kind and report. A finished run
+    is kept in ``run.json`` beside its build and reused unless ``fresh`` (an emulated one takes tens of minutes)."""
     out = CACHE / f"{target}-{host}"
+    kept = out / "run.json"
+    if kept.is_file() and not fresh:
+        print(f"reusing {kept} (--fresh to run it again)", file=sys.stderr)
+        return json.loads(kept.read_text(encoding="utf-8"))
     env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONHASHSEED": "0"}
     cmd = [*HOSTS[host], sys.executable, "-c", _CHILD, target, str(out), str(work)]
     start = time.monotonic()
@@ -65,7 +70,16 @@ def _convert(host: str, target: str, work: Path) -> dict:
         raise RuntimeError(f"{host} {target}: convert slm exited {done.returncode} (its log is above)")
     child = json.loads(done.stdout.strip().splitlines()[-1])
     report = json.loads((out / "report.json").read_text(encoding="utf-8"))
-    return {**child, "report": report, "wall_s": round(time.monotonic() - start, 1)}
+    run = {**child, "report": report, "wall_s": round(time.monotonic() - start, 1), "commit": _commit()}
+    kept.write_text(json.dumps(run, indent=2), encoding="utf-8")
+    return run
+
+
+def _commit() -> str:
+    done = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True, check=False
+    )
+    return done.stdout.strip() or "?"
 
 
 def _table(runs: dict[tuple[str, str], dict]) -> str:
@@ -105,6 +119,7 @@ def main() -> int:
     parser.add_argument("--targets", default="rpi4,rpi5", help="profiles to convert for, comma-separated")
     parser.add_argument("--hosts", default="native,haswell", help=f"of {', '.join(HOSTS)}, comma-separated")
     parser.add_argument("--quick", action="store_true", help="print only; do not write docs/benchmarks.md")
+    parser.add_argument("--fresh", action="store_true", help="convert again even where a finished run is kept")
     args = parser.parse_args()
     targets, hosts = args.targets.split(","), args.hosts.split(",")
     if unknown := [h for h in hosts if h not in HOSTS]:
@@ -116,7 +131,7 @@ def main() -> int:
     runs = {}
     for target, host in order:
         print(f"convert slm --target {target} on {host}", file=sys.stderr)
-        runs[(target, host)] = _convert(host, target, work)
+        runs[(target, host)] = _convert(host, target, work, args.fresh)
         print(json.dumps({k: v for k, v in runs[(target, host)].items() if k != "report"}), file=sys.stderr)
     runs = {k: runs[k] for k in sorted(runs)}
     (CACHE / "result.json").write_text(json.dumps({f"{t} {h}": r for (t, h), r in runs.items()}, indent=2))
@@ -128,7 +143,7 @@ def main() -> int:
 
 
 def _markdown(args: argparse.Namespace, machine: str, runs: dict[tuple[str, str], dict]) -> str:
-    walls = ", ".join(f"{t} {h} {r['wall_s'] / 60:.0f} min" for (t, h), r in runs.items())
+    walls = ", ".join(f"{t} {h} {r['wall_s'] / 60:.0f} min (commit {r['commit']})" for (t, h), r in runs.items())
     return "\n".join([
         "## SmolLM2's gates on a VNNI host and on an AVX2-only x86 (`convert slm`, INT4)",
         "",
@@ -140,7 +155,8 @@ def _markdown(args: argparse.Namespace, machine: str, runs: dict[tuple[str, str]
         "once, natively, and shared. Perplexity on the first 2,048 tokens of the shipped text (windows of 512); "
         "greedy: leading tokens of each of the five fixed prompts equal to fp32's (of the profile's "
         "`slm_greedy_tokens`, or of fp32's whole answer when shorter), fp32 and the gate copy both computed on "
-        "that host. Wall time per conversion (TCG is slow; times mean nothing else): " + walls + ".",
+        "that host. Wall time per conversion (TCG is slow; times mean nothing else) and the commit it ran: "
+        + walls + ".",
         "",
         _table(runs),
         "",
