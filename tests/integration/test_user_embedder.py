@@ -1,0 +1,111 @@
+"""``edge-deploy convert face --embedder MODEL.onnx`` on a real model: dlib's fp32 ONNX embedder (as the shared
+``face_fp32_models`` export writes it) with a fixed random projection to 64-d and an L2 normalisation appended,
+so that the descriptor size and the distance scale differ from dlib's. No mocks: the real pipeline, the real
+evaluation set, onnxruntime."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("onnx")
+
+#: The user model's descriptor size.
+USER_SIZE = 64
+
+
+def make_user_embedder(dlib_onnx: Path, out: Path, size: int = USER_SIZE, seed: int = 0) -> Path:
+    """dlib's embedder -> MatMul by a seeded Gaussian [128, size] -> LpNormalization (p=2): a 'user' model."""
+    import onnx
+    from onnx import helper, numpy_helper
+
+    model = onnx.load(str(dlib_onnx))
+    graph = model.graph
+    (old_out,) = graph.output
+    projection = (np.random.default_rng(seed).standard_normal((128, size)) / np.sqrt(size)).astype(np.float32)
+    graph.initializer.append(numpy_helper.from_array(projection, "user_projection"))
+    graph.node.extend(
+        [
+            helper.make_node("MatMul", [old_out.name, "user_projection"], ["user_projected"]),
+            helper.make_node("LpNormalization", ["user_projected"], ["embedding"], axis=1, p=2),
+        ]
+    )
+    graph.output.remove(old_out)
+    graph.output.append(helper.make_tensor_value_info("embedding", onnx.TensorProto.FLOAT, ["N", size]))
+    onnx.checker.check_model(model)
+    onnx.save(model, str(out))
+    return out
+
+
+@pytest.fixture(scope="module")
+def user_build(face_fp32_models, tmp_path_factory) -> dict:
+    """The user model converted once (fp32, rpi4) with --licence; MTCNN and the 5-point model exported again
+    into the output folder (the export half of ``convert face``, tens of seconds), the dlib ResNet not."""
+    from converters.face.build import build_face_models
+    from converters.face.user_embedder import EmbedderOptions
+    from edge.face import models as face_models
+    from edge.profiles import Precision, load_profile
+
+    root = tmp_path_factory.mktemp("user-embedder")
+    user = make_user_embedder(face_models.model_path(face_fp32_models, "embedder"), root / "my_embedder.onnx")
+    out = root / "face"
+    options = EmbedderOptions(user, licence="CC0-1.0 (test)")
+    built = build_face_models(load_profile("rpi4"), out, Precision.FP32, embedder=options)
+    return {"built": built, "out": out, "user": user}
+
+
+def test_models_json_records_the_user_model(user_build):
+    from edge.digest import file_sha256
+
+    data = json.loads((user_build["out"] / "models.json").read_text())
+    rec = data["recognition"]
+    assert rec["descriptor_size"] == USER_SIZE
+    assert rec["chip_size"] == 150 and rec["layout"] == "nchw" and rec["batch"] == "dynamic"
+    assert rec["threshold"] != 0.6 and 0 < rec["threshold"] < 2
+    assert rec["calibration"]["pairs"] > 1000 and rec["calibration"]["pair_accuracy"] > 0.9
+    (embedder,) = [m for m in data["models"] if m["role"] == "embedder"]
+    source = embedder["source"]
+    assert source["file"] == "my_embedder.onnx" and source["sha256"] == file_sha256(user_build["user"])
+    assert source["licence"] == "CC0-1.0 (test)" and source["licence_given_by"] == "edge-deploy convert face --licence"
+    report = json.loads((user_build["out"] / "report.json").read_text())
+    assert report["passed"] and report["recognition"]["threshold"] == rec["threshold"]
+    (check,) = [c for c in report["source_checks"] if c["model"].startswith("user embedder")]
+    assert check["max_abs_diff"] <= 1e-4 and check["shape"][1] == USER_SIZE
+    assert report["dlib_proof"]["ran"] is False and "user embedder" in report["dlib_proof"]["reason"]
+    assert "Threshold **" in (user_build["out"] / "report.md").read_text()
+
+
+def test_recognition_with_the_calibrated_threshold_names_the_evaluation_faces(user_build):
+    """Enrol every face of each photo's original, then name the faces of its augmented views (8 people)."""
+    from converters.face.boxes import match_boxes
+    from converters.face.facedata import make_eval_set
+    from edge.face.gallery import Gallery
+    from edge.face.models import open_face_pipeline, same_person_threshold
+    from edge.face.recognize import recognize_image
+
+    out = user_build["out"]
+    eval_set = make_eval_set(0)
+    right = wrong = unknown = 0
+    with open_face_pipeline(out, threads=2) as pipeline:
+        assert pipeline.threshold == same_person_threshold(out) != 0.6
+        assert pipeline.embedder.descriptor_size == USER_SIZE and pipeline.embedder.chip_size == 150
+        gallery = Gallery(USER_SIZE)
+        for image in eval_set.images:
+            faces = pipeline.analyze(image.rgb) if image.name.endswith("/original") else []
+            boxes = [f.detection.box for f in faces]
+            for i, j, _ in match_boxes([f.box for f in image.faces], boxes):
+                gallery.add(image.faces[i].identity, faces[j].descriptor)
+        assert len(gallery) == 8
+        for image in eval_set.images:
+            if image.name.endswith("/original"):
+                continue
+            found = recognize_image(pipeline, gallery, image.rgb)  # at the pipeline's (calibrated) threshold
+            for i, j, _ in match_boxes([f.box for f in image.faces], [tuple(f["box"]) for f in found]):
+                name = found[j]["name"]
+                right += name == image.faces[i].identity
+                unknown += name is None
+                wrong += name not in (None, image.faces[i].identity)
+    assert wrong == 0 and right >= 0.9 * (right + unknown), (right, unknown, wrong)
