@@ -42,19 +42,19 @@ def make_user_embedder(dlib_onnx: Path, out: Path, size: int = USER_SIZE, seed: 
 
 @pytest.fixture(scope="module")
 def user_build(face_fp32_models, tmp_path_factory) -> dict:
-    """The user model converted once (fp32, rpi4) with --licence; MTCNN and the 5-point model exported again
-    into the output folder (the export half of ``convert face``, tens of seconds), the dlib ResNet not."""
-    from converters.face.build import build_face_models
-    from converters.face.user_embedder import EmbedderOptions
+    """The user model converted once through the CLI (fp32, rpi4, --licence); MTCNN and the 5-point model are
+    exported again into the output folder (the export half of ``convert face``, tens of seconds), dlib's
+    ResNet is not."""
     from edge.face import models as face_models
-    from edge.profiles import Precision, load_profile
+    from edge_deploy.cli import main
 
     root = tmp_path_factory.mktemp("user-embedder")
     user = make_user_embedder(face_models.model_path(face_fp32_models, "embedder"), root / "my_embedder.onnx")
     out = root / "face"
-    options = EmbedderOptions(user, licence="CC0-1.0 (test)")
-    built = build_face_models(load_profile("rpi4"), out, Precision.FP32, embedder=options)
-    return {"built": built, "out": out, "user": user}
+    args = ["convert", "face", "-t", "rpi4", "--precision", "fp32", "--embedder", str(user), "--licence",
+            "CC0-1.0 (test)", "-o", str(out), "--json"]  # fmt: skip
+    assert main(args) == 0
+    return {"out": out, "user": user}
 
 
 def test_models_json_records_the_user_model(user_build):
@@ -109,3 +109,25 @@ def test_recognition_with_the_calibrated_threshold_names_the_evaluation_faces(us
                 unknown += name is None
                 wrong += name not in (None, image.faces[i].identity)
     assert wrong == 0 and right >= 0.9 * (right + unknown), (right, unknown, wrong)
+
+
+def test_int8_is_gated_against_the_user_fp32_model_at_its_threshold(user_build, tmp_path):
+    """The same static QDQ quantization and gate as dlib's embedder (48 calibration images, as the shared
+    INT8 fixture), unfused, decisions taken at the calibrated threshold, which the INT8 folder keeps."""
+    import onnx
+
+    from converters.face.quantize import quantize_face_models
+    from edge.face.models import read_recognition
+    from edge.profiles import Precision, load_profile
+
+    fp32 = user_build["out"]
+    build = quantize_face_models(fp32, tmp_path / "int8", load_profile("rpi4"), Precision.INT8, calibration_count=48)
+    threshold = read_recognition(fp32)["threshold"]
+    assert build.passed and read_recognition(build.out_dir) == read_recognition(fp32)
+    e = build.embedder
+    assert e["decisions"]["threshold"] == threshold and e["decisions"]["pairs"] > 1000
+    assert e["cosine_mean"] > 0.999 and e["decisions"]["agreement"] >= 0.995
+    graph = onnx.load(str(build.out_dir / build.onnx_files["embedder"]["file"])).graph
+    ops = [n.op_type for n in graph.node]
+    assert ops.count("QuantizeLinear") > 20 and ops.count("DequantizeLinear") > ops.count("QuantizeLinear")
+    assert [o.name for o in graph.output] == ["descriptor"]
