@@ -25,6 +25,9 @@ examples:
   edge-deploy convert face --target rpi4 -o out/face
                                            export dlib's ResNet embedder and MTCNN to ONNX, prove them
                                            equal to their sources, write a validation report
+  edge-deploy convert face --target rpi4 --embedder my_embedder.onnx -o out/myface
+                                           your own face embedder in the same pipeline: threshold
+                                           calibrated on the evaluation pairs, INT8 behind the same gate
   edge-deploy convert model net.onnx --target rpi4 --precision int8 --calib calib.npz --eval eval.npz \\
       --task embedding -o out/net          your own ONNX model: static INT8 behind a gate on your data
   edge-deploy build --model out/net -o dist/ --sign-key keys/release.key

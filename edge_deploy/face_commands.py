@@ -122,7 +122,8 @@ def add_face(sub: argparse._SubParsersAction) -> None:
         "face",
         help="enroll people and recognise faces with converted face models (device side)",
         description="Run the face pipeline (MTCNN or BlazeFace detect -> 5-point alignment -> dlib ResNet "
-        "descriptor -> nearest gallery entry) on images, with models written by 'edge-deploy convert face'.",
+        "descriptor, or your own embedder's from 'convert face --embedder' -> nearest gallery entry) on images, "
+        "with models written by 'edge-deploy convert face'.",
     )
     fsub = p.add_subparsers(dest="action", required=True, metavar="ACTION")
     common = argparse.ArgumentParser(add_help=False)

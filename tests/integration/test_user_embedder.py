@@ -40,6 +40,40 @@ def make_user_embedder(dlib_onnx: Path, out: Path, size: int = USER_SIZE, seed: 
     return out
 
 
+def make_nhwc_112_embedder(user_150: Path, out: Path) -> Path:
+    """The 'user' model behind a front that takes [N, 112, 112, 3] chips normalised as (pixel - 127.5) / 127.5:
+    undo the normalisation, NHWC -> NCHW, Resize (linear) to dlib's 150 x 150. Another chip size, layout and
+    normalisation, each of which the conversion must get right for the model to see dlib's chip."""
+    import onnx
+    from onnx import helper, numpy_helper
+
+    model = onnx.load(str(user_150))
+    graph = model.graph
+    (old_in,) = graph.input
+    for node in graph.node:
+        node.input[:] = ["front_resized" if n == old_in.name else n for n in node.input]
+    graph.initializer.extend(
+        [numpy_helper.from_array(np.array(127.5, np.float32), "front_half"), numpy_helper.from_array(
+            np.array([150, 150], np.int64), "front_sizes")]
+    )  # fmt: skip
+    front = [
+        helper.make_node("Mul", ["face", "front_half"], ["front_scaled"]),
+        helper.make_node("Add", ["front_scaled", "front_half"], ["front_pixels"]),
+        helper.make_node("Transpose", ["front_pixels"], ["front_nchw"], perm=[0, 3, 1, 2]),
+        helper.make_node(
+            "Resize", ["front_nchw", "", "", "front_sizes"], ["front_resized"], axes=[2, 3], mode="linear"
+        ),
+    ]
+    nodes = list(graph.node)
+    del graph.node[:]
+    graph.node.extend(front + nodes)
+    graph.input.remove(old_in)
+    graph.input.append(helper.make_tensor_value_info("face", onnx.TensorProto.FLOAT, ["N", 112, 112, 3]))
+    onnx.checker.check_model(model)
+    onnx.save(model, str(out))
+    return out
+
+
 @pytest.fixture(scope="module")
 def user_build(face_fp32_models, tmp_path_factory) -> dict:
     """The user model converted once through the CLI (fp32, rpi4, --licence); MTCNN and the 5-point model are
@@ -131,3 +165,31 @@ def test_int8_is_gated_against_the_user_fp32_model_at_its_threshold(user_build, 
     ops = [n.op_type for n in graph.node]
     assert ops.count("QuantizeLinear") > 20 and ops.count("DequantizeLinear") > ops.count("QuantizeLinear")
     assert [o.name for o in graph.output] == ["descriptor"]
+
+
+def test_another_chip_size_layout_and_normalisation(user_build, tmp_path):
+    """A [N,112,112,3] model fed (pixel - 127.5) / 127.5: chips are cut at 112, the normalisation is put in the
+    shipped graph, and the descriptors equal the user model's on the evaluation chips."""
+    import onnx
+
+    from edge.face.models import open_face_pipeline, read_recognition
+    from edge_deploy.cli import main
+
+    user = make_nhwc_112_embedder(user_build["user"], tmp_path / "nhwc112.onnx")
+    out = tmp_path / "face"
+    args = ["convert", "face", "-t", "rpi4", "--precision", "fp32", "--embedder", str(user), "--chip-mean", "127.5",
+            "--chip-std", "127.5", "-o", str(out)]  # fmt: skip
+    assert main(args) == 0
+    rec = read_recognition(out)
+    assert (rec["chip_size"], rec["layout"], rec["mean"], rec["std"]) == (112, "nhwc", [127.5] * 3, [127.5] * 3)
+    assert rec["descriptor_size"] == USER_SIZE and rec["calibration"]["pair_accuracy"] > 0.9
+    assert rec["threshold"] != 0.6 and rec["calibration"]["pairs"] > 1000
+    shipped = onnx.load(str(out / "face_embedder.onnx")).graph
+    assert [n.op_type for n in shipped.node][:2] == ["Sub", "Mul"] and shipped.input[0].name == "chip"
+    report = json.loads((out / "report.json").read_text())
+    assert report["passed"]
+    (check,) = [c for c in report["source_checks"] if c["model"].startswith("user embedder")]
+    assert check["max_abs_diff"] <= 1e-4
+    with open_face_pipeline(out) as pipeline:
+        assert (pipeline.chip_size, pipeline.embedder.chip_size) == (112, 112)
+        assert pipeline.threshold == rec["threshold"]
