@@ -56,16 +56,20 @@ def render_build_markdown(build: FaceBuild) -> str:
         else f"Not run: {a['reason']}."
     )
     if build.recognition:
-        lines += ["", *_recognition_markdown(build.recognition)]
+        (embedder,) = [m for m in build.models if m.role == "embedder"]
+        lines += ["", *_recognition_markdown(build.recognition, embedder.source)]
     if build.failures:
         lines += ["", "## Failures", ""] + [f"- {f}" for f in build.failures]
     return "\n".join(lines) + "\n"
 
 
-def _recognition_markdown(r: dict) -> list[str]:
+def _recognition_markdown(r: dict, source: dict) -> list[str]:
     c = r["calibration"]
     return [
         "## The user embedder's same/different threshold",
+        "",
+        f"Source: `{source['file']}` (sha256 `{source['sha256']}`), licence {source['licence']} (given by: "
+        f"{source['licence_given_by']}).",
         "",
         f"Chips {r['chip_size']}x{r['chip_size']} {r['channels']} ({r['layout']}), fed (pixel - mean {r['mean']}) / "
         f"std {r['std']}; descriptors {r['descriptor_size']}-d, compared by Euclidean distance.",

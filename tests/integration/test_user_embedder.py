@@ -109,7 +109,8 @@ def test_models_json_records_the_user_model(user_build):
     (check,) = [c for c in report["source_checks"] if c["model"].startswith("user embedder")]
     assert check["max_abs_diff"] <= 1e-4 and check["shape"][1] == USER_SIZE
     assert report["dlib_proof"]["ran"] is False and "user embedder" in report["dlib_proof"]["reason"]
-    assert "Threshold **" in (user_build["out"] / "report.md").read_text()
+    markdown = (user_build["out"] / "report.md").read_text()
+    assert "Threshold **" in markdown and f"Source: `my_embedder.onnx` (sha256 `{source['sha256']}`)" in markdown
 
 
 def test_recognition_with_the_calibrated_threshold_names_the_evaluation_faces(user_build):
