@@ -194,3 +194,30 @@ def test_another_chip_size_layout_and_normalisation(user_build, tmp_path):
     with open_face_pipeline(out) as pipeline:
         assert (pipeline.chip_size, pipeline.embedder.chip_size) == (112, 112)
         assert pipeline.threshold == rec["threshold"]
+
+
+def test_face_enroll_and_recognize_commands_use_the_folder_threshold(user_build, tmp_path, capsys):
+    """``edge-deploy face enroll`` writes a 64-d gallery; ``face recognize`` without --threshold decides at the
+    calibrated one (its JSON distances are on the user model's scale)."""
+    import cv2
+
+    from converters.face.facedata import make_eval_set
+    from edge.face.models import same_person_threshold
+    from edge_deploy.cli import main
+
+    images = {im.name: im for im in make_eval_set(0).images}
+    people = tmp_path / "people"
+    for name in ("astronaut", "tom_hanks"):
+        (people / name).mkdir(parents=True)
+        cv2.imwrite(str(people / name / "original.png"), images[f"{name}/original"].rgb[:, :, ::-1])
+    probe = tmp_path / "probe.png"
+    cv2.imwrite(str(probe), images["astronaut/aug1"].rgb[:, :, ::-1])
+    out, gallery = user_build["out"], tmp_path / "gallery.npz"
+    assert main(["face", "enroll", str(out), str(people), "-o", str(gallery), "--json"]) == 0
+    capsys.readouterr()
+    assert main(["face", "recognize", str(out), str(probe), "--gallery", str(gallery), "--json"]) == 0
+    (result,) = json.loads(capsys.readouterr().out)
+    (face,) = result["faces"]
+    assert face["name"] == "astronaut" and face["distance"] <= same_person_threshold(out)
+    assert main(["face", "recognize", str(out), str(probe), "-g", str(gallery), "--threshold", "0.01", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)[0]["faces"][0]["name"] is None
