@@ -10,11 +10,12 @@ annotated ones of the evaluation photos (dlib HOG boxes: astronaut 1, insightfac
 Contenders, interleaved photo by photo in every round, 1 thread:
 
 * ``previous``: ``benchmarks/align_reference.py``, the code before vectorisation (tree by tree);
-* ``vectorised``: ``edge.face`` now, one face at a time;
-* ``vectorised, all faces at once``: ``ShapePredictor.predict_many`` over a photo's faces, then the chips
-  (what the pipeline does).
+* ``a94bba3``: ``benchmarks/align_a94bba3.py``, the first vectorised code (commit a94bba3), one face at a time
+  and all faces of a photo at once;
+* ``now``: ``edge.face`` now, one face at a time and all faces at once (``ShapePredictor.predict_many`` over a
+  photo's faces, then the chips: what the pipeline does).
 
-Every round also checks that all three give the same landmarks and the same chip bytes. Times are the
+Every round also checks that all five give the same landmarks and the same chip bytes. Times are the
 process's CPU time (``time.process_time``): the code is single-threaded, and on a shared machine CPU time is
 what the code costs, where wall time also counts the other jobs' turns.
 """
@@ -25,13 +26,14 @@ import argparse
 import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from benchmarks import align_a94bba3 as a94  # noqa: E402
 from benchmarks import align_reference as ref  # noqa: E402
 from benchmarks.report import REPO, machine_line, write_section  # noqa: E402
 from converters.face.dlib_shape import export_shape_predictor  # noqa: E402
@@ -41,7 +43,15 @@ from edge.face.align import align_chip_dlib5  # noqa: E402
 from edge.face.shape5 import ShapePredictor  # noqa: E402
 
 CACHE = REPO / ".cache" / "bench"
-CONTENDERS = ("previous", "vectorised", "vectorised, all faces at once")
+CONTENDERS = (
+    "previous",
+    "a94bba3, one at a time",
+    "a94bba3, all faces at once",
+    "now, one at a time",
+    "now, all faces at once",
+)
+#: The rows each row's second speed-up is taken against (the a94bba3 code run the same way).
+BASELINE = {"now, one at a time": "a94bba3, one at a time", "now, all faces at once": "a94bba3, all faces at once"}
 GOAL_MS = 1.0
 
 Rect = tuple[int, int, int, int]
@@ -53,6 +63,22 @@ def _previous(sp: ShapePredictor, rgb: np.ndarray, rects: list[Rect]) -> tuple[n
     points = np.stack([ref.predict(sp, rgb, r) for r in rects])
     t1 = time.process_time()
     chips = np.stack([ref.align_chip_dlib5(rgb, p) for p in points])
+    return points, chips, t1 - t0
+
+
+def _a94_one(sp: ShapePredictor, rgb: np.ndarray, rects: list[Rect]) -> tuple[np.ndarray, np.ndarray, float]:
+    t0 = time.process_time()
+    points = np.stack([_A94[sp].predict(rgb, r) for r in rects])
+    t1 = time.process_time()
+    chips = np.stack([a94.align_chip_dlib5(rgb, p) for p in points])
+    return points, chips, t1 - t0
+
+
+def _a94_batched(sp: ShapePredictor, rgb: np.ndarray, rects: list[Rect]) -> tuple[np.ndarray, np.ndarray, float]:
+    t0 = time.process_time()
+    points = _A94[sp].predict_many(rgb, rects)
+    t1 = time.process_time()
+    chips = np.stack([a94.align_chip_dlib5(rgb, p) for p in points])
     return points, chips, t1 - t0
 
 
@@ -72,7 +98,16 @@ def _batched(sp: ShapePredictor, rgb: np.ndarray, rects: list[Rect]) -> tuple[np
     return points, chips, t1 - t0
 
 
-ALIGNERS: dict[str, Aligner] = dict(zip(CONTENDERS, (_previous, _vectorised, _batched), strict=True))
+#: a94bba3's predictor for each of ours (same model file), made in ``measure``
+_A94: dict[ShapePredictor, a94.ShapePredictorA94] = {}
+ALIGNERS: dict[str, Aligner] = dict(
+    zip(CONTENDERS, (_previous, _a94_one, _a94_batched, _vectorised, _batched), strict=True)
+)
+
+
+def _rect(box: Sequence[float]) -> Rect:
+    left, top, right, bottom = (int(v) for v in box)
+    return left, top, right, bottom
 
 
 def measure(rounds: int) -> dict:
@@ -82,7 +117,8 @@ def measure(rounds: int) -> dict:
         CACHE.mkdir(parents=True, exist_ok=True)
         export_shape_predictor(dlib_model_path("landmarks5"), model)
     sp = ShapePredictor(model)
-    photos = [(p.name, p.load(), [tuple(int(v) for v in f.box) for f in p.faces]) for p in EVAL_PHOTOS]
+    _A94[sp] = a94.ShapePredictorA94(model)
+    photos = [(p.name, p.load(), [_rect(f.box) for f in p.faces]) for p in EVAL_PHOTOS]
     faces = sum(len(r) for _, _, r in photos)
     total: dict[str, list[float]] = {c: [] for c in CONTENDERS}
     shape: dict[str, list[float]] = {c: [] for c in CONTENDERS}
@@ -99,7 +135,7 @@ def measure(rounds: int) -> dict:
                 outputs.append((points, chips))
             for points, chips in outputs[1:]:
                 if not (np.array_equal(points, outputs[0][0]) and np.array_equal(chips, outputs[0][1])):
-                    raise RuntimeError(f"{_name}: the vectorised alignment differs from the previous one")
+                    raise RuntimeError(f"{_name}: the contenders' landmarks or chips differ from the previous code's")
         for c in CONTENDERS:
             total[c].append(sums[c] / faces)
             shape[c].append(shape_sums[c] / faces)
@@ -113,7 +149,8 @@ def markdown(result: dict) -> str:
     med = {c: statistics.median(v) * 1e3 for c, v in result["total_s"].items()}
     shape = {c: statistics.median(v) * 1e3 for c, v in result["shape_s"].items()}
     rows = [
-        f"| {c} | {med[c]:.2f} | {shape[c]:.2f} | {med[c] - shape[c]:.2f} | {med['previous'] / med[c]:.1f}× |"
+        f"| {c} | {med[c]:.2f} | {shape[c]:.2f} | {med[c] - shape[c]:.2f} | {med['previous'] / med[c]:.1f}× | "
+        + (f"{med[BASELINE[c]] / med[c]:.2f}× |" if c in BASELINE else "|")
         for c in CONTENDERS
     ]
     return "\n".join(
@@ -129,8 +166,8 @@ def markdown(result: dict) -> str:
             "",
             f"Machine: {result['machine']}",
             "",
-            "| code | ms a face | shape predictor ms | chip ms | speed-up |",
-            "|---|---:|---:|---:|---:|",
+            "| code | ms a face | shape predictor ms | chip ms | × previous | × a94bba3 (same way) |",
+            "|---|---:|---:|---:|---:|---:|",
             *rows,
             "",
             *_goal_lines(med[CONTENDERS[-1]]),
