@@ -178,14 +178,12 @@ class ShapePredictor:
         extent = box[:, 2:, None] - origin  # unit box -> rect corners, as dlib
         shape = np.repeat(self.initial[None], faces, axis=0)  # [face, point, 2], as the leaves
         pixels = np.ascontiguousarray(rgb).reshape(-1, 3)
-        # every face's split-node pixels in one flat index of its features: [levels, face, 2, nodes]
-        pairs = self._pairs[:, None] + (np.arange(faces) * self.deltas.shape[1])[:, None, None]
         steps = np.empty((trees + 1, shape.size), np.float32)  # row 0: the shape, then one row a tree
         for level in range(self.split_idx.shape[0]):
             anchors = shape.transpose(0, 2, 1).take(self.anchor_idx[level], axis=2)
             unit = self._similarity(shape) @ self._deltas_t[level] + anchors
             pix = np.floor(origin + unit * extent + 0.5)  # float32 * float64: the float32 values, exactly
-            leaf = self._walk(level, _intensities(pixels, rgb.shape[:2], pix).take(pairs[level]))
+            leaf = self._walk(level, _intensities(pixels, rgb.shape[:2], pix).take(self._pairs[level], axis=1))
             # (mode: the rows are in range; any mode but "raise" lets take write into ``out`` unbuffered)
             self._leaf_rows[level].take(leaf.T, axis=0, out=steps[1:].reshape(trees, faces, -1), mode="wrap")
             steps[0] = shape.reshape(-1)
