@@ -355,12 +355,13 @@ def _bilinear(src: np.ndarray, m: np.ndarray, size: int) -> np.ndarray:
 def _surely_inside(m: np.ndarray, size: int, rows: int, cols: int) -> bool:
     """True if every chip pixel's four neighbours lie in the ``rows`` x ``cols`` source, from the grid's corners.
 
-    x and y are affine in the chip pixel, so they are extreme at the chip's corners; computed the same way there,
-    they differ from the grid's values by a few ulps at most, far inside the 1e-6 margin. False means "look
-    pixel by pixel" (some may still be inside).
+    x and y are affine in the chip pixel, so they are extreme at the chip's corners; computed there the way
+    ``_bilinear`` computes them (in Python floats: the same IEEE doubles), they differ from the grid's values
+    by a few ulps at most, far inside the 1e-6 margin. False means "look pixel by pixel" (some may be inside).
     """
-    ends = np.array([0.0, size - 1.0])
-    x = (m[0, 0] * ends)[None, :] + (m[0, 1] * ends)[:, None] + m[0, 2]
-    y = (m[1, 0] * ends)[None, :] + (m[1, 1] * ends)[:, None] + m[1, 2]
+    (a, b, c), (d, e, f) = m.tolist()
+    end = size - 1.0
+    xs = [a * u + b * v + c for u in (0.0, end) for v in (0.0, end)]
+    ys = [d * u + e * v + f for u in (0.0, end) for v in (0.0, end)]
     margin = 1e-6
-    return bool(x.min() >= margin and y.min() >= margin and x.max() < cols - 1 - margin and y.max() < rows - 1 - margin)
+    return min(xs) >= margin and min(ys) >= margin and max(xs) < cols - 1 - margin and max(ys) < rows - 1 - margin
