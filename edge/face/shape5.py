@@ -178,12 +178,13 @@ class ShapePredictor:
         extent = box[:, 2:, None] - origin  # unit box -> rect corners, as dlib
         shape = np.repeat(self.initial[None], faces, axis=0)  # [face, point, 2], as the leaves
         pixels = np.ascontiguousarray(rgb).reshape(-1, 3)
+        size = np.array([[rgb.shape[1]], [rgb.shape[0]]], np.uintp)  # (W, H) as a column, for _intensities
         steps = np.empty((trees + 1, shape.size), np.float32)  # row 0: the shape, then one row a tree
         for level in range(self.split_idx.shape[0]):
             anchors = shape.transpose(0, 2, 1).take(self.anchor_idx[level], axis=2)
             unit = self._similarity(shape) @ self._deltas_t[level] + anchors
             pix = np.floor(origin + unit * extent + 0.5)  # float32 * float64: the float32 values, exactly
-            leaf = self._walk(level, _intensities(pixels, rgb.shape[:2], pix).take(self._pairs[level], axis=1))
+            leaf = self._walk(level, _intensities(pixels, size, pix).take(self._pairs[level], axis=1))
             # (mode: the rows are in range; any mode but "raise" lets take write into ``out`` unbuffered)
             self._leaf_rows[level].take(leaf.T, axis=0, out=steps[1:].reshape(trees, faces, -1), mode="wrap")
             steps[0] = shape.reshape(-1)
@@ -245,22 +246,21 @@ def _leaf_table(depth: int) -> np.ndarray:
     return node - splits
 
 
-def _intensities(pixels: np.ndarray, size: tuple[int, int], pix: np.ndarray) -> np.ndarray:
+def _intensities(pixels: np.ndarray, size: np.ndarray, pix: np.ndarray) -> np.ndarray:
     """dlib's get_pixel_intensity of an rgb_pixel, (r + g + b) / 3 truncated; 0 outside the image.
 
     Args:
         pixels: the image's uint8 pixels [H * W, 3], row by row.
-        size: (H, W).
+        size: uintp [[W], [H]].
         pix: whole-pixel x and y [F, 2, n], float.
 
     Returns:
         int16 [F, n].
     """
-    h, w = size
     xy = pix.astype(np.intp)
-    fits = xy.view(np.uintp) < np.array([[w], [h]], np.uintp)  # a negative is a huge uintp
+    fits = xy.view(np.uintp) < size  # a negative is a huge uintp
     inside = fits[:, 0] & fits[:, 1]
-    index = xy[:, 1] * w + xy[:, 0]
+    index = xy[:, 1] * int(size[0, 0]) + xy[:, 0]
     index *= inside  # outside: any pixel will do, it is zeroed below
     px = pixels.take(index, axis=0)
     grey = px[..., 0].astype(np.int16)  # channel by channel: a sum along the axis of three is several times slower
