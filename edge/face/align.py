@@ -9,6 +9,7 @@ corners), taking their template from the same mean face.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -121,13 +122,25 @@ def similarity_transform(src: np.ndarray, dst: np.ndarray, weights: np.ndarray |
     Returns:
         float64 matrix [2, 3] ``M`` with ``dst ~= M[:, :2] @ src + M[:, 2]``.
     """
+    return _fit_to(_centred(src, weights), dst)
+
+
+def _centred(src: np.ndarray, weights: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
+    """The source side of ``similarity_transform``: normalised weights, weighted mean, centred points, variance."""
     src = np.asarray(src, dtype=np.float64)
-    dst = np.asarray(dst, dtype=np.float64)
     w = np.ones(len(src)) if weights is None else np.asarray(weights, dtype=np.float64)
     w = w / w.sum()
-    mu_s, mu_d = w @ src, w @ dst
-    s_c, d_c = src - mu_s, dst - mu_d
-    var_s = float(w @ (s_c**2).sum(axis=1))
+    mu_s = w @ src
+    s_c = src - mu_s
+    return w, mu_s, s_c, float(w @ (s_c**2).sum(axis=1))
+
+
+def _fit_to(centred: tuple[np.ndarray, np.ndarray, np.ndarray, float], dst: np.ndarray) -> np.ndarray:
+    """``similarity_transform`` from the source side ``_centred`` made (cached for a fixed template)."""
+    w, mu_s, s_c, var_s = centred
+    dst = np.asarray(dst, dtype=np.float64)
+    mu_d = w @ dst
+    d_c = dst - mu_d
     cov = (d_c * w[:, None]).T @ s_c
     u, sig, vt = np.linalg.svd(cov)
     fix = np.eye(2)
@@ -162,7 +175,11 @@ def _check_inputs(
 
 def _chip_to_image(template: np.ndarray, pts: np.ndarray, size: int, weights: np.ndarray | None = None) -> np.ndarray:
     """Affine map from chip pixels to image pixels, built exactly as dlib's ``chip_details`` does."""
-    tform = similarity_transform(template, pts, weights)
+    return _chip_map(similarity_transform(template, pts, weights), size)
+
+
+def _chip_map(tform: np.ndarray, size: int) -> np.ndarray:
+    """``_chip_to_image`` from the similarity transform template -> landmarks."""
     scale = math.hypot(tform[0, 0], tform[1, 0])
     cos, sin = tform[0, 0] / scale, tform[1, 0] / scale
     centre = tform[:, :2] @ np.array([size / 2.0, size / 2.0]) + tform[:, 2]
@@ -226,8 +243,17 @@ def align_chip_dlib5(
         InputError: if the image is not uint8 [H, W, 3] or the points are not a finite [5, 2] array.
     """
     pts = _check_inputs(rgb, points5, size, padding, order="dlib's 5-point order")
+    return warp_chip(rgb, _chip_map(_fit_to(_dlib5_template(size, padding), pts), size), size)
+
+
+@functools.lru_cache(maxsize=8)
+def _dlib5_template(size: int, padding: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
+    """dlib's 5-point template in a ``size`` chip, centred for the fit (``_centred``), made once per size."""
     template = (padding + np.array(DLIB5_TEMPLATE)) / (2.0 * padding + 1.0) * size
-    return warp_chip(rgb, _chip_to_image(template, pts, size), size)
+    centred = _centred(template, None)
+    for array in centred[:3]:
+        array.flags.writeable = False  # shared by every call
+    return centred
 
 
 def warp_chip(rgb: np.ndarray, chip_to_img: np.ndarray, size: int) -> np.ndarray:
@@ -260,12 +286,12 @@ def warp_chip(rgb: np.ndarray, chip_to_img: np.ndarray, size: int) -> np.ndarray
     half = (rect_side - 1.0) / 2.0  # rect is centred on chip pixel (size-1)/2 with width rect_side - 1
     centre = chip_to_img[:, :2] @ np.full(2, (size - 1) / 2.0) + chip_to_img[:, 2]
     rot = chip_to_img[:, :2] / scale
-    img_corners = centre + np.array([[-1, -1], [1, -1], [-1, 1], [1, 1]]) * half @ rot.T
+    xs, ys = (centre + np.array([[-1, -1], [1, -1], [-1, 1], [1, 1]]) * half @ rot.T).T.tolist()
     h, w = rgb.shape[:2]
-    x0 = max(0, round(img_corners[:, 0].min() - grow))
-    y0 = max(0, round(img_corners[:, 1].min() - grow))
-    x1 = min(w, round(img_corners[:, 0].max() + grow) + 1)
-    y1 = min(h, round(img_corners[:, 1].max() + grow) + 1)
+    x0 = max(0, round(min(xs) - grow))
+    y0 = max(0, round(min(ys) - grow))
+    x1 = min(w, round(max(xs) + grow) + 1)
+    y1 = min(h, round(max(ys) + grow) + 1)
     if x1 <= x0 or y1 <= y0:  # the chip lies wholly outside the image
         return np.zeros((size, size, 3), np.uint8)
     src = rgb[y0:y1, x0:x1]
