@@ -338,10 +338,11 @@ def _bilinear(src: np.ndarray, m: np.ndarray, size: int) -> np.ndarray:
     if rows < 2 or cols < 2:
         return np.zeros((size, size, channels), np.uint8)
     grid = np.arange(size, dtype=np.float64)
-    x = (m[0, 0] * grid)[None, :] + (m[0, 1] * grid)[:, None] + m[0, 2]
-    y = (m[1, 0] * grid)[None, :] + (m[1, 1] * grid)[:, None] + m[1, 2]
-    left, top = np.floor(x), np.floor(y)
-    fx, fy = (x - left).ravel(), (y - top).ravel()
+    # x = m00 * u + m01 * v + m02 and y alike, summed in that order, in one array
+    xy = (m[:, 0, None] * grid)[:, None, :] + (m[:, 1, None] * grid)[:, :, None]
+    xy += m[:, 2, None, None]
+    left, top = np.floor(xy)
+    fx, fy = np.subtract(xy, (left, top), out=xy).reshape(2, -1)
     outside = None
     if not _surely_inside(m, size, rows, cols):
         outside = ((left < 0) | (top < 0) | (left + 1 >= cols) | (top + 1 >= rows)).ravel()
