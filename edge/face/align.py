@@ -341,8 +341,9 @@ def _bilinear(src: np.ndarray, m: np.ndarray, size: int) -> np.ndarray:
     # x = m00 * u + m01 * v + m02 and y alike, summed in that order, in one array
     xy = (m[:, 0, None] * grid)[:, None, :] + (m[:, 1, None] * grid)[:, :, None]
     xy += m[:, 2, None, None]
-    left, top = np.floor(xy)
-    fx, fy = np.subtract(xy, (left, top), out=xy).reshape(2, -1)
+    corners = np.floor(xy)
+    fx, fy = np.subtract(xy, corners, out=xy).reshape(2, -1)
+    left, top = corners
     outside = None
     if not _surely_inside(m, size, rows, cols):
         outside = ((left < 0) | (top < 0) | (left + 1 >= cols) | (top + 1 >= rows)).ravel()
