@@ -87,12 +87,13 @@ class ShapePredictor:
         """Flat copies of the model for the vectorised walk (``predict_many``)."""
         levels, trees, splits, _ = self.split_idx.shape
         self._deltas_t = np.ascontiguousarray(self.deltas.transpose(0, 2, 1))  # [levels, 2, features]: x row, y row
-        # both pixels of every split node of a level, [levels, 2, trees * splits]
-        self._pairs = np.ascontiguousarray(self.split_idx.transpose(0, 3, 1, 2).reshape(levels, 2, -1))
+        # both pixels of every split node of a level, node by node across the trees: [levels, 2, splits, trees]
+        self._pairs = np.ascontiguousarray(self.split_idx.transpose(0, 3, 2, 1))
         # For a whole number d (a difference of two intensities), d > t exactly when d > floor(t); beyond
         # +-1024 every difference falls on the same side, and a NaN threshold is never passed, as in dlib.
         thresh = np.nan_to_num(self.split_thresh.astype(np.float64), nan=1024.0)
-        self._thresh = np.clip(np.floor(thresh), -1024, 1024).astype(np.int16).reshape(levels, -1)
+        thresh = np.clip(np.floor(thresh), -1024, 1024).astype(np.int16)
+        self._thresh = np.ascontiguousarray(thresh.transpose(0, 2, 1))[..., None]  # [levels, splits, trees, 1]
         # row ``tree * (splits + 1) + leaf`` of a level's leaves
         self._leaf_rows = self.leaf_values.reshape(levels, trees * (splits + 1), -1)
         self._leaf_base = np.arange(trees, dtype=np.intp) * (splits + 1)
@@ -180,13 +181,17 @@ class ShapePredictor:
         pixels = np.ascontiguousarray(rgb).reshape(-1, 3)
         size = np.array([[rgb.shape[1]], [rgb.shape[0]]], np.uintp)  # (W, H) as a column, for _intensities
         steps = np.empty((trees + 1, shape.size), np.float32)  # row 0: the shape, then one row a tree
+        # The intensities face-minor, [features, faces] padded to 1, 2, 4, 8 or 16 columns: the split nodes'
+        # pixels are then rows of 2 to 32 bytes, which numpy's take copies several times faster than other sizes.
+        feats = np.zeros((self.deltas.shape[1], _padded(faces)), np.int16)
         for level in range(self.split_idx.shape[0]):
             anchors = shape.transpose(0, 2, 1).take(self.anchor_idx[level], axis=2)
             unit = self._similarity(shape) @ self._deltas_t[level] + anchors
             pix = np.floor(origin + unit * extent + 0.5)  # float32 * float64: the float32 values, exactly
-            leaf = self._walk(level, _intensities(pixels, size, pix).take(self._pairs[level], axis=1))
+            feats[:, :faces] = _intensities(pixels, size, pix).T
+            leaf = self._walk(level, feats.take(self._pairs[level], axis=0))[:, :faces]
             # (mode: the rows are in range; any mode but "raise" lets take write into ``out`` unbuffered)
-            self._leaf_rows[level].take(leaf.T, axis=0, out=steps[1:].reshape(trees, faces, -1), mode="wrap")
+            self._leaf_rows[level].take(leaf, axis=0, out=steps[1:].reshape(trees, faces, -1), mode="wrap")
             steps[0] = shape.reshape(-1)
             # Summing down the rows of a C-ordered array, numpy adds row after row (no pairwise summation:
             # that is only along the contiguous axis), so each point gets its trees' leaves one by one in
@@ -214,21 +219,26 @@ class ShapePredictor:
         return (ab @ self._ab_to_matrix).astype(np.float32).reshape(-1, 2, 2)  # products by 0 and +-1: exact
 
     def _walk(self, level: int, pairs: np.ndarray) -> np.ndarray:
-        """Row of ``_leaf_rows[level]`` [F, trees] that every tree of ``level`` reaches on each face.
+        """Row of ``_leaf_rows[level]`` [trees, F] that every tree of ``level`` reaches on each face.
 
         Args:
             level: cascade level.
-            pairs: int16 [F, 2, trees * splits], the intensities of every split node's two pixels.
+            pairs: int16 [2, splits, trees, F], the intensities of every split node's two pixels.
         """
-        splits = self.split_idx.shape[2]
-        went_left = (pairs[:, 0] - pairs[:, 1] > self._thresh[level]).reshape(len(pairs), -1, splits)
+        splits, trees, faces = pairs.shape[1:]
+        went_left = pairs[0] - pairs[1] > self._thresh[level]  # [splits, trees, F]
         if self._leaf_of_code is not None:  # a tree's outcomes as one number (exact in float32) -> its leaf
-            code = (went_left.astype(np.float32) @ self._bit_values).astype(np.intp)
-            return self._leaf_base + self._leaf_of_code.take(code)
-        node = np.zeros(went_left.shape[:2], np.intp)
+            code = (self._bit_values @ went_left.reshape(splits, -1).astype(np.float32)).astype(np.intp)
+            return self._leaf_base[:, None] + self._leaf_of_code.take(code.reshape(trees, faces))
+        node = np.zeros((trees, faces), np.intp)
         for _ in range(self.depth):
-            node = 2 * node + 2 - np.take_along_axis(went_left, node[..., None], axis=2)[..., 0].astype(np.intp)
-        return self._leaf_base + node - splits
+            node = 2 * node + 2 - np.take_along_axis(went_left, node[None], axis=0)[0].astype(np.intp)
+        return self._leaf_base[:, None] + node - splits
+
+
+def _padded(faces: int) -> int:
+    """``faces`` rounded up to 1, 2, 4, 8 or 16 (beyond 16: itself)."""
+    return 1 << (faces - 1).bit_length() if faces <= 16 else faces
 
 
 def _leaf_table(depth: int) -> np.ndarray:
