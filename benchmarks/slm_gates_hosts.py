@@ -54,10 +54,10 @@ print(json.dumps({"kernels": int8_kernels().describe(), "verdict": verdict}))
 """
 
 
-def _convert(host: str, target: str, work: Path, fresh: bool) -> dict:
+def _convert(host: str, target: str, cache: Path, fresh: bool) -> dict:
     """One ``convert slm`` of ``target`` at INT4 on ``host``; its verdict, CPU kind and report. A finished run
     is kept in ``run.json`` beside its build and reused unless ``fresh`` (an emulated one takes tens of minutes)."""
-    out = CACHE / f"{target}-{host}"
+    out, work = cache / f"{target}-{host}", cache / "work"  # work: the shared fp32 export (made by the first run)
     kept = out / "run.json"
     if kept.is_file() and not fresh:
         print(f"reusing {kept} (--fresh to run it again)", file=sys.stderr)
@@ -120,21 +120,21 @@ def main() -> int:
     parser.add_argument("--hosts", default="native,haswell", help=f"of {', '.join(HOSTS)}, comma-separated")
     parser.add_argument("--quick", action="store_true", help="print only; do not write docs/benchmarks.md")
     parser.add_argument("--fresh", action="store_true", help="convert again even where a finished run is kept")
+    parser.add_argument("--cache", type=Path, default=CACHE, help=f"where builds and finished runs are kept ({CACHE})")
     args = parser.parse_args()
     targets, hosts = args.targets.split(","), args.hosts.split(",")
     if unknown := [h for h in hosts if h not in HOSTS]:
         parser.error(f"--hosts: unknown {', '.join(unknown)}; expected of {', '.join(HOSTS)}")
-    CACHE.mkdir(parents=True, exist_ok=True)
+    args.cache.mkdir(parents=True, exist_ok=True)
     machine = machine_line()
-    work = CACHE / "work"  # the fp32 export, made by the first (native) run and reused by the others
     order = sorted(((t, h) for t in targets for h in hosts), key=lambda th: (th[1] != "native", th))
     runs = {}
     for target, host in order:
         print(f"convert slm --target {target} on {host}", file=sys.stderr)
-        runs[(target, host)] = _convert(host, target, work, args.fresh)
+        runs[(target, host)] = _convert(host, target, args.cache, args.fresh)
         print(json.dumps({k: v for k, v in runs[(target, host)].items() if k != "report"}), file=sys.stderr)
     runs = {k: runs[k] for k in sorted(runs)}
-    (CACHE / "result.json").write_text(json.dumps({f"{t} {h}": r for (t, h), r in runs.items()}, indent=2))
+    (args.cache / "result.json").write_text(json.dumps({f"{t} {h}": r for (t, h), r in runs.items()}, indent=2))
     markdown = _markdown(args, machine, runs)
     print(markdown)
     if not args.quick:
