@@ -1,0 +1,301 @@
+"""The frame on ARM: executed instructions per 640x480 one-face frame, whole pipeline, emulated Pi 4 / Pi 5 cores.
+
+Issue #13's budget: detect, align, embed and match a gallery of 100, Python included, on emulated Cortex-A72
+(the rpi4 build) and Cortex-A76 (the rpi5 build): <= 150 M instructions a frame on the A72, <= 60 M on the
+A76. The frame is matplotlib's grace_hopper.jpg (512x600, one face) letterboxed to 640x480 (scaled by 0.8
+with INTER_AREA to 410x480, black bars left and right). Each contender is the device pipeline
+(``open_face_pipeline`` over a converted face folder, ``scripts/arm/run_frame.py``, one thread) counted by
+the TCG plugin (``converters.arm.frame``): per frame = (run of N+1 frames - run of 1 frame) / N, so process
+start-up and model loading stay out; the four stages are marked regions, counted the same way.
+
+Contenders: MTCNN (its default smallest face, 20 px, and 40 px), BlazeFace full range on the whole frame and
+on tiles too (``blazeface-full-tiled``), each with the fp32 folder and the profile's INT8 folder (the face
+nets static INT8 QDQ in ORT format; BlazeFace stays fp32 in both). Folders come from the benchmark caches
+(``benchmarks.face_speed_models.build_fp32`` / ``build_int8`` with the default 200 calibration images;
+BlazeFace added as ``edge-deploy convert blazeface MODELS --range full`` does, ``frame_speed.with_blazeface``).
+
+    .venv/bin/python benchmarks/arm_frame.py [--cpus cortex-a72,cortex-a76] [--contenders mtcnn,blazeface-full]
+        [--frames 2] [--fresh] [--write]
+
+Resumable: every counted row is kept in ``.cache/bench/arm_frame.json`` and not counted again unless
+``--fresh``. Instruction counts, not times: they do not depend on the host's load. One row took ~1.5 min of
+emulation (four guest runs) on 2 shared cores at load ~5.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks.face_speed_models import CACHE  # noqa: E402
+from converters.arm.frame import FrameCost, FrameSetup  # noqa: E402
+
+#: (core, the board build it runs, instructions-a-frame goal), as issue #13 sets them.
+CORES = {"cortex-a72": ("rpi4", 150e6), "cortex-a76": ("rpi5", 60e6)}
+#: The Pi's clock and instructions per cycle the time estimate assumes (an estimate, not a measurement).
+CLOCK_HZ = (1.5e9, 1.8e9)
+IPC = (1.5, 2.0)
+#: The issue's own count of the fp32 MTCNN frame (grace_hopper letterboxed), to compare with.
+ISSUE_MTCNN_FP32 = {"cortex-a72": 931e6, "cortex-a76": 930e6}
+FRAME_SIZE = (640, 480)
+STAGES = ("detect", "align", "embed", "match")
+
+
+@dataclass(frozen=True)
+class Contender:
+    """A pipeline to count: its name, detector and MTCNN's smallest face (None: the default, 20)."""
+
+    name: str
+    detector: str
+    min_face_size: int | None = None
+
+
+CONTENDERS = {
+    "mtcnn": Contender("MTCNN", "mtcnn"),
+    "mtcnn-40": Contender("MTCNN, min face 40", "mtcnn", 40),
+    "blazeface-full": Contender("BlazeFace full range", "blazeface-full"),
+    "blazeface-full-tiled": Contender("BlazeFace full range tiled", "blazeface-full-tiled"),
+}
+PRECISIONS = ("fp32", "int8")
+
+
+def say(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def letterbox(rgb: np.ndarray, size: tuple[int, int] = FRAME_SIZE) -> np.ndarray:
+    """``rgb`` scaled to fit ``size`` (width, height) with INTER_AREA, centred on black."""
+    import cv2
+
+    width, height = size
+    scale = min(width / rgb.shape[1], height / rgb.shape[0])
+    w, h = round(rgb.shape[1] * scale), round(rgb.shape[0] * scale)
+    out = np.zeros((height, width, 3), np.uint8)
+    x, y = (width - w) // 2, (height - h) // 2
+    out[y : y + h, x : x + w] = cv2.resize(rgb, (w, h), interpolation=cv2.INTER_AREA)
+    return out
+
+
+def frame_files(work: Path) -> tuple[Path, Path]:
+    """The frame (grace_hopper letterboxed to 640x480, .npy) and frame_speed's gallery of 100, written once."""
+    from benchmarks.frame_speed import make_gallery
+    from converters.face.facedata import package_dir
+    from edge.imageio import load_image
+
+    work.mkdir(parents=True, exist_ok=True)
+    frame, gallery = work / "grace_hopper_640x480.npy", work / "gallery100.npz"
+    photo = load_image(package_dir("matplotlib") / "mpl-data" / "sample_data" / "grace_hopper.jpg")
+    np.save(frame, letterbox(photo))
+    make_gallery().save(gallery)
+    return frame, gallery
+
+
+def folders(profile_name: str, progress) -> dict[str, Path]:
+    """The fp32 and the profile's INT8 face folders, each with BlazeFace full range added (cached)."""
+    from benchmarks.face_speed_models import build_fp32, build_int8
+    from benchmarks.frame_speed import with_blazeface
+    from converters.face.quantize import DEFAULT_CALIBRATION_COUNT
+    from edge.profiles import load_profile
+
+    CACHE.mkdir(parents=True, exist_ok=True)
+    fp32 = build_fp32(CACHE, progress)
+    int8, _ = build_int8(fp32, load_profile(profile_name), CACHE, DEFAULT_CALIBRATION_COUNT, progress)
+    return {"fp32": with_blazeface(fp32, progress), "int8": with_blazeface(int8, progress)}
+
+
+def precisions(folder: Path) -> str:
+    """What a face folder's models.json says each role runs at, grouped: ``"embedder int8; ... fp32"``."""
+    from edge.face.models import read_models_file
+
+    by: dict[str, list[str]] = {}
+    for role, entry in read_models_file(folder).items():
+        by.setdefault(entry.precision, []).append(role)
+    return "; ".join(f"{', '.join(roles)} {precision}" for precision, roles in sorted(by.items(), reverse=True))
+
+
+def row_key(cpu: str, contender: str, precision: str) -> str:
+    return f"{cpu}/{contender}/{precision}"
+
+
+def load_rows(path: Path) -> dict[str, FrameCost]:
+    """Rows counted by an earlier run (a row is counted once unless ``--fresh``)."""
+    if not path.is_file():
+        return {}
+    return {k: FrameCost.from_dict(v) for k, v in json.loads(path.read_text(encoding="utf-8")).items()}
+
+
+def save_rows(path: Path, rows: dict[str, FrameCost]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({k: v.to_dict() for k, v in rows.items()}, indent=2) + "\n", encoding="utf-8")
+
+
+def estimate_ms(instructions: float) -> tuple[float, float]:
+    """(fastest, slowest) milliseconds at the Pi's clock and IPC ranges: an estimate, not a measurement."""
+    return instructions / (CLOCK_HZ[1] * IPC[1]) * 1e3, instructions / (CLOCK_HZ[0] * IPC[0]) * 1e3
+
+
+def _m(n: float) -> str:
+    return f"{n / 1e6:.1f}"
+
+
+def table(rows: list[tuple[str, str, FrameCost]]) -> str:
+    """One row per (contender, precision, core): per-frame count, its split, NEON share, SDOT, time estimate."""
+    lines = [
+        "| contender | build | core | faces | M instr. / frame | detect | align | embed | match | other "
+        "| NEON % | SDOT+UDOT / frame | est. ms on the Pi | goal |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for name, precision, c in rows:
+        profile, goal = CORES[c.cpu]
+        total = c.per_frame.total
+        other = total - sum(c.stages[s].total for s in STAGES)
+        fast, slow = estimate_ms(total)
+        verdict = "met" if total <= goal else f"**missed** by {_m(total - goal)} M ({total / goal:.1f}x)"
+        build = f"{profile} {precision}" if precision != "fp32" else "fp32"
+        split = " | ".join(_m(c.stages[s].total) for s in STAGES)
+        lines.append(
+            f"| {name} | {build} | {c.cpu} | {c.faces} | **{_m(total)}** | {split} | {_m(other)} | "
+            f"{100 * c.per_frame.simd_share:.1f} | {c.per_frame.sdot + c.per_frame.udot:,} | "
+            f"{fast:.0f}-{slow:.0f} | {verdict} |"
+        )
+    return "\n".join(lines)
+
+
+def goal_lines(rows: list[tuple[str, str, FrameCost]]) -> list[str]:
+    """Per core: the cheapest contender against the goal (met, or missed by how much), and MTCNN fp32 against
+    the count the issue started from."""
+    lines = []
+    for cpu, (profile, goal) in CORES.items():
+        mine = [(c.per_frame.total, name, precision) for name, precision, c in rows if c.cpu == cpu]
+        if not mine:
+            continue
+        best, name, precision = min(mine)
+        fast, slow = estimate_ms(best)
+        if best <= goal:
+            verdict = "met"
+        else:
+            verdict = f"**missed** by {_m(best - goal)} M instructions ({best / goal:.2f}x the budget)"
+        build = f"{profile} {precision}" if precision != "fp32" else "fp32"
+        lines.append(
+            f"- {cpu} (goal <= {_m(goal)} M a frame): cheapest is {name}, {build}, {_m(best)} M — {verdict}; "
+            f"about {fast:.0f}-{slow:.0f} ms a frame on the Pi (estimate: {CLOCK_HZ[0] / 1e9:.1f}-"
+            f"{CLOCK_HZ[1] / 1e9:.1f} GHz, IPC {IPC[0]:.1f}-{IPC[1]:.1f})."
+        )
+        base = [c.per_frame.total for n, p, c in rows if c.cpu == cpu and n == "MTCNN" and p == "fp32"]
+        if base:
+            lines.append(
+                f"  MTCNN fp32 here: {_m(base[0])} M (the issue counted {_m(ISSUE_MTCNN_FP32[cpu])} M, whole "
+                f"process, 3 frames - 1 frame)."
+            )
+    return lines
+
+
+SECTION_HEAD = """## The frame on ARM: instructions per 640x480 one-face frame, emulated Cortex-A72 / A76 (Pi 4 / 5)
+
+The whole device pipeline, Python included (`open_face_pipeline`, one thread: detect, align, embed, match a
+gallery of 100), on matplotlib's grace_hopper letterboxed to 640x480 (one face), counted by the TCG plugin
+(`scripts/arm/insncount.c`) under qemu-user: per frame = (whole run of {n1} frames - whole run of 1 frame) / {n},
+so start-up, imports and model loading stay out. The stages are marked regions counted the same way; "other"
+is what the frame executes outside them (the loop and the marks' syscalls, ~{marks:.0f} k instructions a
+frame). NEON % and SDOT+UDOT are of the whole frame. The INT8 build is the rpi4 profile's on the A72 and the
+rpi5 profile's on the A76, as `quantize_face_models` ships it (static QDQ, ORT format; {builds}). The time is an
+estimate at the Pi's clock ({c0:.1f}-{c1:.1f} GHz) for an IPC of {i0:.1f}-{i1:.1f}, not a measurement. Goals
+(issue #13): <= 150 M instructions a frame on the A72, <= 60 M on the A76. Machine: {machine} (instruction
+counts of the emulated cores: the host's CPU features do not enter them).
+"""
+
+
+def section(rows: list[tuple[str, str, FrameCost]], builds: dict[str, str], command: str) -> str:
+    """The doc section: how it was counted, the goal verdicts, the table, the repeat noise, the command.
+
+    ``builds``: per INT8 build (``"rpi4 int8"``), what runs at which precision (``precisions``).
+    """
+    from benchmarks.report import machine_line
+
+    frames = max(c.frames for _, _, c in rows)
+    marks = max(8 * c.marks.total for _, _, c in rows) / 1e3
+    head = SECTION_HEAD.format(
+        n1=frames + 1, n=frames, marks=marks, builds="; ".join(f"{k}: {v}" for k, v in builds.items()),
+        c0=CLOCK_HZ[0] / 1e9, c1=CLOCK_HZ[1] / 1e9, i0=IPC[0], i1=IPC[1], machine=machine_line(),
+    )  # fmt: skip
+    noise = [c.repeat_noise for _, _, c in rows if c.repeat_noise is not None]
+    tail = [""]
+    if noise:
+        tail.append(
+            f"Repeat noise: two identical 1-frame runs differed by at most {max(noise):,} instructions in total "
+            f"(so at most {max(noise) / frames / 1e6:.2f} M in a per-frame figure)."
+        )
+    return "\n".join([head, *goal_lines(rows), "", table(rows), *tail, "", f"`{command}`"])
+
+
+def count_core(
+    cpu: str, names: list[str], args, done: dict[str, FrameCost], builds: dict[str, str]
+) -> list[tuple[str, str, FrameCost]]:
+    """Every contender, fp32 and INT8, on one core; rows already counted are taken from ``done``. What the
+    core's INT8 build runs at which precision goes into ``builds``."""
+    from converters.arm.frame import measure_frame
+    from converters.arm.guest import prepare_guest
+
+    profile = CORES[cpu][0]
+    dirs = folders(profile, say)
+    builds[f"{profile} int8"] = precisions(dirs["int8"])
+    frame, gallery = frame_files(CACHE / "arm-frame")
+    guest = prepare_guest(cpu, args.rootfs, progress=say)
+    rows = []
+    for key in names:
+        contender = CONTENDERS[key]
+        for precision in PRECISIONS:
+            k = row_key(cpu, key, precision)
+            if k not in done:
+                say(f"counting {contender.name} {precision} ({dirs[precision].name}) on {cpu}")
+                setup = FrameSetup(dirs[precision], contender.detector, contender.min_face_size)
+                done[k] = measure_frame(guest, setup, frame, gallery, args.frames)
+                save_rows(args.json, done)
+                say(f"  {_m(done[k].per_frame.total)} M instructions a frame, {done[k].faces} face(s)")
+            rows.append((contender.name, precision, done[k]))
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cpus", default="cortex-a72,cortex-a76")
+    parser.add_argument("--contenders", default=",".join(CONTENDERS), help=f"comma list of {', '.join(CONTENDERS)}")
+    parser.add_argument("--frames", type=int, default=2, help="N: per frame = (N+1 frames - 1 frame) / N")
+    parser.add_argument("--json", type=Path, default=CACHE / "arm_frame.json", help="counted rows, kept")
+    parser.add_argument("--rootfs", type=Path, default=None, help="arm64 rootfs (default .cache/arm/rootfs)")
+    parser.add_argument("--fresh", action="store_true", help="count again the rows --json already has")
+    parser.add_argument("--write", action="store_true", help="write the 'arm-frame' section of docs/benchmarks.md")
+    args = parser.parse_args(argv)
+    from converters.arm.cost import build_plugin
+
+    names = [n.strip() for n in args.contenders.split(",") if n.strip()]
+    unknown = [n for n in names if n not in CONTENDERS]
+    if unknown:
+        parser.error(f"unknown contenders {unknown}; expected some of {', '.join(CONTENDERS)}")
+    build_plugin()
+    done = {} if args.fresh else load_rows(args.json)
+    rows: list[tuple[str, str, FrameCost]] = []
+    builds: dict[str, str] = {}
+    for cpu in [c.strip() for c in args.cpus.split(",") if c.strip()]:
+        rows += count_core(cpu, names, args, done, builds)
+        print(table(rows), file=sys.stderr, flush=True)
+    command = "python benchmarks/arm_frame.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    markdown = section(rows, builds, command.strip())
+    print(markdown)
+    if args.write:
+        from benchmarks.report import write_section
+
+        print(f"wrote {write_section('arm-frame', markdown)}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
