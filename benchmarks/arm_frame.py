@@ -37,6 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.face_speed_models import CACHE  # noqa: E402
 from converters.arm.frame import FrameCost, FrameSetup  # noqa: E402
+from converters.face.blazeface import FULL_RANGE  # noqa: E402
 
 #: (core, the board build it runs, instructions-a-frame goal), as issue #13 sets them.
 CORES = {"cortex-a72": ("rpi4", 150e6), "cortex-a76": ("rpi5", 60e6)}
@@ -47,15 +48,20 @@ IPC = (1.5, 2.0)
 ISSUE_MTCNN_FP32 = {"cortex-a72": 931e6, "cortex-a76": 930e6}
 FRAME_SIZE = (640, 480)
 STAGES = ("detect", "align", "embed", "match")
+#: The .tflite original that ``convert blazeface`` keeps in the folder beside its ONNX translation.
+FULL_RANGE_TFLITE = FULL_RANGE.name
+FULL_RANGE_ONNX = str(Path(FULL_RANGE.name).with_suffix(".onnx"))
 
 
 @dataclass(frozen=True)
 class Contender:
-    """A pipeline to count: its name, detector and MTCNN's smallest face (None: the default, 20)."""
+    """A pipeline to count: its name, detector, MTCNN's smallest face (None: the default, 20) and the BlazeFace
+    file in the folder (None: the ONNX translation models.json names, on onnxruntime)."""
 
     name: str
     detector: str
     min_face_size: int | None = None
+    detector_model: str | None = None
 
 
 CONTENDERS = {
@@ -63,6 +69,8 @@ CONTENDERS = {
     "mtcnn-40": Contender("MTCNN, min face 40", "mtcnn", 40),
     "blazeface-full": Contender("BlazeFace full range", "blazeface-full"),
     "blazeface-full-tiled": Contender("BlazeFace full range tiled", "blazeface-full-tiled"),
+    # the same detector's .tflite original on LiteRT (XNNPACK)
+    "blazeface-full-litert": Contender("BlazeFace full range, LiteRT", "blazeface-full", None, FULL_RANGE_TFLITE),
 }
 PRECISIONS = ("fp32", "int8")
 
@@ -170,14 +178,14 @@ def table(rows: list[tuple[str, str, FrameCost]]) -> str:
 
 
 def goal_lines(rows: list[tuple[str, str, FrameCost]]) -> list[str]:
-    """Per core: the cheapest contender against the goal (met, or missed by how much), and MTCNN fp32 against
-    the count the issue started from."""
+    """Per core: the cheapest contender against the goal (met, or missed by how much and where it goes), and
+    MTCNN fp32 against the count the issue started from."""
     lines = []
     for cpu, (profile, goal) in CORES.items():
-        mine = [(c.per_frame.total, name, precision) for name, precision, c in rows if c.cpu == cpu]
+        mine = [(c.per_frame.total, name, precision, c) for name, precision, c in rows if c.cpu == cpu]
         if not mine:
             continue
-        best, name, precision = min(mine)
+        best, name, precision, cost = min(mine, key=lambda m: m[0])
         fast, slow = estimate_ms(best)
         if best <= goal:
             verdict = "met"
@@ -189,11 +197,52 @@ def goal_lines(rows: list[tuple[str, str, FrameCost]]) -> list[str]:
             f"about {fast:.0f}-{slow:.0f} ms a frame on the Pi (estimate: {CLOCK_HZ[0] / 1e9:.1f}-"
             f"{CLOCK_HZ[1] / 1e9:.1f} GHz, IPC {IPC[0]:.1f}-{IPC[1]:.1f})."
         )
+        if best > goal:
+            lines.append("  " + _where(cost, goal))
         base = [c.per_frame.total for n, p, c in rows if c.cpu == cpu and n == "MTCNN" and p == "fp32"]
         if base:
             lines.append(
                 f"  MTCNN fp32 here: {_m(base[0])} M (the issue counted {_m(ISSUE_MTCNN_FP32[cpu])} M, whole "
                 f"process, 3 frames - 1 frame)."
+            )
+    return lines
+
+
+def _where(cost: FrameCost, goal: float) -> str:
+    """Why a frame misses: its stages, and what the budget leaves the detector once the rest is paid."""
+    split = ", ".join(f"{s} {_m(cost.stages[s].total)} M" for s in STAGES)
+    rest = sum(cost.stages[s].total for s in STAGES if s != "detect")
+    if rest >= goal:
+        left = f"already {_m(rest - goal)} M over the budget before any detection"
+    else:
+        detect = _m(cost.stages["detect"].total)
+        left = f"which leaves the detector {_m(goal - rest)} M of the budget (it takes {detect} M)"
+    return f"Where it goes: {split}; align + embed + match alone are {_m(rest)} M, {left}."
+
+
+def network_lines(nets: dict[str, dict], rows: list[tuple[str, str, FrameCost]]) -> list[str]:
+    """The BlazeFace network alone per core and backend, and how much of the detect stage it is."""
+    if not nets:
+        return []
+    lines = [
+        "",
+        "The BlazeFace full-range network alone (`scripts/arm/run_model.py`, steady state, no pre- or "
+        "post-processing):",
+        "",
+        "| file | backend | core | M instr. | NEON % |",
+        "|---|---|---|---:|---:|",
+    ]
+    for n in nets.values():
+        total, simd = n["steady"]["total"], n["steady"]["simd"]
+        lines.append(f"| `{n['model']}` | {n['backend']} | {n['cpu']} | {_m(total)} | {100 * simd / total:.1f} |")
+    for name, precision, c in rows:
+        net = nets.get(f"{c.cpu}/{FULL_RANGE_ONNX}")
+        if name == CONTENDERS["blazeface-full"].name and precision == "fp32" and net:
+            detect, inner = c.stages["detect"].total, net["steady"]["total"]
+            lines.append(
+                f"- {c.cpu}: BlazeFace full range's detect stage is {_m(detect)} M, the ONNX network "
+                f"{_m(inner)} M of it; the other {_m(detect - inner)} M is the Python and numpy around it "
+                "(letterbox, anchor decoding, weighted NMS)."
             )
     return lines
 
@@ -213,10 +262,12 @@ counts of the emulated cores: the host's CPU features do not enter them).
 """
 
 
-def section(rows: list[tuple[str, str, FrameCost]], builds: dict[str, str], command: str) -> str:
-    """The doc section: how it was counted, the goal verdicts, the table, the repeat noise, the command.
+def section(rows: list[tuple[str, str, FrameCost]], nets: dict[str, dict], builds: dict[str, str], command: str) -> str:
+    """The doc section: how it was counted, the goal verdicts, the table, the networks alone, the repeat noise,
+    the command.
 
-    ``builds``: per INT8 build (``"rpi4 int8"``), what runs at which precision (``precisions``).
+    ``nets``: ``ModelCost.to_dict()`` of the BlazeFace files by ``core/file``; ``builds``: per INT8 build
+    (``"rpi4 int8"``), what runs at which precision (``precisions``).
     """
     from benchmarks.report import machine_line
 
@@ -231,9 +282,23 @@ def section(rows: list[tuple[str, str, FrameCost]], builds: dict[str, str], comm
     if noise:
         tail.append(
             f"Repeat noise: two identical 1-frame runs differed by at most {max(noise):,} instructions in total "
-            f"(so at most {max(noise) / frames / 1e6:.2f} M in a per-frame figure)."
+            f"(at most {max(noise) / frames:,.0f} in a per-frame figure)."
         )
-    return "\n".join([head, *goal_lines(rows), "", table(rows), *tail, "", f"`{command}`"])
+    body = [head, *goal_lines(rows), "", table(rows), *network_lines(nets, rows), *tail]
+    return "\n".join([*body, "", f"`{command}`"])
+
+
+def count_networks(guest, folder: Path, nets: dict[str, dict], path: Path) -> None:
+    """The BlazeFace full-range network alone (ONNX on onnxruntime, the .tflite on LiteRT) on the guest's core,
+    unless ``nets`` has it; kept in ``path``."""
+    from converters.arm.cost import measure_model
+
+    for name in (FULL_RANGE_ONNX, FULL_RANGE_TFLITE):
+        key = f"{guest.cpu.value}/{name}"
+        if key not in nets:
+            say(f"counting the network {name} alone on {guest.cpu.value}")
+            nets[key] = measure_model(guest, folder / name, k=2).to_dict()
+            path.write_text(json.dumps(nets, indent=2) + "\n", encoding="utf-8")
 
 
 def count_core(
@@ -256,12 +321,21 @@ def count_core(
             k = row_key(cpu, key, precision)
             if k not in done:
                 say(f"counting {contender.name} {precision} ({dirs[precision].name}) on {cpu}")
-                setup = FrameSetup(dirs[precision], contender.detector, contender.min_face_size)
+                setup = FrameSetup(
+                    dirs[precision], contender.detector, contender.min_face_size, contender.detector_model
+                )
                 done[k] = measure_frame(guest, setup, frame, gallery, args.frames)
                 save_rows(args.json, done)
                 say(f"  {_m(done[k].per_frame.total)} M instructions a frame, {done[k].faces} face(s)")
             rows.append((contender.name, precision, done[k]))
+    if args.networks:
+        count_networks(guest, dirs["fp32"], args.nets, nets_file(args.json))
     return rows
+
+
+def nets_file(rows_file: Path) -> Path:
+    """Where the networks-alone counts are kept, beside the rows."""
+    return rows_file.with_name(rows_file.stem + "_nets.json")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -271,6 +345,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--frames", type=int, default=2, help="N: per frame = (N+1 frames - 1 frame) / N")
     parser.add_argument("--json", type=Path, default=CACHE / "arm_frame.json", help="counted rows, kept")
     parser.add_argument("--rootfs", type=Path, default=None, help="arm64 rootfs (default .cache/arm/rootfs)")
+    parser.add_argument("--no-networks", dest="networks", action="store_false", help="skip the networks alone")
     parser.add_argument("--fresh", action="store_true", help="count again the rows --json already has")
     parser.add_argument("--write", action="store_true", help="write the 'arm-frame' section of docs/benchmarks.md")
     args = parser.parse_args(argv)
@@ -282,13 +357,15 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown contenders {unknown}; expected some of {', '.join(CONTENDERS)}")
     build_plugin()
     done = {} if args.fresh else load_rows(args.json)
+    nets = nets_file(args.json)
+    args.nets = json.loads(nets.read_text(encoding="utf-8")) if nets.is_file() and not args.fresh else {}
     rows: list[tuple[str, str, FrameCost]] = []
     builds: dict[str, str] = {}
     for cpu in [c.strip() for c in args.cpus.split(",") if c.strip()]:
         rows += count_core(cpu, names, args, done, builds)
         print(table(rows), file=sys.stderr, flush=True)
     command = "python benchmarks/arm_frame.py " + " ".join(argv if argv is not None else sys.argv[1:])
-    markdown = section(rows, builds, command.strip())
+    markdown = section(rows, args.nets if args.networks else {}, builds, command.strip())
     print(markdown)
     if args.write:
         from benchmarks.report import write_section

@@ -30,14 +30,18 @@ FRAME_REGION = 5
 
 @dataclass(frozen=True)
 class FrameSetup:
-    """What one counted pipeline runs: a face folder, its detector, MTCNN's smallest face (None: 20)."""
+    """What one counted pipeline runs: a face folder, its detector, MTCNN's smallest face (None: 20), and the
+    BlazeFace file (a name in the folder, e.g. the ``.tflite`` original to run on LiteRT; None: models.json's)."""
 
     models: Path
     detector: str = "mtcnn"
     min_face_size: int | None = None
+    detector_model: str | None = None
 
     def args(self) -> list[str]:
         out = ["--models", str(Path(self.models).resolve()), "--detector", self.detector]
+        if self.detector_model:
+            out += ["--detector-model", str(Path(self.models).resolve() / self.detector_model)]
         return out + (["--min-face-size", str(self.min_face_size)] if self.min_face_size else [])
 
 

@@ -1,7 +1,8 @@
 """Run the device face pipeline on one frame N times, each stage marked for the counting plugin.
 
     python3 scripts/arm/run_frame.py --models DIR --frame frame.npy --gallery gallery.npz --frames N \
-        [--detector mtcnn|blazeface-full|blazeface-full-tiled] [--min-face-size 40] [--mark] [--out r.json]
+        [--detector mtcnn|blazeface-full|blazeface-full-tiled] [--detector-model F.tflite] [--min-face-size 40]
+        [--mark] [--out r.json]
 
 A frame is what ``benchmarks/frame_speed.py`` times: detect (``detector.detect`` and the pipeline's
 ``min_score``), align (``pipeline.chips``), embed (``embedder.embed``) and match every descriptor against a
@@ -32,6 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gallery", type=Path, required=True, help="gallery file (edge.face.gallery.Gallery.save)")
     parser.add_argument("--frames", type=int, required=True, help="how many times the frame is analysed")
     parser.add_argument("--detector", default="mtcnn")
+    parser.add_argument("--detector-model", type=Path, default=None, help="BlazeFace file (default models.json's)")
     parser.add_argument("--min-face-size", type=int, default=None, help="MTCNN's smallest face (default 20)")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--mark", action="store_true", help="mark regions for the counting plugin")
@@ -49,7 +51,11 @@ def main(argv: list[str] | None = None) -> int:
         rgb = np.load(args.frame)
         gallery = Gallery.load(args.gallery)
         with open_face_pipeline(
-            args.models, threads=args.threads, min_face_size=args.min_face_size, detector=args.detector
+            args.models,
+            threads=args.threads,
+            min_face_size=args.min_face_size,
+            detector=args.detector,
+            detector_model=args.detector_model,
         ) as pipeline:
             mark(EMPTY, 0)
             mark(EMPTY, 1)

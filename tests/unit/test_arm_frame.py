@@ -75,6 +75,23 @@ def test_the_table_and_the_goal_lines_say_met_or_by_how_much():
     assert "120.0 M — met; about 33-53 ms a frame on the Pi (estimate: 1.5-1.8 GHz, IPC 1.5-2.0)." in lines[0]
     assert lines[1] == "  MTCNN fp32 here: 900.0 M (the issue counted 931.0 M, whole process, 3 frames - 1 frame)."
     assert "75.0 M — **missed** by 15.0 M instructions (1.25x the budget)" in lines[2]
+    assert lines[3] == (
+        "  Where it goes: detect 75.0 M, align 0.0 M, embed 0.0 M, match 0.0 M; align + embed + match alone are "
+        "0.0 M, which leaves the detector 60.0 M of the budget (it takes 75.0 M)."
+    )
+
+
+def test_the_network_alone_is_taken_out_of_the_detect_stage():
+    rows = [("BlazeFace full range", "fp32", _cost("cortex-a72", 120_000_000))]
+    net = {"model": arm_frame.FULL_RANGE_ONNX, "backend": "onnxruntime", "cpu": "cortex-a72"}
+    nets = {f"cortex-a72/{arm_frame.FULL_RANGE_ONNX}": {**net, "steady": {"total": 90_000_000, "simd": 45_000_000}}}
+    lines = arm_frame.network_lines(nets, rows)
+    assert lines[5] == "| `face_detection_full_range_sparse.onnx` | onnxruntime | cortex-a72 | 90.0 | 50.0 |"
+    assert lines[6] == (
+        "- cortex-a72: BlazeFace full range's detect stage is 120.0 M, the ONNX network 90.0 M of it; the other "
+        "30.0 M is the Python and numpy around it (letterbox, anchor decoding, weighted NMS)."
+    )
+    assert arm_frame.network_lines({}, rows) == []
 
 
 def test_the_frame_is_letterboxed_to_640x480_on_black():
