@@ -235,6 +235,7 @@ def network_lines(nets: dict[str, dict], rows: list[tuple[str, str, FrameCost]])
     for n in nets.values():
         total, simd = n["steady"]["total"], n["steady"]["simd"]
         lines.append(f"| `{n['model']}` | {n['backend']} | {n['cpu']} | {_m(total)} | {100 * simd / total:.1f} |")
+    lines.append("")
     for name, precision, c in rows:
         net = nets.get(f"{c.cpu}/{FULL_RANGE_ONNX}")
         if name == CONTENDERS["blazeface-full"].name and precision == "fp32" and net:
@@ -255,11 +256,24 @@ gallery of 100), on matplotlib's grace_hopper letterboxed to 640x480 (one face),
 so start-up, imports and model loading stay out. The stages are marked regions counted the same way; "other"
 is what the frame executes outside them (the loop and the marks' syscalls, ~{marks:.0f} k instructions a
 frame). NEON % and SDOT+UDOT are of the whole frame. The INT8 build is the rpi4 profile's on the A72 and the
-rpi5 profile's on the A76, as `quantize_face_models` ships it (static QDQ, ORT format; {builds}). The time is an
+rpi5 profile's on the A76, as `quantize_face_models` ships it (static QDQ, ORT format; see below). BlazeFace
+runs its ONNX translation (models.json's) on onnxruntime, or, in the LiteRT rows, the `.tflite` original that
+`convert blazeface` keeps beside it, on LiteRT (XNNPACK); the tiled rows tile this 640-pixel frame (its long
+side reaches `DEFAULT_TILING.min_side`, {tile_min}) on top of the whole-frame pass. The time is an
 estimate at the Pi's clock ({c0:.1f}-{c1:.1f} GHz) for an IPC of {i0:.1f}-{i1:.1f}, not a measurement. Goals
 (issue #13): <= 150 M instructions a frame on the A72, <= 60 M on the A76. Machine: {machine} (instruction
 counts of the emulated cores: the host's CPU features do not enter them).
+
+{builds}
 """
+
+
+def _builds(builds: dict[str, str]) -> str:
+    """One line per distinct INT8 build content: which builds, and what runs at which precision."""
+    same: dict[str, list[str]] = {}
+    for build, what in builds.items():
+        same.setdefault(what, []).append(build)
+    return "\n".join(f"INT8 build ({' and '.join(b)}), as models.json records it: {w}." for w, b in same.items())
 
 
 def section(rows: list[tuple[str, str, FrameCost]], nets: dict[str, dict], builds: dict[str, str], command: str) -> str:
@@ -270,11 +284,12 @@ def section(rows: list[tuple[str, str, FrameCost]], nets: dict[str, dict], build
     (``"rpi4 int8"``), what runs at which precision (``precisions``).
     """
     from benchmarks.report import machine_line
+    from edge.face.tiles import DEFAULT_TILING
 
     frames = max(c.frames for _, _, c in rows)
     marks = max(8 * c.marks.total for _, _, c in rows) / 1e3
     head = SECTION_HEAD.format(
-        n1=frames + 1, n=frames, marks=marks, builds="; ".join(f"{k}: {v}" for k, v in builds.items()),
+        n1=frames + 1, n=frames, marks=marks, builds=_builds(builds), tile_min=DEFAULT_TILING.min_side,
         c0=CLOCK_HZ[0] / 1e9, c1=CLOCK_HZ[1] / 1e9, i0=IPC[0], i1=IPC[1], machine=machine_line(),
     )  # fmt: skip
     noise = [c.repeat_noise for _, _, c in rows if c.repeat_noise is not None]

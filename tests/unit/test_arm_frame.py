@@ -87,11 +87,19 @@ def test_the_network_alone_is_taken_out_of_the_detect_stage():
     nets = {f"cortex-a72/{arm_frame.FULL_RANGE_ONNX}": {**net, "steady": {"total": 90_000_000, "simd": 45_000_000}}}
     lines = arm_frame.network_lines(nets, rows)
     assert lines[5] == "| `face_detection_full_range_sparse.onnx` | onnxruntime | cortex-a72 | 90.0 | 50.0 |"
-    assert lines[6] == (
+    assert lines[6] == ""
+    assert lines[7] == (
         "- cortex-a72: BlazeFace full range's detect stage is 120.0 M, the ONNX network 90.0 M of it; the other "
         "30.0 M is the Python and numpy around it (letterbox, anchor decoding, weighted NMS)."
     )
     assert arm_frame.network_lines({}, rows) == []
+
+
+def test_identical_int8_builds_share_one_line():
+    builds = {"rpi4 int8": "embedder int8; detector.pnet fp32", "rpi5 int8": "embedder int8; detector.pnet fp32"}
+    assert arm_frame._builds(builds) == (
+        "INT8 build (rpi4 int8 and rpi5 int8), as models.json records it: embedder int8; detector.pnet fp32."
+    )
 
 
 def test_the_frame_is_letterboxed_to_640x480_on_black():
