@@ -1,10 +1,11 @@
 """The alignment as it was before vectorisation (commit 169f001), kept verbatim as the yardstick.
 
 ``benchmarks/align_speed.py`` times it beside ``edge.face.align`` / ``edge.face.shape5``, and
-``tests/integration/test_align_speedup.py`` checks that the vectorised code returns the same landmarks and chips
-on real faces. Only the hot parts changed, so only they are kept here: dlib's shape predictor walked tree by
-tree, and the chip's bilinear sampling over a float64 copy of the source. The geometry (``_chip_to_image``)
-and the pyramid are shared with ``edge.face.align``.
+``tests/integration/test_shape5.py`` (and ``tests/unit/test_shape5.py``, ``tests/unit/test_align.py``) check that
+the vectorised code returns the same landmarks and chips, on real faces and on random ones. Only the hot parts
+changed, so only they are kept here: dlib's shape predictor walked tree by tree, and the chip's bilinear sampling
+over a float64 copy of the source. The geometry (``_chip_to_image``) and the pyramid are shared with
+``edge.face.align``.
 """
 
 from __future__ import annotations

@@ -25,6 +25,9 @@ examples:
   edge-deploy convert face --target rpi4 -o out/face
                                            export dlib's ResNet embedder and MTCNN to ONNX, prove them
                                            equal to their sources, write a validation report
+  edge-deploy convert face --target rpi4 --embedder my_embedder.onnx -o out/myface
+                                           your own face embedder in the same pipeline: threshold
+                                           calibrated on the evaluation pairs, INT8 behind the same gate
   edge-deploy convert model net.onnx --target rpi4 --precision int8 --calib calib.npz --eval eval.npz \\
       --task embedding -o out/net          your own ONNX model: static INT8 behind a gate on your data
   edge-deploy build --model out/net -o dist/ --sign-key keys/release.key
@@ -102,12 +105,35 @@ def _cmd_convert_face(args: argparse.Namespace) -> int:
     progress = StepProgress(stream=None if args.json else sys.stderr)
     precision = Precision(args.precision) if args.precision else None
     formats = FaceFormats(args.format) if args.format else None
-    built = build_face_models(profile, Path(args.output), precision, args.dynamic, progress, formats)
+    embedder = _embedder_options(args)
+    built = build_face_models(profile, Path(args.output), precision, args.dynamic, progress, formats, embedder)
     if args.json:
         print_json(built.to_dict())
     else:
         print(built.summary())
     return 0
+
+
+def _embedder_options(args: argparse.Namespace):
+    """``--embedder`` and its flags as ``converters.face.user_embedder.EmbedderOptions`` (None: dlib's ResNet)."""
+    from converters.byom.images import parse_channels
+    from converters.face.user_embedder import DEFAULT_MEAN, DEFAULT_STD, EmbedderOptions
+    from edge.errors import InputError
+
+    flags = {"--licence": args.licence, "--chip-size": args.chip_size, "--chip-mean": args.chip_mean,
+             "--chip-std": args.chip_std}  # fmt: skip
+    if args.embedder is None:
+        given = [flag for flag, value in flags.items() if value is not None]
+        if given:
+            raise InputError(f"{given[0]} describes a user embedder; it needs --embedder MODEL.onnx")
+        return None
+    return EmbedderOptions(
+        Path(args.embedder),
+        licence=args.licence,
+        chip_size=args.chip_size,
+        mean=parse_channels(args.chip_mean, "--chip-mean") if args.chip_mean is not None else DEFAULT_MEAN,
+        std=parse_channels(args.chip_std, "--chip-std") if args.chip_std is not None else DEFAULT_STD,
+    )
 
 
 def _cmd_convert_blazeface(args: argparse.Namespace) -> int:
@@ -182,10 +208,19 @@ def _add_convert_face(csub: argparse._SubParsersAction) -> None:
         "fp32, and full-integer INT8 for what the int8 build quantizes, calibrated on the same samples; each "
         "compared with its ONNX source and behind the same gate; listed in models.json as tflite.<role>. "
         "The ONNX files are written either way (the twins' source, the gate's reference, and PNet, which has "
-        "no fixed input size).",
+        "no fixed input size). With --embedder MODEL.onnx, your own face embedder replaces dlib's ResNet (MTCNN "
+        "and the 5-point alignment stay): one float32 RGB image input [N,3,S,S] or [N,S,S,3] (batch 1 or "
+        "dynamic; S from the model, or --chip-size), one output [N,D] (D read from the model); chips are cut "
+        "at S the way dlib's are and fed (pixel - --chip-mean) / --chip-std on the 0-255 scale (default: raw "
+        "0-255 pixels, as dlib's model takes them). The shipped copy is checked against your model on the "
+        "evaluation chips (no dlib proof exists for it), the same/different threshold is calibrated on the "
+        "evaluation pairs (the distance with the best pair accuracy) and recorded in models.json with the "
+        "descriptor size; INT8 is gated against your fp32 model at that threshold. No TFLite twins for it.",
         epilog="examples:\n  edge-deploy convert face --target rpi4 -o out/face            (profile: int8)\n"
         "  edge-deploy convert face --target rpi4 --precision fp32 -o out/face32\n"
-        "  edge-deploy convert face --target rpi4 --precision fp32 --format both -o out/face32  (+ .tflite)",
+        "  edge-deploy convert face --target rpi4 --precision fp32 --format both -o out/face32  (+ .tflite)\n"
+        "  edge-deploy convert face --target rpi4 --embedder my_embedder.onnx --chip-mean 127.5 --chip-std 127.5 \\\n"
+        "      --licence MIT -o out/myface                           (your embedder, int8)",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     f.add_argument("--target", "-t", required=True, help="target profile, e.g. rpi4 (see: edge-deploy targets)")
@@ -198,6 +233,13 @@ def _add_convert_face(csub: argparse._SubParsersAction) -> None:
         help="onnx, or also the TFLite twins (tflite writes what both does: ONNX is always kept); default: the "
         "profile's runtime.face_formats (onnx in every shipped profile)",
     )
+    f.add_argument("--embedder", metavar="MODEL.onnx", help="your own face embedder instead of dlib's ResNet")
+    f.add_argument("--licence", help="the --embedder's licence, recorded as given (default: 'unknown (user model)')")
+    f.add_argument("--chip-size", type=int, metavar="S", help="chip side for an --embedder of dynamic input size")
+    f.add_argument(
+        "--chip-mean", metavar="R[,G,B]", help="--embedder normalisation, 0-255 scale, one or three values (default 0)"
+    )
+    f.add_argument("--chip-std", metavar="R[,G,B]", help="--embedder normalisation, 0-255 scale (default 1)")
     f.add_argument("--json", action="store_true", help="print the build record as JSON")
     f.add_argument("--profiles", default=str(DEFAULT_PROFILE_DIR), help=argparse.SUPPRESS)
     f.set_defaults(func=_cmd_convert_face)

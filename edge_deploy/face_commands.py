@@ -44,7 +44,7 @@ def _check_output(path: Path) -> Path:
 
 
 def _check_thresholds(args: argparse.Namespace) -> None:
-    if not (math.isfinite(args.threshold) and 0 < args.threshold <= 2):
+    if args.threshold is not None and not (math.isfinite(args.threshold) and 0 < args.threshold <= 2):
         raise InputError(f"--threshold {args.threshold}; expected a descriptor distance in (0, 2]")
     if args.min_score is not None and not (math.isfinite(args.min_score) and 0 <= args.min_score <= 1):
         raise InputError(f"--min-score {args.min_score}; expected a detection score in [0, 1]")
@@ -55,8 +55,8 @@ def _cmd_enroll(args: argparse.Namespace) -> int:
     from edge.face.models import open_face_pipeline
 
     output = _check_output(Path(args.output))
-    gallery = Gallery()
     with open_face_pipeline(Path(args.models), _threads(args), detector=args.detector) as pipeline:
+        gallery = Gallery(pipeline.embedder.descriptor_size)
         report = gallery.enroll_folder(Path(args.photos), pipeline, _max_pixels())
     out = gallery.save(output)
     data = {"gallery": str(out), "enrolled": report.enrolled, "skipped": report.skipped}
@@ -79,13 +79,13 @@ def _recognize_all(args: argparse.Namespace) -> list[dict]:
     from edge.face.recognize import recognize_image
     from edge.imageio import load_image
 
-    gallery = Gallery.load(Path(args.gallery))
     results: list[dict[str, Any]] = []
     limit = _max_pixels()
     min_score = args.min_score
     if min_score is None:  # MTCNN's cut-off; BlazeFace's own threshold already applied inside the detector
         min_score = DEFAULT_MIN_SCORE if args.detector == "mtcnn" else 0.0
     with open_face_pipeline(Path(args.models), _threads(args), detector=args.detector) as pipeline:
+        gallery = Gallery.load(Path(args.gallery), pipeline.embedder.descriptor_size)
         for image in args.images:
             try:
                 rgb = load_image(Path(image), limit)
@@ -123,7 +123,8 @@ def add_face(sub: argparse._SubParsersAction) -> None:
         "face",
         help="enroll people and recognise faces with converted face models (device side)",
         description="Run the face pipeline (MTCNN or BlazeFace detect -> 5-point alignment -> dlib ResNet "
-        "descriptor -> nearest gallery entry) on images, with models written by 'edge-deploy convert face'.",
+        "descriptor, or your own embedder's from 'convert face --embedder' -> nearest gallery entry) on images, "
+        "with models written by 'edge-deploy convert face'.",
     )
     fsub = p.add_subparsers(dest="action", required=True, metavar="ACTION")
     common = argparse.ArgumentParser(add_help=False)
@@ -156,13 +157,19 @@ def add_face(sub: argparse._SubParsersAction) -> None:
         parents=[common],
         help="name every face in images against a gallery",
         description="Detect, align and describe every face, and name it after the nearest gallery person when "
-        f"the descriptor distance is below --threshold (dlib's {DLIB_SAME_PERSON_THRESHOLD}); else 'unknown'.",
+        "the descriptor distance is below --threshold (default: the models folder's: dlib's "
+        f"{DLIB_SAME_PERSON_THRESHOLD}, or the one 'convert face --embedder' calibrated); else 'unknown'.",
         epilog="example: edge-deploy face recognize out/face group.jpg --gallery out/gallery.npz --json",
     )
     r.add_argument("models", help="models folder (from: edge-deploy convert face)")
     r.add_argument("images", nargs="+", help="image files (JPEG, PNG, ...)")
     r.add_argument("--gallery", "-g", required=True, help="gallery file (from: edge-deploy face enroll)")
-    r.add_argument("--threshold", type=float, default=DLIB_SAME_PERSON_THRESHOLD, help="same-person distance")
+    r.add_argument(
+        "--threshold",
+        type=float,
+        help=f"same-person distance (default: models.json's recognition.threshold, else dlib's "
+        f"{DLIB_SAME_PERSON_THRESHOLD})",
+    )
     r.add_argument(
         "--min-score",
         type=float,

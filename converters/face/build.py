@@ -14,10 +14,11 @@ import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from converters.face.build_report import render_build_markdown
 from converters.paths import make_output_dir
 from converters.quiet import quiet_torch_export
 from converters.sources import DLIB_RESNET, DLIB_SHAPE5, MTCNN_NETS
@@ -29,6 +30,9 @@ from edge.face.models import FaceModel
 from edge.profiles import FaceFormats, Precision, TargetProfile
 from edge.progress import ProgressFn, silent
 from edge.runtime import default_threads
+
+if TYPE_CHECKING:
+    from converters.face.user_embedder import EmbedderOptions
 
 EMBEDDER_FILE = "face_embedder.onnx"
 SHAPE5_FILE = "shape5.npz"
@@ -53,6 +57,7 @@ class FaceBuild:
     agreement: dict
     failures: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    recognition: dict = field(default_factory=dict)  # a user embedder's models.json ``recognition``; {}: dlib's
 
     @property
     def passed(self) -> bool:
@@ -71,6 +76,7 @@ class FaceBuild:
             "source_checks": [c.to_dict() for c in self.source_checks],
             "dlib_proof": self.dlib_proof,
             "pipeline_agreement": self.agreement,
+            "recognition": self.recognition or None,
         }
 
     def summary(self) -> str:
@@ -95,6 +101,12 @@ class FaceBuild:
             )
         else:
             lines.append(f"  pipeline vs face_recognition: not run ({self.agreement.get('reason')})")
+        if self.recognition:
+            r, c = self.recognition, self.recognition["calibration"]
+            lines.append(
+                f"  user embedder: {r['chip_size']}x{r['chip_size']} {r['layout']} chips -> {r['descriptor_size']}-d; "
+                f"threshold {r['threshold']:.4f} (pair accuracy {c['pair_accuracy']:.4f} on {c['pairs']} pairs)"
+            )
         lines.append("  report: " + str(self.out_dir / "report.md"))
         lines.append("PASSED" if self.passed else "FAILED:\n  " + "\n  ".join(self.failures))
         return "\n".join(lines)
@@ -120,10 +132,9 @@ class FaceModels:
         return "\n".join(parts + [t.summary() for t in self.twins])
 
 
-def _export(out_dir: Path, progress: ProgressFn) -> tuple[list[face_models.ModelEntry], list[OutputCheck]]:
+def _export_dlib_embedder(out_dir: Path, progress: ProgressFn) -> tuple[face_models.ModelEntry, list[OutputCheck]]:
     from converters.face.dlib_reader import read_dlib_face_net
     from converters.face.dlib_resnet import INPUT_NAME, OUTPUT_NAME, build_torch_embedder, export_dlib_embedder
-    from converters.face.mtcnn import compare_with_torch, export_mtcnn, load_mtcnn_nets
 
     torch = __import__("torch")
     dat = DLIB_RESNET.locate()
@@ -137,8 +148,21 @@ def _export(out_dir: Path, progress: ProgressFn) -> tuple[list[face_models.Model
             return {OUTPUT_NAME: module(torch.from_numpy(feeds[INPUT_NAME])).numpy()}
 
     checks = check_against_source("dlib-resnet29", embedder, source, {INPUT_NAME: chips}, 1e-5)
-    from converters.face.dlib_shape import export_shape_predictor
+    entry = face_models.describe(embedder, FaceModel.EMBEDDER.role, "onnx", "fp32", DLIB_RESNET.provenance())
+    return entry, checks
 
+
+def _export(
+    out_dir: Path, progress: ProgressFn, with_embedder: bool = True
+) -> tuple[list[face_models.ModelEntry], list[OutputCheck]]:
+    """Export MTCNN, the 5-point model and (``with_embedder``) dlib's ResNet: their entries and checks."""
+    from converters.face.dlib_shape import export_shape_predictor
+    from converters.face.mtcnn import compare_with_torch, export_mtcnn, load_mtcnn_nets
+
+    checks: list[OutputCheck] = []
+    embedder = None
+    if with_embedder:
+        embedder, checks = _export_dlib_embedder(out_dir, progress)
     progress("exporting dlib's 5-point landmark model to numpy arrays")
     shape5 = export_shape_predictor(DLIB_SHAPE5.locate(), out_dir / SHAPE5_FILE)
     progress("exporting MTCNN P/R/O-nets from facenet-pytorch's weights")
@@ -149,11 +173,8 @@ def _export(out_dir: Path, progress: ProgressFn) -> tuple[list[face_models.Model
         face_models.describe(mtcnn[net], net.role, "onnx", "fp32", MTCNN_NETS[net].provenance())
         for net in face_models.DETECTOR_NETS
     ]
-    entries += [
-        face_models.describe(shape5, FaceModel.SHAPE5.role, "npz", "fp32", DLIB_SHAPE5.provenance()),
-        face_models.describe(embedder, FaceModel.EMBEDDER.role, "onnx", "fp32", DLIB_RESNET.provenance()),
-    ]
-    return entries, checks
+    entries.append(face_models.describe(shape5, FaceModel.SHAPE5.role, "npz", "fp32", DLIB_SHAPE5.provenance()))
+    return entries + ([embedder] if embedder else []), checks
 
 
 def _reference_checks(out_dir: Path, profile: TargetProfile, threads: int, progress: ProgressFn) -> tuple[dict, dict]:
@@ -225,81 +246,53 @@ def _gate(build: FaceBuild) -> list[str]:
     return failures
 
 
-def _markdown(build: FaceBuild) -> str:
-    d = build.to_dict()
-    lines = [
-        f"# Face models for `{build.target}`",
-        "",
-        f"edge-deploy {__version__}; verdict: **{'PASSED' if build.passed else 'FAILED'}**",
-        "",
-        "| role | file | format | precision | size | source package | version | licence |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
-    for m in build.models:
-        s = m.source
-        lines.append(
-            f"| {m.role} | `{m.file}` | {m.format} | {m.precision} | {m.size / 1e6:.2f} MB | "
-            f"`{s['package']}` | {s['version']} | {s['licence']} |"
-        )
-    lines += [
-        "",
-        "## ONNX vs the source networks (seeded inputs)",
-        "",
-        "| model | output | max abs diff | tolerance |",
-        "|---|---|---|---|",
-    ]
-    lines += [f"| {c.model} | {c.output} | {c.max_abs_diff:.2e} | {c.tolerance:g} |" for c in build.source_checks]
-    lines += ["", "## Embedder vs dlib's own `compute_face_descriptor`", ""]
-    p = d["dlib_proof"]
-    lines.append(
-        f"{p['chips']} real aligned 150x150 chips ({p['chips_from']}): max abs diff **{p['max_abs_diff']:.2e}** "
-        f"(tolerance {p['tolerance']:g})."
-        if p.get("ran")
-        else f"Not run: {p['reason']}."
-    )
-    lines += ["", "## Our pipeline vs face_recognition's (MTCNN + 5-point + ONNX vs HOG + 5-point + dlib)", ""]
-    a = d["pipeline_agreement"]
-    lines.append(
-        f"Same/different decisions at 0.6 agree on **{a['decision_agreement']:.2%}** of the "
-        f"{a['pairs_decided_by_both']} evaluation pairs both pipelines decide (of {a['pairs']}; the others involve a "
-        f"face face_recognition's HOG detector misses) (goal {a['goal']:.0%}); mean descriptor distance "
-        "between the two pipelines on the same face "
-        f"**{a['mean_descriptor_distance']:.4f}**. Per-pair details: `agreement.md`."
-        if a.get("ran")
-        else f"Not run: {a['reason']}."
-    )
-    if build.failures:
-        lines += ["", "## Failures", ""] + [f"- {f}" for f in build.failures]
-    return "\n".join(lines) + "\n"
-
-
-def convert_face(profile: TargetProfile, out_dir: Path, progress: ProgressFn = silent) -> FaceBuild:
+def convert_face(
+    profile: TargetProfile, out_dir: Path, progress: ProgressFn = silent, embedder: EmbedderOptions | None = None
+) -> FaceBuild:
     """Convert the face models for ``profile`` into ``out_dir`` and check them.
 
     Args:
         profile: the target (its thresholds and thread count are used).
         out_dir: output folder (created).
         progress: called with a line per stage.
+        embedder: a user's ONNX embedder to ship instead of dlib's ResNet (``converters.face.user_embedder``):
+            read and checked before anything is written; its threshold is calibrated on the evaluation pairs.
 
     Returns:
         The FaceBuild (also written as report.json / report.md / models.json).
 
     Raises:
+        InputError: the user's embedder is not one (nothing is written).
         ConversionError: a model could not be read or exported.
         ValidationError: a check failed; the report on disk says which.
     """
     start = time.perf_counter()
+    user = None
+    if embedder is not None:
+        from converters.face.user_embedder import read_user_embedder
+
+        user = read_user_embedder(embedder)  # before any output: bad input leaves nothing
     out_dir = make_output_dir(out_dir)
     with quiet_torch_export():
-        entries, checks = _export(out_dir, progress)
-    face_models.write_models_file(out_dir, entries, profile.name, __version__)
+        entries, checks = _export(out_dir, progress, with_embedder=user is None)
     threads = max(1, min(profile.runtime.threads, default_threads()))
-    proof, agreement = _reference_checks(out_dir, profile, threads, progress)
-    build = FaceBuild(profile.name, out_dir, entries, checks, proof, agreement)
+    recognition: dict = {}
+    if user is not None:
+        from converters.face.user_build import NO_DLIB_REFERENCE, add_user_embedder
+
+        entries, check, recognition = add_user_embedder(
+            *user, out_dir, entries, profile.name, EMBEDDER_FILE, threads, progress
+        )
+        checks.append(check)
+        proof = agreement = {"ran": False, "reason": NO_DLIB_REFERENCE}
+    else:
+        face_models.write_models_file(out_dir, entries, profile.name, __version__)
+        proof, agreement = _reference_checks(out_dir, profile, threads, progress)
+    build = FaceBuild(profile.name, out_dir, entries, checks, proof, agreement, recognition=recognition)
     build.failures = _gate(build)
     build.seconds = time.perf_counter() - start
     (out_dir / "report.json").write_text(json.dumps(build.to_dict(), indent=2) + "\n", encoding="utf-8")
-    (out_dir / "report.md").write_text(_markdown(build), encoding="utf-8")
+    (out_dir / "report.md").write_text(render_build_markdown(build), encoding="utf-8")
     progress("report written: " + str(out_dir / "report.md"))
     if not build.passed:
         raise ValidationError(
@@ -387,6 +380,7 @@ def build_face_models(
     dynamic: bool = False,
     progress: ProgressFn = silent,
     output_format: FaceFormats | None = None,
+    embedder: EmbedderOptions | None = None,
 ) -> FaceModels:
     """The deployable face models for ``profile`` in ``out_dir``, at ``precision`` (default: the profile's).
 
@@ -395,7 +389,8 @@ def build_face_models(
     ``output_format`` (default: the profile's ``runtime.face_formats``) tflite or both, each folder also gets
     the TFLite twins of its nets (``converters.face.tflite_twins``; INT8 for the nets the ONNX build
     quantizes, calibrated on the same samples), checked against ONNX and gated; their section is added to the
-    folder's report.
+    folder's report. ``embedder``: a user's ONNX embedder instead of dlib's (``convert_face``); the quantized
+    build keeps the threshold calibrated on fp32 and gates decisions at it. No TFLite twins for it.
 
     Returns:
         ``FaceModels(fp32, quantized or None, TFLite twin reports)``.
@@ -413,6 +408,11 @@ def build_face_models(
     if precision is Precision.INT4:  # a profile's default for LMs; CNN weights get INT8
         precision = Precision.INT8
     check_formats(precision, dynamic, output_format)
+    if embedder is not None and output_format.tflite:
+        raise InputError(
+            f"--embedder {embedder.model} with --format {output_format.value}: the TFLite twins are made for "
+            "dlib's embedder only; use --format onnx"
+        )
     if output_format.tflite:
         from converters.tflite.convert import onnx2tf_executable
 
@@ -420,7 +420,7 @@ def build_face_models(
     if precision is Precision.FP32:
         if dynamic:
             raise InputError("--dynamic is dynamic INT8 quantization; it needs --precision int8")
-        fp32 = convert_face(profile, out_dir, progress=progress)
+        fp32 = convert_face(profile, out_dir, progress=progress, embedder=embedder)
         if not output_format.tflite:
             return FaceModels(fp32, None, [])
         twins = add_tflite_twins(fp32.out_dir, fp32.out_dir, profile, progress=progress)
@@ -429,7 +429,7 @@ def build_face_models(
     from converters.face.quantize import DEFAULT_CALIBRATION_COUNT, quantize_face_models
     from converters.quantize import QuantMode
 
-    fp32 = convert_face(profile, Path(out_dir) / "fp32", progress=progress)
+    fp32 = convert_face(profile, Path(out_dir) / "fp32", progress=progress, embedder=embedder)
     calibration = reference = None
     if output_format.tflite:  # shared by the ONNX INT8 and the TFLite twins
         calibration, reference = twin_inputs(fp32.out_dir, profile, DEFAULT_CALIBRATION_COUNT, progress)

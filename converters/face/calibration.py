@@ -26,6 +26,7 @@ import numpy as np
 from converters.face.facedata import calibration_images
 from edge.errors import InputError
 from edge.face import models as face_models
+from edge.face.align import DLIB_CHIP_SIZE
 from edge.face.detect_mtcnn import MtcnnDetector
 from edge.face.embed import INPUT_NAME as EMBEDDER_INPUT
 from edge.face.models import DETECTOR_NETS, FACE_NETS, FaceModel
@@ -152,15 +153,19 @@ def collect_calibration(
     progress(f"calibration: running the fp32 cascade on {len(images)} calibration images")
     samples: dict[FaceModel, list[np.ndarray]] = {net: [] for net in FACE_NETS}
     sources: dict[str, int] = {}
+    recognition = face_models.read_recognition(fp32_dir) or {}  # a user embedder's chip; else dlib's
+    chip_size = int(recognition.get("chip_size", DLIB_CHIP_SIZE))
+    nchw = recognition.get("layout", "nchw") == "nchw"
     with _RecordingDetector({k: paths[k] for k in DETECTOR_NETS}, threads) as detector:
         # Only the pipeline's chip cutting is used.
-        pipeline = FacePipeline(detector, embedder=None, shape_predictor=chip_landmarks(fp32_dir))
+        pipeline = FacePipeline(detector, embedder=None, shape_predictor=chip_landmarks(fp32_dir), chip_size=chip_size)
         for name, rgb in images:
             kind = name.split("/")[0]
             sources[kind] = sources.get(kind, 0) + 1
             dets = detector.detect(rgb)
             if dets:
-                samples[FaceModel.EMBEDDER] += list(pipeline.chips(rgb, dets).transpose(0, 3, 1, 2).astype(np.float32))
+                chips = pipeline.chips(rgb, dets)
+                samples[FaceModel.EMBEDDER] += list((chips.transpose(0, 3, 1, 2) if nchw else chips).astype(np.float32))
         for net in DETECTOR_NETS:
             for batch in detector.seen[net]:
                 samples[net] += list(batch)
@@ -177,7 +182,8 @@ def collect_calibration(
             kept, calib.available[net] = pnet_windows(items, MAX_SAMPLES[net], rng)
         else:
             kept = _subsample(items, MAX_SAMPLES[net], rng)
-        calib.feeds[net] = _feeds(kept, FEED_BATCH[net], EMBEDDER_INPUT if net is FaceModel.EMBEDDER else MTCNN_INPUT)
+        batch = 1 if net is FaceModel.EMBEDDER and recognition.get("batch") == 1 else FEED_BATCH[net]
+        calib.feeds[net] = _feeds(kept, batch, EMBEDDER_INPUT if net is FaceModel.EMBEDDER else MTCNN_INPUT)
         calib.samples[net] = sum(len(next(iter(f.values()))) for f in calib.feeds[net])
     progress("calibration samples: " + ", ".join(f"{n} {calib.samples[n]} of {calib.available[n]}" for n in FACE_NETS))
     return calib

@@ -2,7 +2,8 @@
 
 * Embedder: the same aligned chips (cut by the fp32 cascade) go through the fp32 and the quantized
   embedder: cosine per face; and for every evaluation pair of two found faces, whether the quantized
-  descriptors decide same/different (distance <= 0.6) as the fp32 ones do.
+  descriptors decide same/different (distance <= 0.6, or a user embedder's calibrated threshold) as the fp32
+  ones do.
 * Detector: the fp32 and the quantized cascade run on every evaluation image; every annotated face the
   fp32 cascade finds must have a quantized twin (IoU >= ``TWIN_MIN_IOU``), and the twins' IoU is reported.
 * End to end (reported, not gated): the quantized detector + embedder against the fp32 pipeline.
@@ -53,10 +54,11 @@ class Fp32Reference:
     eval_set: EvalSet
     detections: list[list[Detection]]
     face_det: dict[Key, int]  # annotated face -> index of its fp32 detection
-    chips: np.ndarray  # uint8 [F, 150, 150, 3], one per found annotated face, in ``keys`` order
+    chips: np.ndarray  # uint8 [F, S, S, 3] (dlib: S 150), one per found annotated face, in ``keys`` order
     keys: list[Key]
-    descriptors: np.ndarray  # float32 [F, 128]
+    descriptors: np.ndarray  # float32 [F, D] (dlib: D 128)
     shape_predictor: ShapePredictor | None = None  # places the chips, as on the device
+    threshold: float = DLIB_SAME_PERSON_THRESHOLD  # the embedder's same-person distance (decisions)
 
     @property
     def faces_found(self) -> int:
@@ -69,7 +71,11 @@ def _faces_of(eval_set: EvalSet, k: int, dets: list[Detection]) -> dict[int, int
 
 
 def fp32_reference(
-    eval_set: EvalSet, nets: dict[str, Path], threads: int = 1, shape_predictor: ShapePredictor | None = None
+    eval_set: EvalSet,
+    nets: dict[str, Path],
+    threads: int = 1,
+    shape_predictor: ShapePredictor | None = None,
+    threshold: float = DLIB_SAME_PERSON_THRESHOLD,
 ) -> Fp32Reference:
     """Run the fp32 pipeline once over the evaluation set.
 
@@ -78,13 +84,14 @@ def fp32_reference(
         nets: fp32 model paths by net (every one of ``FACE_NETS``).
         threads: ONNX Runtime intra-op threads.
         shape_predictor: the 5-point landmark model that places chips (``calibration.chip_landmarks``).
+        threshold: the same-person distance the decisions are taken at (``models.same_person_threshold``).
 
     Returns:
         Fp32Reference.
     """
     detector = MtcnnDetector({k: nets[k] for k in DETECTOR_NETS}, threads=threads)
     embedder = FaceEmbedder(nets[FaceModel.EMBEDDER], threads=threads)
-    with FacePipeline(detector, embedder, shape_predictor=shape_predictor) as pipeline:
+    with FacePipeline(detector, embedder, shape_predictor, chip_size=embedder.chip_size) as pipeline:
         all_dets, face_det, chips, keys = [], {}, [], []
         for k, image in enumerate(eval_set.images):
             dets = detector.detect(image.rgb)
@@ -95,7 +102,24 @@ def fp32_reference(
                 chips.append(pipeline.chip(image.rgb, dets[j]))
         chips_arr = np.stack(chips)
         descriptors = pipeline.embedder.embed(chips_arr)
-    return Fp32Reference(eval_set, all_dets, face_det, chips_arr, keys, descriptors, shape_predictor)
+    return Fp32Reference(eval_set, all_dets, face_det, chips_arr, keys, descriptors, shape_predictor, threshold)
+
+
+def pair_distances(ref: Fp32Reference, descriptors: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(distance, same) of every evaluation pair whose two faces the fp32 cascade found, in pair order.
+
+    Args:
+        descriptors: float [F, D] in ``ref.keys`` order; None: ``ref.descriptors``.
+    """
+    vectors = ref.descriptors if descriptors is None else descriptors
+    found = dict(zip(ref.keys, np.asarray(vectors, np.float64), strict=True))
+    dist, same = [], []
+    for p in ref.eval_set.pairs:
+        a, b = (p.a.image, p.a.face), (p.b.image, p.b.face)
+        if a in found and b in found:
+            dist.append(float(np.linalg.norm(found[a] - found[b])))
+            same.append(bool(p.same))
+    return np.asarray(dist, np.float64), np.asarray(same, bool)
 
 
 def _cosine(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -110,6 +134,7 @@ class DecisionStats:
     pairs: int
     agree: int
     disagreements: list[dict] = field(default_factory=list)
+    threshold: float = DLIB_SAME_PERSON_THRESHOLD  # same person when the distance is <= this
 
     @property
     def agreement(self) -> float:
@@ -120,19 +145,23 @@ class DecisionStats:
             "pairs": self.pairs,
             "agree": self.agree,
             "agreement": self.agreement,
+            "threshold": self.threshold,
             "disagreements": self.disagreements[:20],
         }
 
 
 def compare_decisions(
-    ref: Fp32Reference, vectors: dict[Key, np.ndarray], threshold: float = DLIB_SAME_PERSON_THRESHOLD
+    ref: Fp32Reference, vectors: dict[Key, np.ndarray], threshold: float | None = None
 ) -> DecisionStats:
     """Decide every evaluation pair with fp32 descriptors and with ``vectors``; count agreements.
 
+    ``threshold`` None: the reference's (dlib's 0.6, or a user embedder's calibrated one).
+
     Pairs with a face that either side did not find are left out (the detector gate counts lost faces).
     """
+    threshold = ref.threshold if threshold is None else threshold
     fp32 = dict(zip(ref.keys, ref.descriptors.astype(np.float64), strict=True))
-    stats = DecisionStats(0, 0)
+    stats = DecisionStats(0, 0, threshold=threshold)
     for p in ref.eval_set.pairs:
         a, b = (p.a.image, p.a.face), (p.b.image, p.b.face)
         if a not in fp32 or b not in fp32 or a not in vectors or b not in vectors:
@@ -241,12 +270,12 @@ def evaluate_end_to_end(
     keys, chips = [], []
     # The candidate's detections are given: the pipeline only cuts chips and embeds them.
     embedder = FaceEmbedder(nets[FaceModel.EMBEDDER], threads=threads, optimization=optimization)
-    with FacePipeline(None, embedder, shape_predictor=ref.shape_predictor) as pipe:
+    with FacePipeline(None, embedder, shape_predictor=ref.shape_predictor, chip_size=embedder.chip_size) as pipe:
         for k, image in enumerate(ref.eval_set.images):
             for i, j in sorted(_faces_of(ref.eval_set, k, found[k]).items()):
                 keys.append((k, i))
                 chips.append(pipe.chip(image.rgb, found[k][j]))
-        quant = pipe.embedder.embed(np.stack(chips)) if chips else np.zeros((0, 128), np.float32)
+        quant = pipe.embedder.embed(np.stack(chips)) if chips else np.zeros((0, ref.descriptors.shape[1]), np.float32)
     vectors = dict(zip(keys, quant, strict=True))
     fp32 = dict(zip(ref.keys, ref.descriptors, strict=True))
     common = [key for key in keys if key in fp32]

@@ -268,7 +268,8 @@ def _evaluate(
     progress("comparing with fp32 on the evaluation set (quantized graphs unfused: host-independent)")
     if reference is None:
         fp32 = face_models.model_paths(fp32_dir, FACE_NETS)
-        reference = fp32_reference(make_eval_set(0), fp32, threads, chip_landmarks(fp32_dir))
+        threshold = face_models.same_person_threshold(fp32_dir)
+        reference = fp32_reference(make_eval_set(0), fp32, threads, chip_landmarks(fp32_dir), threshold)
     unfused = Optimization.NONE
     emb = evaluate_embedder(reference, candidate[FaceModel.EMBEDDER], threads, unfused)
     det, found = evaluate_detector(reference, candidate, threads, unfused)
@@ -345,7 +346,8 @@ def quantize_face_models(
     precisions = {net: precision.value if net in settings else "fp32" for net in fp32}
     entries = _entries(fp32_dir, out_dir, shipped, "ort" if ort_files else "onnx", precisions)
     arithmetic = _int8_arithmetic(profile) if quant_mode is not QuantMode.FP16 else None
-    face_models.write_models_file(out_dir, entries, profile.name, __version__, arithmetic)
+    recognition = face_models.read_recognition(fp32_dir)  # a user embedder's threshold, kept as calibrated
+    face_models.write_models_file(out_dir, entries, profile.name, __version__, arithmetic, recognition)
     build = QuantBuild(
         target=profile.name,
         precision=precision,

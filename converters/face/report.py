@@ -103,7 +103,8 @@ def render_markdown(build: QuantBuild) -> str:
         f"| embedder cosine, mean ({e['faces']} faces, same chips) | {e['cosine_mean']:.5f} "
         f"| >= {t['embed_mean_cosine']:g} |",
         f"| embedder cosine, min / 5th percentile | {e['cosine_min']:.5f} / {e['cosine_p05']:.5f} | - |",
-        f"| same/different decisions agreeing with fp32 | {dec['agreement']:.4f} ({dec['agree']} of {dec['pairs']}) "
+        f"| same/different decisions (distance <= {dec.get('threshold', 0.6):.4g}) agreeing with fp32 | "
+        f"{dec['agreement']:.4f} ({dec['agree']} of {dec['pairs']}) "
         f"| >= {t['embed_decision_agreement']:g} |",
         f"| detector box IoU with fp32 twin, min / mean ({d['faces']} faces) | "
         f"{d['iou_min']:.3f} / {d['iou_mean']:.3f} | min >= {t['detect_iou']:g} |",

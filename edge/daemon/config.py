@@ -53,7 +53,7 @@ class FaceSettings:
     models: Path
     gallery: Path
     enroll_dir: Path | None
-    threshold: float
+    threshold: float | None  # None: the models folder's (dlib's 0.6, or a user embedder's calibrated one)
     min_score: float
     threads: int
 
@@ -177,7 +177,7 @@ _SCHEMA: Schema = {
         "models": Field(Path),
         "gallery": Field(Path, _DEFAULT_STATE),
         "enroll_dir": Field(Path, None),
-        "threshold": Field(float, 0.6, low=0.0, high=2.0, low_open=True),
+        "threshold": Field(float, None, low=0.0, high=2.0, low_open=True),
         "min_score": Field(float, 0.9, low=0.0, high=1.0),
         "threads": Field(int, 0, low=0, high=MAX_THREADS),
     },

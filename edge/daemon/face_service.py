@@ -3,7 +3,8 @@
 Enrolment reads a folder with one sub-folder per person (named after them) holding their photos; the
 gallery is saved to ``face.gallery`` (NumPy ``.npz``, written to a temporary file and renamed, so a crash
 never leaves half a gallery). Recognition names every face of a frame after the nearest enrolled person
-within ``threshold`` (dlib's 0.6 by default), or reports it as unknown (``name`` null).
+within ``threshold`` (by default the models folder's: dlib's 0.6, or a user embedder's calibrated one), or
+reports it as unknown (``name`` null).
 """
 
 from __future__ import annotations
@@ -68,14 +69,20 @@ class FaceService:
             self.pipeline.close()
             raise
 
+    @property
+    def _descriptor_size(self) -> int:
+        """The length of the running embedder's descriptors (dlib's 128, or a user embedder's)."""
+        return int(self.pipeline.embedder.descriptor_size)
+
     def _initial_gallery(self) -> tuple[Gallery, str]:
         path = self.settings.gallery
         if path.is_file():
-            return Gallery.load(path), f"loaded from {path}"
+            return Gallery.load(path, self._descriptor_size), f"loaded from {path}"
         if self.settings.enroll_dir is not None:
             report = self.enroll()
             return self.gallery, f"enrolled {sum(report['enrolled'].values())} photos from {self.settings.enroll_dir}"
-        return Gallery(), "empty (no gallery file, no face.enroll_dir): every face is reported unknown"
+        empty = "empty (no gallery file, no face.enroll_dir): every face is reported unknown"
+        return Gallery(self._descriptor_size), empty
 
     def recognize(self, rgb: np.ndarray) -> list[dict[str, Any]]:
         """Every face of a frame: box, score, landmarks, ``name`` (None = unknown) and ``distance``."""
@@ -100,7 +107,7 @@ class FaceService:
                 "enroll: face.enroll_dir is not set in the config; expected a folder of per-person folders"
             )
         start = time.perf_counter()
-        gallery = Gallery()
+        gallery = Gallery(self._descriptor_size)
         report = gallery.enroll_folder(folder, self.pipeline, self.max_pixels)
         save_gallery_atomic(gallery, self.settings.gallery)
         self.gallery = gallery
@@ -122,7 +129,8 @@ class FaceService:
         pipeline = open_face_pipeline(self.settings.models, self.threads, min_score=0.0)
         try:
             path = self.settings.gallery
-            gallery = Gallery.load(path) if path.is_file() else self.gallery
+            size = pipeline.embedder.descriptor_size
+            gallery = Gallery.load(path, size) if path.is_file() else self.gallery
         except BaseException:
             pipeline.close()
             raise

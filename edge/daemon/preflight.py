@@ -54,7 +54,8 @@ def preflight(config: DaemonConfig) -> list[str]:
     """
     from edge.daemon.commands import load_secret
     from edge.face.gallery import Gallery
-    from edge.face.models import FACE_ROLES, model_path
+    from edge.face.models import FACE_ROLES, model_path, read_recognition
+    from edge.face.types import DLIB_DESCRIPTOR_SIZE
 
     where = str(config.source_file)
     done = []
@@ -72,7 +73,9 @@ def preflight(config: DaemonConfig) -> list[str]:
     done.append(f"face.models: {config.face.models} ({len(FACE_ROLES)} models)")
     if config.face.gallery.is_file():
         try:
-            people = len(Gallery.load(config.face.gallery))
+            recognition = read_recognition(config.face.models) or {}
+            size = int(recognition.get("descriptor_size", DLIB_DESCRIPTOR_SIZE))
+            people = len(Gallery.load(config.face.gallery, size))
         except InputError as exc:
             raise _named(where, "face.gallery", exc) from None
         done.append(f"face.gallery: {config.face.gallery} ({people} people)")

@@ -1,4 +1,4 @@
-"""Face embedding on the device: aligned 150x150 RGB chips -> dlib's 128-d face descriptors, on any edge runtime.
+"""Face embedding on the device: aligned RGB chips -> face descriptors (dlib's: 150x150 -> 128-d), on any edge runtime.
 
 The model is dlib's face-recognition ResNet: the ONNX export (``converters.face.dlib_resnet``; input ``chip``
 float32 [N, 3, 150, 150] with raw 0..255 RGB values, the mean subtraction inside the graph; output
@@ -7,6 +7,11 @@ float32 [N, 3, 150, 150] with raw 0..255 RGB values, the mean subtraction inside
 runtime comes from the file's bytes through ``edge.runtime.open_model``; layout, batch size and quantization
 from the model's own tensor specs. Two chips show the same person when the Euclidean distance between their
 descriptors is below ``DLIB_SAME_PERSON_THRESHOLD`` (0.6).
+
+A user's own embedder (``edge-deploy convert face --embedder MODEL.onnx``) is shipped in the same form: one
+input of raw 0..255 RGB chips (its normalisation put inside the graph by the conversion), NCHW or NHWC, of any
+fixed square size S, and one output [N, D]: the chip size and the descriptor size are read from the model
+(``chip_size``, ``descriptor_size``), and its same-person threshold from models.json (``edge.face.models``).
 """
 
 from __future__ import annotations
@@ -31,11 +36,12 @@ def _describe(chips: object) -> str:
     return type(chips).__name__
 
 
-def check_chips(chips: object) -> np.ndarray:
+def check_chips(chips: object, size: int = CHIP_SIZE) -> np.ndarray:
     """Check a batch of aligned chips.
 
     Args:
-        chips: uint8 array [N, 150, 150, 3], RGB, as images come (HWC).
+        chips: uint8 array [N, size, size, 3], RGB, as images come (HWC).
+        size: the chip side the embedder takes (dlib's 150).
 
     Returns:
         The same array.
@@ -48,10 +54,10 @@ def check_chips(chips: object) -> np.ndarray:
         and chips.dtype == np.uint8
         and chips.ndim == 4
         and chips.shape[0] >= 1
-        and chips.shape[1:] == (CHIP_SIZE, CHIP_SIZE, 3)
+        and chips.shape[1:] == (size, size, 3)
     )
     if not ok:
-        expected = f"[N,{CHIP_SIZE},{CHIP_SIZE},3]"
+        expected = f"[N,{size},{size},3]"
         raise InputError(f"expected uint8 chips of shape {expected}, got {_describe(chips)}")
     return chips  # type: ignore[return-value]
 
@@ -69,8 +75,25 @@ def _dequantize(q: np.ndarray, spec: TensorSpec) -> np.ndarray:
     return (scale * (q.astype(np.int64) - zero_point)).astype(np.float32)
 
 
+def _chip_geometry(input_shape: list, output_shape: list) -> tuple[int, bool, int] | None:
+    """(chip side, channels last, descriptor size) of an embedder's tensor shapes, or None when they are not
+    one 3-channel square image [N,3,S,S] / [N,S,S,3] in and one fixed-size vector [N,D] out."""
+    if len(input_shape) != 4 or len(output_shape) != 2:
+        return None
+    size = output_shape[1]
+    if not isinstance(size, int) or isinstance(size, bool) or size < 1:
+        return None
+    for dims, last in ((input_shape[1:], False), (input_shape[1:], True)):
+        side, channels = (dims[0], dims[2]) if last else (dims[1], dims[0])
+        square = dims[:2] if last else dims[1:]
+        if channels == 3 and isinstance(side, int) and side > 0 and square[0] == square[1]:
+            return side, last, size
+    return None
+
+
 class FaceEmbedder:
-    """dlib's face descriptor from an ONNX model on onnxruntime, or a TFLite one on LiteRT.
+    """A face descriptor from an ONNX model on onnxruntime, or a TFLite one on LiteRT: dlib's ResNet, or a
+    user's own embedder converted by ``edge-deploy convert face --embedder``.
 
     Use as a context manager or call ``close()``.
     """
@@ -109,7 +132,8 @@ class FaceEmbedder:
         self._options = LoadOptions(optimization, precise_int8, purpose="Face embedding", varying_shapes=True)
         self._model: Model | None = self._load(backend)
         (self._input,), (self._output,) = self._model.inputs, self._model.outputs
-        self._channels_last = self._input.shape[-1] == 3
+        #: Side of the square chips the model takes, and the length of the descriptors it returns.
+        self.chip_size, self._channels_last, self.descriptor_size = self._geometry
         self._one_at_a_time = self._input.shape[0] == 1  # a fixed batch of one (TFLite twins)
 
     @property
@@ -121,24 +145,19 @@ class FaceEmbedder:
         if not self.model_path.is_file():
             raise InferenceError(f"{self.model_path}: face embedding model not found")
         model = open_net(self.model_path, self.threads, self._options, backend)
-        chip_shapes = ([3, CHIP_SIZE, CHIP_SIZE], [CHIP_SIZE, CHIP_SIZE, 3])
         inputs = [(i.name, list(i.shape)) for i in model.inputs]
         outputs = [(o.name, list(o.shape)) for o in model.outputs]
         # The batch dimension may be named anything (or fixed), and so may the tensors: a TFLite file from
         # onnx2tf names them 'serving_default_chip:0' and 'PartitionedCall:0'. The shapes tell.
-        fits = (
-            len(inputs) == 1
-            and inputs[0][1][1:] in chip_shapes
-            and len(outputs) == 1
-            and outputs[0][1][1:] == [DESCRIPTOR_SIZE]
-        )
-        if not fits:
+        geometry = _chip_geometry(inputs[0][1], outputs[0][1]) if len(inputs) == len(outputs) == 1 else None
+        if geometry is None:
             model.close()
             raise InferenceError(
                 f"{self.model_path}: not a face embedder: inputs {inputs}, outputs {outputs}; expected "
-                f"input {INPUT_NAME!r} [N,3,{CHIP_SIZE},{CHIP_SIZE}] or [N,{CHIP_SIZE},{CHIP_SIZE},3] and output "
-                f"{OUTPUT_NAME!r} [N,{DESCRIPTOR_SIZE}]"
+                f"input {INPUT_NAME!r} [N,3,S,S] or [N,S,S,3] and output {OUTPUT_NAME!r} [N,D] (dlib's: S "
+                f"{CHIP_SIZE}, D {DESCRIPTOR_SIZE})"
             )
+        self._geometry = geometry
         return model
 
     def _live(self) -> Model:
@@ -150,17 +169,17 @@ class FaceEmbedder:
         """Compute descriptors.
 
         Args:
-            chips: uint8 [N, 150, 150, 3] RGB aligned chips (``dlib.get_face_chip(img, shape, 150, 0.25)``
-                or ``edge.face.align``).
+            chips: uint8 [N, S, S, 3] RGB aligned chips, S = ``chip_size`` (dlib's 150:
+                ``dlib.get_face_chip(img, shape, 150, 0.25)`` or ``edge.face.align``).
 
         Returns:
-            float32 [N, 128] descriptors, in the order of the chips.
+            float32 [N, D] descriptors (D = ``descriptor_size``, dlib's 128), in the order of the chips.
 
         Raises:
             InputError: for chips of another dtype or shape.
             InferenceError: if the embedder is closed or the runtime fails.
         """
-        check_chips(chips)
+        check_chips(chips, self.chip_size)
         model = self._live()
         batch = chips if self._channels_last else chips.transpose(0, 3, 1, 2)
         batch = np.ascontiguousarray(batch, dtype=np.float32)

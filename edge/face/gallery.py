@@ -1,7 +1,8 @@
 """A gallery of known people: name -> descriptors, enrolment from folders, matching, and a versioned file.
 
 The file is a NumPy ``.npz`` (no pickles) holding ``schema_version`` (int), ``names`` (unicode [P]),
-``owner`` (int64 [N], index into names) and ``descriptors`` (float32 [N, 128]).
+``owner`` (int64 [N], index into names) and ``descriptors`` (float32 [N, D]; D is the embedder's descriptor
+size: dlib's 128, or a user's embedder's, ``edge.face.embed.FaceEmbedder.descriptor_size``).
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ from edge.imageio import DEFAULT_MAX_PIXELS, load_image
 
 GALLERY_SCHEMA_VERSION = 1
 DESCRIPTOR_SIZE = 128
+#: Longest descriptor a gallery takes (a user's embedder; dlib's is 128).
+MAX_DESCRIPTOR_SIZE = 4096
 #: Suffixes enrol_folder reads; other files are listed as skipped.
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".webp")
 _KEYS = ("schema_version", "names", "owner", "descriptors")
@@ -104,23 +107,34 @@ class EnrollmentReport:
     skipped: list[tuple[str, str]] = field(default_factory=list)
 
 
-def _check_descriptors(values: ArrayLike, what: str) -> np.ndarray:
+def _check_size(size: object) -> int:
+    if isinstance(size, bool) or not isinstance(size, int) or not 1 <= size <= MAX_DESCRIPTOR_SIZE:
+        raise InputError(f"gallery: descriptor size {size!r}; expected a whole number in 1..{MAX_DESCRIPTOR_SIZE}")
+    return size
+
+
+def _check_descriptors(values: ArrayLike, what: str, size: int = DESCRIPTOR_SIZE) -> np.ndarray:
     arr = np.asarray(values, dtype=np.float32)
     if arr.ndim == 1:
         arr = arr[None, :]
-    if arr.ndim != 2 or arr.shape[1] != DESCRIPTOR_SIZE:
-        raise InputError(f"{what}: descriptors of shape {np.shape(values)}; expected ({DESCRIPTOR_SIZE},) or (N, 128)")
+    if arr.ndim != 2 or arr.shape[1] != size:
+        raise InputError(f"{what}: descriptors of shape {np.shape(values)}; expected ({size},) or (N, {size})")
     if arr.shape[0] == 0:
-        raise InputError(f"{what}: no descriptors; expected at least one of shape ({DESCRIPTOR_SIZE},)")
+        raise InputError(f"{what}: no descriptors; expected at least one of shape ({size},)")
     if not np.all(np.isfinite(arr)):
         raise InputError(f"{what}: descriptors contain NaN or infinity")
     return arr
 
 
 class Gallery:
-    """Known people and their face descriptors (several per person are kept; the nearest one counts)."""
+    """Known people and their face descriptors (several per person are kept; the nearest one counts).
 
-    def __init__(self) -> None:
+    Args:
+        descriptor_size: the length of every descriptor (the embedder's: dlib's 128 by default).
+    """
+
+    def __init__(self, descriptor_size: int = DESCRIPTOR_SIZE) -> None:
+        self.descriptor_size = _check_size(descriptor_size)
         self._people: dict[str, np.ndarray] = {}
         # every descriptor in one array (enrolment order) and its owner's index in _names: match() is one
         # vectorised distance computation, not a Python loop over people (built on first match after an add)
@@ -135,17 +149,17 @@ class Gallery:
         return len(self._people)
 
     def descriptors(self, name: str) -> np.ndarray:
-        """float32 [k, 128] of one person. Raises InputError for an unknown name."""
+        """float32 [k, D] of one person. Raises InputError for an unknown name."""
         if name not in self._people:
             raise InputError(f"gallery: no person named '{name}'; enrolled: {', '.join(self.names) or 'none'}")
         return self._people[name].copy()
 
     def add(self, name: str, descriptors: np.ndarray, what: str | None = None) -> None:
-        """Add one descriptor [128] or several [N, 128] to a person (created if new).
+        """Add one descriptor [D] or several [N, D] to a person (created if new); D = ``descriptor_size``.
 
         Args:
             name: the person.
-            descriptors: float [128] or [N, 128], N >= 1.
+            descriptors: float [D] or [N, D], N >= 1.
             what: how to name the source in error messages (default: the person).
 
         Raises:
@@ -153,8 +167,8 @@ class Gallery:
         """
         if not isinstance(name, str) or not name.strip():
             raise InputError(f"gallery: person name {name!r}; expected a non-empty string")
-        arr = _check_descriptors(descriptors, what or f"gallery person '{name}'")
-        old = self._people.get(name, np.zeros((0, DESCRIPTOR_SIZE), np.float32))
+        arr = _check_descriptors(descriptors, what or f"gallery person '{name}'", self.descriptor_size)
+        old = self._people.get(name, np.zeros((0, self.descriptor_size), np.float32))
         self._people[name] = np.concatenate([old, arr])
         self._stacked = None
 
@@ -162,7 +176,7 @@ class Gallery:
         """The nearest enrolled person, if within ``threshold`` (Euclidean, ``<=`` as face_recognition).
 
         Args:
-            descriptor: float [128].
+            descriptor: float [D].
             threshold: largest distance still counted as the same person.
 
         Returns:
@@ -170,11 +184,13 @@ class Gallery:
             or the gallery is empty (distance is then ``inf``).
 
         Raises:
-            InputError: if the descriptor is not [128].
+            InputError: if the descriptor is not [D].
         """
-        query = _check_descriptors(descriptor, "gallery.match")
+        query = _check_descriptors(descriptor, "gallery.match", self.descriptor_size)
         if query.shape[0] != 1:
-            raise InputError(f"gallery.match: got {query.shape[0]} descriptors; expected one of shape (128,)")
+            raise InputError(
+                f"gallery.match: got {query.shape[0]} descriptors; expected one of shape ({self.descriptor_size},)"
+            )
         if not self._people:
             return Match(None, math.inf)
         if self._stacked is None:
@@ -241,10 +257,10 @@ class Gallery:
         return None
 
     def _flat(self, names: list[str]) -> tuple[np.ndarray, np.ndarray]:
-        """Every descriptor of ``names``, person after person in that order, float32 [N, 128], and for each the
+        """Every descriptor of ``names``, person after person in that order, float32 [N, D], and for each the
         index of its owner in ``names`` (int64 [N]): the file's layout, and what match() searches."""
         if not names:
-            return np.zeros((0, DESCRIPTOR_SIZE), np.float32), np.zeros(0, np.int64)
+            return np.zeros((0, self.descriptor_size), np.float32), np.zeros(0, np.int64)
         owner = np.concatenate([np.full(len(self._people[n]), i, np.int64) for i, n in enumerate(names)])
         return np.concatenate([self._people[n] for n in names]), owner
 
@@ -272,8 +288,8 @@ class Gallery:
         return path
 
     @classmethod
-    def load(cls, path: str | Path) -> Gallery:
-        """Read a gallery written by ``save``.
+    def load(cls, path: str | Path, descriptor_size: int = DESCRIPTOR_SIZE) -> Gallery:
+        """Read a gallery written by ``save``, of descriptors of ``descriptor_size`` (the embedder's).
 
         Raises:
             InputError: naming the file (and key) when it is missing, not a gallery, of another schema
@@ -283,10 +299,10 @@ class Gallery:
         if not path.is_file():
             raise InputError(f"{path}: no such gallery file")
         data = _read_npz(path)
-        return cls._from_arrays(path, data)
+        return cls._from_arrays(path, data, _check_size(descriptor_size))
 
     @classmethod
-    def _from_arrays(cls, path: Path, data: dict[str, np.ndarray]) -> Gallery:
+    def _from_arrays(cls, path: Path, data: dict[str, np.ndarray], size: int = DESCRIPTOR_SIZE) -> Gallery:
         for key in _KEYS:
             if key not in data:
                 raise InputError(f"{path}: key '{key}' missing; a gallery file holds {', '.join(_KEYS)}")
@@ -300,13 +316,13 @@ class Gallery:
             raise InputError(f"{path}: key 'names' is {names.dtype} {names.shape}; expected 1-D strings")
         if desc.ndim == 2 and desc.shape[0] > MAX_DESCRIPTORS:
             raise InputError(f"{path}: {desc.shape[0]} descriptors; expected at most {MAX_DESCRIPTORS}")
-        if desc.ndim != 2 or desc.shape[1] != DESCRIPTOR_SIZE:
-            raise InputError(f"{path}: key 'descriptors' has shape {desc.shape}; expected (N, {DESCRIPTOR_SIZE})")
+        if desc.ndim != 2 or desc.shape[1] != size:
+            raise InputError(f"{path}: key 'descriptors' has shape {desc.shape}; expected (N, {size})")
         if owner.shape != (desc.shape[0],) or owner.dtype.kind not in "iu":
             raise InputError(f"{path}: key 'owner' has shape {owner.shape}; expected ({desc.shape[0]},) integers")
         if owner.size and (owner.min() < 0 or owner.max() >= len(names)):
             raise InputError(f"{path}: key 'owner' has indices outside 0..{len(names) - 1}")
-        gallery = cls()
+        gallery = cls(size)
         for i, name in enumerate(names.tolist()):
             gallery.add(name, desc[owner == i], what=f"{path}: person '{name}'")
         return gallery

@@ -22,6 +22,10 @@ if TYPE_CHECKING:
 
 MODELS_FILE = "models.json"
 MODELS_SCHEMA_VERSION = 1
+#: models.json key of a user embedder's recognition settings (``write_models_file``): chip and descriptor
+#: size, preprocessing, and the calibrated same-person threshold. Absent for dlib's embedder: its threshold is
+#: ``edge.face.types.DLIB_SAME_PERSON_THRESHOLD``.
+RECOGNITION_KEY = "recognition"
 
 
 class FaceModel(enum.StrEnum):
@@ -77,9 +81,15 @@ def describe(path: Path, role: str, fmt: str, precision: str, source: dict) -> M
 
 
 def write_models_file(
-    folder: Path, entries: list[ModelEntry], target: str, tool_version: str, int8_arithmetic: str | None = None
+    folder: Path,
+    entries: list[ModelEntry],
+    target: str,
+    tool_version: str,
+    int8_arithmetic: str | None = None,
+    recognition: dict | None = None,
 ) -> Path:
-    """Write models.json; ``int8_arithmetic`` (quantized builds) says how the gate and the device compute INT8."""
+    """Write models.json; ``int8_arithmetic`` (quantized builds) says how the gate and the device compute INT8,
+    ``recognition`` (a user's embedder) its descriptor size and same-person threshold (``RECOGNITION_KEY``)."""
     data: dict[str, object] = {
         "schema_version": MODELS_SCHEMA_VERSION,
         "target": target,
@@ -88,6 +98,8 @@ def write_models_file(
     }
     if int8_arithmetic:
         data["int8_arithmetic"] = int8_arithmetic
+    if recognition:
+        data[RECOGNITION_KEY] = recognition
     path = folder / MODELS_FILE
     path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
     return path
@@ -137,13 +149,8 @@ def _checked_entry(path: Path, i: int, raw: object) -> ModelEntry:
     return entry
 
 
-def read_models_file(folder: Path) -> dict[str, ModelEntry]:
-    """The entries of ``folder/models.json`` by role, each file checked against its size and sha256.
-
-    Raises:
-        InputError: a missing folder or file, bad JSON, a missing or mistyped key, or a listed file that is
-            absent, outside the folder, or not the file the conversion wrote (size or sha256 differ).
-    """
+def _models_json(folder: Path) -> dict:
+    """``folder/models.json`` parsed (size- and depth-limited), its schema version checked."""
     from edge.payload import PayloadError, parse_json
 
     path = Path(folder) / MODELS_FILE
@@ -161,6 +168,18 @@ def read_models_file(folder: Path) -> dict[str, ModelEntry]:
     if not isinstance(data, dict) or data.get("schema_version") != MODELS_SCHEMA_VERSION:
         found = data.get("schema_version") if isinstance(data, dict) else type(data).__name__
         raise InputError(f"{path}: schema_version = {found!r}; expected {MODELS_SCHEMA_VERSION}")
+    return data
+
+
+def read_models_file(folder: Path) -> dict[str, ModelEntry]:
+    """The entries of ``folder/models.json`` by role, each file checked against its size and sha256.
+
+    Raises:
+        InputError: a missing folder or file, bad JSON, a missing or mistyped key, or a listed file that is
+            absent, outside the folder, or not the file the conversion wrote (size or sha256 differ).
+    """
+    path = Path(folder) / MODELS_FILE
+    data = _models_json(folder)
     models = data.get("models", [])
     if not isinstance(models, list):
         raise InputError(f"{path}: models = {models!r:.80}; expected a list of model entries")
@@ -169,6 +188,51 @@ def read_models_file(folder: Path) -> dict[str, ModelEntry]:
         entry = _checked_entry(path, i, raw)
         entries[entry.role] = entry
     return entries
+
+
+def read_recognition(folder: Path) -> dict | None:
+    """``folder/models.json``'s ``recognition`` (a user's embedder), checked; None for dlib's embedder.
+
+    Returns:
+        The table as written by the conversion; ``threshold`` (a finite distance > 0) and ``descriptor_size``
+        (a whole number >= 1) are checked.
+
+    Raises:
+        InputError: models.json unreadable, or ``recognition`` not an object or its two keys wrong.
+    """
+    import math
+
+    path = Path(folder) / MODELS_FILE
+    table = _models_json(folder).get(RECOGNITION_KEY)
+    if table is None:
+        return None
+    if not isinstance(table, dict):
+        raise InputError(f"{path}: {RECOGNITION_KEY} = {table!r:.80}; expected an object")
+    threshold = table.get("threshold")
+    if (
+        isinstance(threshold, bool)
+        or not isinstance(threshold, int | float)
+        or not math.isfinite(threshold)
+        or (threshold <= 0)
+    ):
+        raise InputError(f"{path}: {RECOGNITION_KEY}.threshold = {threshold!r:.80}; expected a finite distance > 0")
+    size = table.get("descriptor_size")
+    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+        raise InputError(f"{path}: {RECOGNITION_KEY}.descriptor_size = {size!r:.80}; expected a whole number >= 1")
+    return table
+
+
+def same_person_threshold(folder: Path) -> float:
+    """The same-person descriptor distance of a models folder: the calibrated one of a user's embedder
+    (models.json ``recognition.threshold``), else dlib's ``DLIB_SAME_PERSON_THRESHOLD`` (0.6).
+
+    Raises:
+        InputError: as ``read_recognition``.
+    """
+    from edge.face.types import DLIB_SAME_PERSON_THRESHOLD
+
+    table = read_recognition(folder)
+    return float(table["threshold"]) if table else DLIB_SAME_PERSON_THRESHOLD
 
 
 def running_of(folder: Path, role: str = FaceModel.EMBEDDER.role) -> dict[str, str]:
@@ -316,8 +380,9 @@ def open_face_pipeline(
     """The device pipeline over the models of a converted folder.
 
     MTCNN (or BlazeFace, if asked) finds the faces; dlib's 5-point landmark model (numpy) places the landmarks
-    on each box, as face_recognition does on its HOG boxes; the chip is cut exactly as dlib's ``get_face_chip``;
-    the ONNX ResNet describes it.
+    on each box, as face_recognition does on its HOG boxes; the chip is cut exactly as dlib's ``get_face_chip``
+    (at the embedder's chip size); the ONNX ResNet (or a user's embedder) describes it. The pipeline's
+    ``threshold`` is the folder's same-person distance (``same_person_threshold``).
 
     Args:
         folder: a folder written by ``edge-deploy convert face`` (with models.json).
@@ -369,12 +434,31 @@ def open_face_pipeline(
         paths = {model: _onnx_source(path) if model in FACE_NETS else path for model, path in paths.items()}
         optimization = Optimization.NONE
     found = _open_detector(folder, entries, paths, threads, optimization, kind, detector_model, min_face_size)
+    embedder = None
     try:
         embedder = FaceEmbedder(paths[FaceModel.EMBEDDER], threads=threads, optimization=optimization)
         shape = ShapePredictor(paths[FaceModel.SHAPE5])
+        threshold = _threshold_for(folder, embedder)
     except BaseException:
         found.close()
+        if embedder is not None:
+            embedder.close()
         raise
     default_score = DEFAULT_MIN_SCORE if kind is Detector.MTCNN else 0.0
     score = default_score if min_score is None else min_score
-    return FacePipeline(found, embedder, shape_predictor=shape, min_score=score)
+    chip = embedder.chip_size
+    return FacePipeline(found, embedder, shape_predictor=shape, chip_size=chip, min_score=score, threshold=threshold)
+
+
+def _threshold_for(folder: Path, embedder) -> float:
+    """The folder's same-person threshold, after checking that models.json's descriptor size is the model's."""
+    from edge.face.types import DLIB_DESCRIPTOR_SIZE, DLIB_SAME_PERSON_THRESHOLD
+
+    table = read_recognition(folder)
+    size = table["descriptor_size"] if table else DLIB_DESCRIPTOR_SIZE
+    if embedder.descriptor_size != size:
+        raise InputError(
+            f"{Path(folder) / MODELS_FILE}: the embedder gives {embedder.descriptor_size}-d descriptors, but "
+            f"models.json says {size}; expected the folder 'edge-deploy convert face' wrote"
+        )
+    return float(table["threshold"]) if table else DLIB_SAME_PERSON_THRESHOLD

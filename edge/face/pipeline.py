@@ -10,7 +10,7 @@ import numpy as np
 from edge.errors import InferenceError
 from edge.face.align import align_chip, align_chip_dlib5
 from edge.face.shape5 import MTCNN_TO_HOG_BOX, ShapePredictor, hog_like_rect
-from edge.face.types import Detection
+from edge.face.types import DLIB_DESCRIPTOR_SIZE, DLIB_SAME_PERSON_THRESHOLD, Detection
 
 
 class Detector(Protocol):
@@ -20,14 +20,15 @@ class Detector(Protocol):
 
 
 class Embedder(Protocol):
-    """Anything that describes aligned chips: ``embed(uint8 [N, 150, 150, 3]) -> float32 [N, 128]``."""
+    """Anything that describes aligned chips: ``embed(uint8 [N, S, S, 3]) -> float32 [N, D]`` (dlib's: S 150,
+    D 128; an embedder with a ``descriptor_size`` attribute says its D)."""
 
     def embed(self, chips: np.ndarray) -> np.ndarray: ...
 
 
 @dataclass(frozen=True)
 class Face:
-    """One face: where it is and its 128-d descriptor (float32)."""
+    """One face: where it is and its descriptor (float32; 128-d with dlib's embedder)."""
 
     detection: Detection
     descriptor: np.ndarray
@@ -63,6 +64,7 @@ class FacePipeline:
         padding: float = 0.25,
         min_score: float = 0.0,
         box_map: tuple[float, float, float] | None = None,
+        threshold: float = DLIB_SAME_PERSON_THRESHOLD,
     ) -> None:
         """Args:
         detector: e.g. ``edge.face.detect_mtcnn.MtcnnDetector``.
@@ -74,6 +76,9 @@ class FacePipeline:
             ``edge.face.recognize.DEFAULT_MIN_SCORE``: MTCNN's last stage passes a fist or a metal bowl at 0.86).
         box_map: how dlib's HOG box sits on this detector's box (``edge.face.shape5.hog_like_rect``), for the
             shape predictor; None: the detector's ``hog_box_map`` attribute, else MTCNN's.
+        threshold: the embedder's same-person descriptor distance (dlib's 0.6; a user's embedder has the one
+            its conversion calibrated, ``edge.face.models.same_person_threshold``), the default of
+            ``edge.face.recognize.recognize_image``.
         """
         self.detector = detector
         self.embedder = embedder
@@ -81,6 +86,7 @@ class FacePipeline:
         self.chip_size = chip_size
         self.padding = padding
         self.min_score = min_score
+        self.threshold = threshold
         self.box_map = box_map if box_map is not None else getattr(detector, "hog_box_map", MTCNN_TO_HOG_BOX)
 
     def chip(self, rgb: np.ndarray, detection: Detection) -> np.ndarray:
@@ -116,9 +122,10 @@ class FacePipeline:
         if not detections:
             return []
         descriptors = np.asarray(self.embedder.embed(self.chips(rgb, detections)), dtype=np.float32)
-        if descriptors.shape != (len(detections), 128):
+        size = getattr(self.embedder, "descriptor_size", DLIB_DESCRIPTOR_SIZE)
+        if descriptors.shape != (len(detections), size):
             raise InferenceError(
-                f"embedder returned descriptors of shape {descriptors.shape}; expected ({len(detections)}, 128)"
+                f"embedder returned descriptors of shape {descriptors.shape}; expected ({len(detections)}, {size})"
             )
         return [Face(d, v) for d, v in zip(detections, descriptors, strict=True)]
 

@@ -14,7 +14,7 @@ def recognize_image(
     pipeline,
     gallery,
     rgb: np.ndarray,
-    threshold: float = DLIB_SAME_PERSON_THRESHOLD,
+    threshold: float | None = None,
     min_score: float = DEFAULT_MIN_SCORE,
 ) -> list[dict]:
     """Every face in one image with the gallery's answer.
@@ -23,12 +23,15 @@ def recognize_image(
         pipeline: ``edge.face.pipeline.FacePipeline`` (or anything with ``analyze``).
         gallery: ``edge.face.gallery.Gallery``.
         rgb: uint8 [H, W, 3] RGB image.
-        threshold: same-person descriptor distance.
+        threshold: same-person descriptor distance; None: the pipeline's ``threshold`` (from models.json:
+            dlib's 0.6, or the one calibrated for a user's embedder), else ``DLIB_SAME_PERSON_THRESHOLD``.
         min_score: detections scoring lower are left out.
 
     Returns:
         One dict per face: box, score, landmarks, ``name`` (None for unknown) and ``distance``.
     """
+    if threshold is None:
+        threshold = float(getattr(pipeline, "threshold", DLIB_SAME_PERSON_THRESHOLD))
     faces = []
     for face in pipeline.analyze(rgb):
         if face.detection.score < min_score:

@@ -86,23 +86,26 @@ class ShapePredictor:
     def _build_tables(self) -> None:
         """Flat copies of the model for the vectorised walk (``predict_many``)."""
         levels, trees, splits, _ = self.split_idx.shape
-        self._pair_a = np.ascontiguousarray(self.split_idx[..., 0].reshape(levels, -1))
-        self._pair_b = np.ascontiguousarray(self.split_idx[..., 1].reshape(levels, -1))
+        self._deltas_t = np.ascontiguousarray(self.deltas.transpose(0, 2, 1))  # [levels, 2, features]: x row, y row
+        # both pixels of every split node of a level, node by node across the trees: [levels, 2, splits, trees]
+        self._pairs = np.ascontiguousarray(self.split_idx.transpose(0, 3, 2, 1))
         # For a whole number d (a difference of two intensities), d > t exactly when d > floor(t); beyond
         # +-1024 every difference falls on the same side, and a NaN threshold is never passed, as in dlib.
         thresh = np.nan_to_num(self.split_thresh.astype(np.float64), nan=1024.0)
-        self._thresh = np.clip(np.floor(thresh), -1024, 1024).astype(np.int32).reshape(levels, -1)
+        thresh = np.clip(np.floor(thresh), -1024, 1024).astype(np.int16)
+        self._thresh = np.ascontiguousarray(thresh.transpose(0, 2, 1))[..., None]  # [levels, splits, trees, 1]
         # row ``tree * (splits + 1) + leaf`` of a level's leaves
         self._leaf_rows = self.leaf_values.reshape(levels, trees * (splits + 1), -1)
         self._leaf_base = np.arange(trees, dtype=np.intp) * (splits + 1)
         self._leaf_of_code = _leaf_table(self.depth).astype(np.uint8) if splits <= _LUT_MAX_SPLITS else None
         self._bit_values = (2.0 ** np.arange(splits)).astype(np.float32)  # a tree's outcomes -> its code
-        # The similarity fit from the mean shape to the current one, as one product (see _fit_transposed).
+        # The similarity fit from the mean shape to the current one, as one product (see _similarity).
         src = self.initial.astype(np.float64)
         centred = src - src.mean(axis=0)
         var = float((centred**2).sum()) / len(src)
         rot = np.stack([-centred[:, 1], centred[:, 0]], axis=1)  # b = sum(d_y s_x - d_x s_y)
         self._fit = np.stack([centred.ravel(), rot.ravel()], axis=1) / (len(src) * var) if var > 0 else None
+        self._ab_to_matrix = np.array([[1.0, 0.0, 0.0, 1.0], [0.0, -1.0, 1.0, 0.0]])  # (a, b) -> [[a, -b], [b, a]]
 
     def _check_shapes(self, data: dict[str, np.ndarray]) -> None:
         levels, trees, splits, _ = data["split_idx"].shape
@@ -170,24 +173,35 @@ class ShapePredictor:
                 f"shape predictor: rects have shape {box.shape}; expected [N, 4] (left, top, right, bottom)"
             )
         box = np.trunc(box)  # dlib rectangles hold whole pixels
-        origin = box[:, None, :2]
-        extent = box[:, None, 2:] - origin  # unit box -> rect corners, as dlib
-        shape = np.repeat(self.initial[None], len(box), axis=0)
+        faces, trees = len(box), self.split_idx.shape[1]
+        # x and y as rows ([face, 2, n]): numpy's loops run along rows of hundreds, not along pairs
+        origin = box[:, :2, None]
+        extent = box[:, 2:, None] - origin  # unit box -> rect corners, as dlib
+        shape = np.repeat(self.initial[None], faces, axis=0)  # [face, point, 2], as the leaves
         pixels = np.ascontiguousarray(rgb).reshape(-1, 3)
+        size = np.array([[rgb.shape[1]], [rgb.shape[0]]], np.uintp)  # (W, H) as a column, for _intensities
+        steps = np.empty((trees + 1, shape.size), np.float32)  # row 0: the shape, then one row a tree
+        # The intensities face-minor, [features, faces] padded to 1, 2, 4, 8 or 16 columns: the split nodes'
+        # pixels are then rows of 2 to 32 bytes, which numpy's take copies several times faster than other sizes.
+        feats = np.zeros((self.deltas.shape[1], _padded(faces)), np.int16)
         for level in range(self.split_idx.shape[0]):
-            unit = self.deltas[level] @ self._fit_transposed(shape) + shape.take(self.anchor_idx[level], axis=1)
-            pix = np.floor(origin + unit.astype(np.float64) * extent + 0.5)
-            leaf = self._walk(level, _intensities(pixels, rgb.shape[:2], pix))
-            steps = self._leaf_rows[level].take(leaf.T, axis=0).reshape(leaf.shape[1], -1)  # [trees, F * P * 2]
-            both = np.concatenate([shape.reshape(1, -1), steps])
-            # Summing down the rows of a C-ordered array, numpy adds row after row (its pairwise summation is
-            # only along the contiguous axis): each point gets its trees' leaves one by one in float32, as
-            # dlib's loop (tests/unit/test_shape5.py checks the order on values where it matters).
-            shape = np.add.reduce(both, axis=0).reshape(shape.shape)
-        return np.floor(origin + shape.astype(np.float64) * extent + 0.5)
+            anchors = shape.transpose(0, 2, 1).take(self.anchor_idx[level], axis=2)
+            unit = self._similarity(shape) @ self._deltas_t[level] + anchors
+            pix = np.floor(origin + unit * extent + 0.5)  # float32 * float64: the float32 values, exactly
+            feats[:, :faces] = _intensities(pixels, size, pix).T
+            leaf = self._walk(level, feats.take(self._pairs[level], axis=0))[:, :faces]
+            # (mode: the rows are in range; any mode but "raise" lets take write into ``out`` unbuffered)
+            self._leaf_rows[level].take(leaf, axis=0, out=steps[1:].reshape(trees, faces, -1), mode="wrap")
+            steps[0] = shape.reshape(-1)
+            # Summing down the rows of a C-ordered array, numpy adds row after row (no pairwise summation:
+            # that is only along the contiguous axis), so each point gets its trees' leaves one by one in
+            # float32, as dlib's loop (tests/unit/test_shape5.py checks the order on values where it matters).
+            # einsum runs that loop at about half np.add.reduce's cost a row.
+            shape = np.einsum("ij->j", steps).reshape(shape.shape)
+        return np.floor(box[:, None, :2] + shape.astype(np.float64) * (box[:, None, 2:] - box[:, None, :2]) + 0.5)
 
-    def _fit_transposed(self, shape: np.ndarray) -> np.ndarray:
-        """Transposed rotation+scale of the least-squares similarity fit initial -> shape[f] (as dlib's).
+    def _similarity(self, shape: np.ndarray) -> np.ndarray:
+        """Rotation+scale of the least-squares similarity fit initial -> shape[f] (as dlib's).
 
         In 2-D the best rotation times scale is ``[[a, -b], [b, a]]`` with ``a + ib`` the sum of
         ``conj(s) * d`` over the centred points divided by n * var(s): the matrix Umeyama's SVD route gives
@@ -197,30 +211,34 @@ class ShapePredictor:
             shape: float32 [F, P, 2].
 
         Returns:
-            float32 [F, 2, 2], ``tform.T`` per face.
+            float32 [F, 2, 2].
         """
         if self._fit is None:  # a mean shape without spread: dlib's fit is the identity
             return np.repeat(np.eye(2, dtype=np.float32)[None], len(shape), axis=0)
-        a, b = (shape.reshape(len(shape), -1).astype(np.float64) @ self._fit).T
-        return np.stack([a, b, -b, a], axis=1).astype(np.float32).reshape(-1, 2, 2)
+        ab = shape.reshape(len(shape), -1).astype(np.float64) @ self._fit
+        return (ab @ self._ab_to_matrix).astype(np.float32).reshape(-1, 2, 2)  # products by 0 and +-1: exact
 
-    def _walk(self, level: int, feats: np.ndarray) -> np.ndarray:
-        """Row of ``_leaf_rows[level]`` [F, trees] that every tree of ``level`` reaches on each face.
+    def _walk(self, level: int, pairs: np.ndarray) -> np.ndarray:
+        """Row of ``_leaf_rows[level]`` [trees, F] that every tree of ``level`` reaches on each face.
 
         Args:
             level: cascade level.
-            feats: int32 [F, features] pixel intensities.
+            pairs: int16 [2, splits, trees, F], the intensities of every split node's two pixels.
         """
-        splits = self.split_idx.shape[2]
-        pairs = np.take(feats, self._pair_a[level], axis=1) - np.take(feats, self._pair_b[level], axis=1)
-        went_left = (pairs > self._thresh[level]).reshape(len(feats), -1, splits)  # [F, trees, splits]
+        splits, trees, faces = pairs.shape[1:]
+        went_left = pairs[0] - pairs[1] > self._thresh[level]  # [splits, trees, F]
         if self._leaf_of_code is not None:  # a tree's outcomes as one number (exact in float32) -> its leaf
-            code = (went_left.astype(np.float32) @ self._bit_values).astype(np.intp)
-            return self._leaf_base + self._leaf_of_code[code]
-        node = np.zeros(went_left.shape[:2], np.intp)
+            code = (self._bit_values @ went_left.reshape(splits, -1).astype(np.float32)).astype(np.intp)
+            return self._leaf_base[:, None] + self._leaf_of_code.take(code.reshape(trees, faces))
+        node = np.zeros((trees, faces), np.intp)
         for _ in range(self.depth):
-            node = 2 * node + 2 - np.take_along_axis(went_left, node[..., None], axis=2)[..., 0].astype(np.intp)
-        return self._leaf_base + node - splits
+            node = 2 * node + 2 - np.take_along_axis(went_left, node[None], axis=0)[0].astype(np.intp)
+        return self._leaf_base[:, None] + node - splits
+
+
+def _padded(faces: int) -> int:
+    """``faces`` rounded up to 1, 2, 4, 8 or 16 (beyond 16: itself)."""
+    return 1 << (faces - 1).bit_length() if faces <= 16 else faces
 
 
 def _leaf_table(depth: int) -> np.ndarray:
@@ -239,24 +257,26 @@ def _leaf_table(depth: int) -> np.ndarray:
     return node - splits
 
 
-def _intensities(pixels: np.ndarray, size: tuple[int, int], pix: np.ndarray) -> np.ndarray:
+def _intensities(pixels: np.ndarray, size: np.ndarray, pix: np.ndarray) -> np.ndarray:
     """dlib's get_pixel_intensity of an rgb_pixel, (r + g + b) / 3 truncated; 0 outside the image.
 
     Args:
         pixels: the image's uint8 pixels [H * W, 3], row by row.
-        size: (H, W).
-        pix: whole-pixel (x, y) [..., 2], float.
+        size: uintp [[W], [H]].
+        pix: whole-pixel x and y [F, 2, n], float.
 
     Returns:
-        int32 [...].
+        int16 [F, n].
     """
-    h, w = size
     xy = pix.astype(np.intp)
-    fits = xy.view(np.uintp) < np.array([w, h], np.uintp)  # a negative is a huge uintp
-    outside = ~(fits[..., 0] & fits[..., 1])
-    index = xy[..., 1] * w + xy[..., 0]
-    index[outside] = 0
-    px = pixels.take(index, axis=0).astype(np.int32)
-    grey = (px[..., 0] + px[..., 1] + px[..., 2]) // 3
-    grey[outside] = 0
+    fits = xy.view(np.uintp) < size  # a negative is a huge uintp
+    inside = fits[:, 0] & fits[:, 1]
+    index = xy[:, 1] * int(size[0, 0]) + xy[:, 0]
+    index *= inside  # outside: any pixel will do, it is zeroed below
+    px = pixels.take(index, axis=0)
+    grey = px[..., 0].astype(np.int16)  # channel by channel: a sum along the axis of three is several times slower
+    grey += px[..., 1]
+    grey += px[..., 2]
+    grey *= inside
+    grey //= 3
     return grey

@@ -11,6 +11,8 @@ LANDMARK_NAMES = ("left_eye", "right_eye", "nose", "mouth_left", "mouth_right")
 
 #: dlib's threshold on the Euclidean distance between two 128-d descriptors: below it, the same person.
 DLIB_SAME_PERSON_THRESHOLD = 0.6
+#: Length of dlib's descriptors (a user's embedder says its own: ``FaceEmbedder.descriptor_size``).
+DLIB_DESCRIPTOR_SIZE = 128
 
 
 @dataclass(frozen=True)

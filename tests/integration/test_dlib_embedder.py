@@ -212,8 +212,8 @@ def test_embedder_rejects_another_model_and_use_after_close(onnx_path, tmp_path)
         FaceEmbedder(other)
     assert str(info.value) == (
         f"{other}: not a face embedder: inputs [('x', ['N', 3, 112, 112])], outputs "
-        "[('y', ['N', 3, 112, 112])]; expected input 'chip' [N,3,150,150] or [N,150,150,3] and output "
-        "'descriptor' [N,128]"
+        "[('y', ['N', 3, 112, 112])]; expected input 'chip' [N,3,S,S] or [N,S,S,3] and output "
+        "'descriptor' [N,D] (dlib's: S 150, D 128)"
     )
     embedder = FaceEmbedder(onnx_path)
     embedder.close()

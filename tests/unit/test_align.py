@@ -122,3 +122,47 @@ def test_errors_name_what_is_wrong():
     with pytest.raises(InputError) as err:
         align_chip(np.zeros((0, 10, 3), np.uint8), np.zeros((5, 2)))
     assert str(err.value) == "align_chip: image has zero size (0, 10, 3)"
+
+
+def _random_warps(seed: int, count: int):
+    """Sources and chip->source maps of every kind: inside, partly or wholly outside, flat, on the half pixel."""
+    rng = np.random.default_rng(seed)
+    for i in range(count):
+        rows, cols = (int(v) for v in rng.integers(2, 220, 2))
+        src = rng.integers(0, 256, (rows, cols, 3), dtype=np.uint8)
+        if i % 3 == 0:
+            src[:] = rng.integers(0, 256)  # flat: every mix is a whole number, where double rounding shows
+        elif i % 3 == 1:
+            src = src // 85 * 85
+        size = int(rng.integers(2, 80))
+        angle = 0.0 if i % 4 == 0 else rng.uniform(-np.pi, np.pi)
+        scale = rng.uniform(0.1, 1.5)
+        lin = scale * np.array([[np.cos(angle), -np.sin(angle)], [np.sin(angle), np.cos(angle)]])
+        shift = rng.uniform(-30, (cols, rows)) if i % 2 else rng.uniform(0, (cols, rows)) * 0.5
+        if i % 5 == 0:
+            shift = np.round(shift) + 0.5
+        yield src, np.c_[lin, shift], size
+
+
+def test_bilinear_equals_the_previous_code_byte_for_byte():
+    """_bilinear against the code before vectorisation (float64 copy of the source, pixel by pixel)."""
+    from benchmarks.align_reference import _bilinear as previous_bilinear
+
+    inside = 0
+    for src, m, size in _random_warps(seed=5, count=600):
+        got = align._bilinear(src, m, size)
+        assert np.array_equal(got, previous_bilinear(src, m, size)), (src.shape, m.tolist(), size)
+        inside += align._surely_inside(m, size, *src.shape[:2])
+    assert 100 < inside < 500  # both branches ran
+
+
+def test_surely_inside_never_claims_a_pixel_that_is_outside():
+    for src, m, size in _random_warps(seed=6, count=600):
+        rows, cols = src.shape[:2]
+        grid = np.arange(size, dtype=np.float64)
+        x = (m[0, 0] * grid)[None, :] + (m[0, 1] * grid)[:, None] + m[0, 2]
+        y = (m[1, 0] * grid)[None, :] + (m[1, 1] * grid)[:, None] + m[1, 2]
+        all_in = (np.floor(x) >= 0).all() and (np.floor(y) >= 0).all()
+        all_in = all_in and (np.floor(x) + 1 < cols).all() and (np.floor(y) + 1 < rows).all()
+        if align._surely_inside(m, size, rows, cols):
+            assert all_in, (src.shape, m.tolist(), size)

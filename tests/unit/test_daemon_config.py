@@ -46,7 +46,7 @@ def test_a_minimal_config_gets_working_defaults(folder: Path) -> None:
     assert c.text.model_dir is None
     assert c.log_level is LogLevel.INFO
     assert c.telemetry.prefix == "edge-deploy" and c.telemetry.interval_s == 30.0
-    assert c.face.threshold == 0.6 and c.face.min_score == 0.9
+    assert c.face.threshold is None and c.face.min_score == 0.9  # None: the models folder's (dlib's 0.6)
     assert c.device_id  # the host name, as a valid topic level
 
 

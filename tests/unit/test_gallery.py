@@ -247,3 +247,20 @@ def test_object_arrays_are_refused_without_unpickling(tmp_path) -> None:
     path = tmp_path / "o.npz"
     np.savez(path, **arrays)
     assert _load_error(path) == f"{path}: key 'names' has dtype object; expected unicode text"
+
+
+def test_a_gallery_of_another_descriptor_size(tmp_path):
+    """A user embedder's gallery (64-d here) is written and read at its size; a 128-d file is refused at 64."""
+    g = Gallery(64)
+    g.add("ann", np.ones(64))
+    assert Gallery.load(g.save(tmp_path / "user.npz"), 64).descriptors("ann").shape == (1, 64)
+    with pytest.raises(InputError) as err:
+        g.add("bob", np.zeros(128))
+    assert str(err.value) == "gallery person 'bob': descriptors of shape (128,); expected (64,) or (N, 64)"
+    path = _gallery().save(tmp_path / "dlib.npz")
+    with pytest.raises(InputError) as err:
+        Gallery.load(path, 64)
+    assert str(err.value) == f"{path}: key 'descriptors' has shape (3, 128); expected (N, 64)"
+    with pytest.raises(InputError) as err:
+        Gallery(0)
+    assert str(err.value) == "gallery: descriptor size 0; expected a whole number in 1..4096"

@@ -131,10 +131,11 @@ def test_leaves_are_added_in_dlibs_order(tmp_path):
     model["leaf_values"][0, 0, 1] = 0.5  # every tree goes right (0 - 0 > 1e9 is false): leaf 1
     model["leaf_values"][0, 1:, 1] = 2.0**-26  # half an ulp of 0.5 + 0.5 ... each rounds away
     sp = ShapePredictor(_save(tmp_path / "m.npz", model))
-    shape = sp.predict_many(np.zeros((8, 8, 3), np.uint8), [(0, 0, 2**26, 2**26)])[0]
     sequential = np.float32(0.25) + np.float32(0.5)  # point 0's x; the tiny leaves are lost one by one
-    assert shape[0, 0] == np.floor(sequential.astype(np.float64) * 2**26 + 0.5)
-    assert shape[0, 0] != np.floor((0.25 + 0.5 + 63 * 2.0**-26) * 2**26 + 0.5)  # what a pairwise sum keeps
+    for faces in (1, 3):  # one face, and several summed side by side
+        shapes = sp.predict_many(np.zeros((8, 8, 3), np.uint8), [(0, 0, 2**26, 2**26)] * faces)
+        assert (shapes[:, 0, 0] == np.floor(sequential.astype(np.float64) * 2**26 + 0.5)).all()
+        assert (shapes[:, 0, 0] != np.floor((0.25 + 0.5 + 63 * 2.0**-26) * 2**26 + 0.5)).all()  # a pairwise sum's
 
 
 def test_predict_many_checks_the_rects(tmp_path):
