@@ -18,8 +18,9 @@ BlazeFace added as ``edge-deploy convert blazeface MODELS --range full`` does, `
         [--frames 2] [--fresh] [--write]
 
 Resumable: every counted row is kept in ``.cache/bench/arm_frame.json`` and not counted again unless
-``--fresh``. Instruction counts, not times: they do not depend on the host's load. One row took ~1.5 min of
-emulation (four guest runs) on 2 shared cores at load ~5.
+``--fresh``. Instruction counts, not times: they do not depend on the host's load. A row (four guest runs:
+a warm-up, the 1-frame run twice, the N+1-frame run) took 25-60 s of emulation on 2 shared cores at load ~6;
+all 20 rows and the 4 network counts about 15 min.
 """
 
 from __future__ import annotations
