@@ -1,0 +1,394 @@
+"""The frame on ARM: executed instructions per 640x480 one-face frame, whole pipeline, emulated Pi 4 / Pi 5 cores.
+
+Issue #13's budget: detect, align, embed and match a gallery of 100, Python included, on emulated Cortex-A72
+(the rpi4 build) and Cortex-A76 (the rpi5 build): <= 150 M instructions a frame on the A72, <= 60 M on the
+A76. The frame is matplotlib's grace_hopper.jpg (512x600, one face) letterboxed to 640x480 (scaled by 0.8
+with INTER_AREA to 410x480, black bars left and right). Each contender is the device pipeline
+(``open_face_pipeline`` over a converted face folder, ``scripts/arm/run_frame.py``, one thread) counted by
+the TCG plugin (``converters.arm.frame``): per frame = (run of N+1 frames - run of 1 frame) / N, so process
+start-up and model loading stay out; the four stages are marked regions, counted the same way.
+
+Contenders: MTCNN (its default smallest face, 20 px, and 40 px), BlazeFace full range on the whole frame and
+on tiles too (``blazeface-full-tiled``), each with the fp32 folder and the profile's INT8 folder (the face
+nets static INT8 QDQ in ORT format; BlazeFace stays fp32 in both). Folders come from the benchmark caches
+(``benchmarks.face_speed_models.build_fp32`` / ``build_int8`` with the default 200 calibration images;
+BlazeFace added as ``edge-deploy convert blazeface MODELS --range full`` does, ``frame_speed.with_blazeface``).
+
+    .venv/bin/python benchmarks/arm_frame.py [--cpus cortex-a72,cortex-a76] [--contenders mtcnn,blazeface-full]
+        [--frames 2] [--fresh] [--write]
+
+Resumable: every counted row is kept in ``.cache/bench/arm_frame.json`` and not counted again unless
+``--fresh``. Instruction counts, not times: they do not depend on the host's load. A row (four guest runs:
+a warm-up, the 1-frame run twice, the N+1-frame run) took 25-60 s of emulation on 2 shared cores at load ~6;
+all 20 rows and the 4 network counts about 15 min.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks.face_speed_models import CACHE  # noqa: E402
+from converters.arm.frame import FrameCost, FrameSetup  # noqa: E402
+from converters.face.blazeface import FULL_RANGE  # noqa: E402
+
+#: (core, the board build it runs, instructions-a-frame goal), as issue #13 sets them.
+CORES = {"cortex-a72": ("rpi4", 150e6), "cortex-a76": ("rpi5", 60e6)}
+#: The Pi's clock and instructions per cycle the time estimate assumes (an estimate, not a measurement).
+CLOCK_HZ = (1.5e9, 1.8e9)
+IPC = (1.5, 2.0)
+#: The issue's own count of the fp32 MTCNN frame (grace_hopper letterboxed), to compare with.
+ISSUE_MTCNN_FP32 = {"cortex-a72": 931e6, "cortex-a76": 930e6}
+FRAME_SIZE = (640, 480)
+STAGES = ("detect", "align", "embed", "match")
+#: The .tflite original that ``convert blazeface`` keeps in the folder beside its ONNX translation.
+FULL_RANGE_TFLITE = FULL_RANGE.name
+FULL_RANGE_ONNX = str(Path(FULL_RANGE.name).with_suffix(".onnx"))
+
+
+@dataclass(frozen=True)
+class Contender:
+    """A pipeline to count: its name, detector, MTCNN's smallest face (None: the default, 20) and the BlazeFace
+    file in the folder (None: the ONNX translation models.json names, on onnxruntime)."""
+
+    name: str
+    detector: str
+    min_face_size: int | None = None
+    detector_model: str | None = None
+
+
+CONTENDERS = {
+    "mtcnn": Contender("MTCNN", "mtcnn"),
+    "mtcnn-40": Contender("MTCNN, min face 40", "mtcnn", 40),
+    "blazeface-full": Contender("BlazeFace full range", "blazeface-full"),
+    "blazeface-full-tiled": Contender("BlazeFace full range tiled", "blazeface-full-tiled"),
+    # the same detector's .tflite original on LiteRT (XNNPACK)
+    "blazeface-full-litert": Contender("BlazeFace full range, LiteRT", "blazeface-full", None, FULL_RANGE_TFLITE),
+}
+PRECISIONS = ("fp32", "int8")
+
+
+def say(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def letterbox(rgb: np.ndarray, size: tuple[int, int] = FRAME_SIZE) -> np.ndarray:
+    """``rgb`` scaled to fit ``size`` (width, height) with INTER_AREA, centred on black."""
+    import cv2
+
+    width, height = size
+    scale = min(width / rgb.shape[1], height / rgb.shape[0])
+    w, h = round(rgb.shape[1] * scale), round(rgb.shape[0] * scale)
+    out = np.zeros((height, width, 3), np.uint8)
+    x, y = (width - w) // 2, (height - h) // 2
+    out[y : y + h, x : x + w] = cv2.resize(rgb, (w, h), interpolation=cv2.INTER_AREA)
+    return out
+
+
+def frame_files(work: Path) -> tuple[Path, Path]:
+    """The frame (grace_hopper letterboxed to 640x480, .npy) and frame_speed's gallery of 100, written once."""
+    from benchmarks.frame_speed import make_gallery
+    from converters.face.facedata import package_dir
+    from edge.imageio import load_image
+
+    work.mkdir(parents=True, exist_ok=True)
+    frame, gallery = work / "grace_hopper_640x480.npy", work / "gallery100.npz"
+    photo = load_image(package_dir("matplotlib") / "mpl-data" / "sample_data" / "grace_hopper.jpg")
+    np.save(frame, letterbox(photo))
+    make_gallery().save(gallery)
+    return frame, gallery
+
+
+def folders(profile_name: str, progress) -> dict[str, Path]:
+    """The fp32 and the profile's INT8 face folders, each with BlazeFace full range added (cached)."""
+    from benchmarks.face_speed_models import build_fp32, build_int8
+    from benchmarks.frame_speed import with_blazeface
+    from converters.face.quantize import DEFAULT_CALIBRATION_COUNT
+    from edge.profiles import load_profile
+
+    CACHE.mkdir(parents=True, exist_ok=True)
+    fp32 = build_fp32(CACHE, progress)
+    int8, _ = build_int8(fp32, load_profile(profile_name), CACHE, DEFAULT_CALIBRATION_COUNT, progress)
+    return {"fp32": with_blazeface(fp32, progress), "int8": with_blazeface(int8, progress)}
+
+
+def precisions(folder: Path) -> str:
+    """What a face folder's models.json says each role runs at, grouped: ``"embedder int8; ... fp32"``."""
+    from edge.face.models import read_models_file
+
+    by: dict[str, list[str]] = {}
+    for role, entry in read_models_file(folder).items():
+        by.setdefault(entry.precision, []).append(role)
+    return "; ".join(f"{', '.join(roles)} {precision}" for precision, roles in sorted(by.items(), reverse=True))
+
+
+def row_key(cpu: str, contender: str, precision: str) -> str:
+    return f"{cpu}/{contender}/{precision}"
+
+
+def load_rows(path: Path) -> dict[str, FrameCost]:
+    """Rows counted by an earlier run (a row is counted once unless ``--fresh``)."""
+    if not path.is_file():
+        return {}
+    return {k: FrameCost.from_dict(v) for k, v in json.loads(path.read_text(encoding="utf-8")).items()}
+
+
+def save_rows(path: Path, rows: dict[str, FrameCost]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({k: v.to_dict() for k, v in rows.items()}, indent=2) + "\n", encoding="utf-8")
+
+
+def estimate_ms(instructions: float) -> tuple[float, float]:
+    """(fastest, slowest) milliseconds at the Pi's clock and IPC ranges: an estimate, not a measurement."""
+    return instructions / (CLOCK_HZ[1] * IPC[1]) * 1e3, instructions / (CLOCK_HZ[0] * IPC[0]) * 1e3
+
+
+def _m(n: float) -> str:
+    return f"{n / 1e6:.1f}"
+
+
+def table(rows: list[tuple[str, str, FrameCost]]) -> str:
+    """One row per (contender, precision, core): per-frame count, its split, NEON share, SDOT, time estimate."""
+    lines = [
+        "| contender | build | core | faces | M instr. / frame | detect | align | embed | match | other "
+        "| NEON % | SDOT+UDOT / frame | est. ms on the Pi | goal |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for name, precision, c in rows:
+        profile, goal = CORES[c.cpu]
+        total = c.per_frame.total
+        other = total - sum(c.stages[s].total for s in STAGES)
+        fast, slow = estimate_ms(total)
+        verdict = "met" if total <= goal else f"**missed** by {_m(total - goal)} M ({total / goal:.1f}x)"
+        build = f"{profile} {precision}" if precision != "fp32" else "fp32"
+        split = " | ".join(_m(c.stages[s].total) for s in STAGES)
+        lines.append(
+            f"| {name} | {build} | {c.cpu} | {c.faces} | **{_m(total)}** | {split} | {_m(other)} | "
+            f"{100 * c.per_frame.simd_share:.1f} | {c.per_frame.sdot + c.per_frame.udot:,} | "
+            f"{fast:.0f}-{slow:.0f} | {verdict} |"
+        )
+    return "\n".join(lines)
+
+
+def goal_lines(rows: list[tuple[str, str, FrameCost]]) -> list[str]:
+    """Per core: the cheapest contender against the goal (met, or missed by how much and where it goes), and
+    MTCNN fp32 against the count the issue started from."""
+    lines = []
+    for cpu, (profile, goal) in CORES.items():
+        mine = [(c.per_frame.total, name, precision, c) for name, precision, c in rows if c.cpu == cpu]
+        if not mine:
+            continue
+        best, name, precision, cost = min(mine, key=lambda m: m[0])
+        fast, slow = estimate_ms(best)
+        if best <= goal:
+            verdict = "met"
+        else:
+            verdict = f"**missed** by {_m(best - goal)} M instructions ({best / goal:.2f}x the budget)"
+        build = f"{profile} {precision}" if precision != "fp32" else "fp32"
+        lines.append(
+            f"- {cpu} (goal <= {_m(goal)} M a frame): cheapest is {name}, {build}, {_m(best)} M — {verdict}; "
+            f"about {fast:.0f}-{slow:.0f} ms a frame on the Pi (estimate: {CLOCK_HZ[0] / 1e9:.1f}-"
+            f"{CLOCK_HZ[1] / 1e9:.1f} GHz, IPC {IPC[0]:.1f}-{IPC[1]:.1f})."
+        )
+        if best > goal:
+            lines.append("  " + _where(cost, goal))
+        base = [c.per_frame.total for n, p, c in rows if c.cpu == cpu and n == "MTCNN" and p == "fp32"]
+        if base:
+            lines.append(
+                f"  MTCNN fp32 here: {_m(base[0])} M (the issue counted {_m(ISSUE_MTCNN_FP32[cpu])} M, whole "
+                f"process, 3 frames - 1 frame)."
+            )
+    return lines
+
+
+def _where(cost: FrameCost, goal: float) -> str:
+    """Why a frame misses: its stages, and what the budget leaves the detector once the rest is paid."""
+    split = ", ".join(f"{s} {_m(cost.stages[s].total)} M" for s in STAGES)
+    rest = sum(cost.stages[s].total for s in STAGES if s != "detect")
+    if rest >= goal:
+        left = f"already {_m(rest - goal)} M over the budget before any detection"
+    else:
+        detect = _m(cost.stages["detect"].total)
+        left = f"which leaves the detector {_m(goal - rest)} M of the budget (it takes {detect} M)"
+    return f"Where it goes: {split}; align + embed + match alone are {_m(rest)} M, {left}."
+
+
+def network_lines(nets: dict[str, dict], rows: list[tuple[str, str, FrameCost]]) -> list[str]:
+    """The BlazeFace network alone per core and backend, and how much of the detect stage it is."""
+    if not nets:
+        return []
+    lines = [
+        "",
+        "The BlazeFace full-range network alone (`scripts/arm/run_model.py`, steady state, no pre- or "
+        "post-processing):",
+        "",
+        "| file | backend | core | M instr. | NEON % |",
+        "|---|---|---|---:|---:|",
+    ]
+    for n in nets.values():
+        total, simd = n["steady"]["total"], n["steady"]["simd"]
+        lines.append(f"| `{n['model']}` | {n['backend']} | {n['cpu']} | {_m(total)} | {100 * simd / total:.1f} |")
+    lines.append("")
+    for name, precision, c in rows:
+        net = nets.get(f"{c.cpu}/{FULL_RANGE_ONNX}")
+        if name == CONTENDERS["blazeface-full"].name and precision == "fp32" and net:
+            detect, inner = c.stages["detect"].total, net["steady"]["total"]
+            lines.append(
+                f"- {c.cpu}: BlazeFace full range's detect stage is {_m(detect)} M, the ONNX network "
+                f"{_m(inner)} M of it; the other {_m(detect - inner)} M is the Python and numpy around it "
+                "(letterbox, anchor decoding, weighted NMS)."
+            )
+    return lines
+
+
+SECTION_HEAD = """## The frame on ARM: instructions per 640x480 one-face frame, emulated Cortex-A72 / A76 (Pi 4 / 5)
+
+The whole device pipeline, Python included (`open_face_pipeline`, one thread: detect, align, embed, match a
+gallery of 100), on matplotlib's grace_hopper letterboxed to 640x480 (one face), counted by the TCG plugin
+(`scripts/arm/insncount.c`) under qemu-user: per frame = (whole run of {n1} frames - whole run of 1 frame) / {n},
+so start-up, imports and model loading stay out. The stages are marked regions counted the same way; "other"
+is what the frame executes outside them (the loop and the marks' syscalls, ~{marks:.0f} k instructions a
+frame). NEON % and SDOT+UDOT are of the whole frame. The INT8 build is the rpi4 profile's on the A72 and the
+rpi5 profile's on the A76, as `quantize_face_models` ships it (static QDQ, ORT format; see below). BlazeFace
+runs its ONNX translation (models.json's) on onnxruntime, or, in the LiteRT rows, the `.tflite` original that
+`convert blazeface` keeps beside it, on LiteRT (XNNPACK); the tiled rows tile this 640-pixel frame (its long
+side reaches `DEFAULT_TILING.min_side`, {tile_min}) on top of the whole-frame pass. The time is an
+estimate at the Pi's clock ({c0:.1f}-{c1:.1f} GHz) for an IPC of {i0:.1f}-{i1:.1f}, not a measurement. Goals
+(issue #13): <= 150 M instructions a frame on the A72, <= 60 M on the A76. Machine: {machine} (instruction
+counts of the emulated cores: the host's CPU features do not enter them).
+
+{builds}
+"""
+
+
+def _builds(builds: dict[str, str]) -> str:
+    """One line per distinct INT8 build content: which builds, and what runs at which precision."""
+    same: dict[str, list[str]] = {}
+    for build, what in builds.items():
+        same.setdefault(what, []).append(build)
+    return "\n".join(f"INT8 build ({' and '.join(b)}), as models.json records it: {w}." for w, b in same.items())
+
+
+def section(rows: list[tuple[str, str, FrameCost]], nets: dict[str, dict], builds: dict[str, str], command: str) -> str:
+    """The doc section: how it was counted, the goal verdicts, the table, the networks alone, the repeat noise,
+    the command.
+
+    ``nets``: ``ModelCost.to_dict()`` of the BlazeFace files by ``core/file``; ``builds``: per INT8 build
+    (``"rpi4 int8"``), what runs at which precision (``precisions``).
+    """
+    from benchmarks.report import machine_line
+    from edge.face.tiles import DEFAULT_TILING
+
+    frames = max(c.frames for _, _, c in rows)
+    marks = max(8 * c.marks.total for _, _, c in rows) / 1e3
+    head = SECTION_HEAD.format(
+        n1=frames + 1, n=frames, marks=marks, builds=_builds(builds), tile_min=DEFAULT_TILING.min_side,
+        c0=CLOCK_HZ[0] / 1e9, c1=CLOCK_HZ[1] / 1e9, i0=IPC[0], i1=IPC[1], machine=machine_line(),
+    )  # fmt: skip
+    noise = [c.repeat_noise for _, _, c in rows if c.repeat_noise is not None]
+    tail = [""]
+    if noise:
+        tail.append(
+            f"Repeat noise: two identical 1-frame runs differed by at most {max(noise):,} instructions in total "
+            f"(at most {max(noise) / frames:,.0f} in a per-frame figure)."
+        )
+    body = [head, *goal_lines(rows), "", table(rows), *network_lines(nets, rows), *tail]
+    return "\n".join([*body, "", f"`{command}`"])
+
+
+def count_networks(guest, folder: Path, nets: dict[str, dict], path: Path) -> None:
+    """The BlazeFace full-range network alone (ONNX on onnxruntime, the .tflite on LiteRT) on the guest's core,
+    unless ``nets`` has it; kept in ``path``."""
+    from converters.arm.cost import measure_model
+
+    for name in (FULL_RANGE_ONNX, FULL_RANGE_TFLITE):
+        key = f"{guest.cpu.value}/{name}"
+        if key not in nets:
+            say(f"counting the network {name} alone on {guest.cpu.value}")
+            nets[key] = measure_model(guest, folder / name, k=2).to_dict()
+            path.write_text(json.dumps(nets, indent=2) + "\n", encoding="utf-8")
+
+
+def count_core(
+    cpu: str, names: list[str], args, done: dict[str, FrameCost], builds: dict[str, str]
+) -> list[tuple[str, str, FrameCost]]:
+    """Every contender, fp32 and INT8, on one core; rows already counted are taken from ``done``. What the
+    core's INT8 build runs at which precision goes into ``builds``."""
+    from converters.arm.frame import measure_frame
+    from converters.arm.guest import prepare_guest
+
+    profile = CORES[cpu][0]
+    dirs = folders(profile, say)
+    builds[f"{profile} int8"] = precisions(dirs["int8"])
+    frame, gallery = frame_files(CACHE / "arm-frame")
+    guest = prepare_guest(cpu, args.rootfs, progress=say)
+    rows = []
+    for key in names:
+        contender = CONTENDERS[key]
+        for precision in PRECISIONS:
+            k = row_key(cpu, key, precision)
+            if k not in done:
+                say(f"counting {contender.name} {precision} ({dirs[precision].name}) on {cpu}")
+                setup = FrameSetup(
+                    dirs[precision], contender.detector, contender.min_face_size, contender.detector_model
+                )
+                done[k] = measure_frame(guest, setup, frame, gallery, args.frames)
+                save_rows(args.json, done)
+                say(f"  {_m(done[k].per_frame.total)} M instructions a frame, {done[k].faces} face(s)")
+            rows.append((contender.name, precision, done[k]))
+    if args.networks:
+        count_networks(guest, dirs["fp32"], args.nets, nets_file(args.json))
+    return rows
+
+
+def nets_file(rows_file: Path) -> Path:
+    """Where the networks-alone counts are kept, beside the rows."""
+    return rows_file.with_name(rows_file.stem + "_nets.json")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cpus", default="cortex-a72,cortex-a76")
+    parser.add_argument("--contenders", default=",".join(CONTENDERS), help=f"comma list of {', '.join(CONTENDERS)}")
+    parser.add_argument("--frames", type=int, default=2, help="N: per frame = (N+1 frames - 1 frame) / N")
+    parser.add_argument("--json", type=Path, default=CACHE / "arm_frame.json", help="counted rows, kept")
+    parser.add_argument("--rootfs", type=Path, default=None, help="arm64 rootfs (default .cache/arm/rootfs)")
+    parser.add_argument("--no-networks", dest="networks", action="store_false", help="skip the networks alone")
+    parser.add_argument("--fresh", action="store_true", help="count again the rows --json already has")
+    parser.add_argument("--write", action="store_true", help="write the 'arm-frame' section of docs/benchmarks.md")
+    args = parser.parse_args(argv)
+    from converters.arm.cost import build_plugin
+
+    names = [n.strip() for n in args.contenders.split(",") if n.strip()]
+    unknown = [n for n in names if n not in CONTENDERS]
+    if unknown:
+        parser.error(f"unknown contenders {unknown}; expected some of {', '.join(CONTENDERS)}")
+    build_plugin()
+    done = {} if args.fresh else load_rows(args.json)
+    nets = nets_file(args.json)
+    args.nets = json.loads(nets.read_text(encoding="utf-8")) if nets.is_file() and not args.fresh else {}
+    rows: list[tuple[str, str, FrameCost]] = []
+    builds: dict[str, str] = {}
+    for cpu in [c.strip() for c in args.cpus.split(",") if c.strip()]:
+        rows += count_core(cpu, names, args, done, builds)
+        print(table(rows), file=sys.stderr, flush=True)
+    command = "python benchmarks/arm_frame.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    markdown = section(rows, args.nets if args.networks else {}, builds, command.strip())
+    print(markdown)
+    if args.write:
+        from benchmarks.report import write_section
+
+        print(f"wrote {write_section('arm-frame', markdown)}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,91 @@
+"""Run the device face pipeline on one frame N times, each stage marked for the counting plugin.
+
+    python3 scripts/arm/run_frame.py --models DIR --frame frame.npy --gallery gallery.npz --frames N \
+        [--detector mtcnn|blazeface-full|blazeface-full-tiled] [--detector-model F.tflite] [--min-face-size 40]
+        [--mark] [--out r.json]
+
+A frame is what ``benchmarks/frame_speed.py`` times: detect (``detector.detect`` and the pipeline's
+``min_score``), align (``pipeline.chips``), embed (``embedder.embed``) and match every descriptor against a
+gallery (``Gallery.match``), i.e. ``FacePipeline.analyze`` split into its stages, plus the match. The frame
+(uint8 RGB [H, W, 3], .npy) and the gallery are read once, before the first frame. With ``--mark``, region 0
+is empty (the marks' own cost), regions 1-4 are the four stages and region 5 the whole frame, each summed
+over the N frames (scripts/arm/marks.py; ``converters.arm.frame`` turns two runs into a per-frame count).
+Device code only (edge.*, numpy, onnxruntime, cv2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from marks import marker  # scripts/arm/marks.py: this script's folder is on sys.path
+
+#: Region numbers, as converters.arm.frame reads them.
+EMPTY, DETECT, ALIGN, EMBED, MATCH, FRAME = range(6)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Run the face pipeline on one frame N times, stages marked.")
+    parser.add_argument("--models", type=Path, required=True, help="face models folder (models.json)")
+    parser.add_argument("--frame", type=Path, required=True, help="uint8 RGB frame [H, W, 3] as .npy")
+    parser.add_argument("--gallery", type=Path, required=True, help="gallery file (edge.face.gallery.Gallery.save)")
+    parser.add_argument("--frames", type=int, required=True, help="how many times the frame is analysed")
+    parser.add_argument("--detector", default="mtcnn")
+    parser.add_argument("--detector-model", type=Path, default=None, help="BlazeFace file (default models.json's)")
+    parser.add_argument("--min-face-size", type=int, default=None, help="MTCNN's smallest face (default 20)")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--mark", action="store_true", help="mark regions for the counting plugin")
+    parser.add_argument("--out", type=Path, default=None, help="JSON file to write (faces found, matches)")
+    args = parser.parse_args(argv)
+    mark = marker(args.mark)
+
+    import numpy as np
+
+    from edge.errors import EdgeDeployError
+    from edge.face.gallery import Gallery
+    from edge.face.models import open_face_pipeline
+
+    try:
+        rgb = np.load(args.frame)
+        gallery = Gallery.load(args.gallery)
+        with open_face_pipeline(
+            args.models,
+            threads=args.threads,
+            min_face_size=args.min_face_size,
+            detector=args.detector,
+            detector_model=args.detector_model,
+        ) as pipeline:
+            mark(EMPTY, 0)
+            mark(EMPTY, 1)
+            faces: list[dict] = []
+            matches: list = []
+            for _ in range(args.frames):
+                mark(FRAME, 0)
+                mark(DETECT, 0)
+                found = [d for d in pipeline.detector.detect(rgb) if d.score >= pipeline.min_score]
+                mark(DETECT, 1)
+                mark(ALIGN, 0)
+                chips = pipeline.chips(rgb, found)
+                mark(ALIGN, 1)
+                mark(EMBED, 0)
+                descriptors = pipeline.embedder.embed(chips) if found else np.zeros((0, 128), np.float32)
+                mark(EMBED, 1)
+                mark(MATCH, 0)
+                matches = [gallery.match(d) for d in descriptors]
+                mark(MATCH, 1)
+                mark(FRAME, 1)
+                faces = [{"box": [float(v) for v in d.box], "score": float(d.score)} for d in found]
+    except EdgeDeployError as exc:
+        print(f"Error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    result = {"frames": args.frames, "faces": faces, "matched": [m.name for m in matches]}
+    if args.out is not None:
+        args.out.write_text(json.dumps(result) + "\n", encoding="utf-8")
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

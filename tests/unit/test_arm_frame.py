@@ -1,0 +1,110 @@
+"""The frame on ARM without emulation: per-frame arithmetic (converters/arm/frame.py) and the write-up
+(benchmarks/arm_frame.py) on made-up counts."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from benchmarks import arm_frame
+from converters.arm.cost import InsnCounts, RunCounts
+from converters.arm.frame import FRAME_REGION, STAGE_REGIONS, FrameCost, frame_cost
+from edge.errors import InferenceError, InputError
+
+
+def _c(total: int, simd: int = 0, sdot: int = 0) -> InsnCounts:
+    return InsnCounts(total, simd, simd // 2, sdot, 0)
+
+
+def _run(whole: int, frames: int, stages=(600, 20, 100, 1), simd: int = 0, sdot: int = 0) -> RunCounts:
+    """A run of ``frames`` frames: start-up of 1000, each frame its stages plus 9 of loop and marks."""
+    regions = {0: _c(7)}
+    regions.update({r: _c(frames * s) for r, s in zip(STAGE_REGIONS.values(), stages, strict=True)})
+    regions[FRAME_REGION] = _c(frames * (sum(stages) + 8))
+    return RunCounts(_c(whole + frames * (sum(stages) + 9), frames * simd, frames * sdot), regions)
+
+
+def test_per_frame_is_the_difference_of_two_runs_over_the_extra_frames():
+    one, many = _run(1000, 1, simd=300, sdot=40), _run(1000, 3, simd=300, sdot=40)
+    cost = frame_cost("cortex-a76", one, many, 2, faces=1, repeat_noise=5)
+    assert cost.per_frame == InsnCounts(730, 300, 150, 40, 0)
+    assert {s: c.total for s, c in cost.stages.items()} == {"detect": 600, "align": 20, "embed": 100, "match": 1}
+    assert cost.marked_frame.total == 729
+    assert cost.marks.total == 7
+    assert cost.startup.total == 1000
+    assert (cost.faces, cost.repeat_noise) == (1, 5)
+    assert FrameCost.from_dict(cost.to_dict()) == cost
+
+
+def test_frame_cost_refuses_what_cannot_be_a_frame():
+    one, many = _run(1000, 1), _run(1000, 3)
+    with pytest.raises(InputError) as err:
+        frame_cost("cortex-a72", one, many, 0)
+    assert str(err.value) == "frames = 0; expected at least 1 frame beyond the first"
+    with pytest.raises(InferenceError) as err:
+        frame_cost("cortex-a72", many, one, 2)
+    assert str(err.value) == (
+        "cortex-a72: the 3-frame run executed 1,730 instructions, the 1-frame run 3,190; expected more for more frames"
+    )
+    unmarked = RunCounts(one.whole, {0: _c(7)})
+    with pytest.raises(InferenceError) as err:
+        frame_cost("cortex-a72", unmarked, many, 2)
+    assert str(err.value) == "cortex-a72: the 1-frame run marked regions [0]; expected [0, 1, 2, 3, 4, 5]"
+
+
+def _cost(cpu: str, total: int, sdot: int = 0) -> FrameCost:
+    stages = {"detect": _c(total - 30), "align": _c(10), "embed": _c(15), "match": _c(4)}
+    return FrameCost(cpu, 2, _c(total, total // 2, sdot), stages, _c(total - 1), _c(7), _c(10**9), 1, 0)
+
+
+def test_the_table_and_the_goal_lines_say_met_or_by_how_much():
+    rows = [
+        ("MTCNN", "fp32", _cost("cortex-a72", 900_000_000)),
+        ("BlazeFace full range", "int8", _cost("cortex-a72", 120_000_000)),
+        ("BlazeFace full range", "int8", _cost("cortex-a76", 75_000_000, sdot=5_000)),
+    ]
+    table = arm_frame.table(rows).splitlines()
+    assert table[2].startswith(
+        "| MTCNN | fp32 | cortex-a72 | 1 | **900.0** | 900.0 | 0.0 | 0.0 | 0.0 | 0.0 | 50.0 | 0 |"
+    )
+    assert table[2].endswith("| 250-400 | **missed** by 750.0 M (6.0x) |")
+    assert table[3].endswith("| 33-53 | met |")
+    assert "| rpi5 int8 | cortex-a76 |" in table[4] and "| 5,000 |" in table[4]
+    lines = arm_frame.goal_lines(rows)
+    assert lines[0].startswith("- cortex-a72 (goal <= 150.0 M a frame): cheapest is BlazeFace full range, rpi4 int8")
+    assert "120.0 M — met; about 33-53 ms a frame on the Pi (estimate: 1.5-1.8 GHz, IPC 1.5-2.0)." in lines[0]
+    assert lines[1] == "  MTCNN fp32 here: 900.0 M (the issue counted 931.0 M, whole process, 3 frames - 1 frame)."
+    assert "75.0 M — **missed** by 15.0 M instructions (1.25x the budget)" in lines[2]
+    assert lines[3] == (
+        "  Where it goes: detect 75.0 M, align 0.0 M, embed 0.0 M, match 0.0 M; align + embed + match alone are "
+        "0.0 M, which leaves the detector 60.0 M of the budget (it takes 75.0 M)."
+    )
+
+
+def test_the_network_alone_is_taken_out_of_the_detect_stage():
+    rows = [("BlazeFace full range", "fp32", _cost("cortex-a72", 120_000_000))]
+    net = {"model": arm_frame.FULL_RANGE_ONNX, "backend": "onnxruntime", "cpu": "cortex-a72"}
+    nets = {f"cortex-a72/{arm_frame.FULL_RANGE_ONNX}": {**net, "steady": {"total": 90_000_000, "simd": 45_000_000}}}
+    lines = arm_frame.network_lines(nets, rows)
+    assert lines[5] == "| `face_detection_full_range_sparse.onnx` | onnxruntime | cortex-a72 | 90.0 | 50.0 |"
+    assert lines[6] == ""
+    assert lines[7] == (
+        "- cortex-a72: BlazeFace full range's detect stage is 120.0 M, the ONNX network 90.0 M of it; the other "
+        "30.0 M is the Python and numpy around it (letterbox, anchor decoding, weighted NMS)."
+    )
+    assert arm_frame.network_lines({}, rows) == []
+
+
+def test_identical_int8_builds_share_one_line():
+    builds = {"rpi4 int8": "embedder int8; detector.pnet fp32", "rpi5 int8": "embedder int8; detector.pnet fp32"}
+    assert arm_frame._builds(builds) == (
+        "INT8 build (rpi4 int8 and rpi5 int8), as models.json records it: embedder int8; detector.pnet fp32."
+    )
+
+
+def test_the_frame_is_letterboxed_to_640x480_on_black():
+    photo = np.full((600, 512, 3), 200, np.uint8)
+    frame = arm_frame.letterbox(photo)
+    assert frame.shape == (480, 640, 3) and frame.dtype == np.uint8
+    assert (frame[:, :115] == 0).all() and (frame[:, 115 + 410 :] == 0).all()
+    assert (frame[:, 115 : 115 + 410] == 200).all()
