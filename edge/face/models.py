@@ -345,9 +345,10 @@ def _blazeface_path(folder: Path, entries: dict, detector: Detector, detector_mo
         return Path(detector_model)
     role = BLAZEFACE_ROLES[detector]
     if role not in entries:
+        command = "edge-deploy convert blazeface MODELS" + ("" if detector is Detector.BLAZEFACE else " --range full")
         raise InputError(
             f"{Path(folder) / MODELS_FILE}: no model with role {role!r} for detector {detector.value!r}; add it "
-            "with 'edge-deploy convert blazeface' (converters.face.blazeface.add_blazeface), or pass detector_model"
+            f"with '{command}' (converters.face.blazeface.add_blazeface), or pass detector_model"
         )
     return Path(folder) / entries[role].file
 

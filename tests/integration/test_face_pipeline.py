@@ -82,10 +82,17 @@ def test_blazeface_as_the_detector_describes_the_same_faces(face_fp32_models, tm
                 assert np.linalg.norm(want[i].descriptor - got[j].descriptor) < 0.25, (photo.name, detector)
 
 
-def test_a_missing_blazeface_role_is_named(face_fp32_models):
+@pytest.mark.parametrize(
+    ("detector", "role", "command"),
+    [
+        ("blazeface", "detector.blazeface", "edge-deploy convert blazeface MODELS"),
+        ("blazeface-full-tiled", "detector.blazeface_full", "edge-deploy convert blazeface MODELS --range full"),
+    ],
+)
+def test_a_missing_blazeface_role_is_named(face_fp32_models, detector, role, command):
     with pytest.raises(InputError) as err:
-        open_face_pipeline(face_fp32_models, detector="blazeface")
+        open_face_pipeline(face_fp32_models, detector=detector)
     assert str(err.value) == (
-        f"{face_fp32_models / 'models.json'}: no model with role 'detector.blazeface' for detector 'blazeface'; "
-        "add it with 'edge-deploy convert blazeface' (converters.face.blazeface.add_blazeface), or pass detector_model"
+        f"{face_fp32_models / 'models.json'}: no model with role '{role}' for detector '{detector}'; "
+        f"add it with '{command}' (converters.face.blazeface.add_blazeface), or pass detector_model"
     )
