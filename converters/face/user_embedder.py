@@ -9,7 +9,6 @@ Every bad-input error names the file and what was expected, and is raised before
 
 from __future__ import annotations
 
-import enum
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +16,8 @@ from typing import Any
 
 import numpy as np
 
+from converters.byom.images import Layout
+from converters.byom.report import UNKNOWN_LICENCE
 from converters.byom.source import TensorSpec, read_source
 from converters.validate import OutputCheck, run_onnx
 from edge.errors import InferenceError, InputError
@@ -29,17 +30,8 @@ DEFAULT_MEAN = (0.0,)
 DEFAULT_STD = (1.0,)
 #: Largest chip side accepted (dlib's is 150; common face embedders take 112 or 160).
 MAX_CHIP_SIZE = 1024
-#: The licence recorded when ``--licence`` was not given: said explicitly, never guessed.
-UNKNOWN_LICENCE = "unknown (user model)"
 #: The shipped copy against the user's model on the evaluation chips: the same graph plus the normalisation.
 COPY_TOLERANCE = 1e-4
-
-
-class Layout(enum.StrEnum):
-    """Where the chip's channels are."""
-
-    NCHW = "nchw"
-    NHWC = "nhwc"
 
 
 @dataclass(frozen=True)
