@@ -64,13 +64,13 @@ def _convert(host: str, target: str, cache: Path, fresh: bool) -> dict:
         return json.loads(kept.read_text(encoding="utf-8"))
     env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONHASHSEED": "0"}
     cmd = [*HOSTS[host], sys.executable, "-c", _CHILD, target, str(out), str(work)]
-    start = time.monotonic()
+    start, commit = time.monotonic(), _commit()  # the code the run starts with (a run takes tens of minutes)
     done = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, text=True, timeout=CHILD_TIMEOUT_S, check=False)
     if done.returncode != 0:
         raise RuntimeError(f"{host} {target}: convert slm exited {done.returncode} (its log is above)")
     child = json.loads(done.stdout.strip().splitlines()[-1])
     report = json.loads((out / "report.json").read_text(encoding="utf-8"))
-    run = {**child, "report": report, "wall_s": round(time.monotonic() - start, 1), "commit": _commit()}
+    run = {**child, "report": report, "wall_s": round(time.monotonic() - start, 1), "commit": commit}
     kept.write_text(json.dumps(run, indent=2), encoding="utf-8")
     return run
 
