@@ -13,8 +13,9 @@ rpi4 INT4 build failed the greedy gate), for each target, and prints both hosts'
 One step is shared and run natively: the fp32 torch export (``SlmOptions.work_dir``, reused exactly as a kept
 export is; the export is float tracing, with no int8 kernel, and ~50 minutes under TCG). Everything the gates
 decide runs on the emulated CPU: the GGUF read, the INT4 repack, the fp32 reference and the candidate through
-onnxruntime, both gates. A conversion that fails its gate is reported, not raised. Without ``--quick`` the
-table is written to the ``slm-gates-hosts`` section of docs/benchmarks.md.
+onnxruntime, both gates. A conversion that fails its gate is reported, not raised. Without ``--quick`` each
+target's table is written to its own section of docs/benchmarks.md, ``slm-gates-hosts-<target>`` (a target's
+hosts are compared within one run; an emulated run takes ~1.5 h, so targets are often run apart).
 """
 
 from __future__ import annotations
@@ -135,20 +136,21 @@ def main() -> int:
         print(json.dumps({k: v for k, v in runs[(target, host)].items() if k != "report"}), file=sys.stderr)
     runs = {k: runs[k] for k in sorted(runs)}
     (args.cache / "result.json").write_text(json.dumps({f"{t} {h}": r for (t, h), r in runs.items()}, indent=2))
-    markdown = _markdown(args, machine, runs)
-    print(markdown)
-    if not args.quick:
-        print(f"wrote {write_section('slm-gates-hosts', markdown)}", file=sys.stderr)
+    for target in targets:  # a section per target: each table is one run's side-by-side comparison
+        mine = {(t, h): r for (t, h), r in runs.items() if t == target}
+        markdown = _markdown(target, args.hosts, machine, mine)
+        print(markdown)
+        if not args.quick:
+            print(f"wrote {write_section(f'slm-gates-hosts-{target}', markdown)}", file=sys.stderr)
     return 0
 
 
-def _markdown(args: argparse.Namespace, machine: str, runs: dict[tuple[str, str], dict]) -> str:
+def _markdown(target: str, hosts: str, machine: str, runs: dict[tuple[str, str], dict]) -> str:
     walls = ", ".join(f"{t} {h} {r['wall_s'] / 60:.0f} min (commit {r['commit']})" for (t, h), r in runs.items())
     return "\n".join([
-        "## SmolLM2's gates on a VNNI host and on an AVX2-only x86 (`convert slm`, INT4)",
+        f"## SmolLM2's gates on a VNNI host and on an AVX2-only x86 (`convert slm --target {target}`, INT4)",
         "",
-        f"`.venv/bin/python benchmarks/slm_gates_hosts.py --targets {args.targets} --hosts {args.hosts}` — "
-        f"{machine}",
+        f"`.venv/bin/python benchmarks/slm_gates_hosts.py --targets {target} --hosts {hosts}` — {machine}",
         "",
         "The whole INT4 conversion (GGUF read, repack, both gates, report) run natively and as "
         "`qemu-x86_64 -cpu Haswell` (AVX2 and FMA, no AVX-512, no VNNI); only the fp32 torch export is made "
