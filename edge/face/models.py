@@ -229,9 +229,13 @@ def same_person_threshold(folder: Path) -> float:
     Raises:
         InputError: as ``read_recognition``.
     """
+    return _threshold_of(read_recognition(folder))
+
+
+def _threshold_of(table: dict | None) -> float:
+    """The threshold of a ``recognition`` table (``read_recognition``), dlib's when there is none."""
     from edge.face.types import DLIB_SAME_PERSON_THRESHOLD
 
-    table = read_recognition(folder)
     return float(table["threshold"]) if table else DLIB_SAME_PERSON_THRESHOLD
 
 
@@ -453,7 +457,7 @@ def open_face_pipeline(
 
 def _threshold_for(folder: Path, embedder) -> float:
     """The folder's same-person threshold, after checking that models.json's descriptor size is the model's."""
-    from edge.face.types import DLIB_DESCRIPTOR_SIZE, DLIB_SAME_PERSON_THRESHOLD
+    from edge.face.types import DLIB_DESCRIPTOR_SIZE
 
     table = read_recognition(folder)
     size = table["descriptor_size"] if table else DLIB_DESCRIPTOR_SIZE
@@ -462,4 +466,4 @@ def _threshold_for(folder: Path, embedder) -> float:
             f"{Path(folder) / MODELS_FILE}: the embedder gives {embedder.descriptor_size}-d descriptors, but "
             f"models.json says {size}; expected the folder 'edge-deploy convert face' wrote"
         )
-    return float(table["threshold"]) if table else DLIB_SAME_PERSON_THRESHOLD
+    return _threshold_of(table)
