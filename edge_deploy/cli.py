@@ -15,6 +15,7 @@ from pathlib import Path
 
 from edge import __version__
 from edge.errors import EdgeDeployError
+from edge.face.models import Detector
 from edge.profiles import DEFAULT_PROFILE_DIR, FaceFormats, available_targets, load_all, load_profile
 from edge_deploy.common import print_json, run
 
@@ -137,11 +138,13 @@ def _embedder_options(args: argparse.Namespace):
 
 
 def _cmd_convert_blazeface(args: argparse.Namespace) -> int:
-    from converters.face.blazeface import FULL_RANGE, SHORT_RANGE, add_blazeface
+    from converters.face.blazeface import FULL_RANGE, SHORT_RANGE, add_blazeface, set_default_detector
 
     entry = add_blazeface(Path(args.models), FULL_RANGE if args.range == "full" else SHORT_RANGE)
+    if args.default_detector:
+        set_default_detector(Path(args.models), args.default_detector)
     if args.json:
-        print_json(entry.to_dict())
+        print_json({**entry.to_dict(), "default_detector": args.default_detector})
     else:
         src = entry.source
         print(
@@ -149,6 +152,8 @@ def _cmd_convert_blazeface(args: argparse.Namespace) -> int:
             f"max |ONNX - TFLite| {src['max_abs_diff_vs_tflite']:.2g} <= {src['tolerance']:g} on "
             f"{len(src['proof_photos'])} photos"
         )
+        if args.default_detector:
+            print(f"{args.models}: runs {args.default_detector} when no --detector is asked for (models.json)")
     return 0
 
 
@@ -184,12 +189,23 @@ def _add_convert_blazeface(csub: argparse._SubParsersAction) -> None:
         description="Fetch MediaPipe's BlazeFace face detector (the mediapipe 0.10.21 wheel, Apache-2.0, "
         "downloaded once into the build cache, never installed), translate it to ONNX, prove the ONNX equal "
         "to the TFLite file on real photos, and add it to MODELS/models.json (role detector.blazeface or "
-        "detector.blazeface_full). Then: edge-deploy face recognize MODELS ... --detector blazeface.",
-        epilog="example:\n  edge-deploy convert blazeface out/face --range full",
+        "detector.blazeface_full). Then: edge-deploy face recognize MODELS ... --detector blazeface, or make "
+        "it the folder's detector with --default-detector (models.json 'detector': what 'face', the daemon and "
+        "a bundle built from the folder run when no detector is named).",
+        epilog="examples:\n  edge-deploy convert blazeface out/face --range full\n"
+        "  edge-deploy convert blazeface out/face --range full --default-detector blazeface-full-tiled\n"
+        "  (faces found and whole-frame speed of each detector: docs/benchmarks.md, frame-speed and\n"
+        "   detector-quality)",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     b.add_argument("models", help="face models folder (from: edge-deploy convert face)")
     b.add_argument("--range", choices=["short", "full"], default="short", help="short (128x128) or full (192x192)")
+    b.add_argument(
+        "--default-detector",
+        choices=[d.value for d in Detector],
+        help="also make this the folder's detector (mtcnn: back to MTCNN); its model must be in the folder "
+        "(blazeface: --range short; blazeface-full, blazeface-full-tiled: --range full)",
+    )
     b.add_argument("--json", action="store_true", help="print the models.json entry as JSON")
     b.set_defaults(func=_cmd_convert_blazeface)
 

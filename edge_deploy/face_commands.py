@@ -10,7 +10,6 @@ from typing import Any
 
 from edge.errors import InputError
 from edge.face.models import Detector
-from edge.face.recognize import DEFAULT_MIN_SCORE
 from edge.face.types import DLIB_SAME_PERSON_THRESHOLD
 from edge.profiles import DEFAULT_PROFILE_DIR
 from edge_deploy.common import print_json
@@ -75,15 +74,16 @@ def _recognize_all(args: argparse.Namespace) -> list[dict]:
     """One entry per image: its faces, or the error that image gave (the others are still analysed)."""
     from edge.errors import EdgeDeployError
     from edge.face.gallery import Gallery
-    from edge.face.models import open_face_pipeline
+    from edge.face.models import default_min_score, folder_detector, open_face_pipeline
     from edge.face.recognize import recognize_image
     from edge.imageio import load_image
 
     results: list[dict[str, Any]] = []
     limit = _max_pixels()
     min_score = args.min_score
-    if min_score is None:  # MTCNN's cut-off; BlazeFace's own threshold already applied inside the detector
-        min_score = DEFAULT_MIN_SCORE if args.detector == "mtcnn" else 0.0
+    if min_score is None:
+        detector = folder_detector(Path(args.models)) if args.detector is None else Detector(args.detector)
+        min_score = default_min_score(detector)
     with open_face_pipeline(Path(args.models), _threads(args), detector=args.detector) as pipeline:
         gallery = Gallery.load(Path(args.gallery), pipeline.embedder.descriptor_size)
         for image in args.images:
@@ -133,10 +133,10 @@ def add_face(sub: argparse._SubParsersAction) -> None:
     common.add_argument(
         "--detector",
         choices=[d.value for d in Detector],
-        default=Detector.MTCNN.value,
-        help="face detector (default mtcnn); BlazeFace needs its models.json role, added on the host by "
-        "'edge-deploy convert blazeface MODELS' (--range full for blazeface-full and blazeface-full-tiled: the "
-        "full-range detector on the whole frame and on overlapping tiles of a frame of 576 pixels or more)",
+        help="face detector (default: the models folder's, models.json 'detector', else mtcnn); BlazeFace needs "
+        "its models.json role, added on the host by 'edge-deploy convert blazeface MODELS' (--range full for "
+        "blazeface-full and blazeface-full-tiled: the full-range detector on the whole frame and on overlapping "
+        "tiles of a frame of 576 pixels or more; --default-detector makes it the folder's)",
     )
 
     e = fsub.add_parser(

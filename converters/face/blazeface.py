@@ -34,7 +34,7 @@ from converters.tflite.frontend import tflite_to_onnx
 from converters.tools import run_tool
 from converters.validate import OutputCheck, compare_outputs, raise_if_off
 from edge.digest import file_sha256
-from edge.errors import ConversionError
+from edge.errors import ConversionError, InputError
 from edge.face.models import ModelEntry
 from edge.runtime import get_backend, open_model
 
@@ -316,3 +316,34 @@ def add_blazeface(folder: Path, variant: BlazeFaceFile = SHORT_RANGE, cache_dir:
     data["models"] = [m for m in data["models"] if m.get("role") != role] + [entry.to_dict()]
     path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
     return entry
+
+
+def set_default_detector(folder: Path, detector: str) -> None:
+    """Make ``detector`` (an ``edge.face.models.Detector`` value) the one a face models folder runs when none is
+    asked for: models.json ``detector`` (``edge.face.models.DETECTOR_KEY``; read by ``open_face_pipeline``,
+    ``edge-deploy face``, the daemon and the bundle's emulated-Pi check). ``"mtcnn"`` removes the key.
+
+    Raises:
+        InputError: ``folder`` has no valid models.json, the name is unknown, or a BlazeFace detector's model
+            is not in the folder (``add_blazeface`` adds it).
+    """
+    from edge.face.models import BLAZEFACE_ROLES, DETECTOR_KEY, MODELS_FILE, Detector, read_models_file
+
+    path = Path(folder) / MODELS_FILE
+    entries = read_models_file(folder)
+    try:
+        kind = Detector(detector)
+    except ValueError:
+        known = ", ".join(repr(d.value) for d in Detector)
+        raise InputError(f"default detector {detector!r} is unknown; expected one of {known}") from None
+    if kind is not Detector.MTCNN and BLAZEFACE_ROLES[kind] not in entries:
+        flag = "" if kind is Detector.BLAZEFACE else " --range full"
+        raise InputError(
+            f"{path}: no model with role {BLAZEFACE_ROLES[kind]!r}, which detector {kind.value!r} runs; "
+            f"add it first ('edge-deploy convert blazeface {folder}{flag}')"
+        )
+    data = json.loads(path.read_text(encoding="utf-8"))
+    data.pop(DETECTOR_KEY, None)
+    if kind is not Detector.MTCNN:
+        data[DETECTOR_KEY] = kind.value
+    path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from edge.errors import InputError, TelemetryError
+from edge.face.models import Detector
 from edge.filemode import check_private_mode
 from edge.telemetry.link import BrokerConfig
 from edge.telemetry.schema import check_name, check_prefix
@@ -54,7 +55,8 @@ class FaceSettings:
     gallery: Path
     enroll_dir: Path | None
     threshold: float | None  # None: the models folder's (dlib's 0.6, or a user embedder's calibrated one)
-    min_score: float
+    min_score: float | None  # None: the detector's (edge.face.models.default_min_score: 0.9 MTCNN, 0 BlazeFace)
+    detector: Detector | None  # None: the models folder's (models.json 'detector', else MTCNN)
     threads: int
 
 
@@ -178,7 +180,8 @@ _SCHEMA: Schema = {
         "gallery": Field(Path, _DEFAULT_STATE),
         "enroll_dir": Field(Path, None),
         "threshold": Field(float, None, low=0.0, high=2.0, low_open=True),
-        "min_score": Field(float, 0.9, low=0.0, high=1.0),
+        "min_score": Field(float, None, low=0.0, high=1.0),
+        "detector": Field(Detector, None),
         "threads": Field(int, 0, low=0, high=MAX_THREADS),
     },
     "source": {

@@ -20,7 +20,7 @@ import numpy as np
 from edge.daemon.config import FaceSettings
 from edge.errors import InputError
 from edge.face.gallery import Gallery
-from edge.face.models import open_face_pipeline
+from edge.face.models import default_min_score, folder_detector, open_face_pipeline
 from edge.face.recognize import recognize_image
 from edge.imageio import DEFAULT_MAX_PIXELS
 
@@ -61,13 +61,22 @@ class FaceService:
         self.settings = settings
         self.threads = threads
         self.max_pixels = max_pixels
-        # min_score=0: the daemon's own setting (settings.min_score, recognize_image) decides what is reported
-        self.pipeline = open_face_pipeline(settings.models, threads, min_score=0.0)
+        self.pipeline, self.detector, self.min_score = self._open_pipeline()
         try:
             self.gallery, self.gallery_origin = self._initial_gallery()
         except BaseException:
             self.pipeline.close()
             raise
+
+    def _open_pipeline(self):
+        """The pipeline with ``face.detector`` (else the models folder's), that detector, and the score cut-off the
+        daemon applies (``face.min_score``, else that detector's default). The pipeline itself keeps every
+        detection (``min_score=0``): the daemon's cut-off alone decides what is reported."""
+        models = self.settings.models
+        detector = self.settings.detector or folder_detector(models)
+        pipeline = open_face_pipeline(models, self.threads, min_score=0.0, detector=detector)
+        min_score = default_min_score(detector) if self.settings.min_score is None else self.settings.min_score
+        return pipeline, detector, min_score
 
     @property
     def _descriptor_size(self) -> int:
@@ -86,7 +95,7 @@ class FaceService:
 
     def recognize(self, rgb: np.ndarray) -> list[dict[str, Any]]:
         """Every face of a frame: box, score, landmarks, ``name`` (None = unknown) and ``distance``."""
-        faces = recognize_image(self.pipeline, self.gallery, rgb, self.settings.threshold, self.settings.min_score)
+        faces = recognize_image(self.pipeline, self.gallery, rgb, self.settings.threshold, self.min_score)
         for face in faces:  # inf (empty gallery) is not JSON
             if not np.isfinite(face["distance"]):
                 face["distance"] = None
@@ -126,7 +135,7 @@ class FaceService:
         Returns:
             ``{"people": n, "gallery": origin}``.
         """
-        pipeline = open_face_pipeline(self.settings.models, self.threads, min_score=0.0)
+        pipeline, detector, min_score = self._open_pipeline()
         try:
             path = self.settings.gallery
             size = pipeline.embedder.descriptor_size
@@ -135,6 +144,7 @@ class FaceService:
             pipeline.close()
             raise
         old, self.pipeline, self.gallery = self.pipeline, pipeline, gallery
+        self.detector, self.min_score = detector, min_score
         old.close()
         return {"people": len(gallery), "gallery": str(path) if path.is_file() else "kept (no gallery file)"}
 

@@ -190,6 +190,7 @@ class Daemon:
             self._face = FaceService(face, self._threads, self._max_pixels)
             stack.append(self._face)
             log.info("gallery: %s (%d people)", self._face.gallery_origin, len(self._face.gallery))
+            log.info("face detector: %s (faces scoring < %g not reported)", self._face.detector, self._face.min_score)
             # Who this device is and what it runs: fleet rollouts pick their groups from it (docs/fleet.md).
             self._report(Result(task=TASK_ANNOUNCE, data={"tags": list(cfg.tags), **self._running()}))
             self._text = TextService(dataclasses.replace(cfg.text, model_dir=self._updater.active_text()),

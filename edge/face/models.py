@@ -26,6 +26,10 @@ MODELS_SCHEMA_VERSION = 1
 #: size, preprocessing, and the calibrated same-person threshold. Absent for dlib's embedder: its threshold is
 #: ``edge.face.types.DLIB_SAME_PERSON_THRESHOLD``.
 RECOGNITION_KEY = "recognition"
+#: models.json key naming the detector the folder runs when none is asked for (a ``Detector`` value, written by
+#: ``edge-deploy convert blazeface --default-detector``, or by ``build`` for a profile's ``runtime.face_detector``).
+#: Absent: MTCNN.
+DETECTOR_KEY = "detector"
 
 
 class FaceModel(enum.StrEnum):
@@ -344,6 +348,32 @@ BLAZEFACE_ROLES = {
 }
 
 
+def folder_detector(folder: Path) -> Detector:
+    """The detector a models folder runs by default: models.json ``detector`` (``DETECTOR_KEY``), else MTCNN.
+
+    Raises:
+        InputError: models.json unreadable, or ``detector`` not a known detector name.
+    """
+    value = _models_json(folder).get(DETECTOR_KEY)
+    if value is None:
+        return Detector.MTCNN
+    try:
+        return Detector(value)
+    except ValueError:
+        known = ", ".join(repr(d.value) for d in Detector)
+        where = Path(folder) / MODELS_FILE
+        raise InputError(f"{where}: {DETECTOR_KEY} = {value!r:.80}; expected one of {known}") from None
+
+
+def default_min_score(detector: Detector) -> float:
+    """The detection score below which a face is not reported when no cut-off is asked for: MTCNN's
+    ``edge.face.recognize.DEFAULT_MIN_SCORE`` (0.9; its last stage passes a fist at 0.87), 0 for BlazeFace (its
+    own threshold, MediaPipe's 0.5 short range and 0.6 full range, already applies inside the detector)."""
+    from edge.face.recognize import DEFAULT_MIN_SCORE
+
+    return DEFAULT_MIN_SCORE if detector is Detector.MTCNN else 0.0
+
+
 def _blazeface_path(folder: Path, entries: dict, detector: Detector, detector_model: Path | None) -> Path:
     if detector_model is not None:
         return Path(detector_model)
@@ -379,7 +409,7 @@ def open_face_pipeline(
     unfused: bool = False,
     min_score: float | None = None,
     min_face_size: int | None = None,
-    detector: Detector | str = Detector.MTCNN,
+    detector: Detector | str | None = None,
     detector_model: Path | None = None,
 ):
     """The device pipeline over the models of a converted folder.
@@ -396,11 +426,13 @@ def open_face_pipeline(
             (the ``.ort`` file's source, beside it) with onnxruntime's graph optimisations off, so that QDQ
             runs as dequantize -> float op -> quantize whatever INT8 kernels this CPU has. The emulated-Pi
             check compares the Pi's own results with these.
-        min_score: detections scoring lower are left out; None: ``edge.face.recognize.DEFAULT_MIN_SCORE``
-            (0.9, as the daemon and the browser page; on t1.jpg MTCNN's last stage also passes a fist and a
-            metal bowl at 0.87 and 0.86), 0 keeps every detection MTCNN returns. With BlazeFace, None is 0:
-            its own threshold (MediaPipe's 0.5 short range, 0.6 full range) already applies.
-        detector: ``"mtcnn"`` (default), ``"blazeface"`` (short range), ``"blazeface-full"`` or
+        min_score: detections scoring lower are left out; None: ``default_min_score`` of the detector
+            (MTCNN: ``edge.face.recognize.DEFAULT_MIN_SCORE``, 0.9, as the daemon and the browser page; on
+            t1.jpg MTCNN's last stage also passes a fist and a metal bowl at 0.87 and 0.86; BlazeFace: 0, its
+            own threshold, MediaPipe's 0.5 short range and 0.6 full range, already applies); 0 keeps every
+            detection the detector returns.
+        detector: None (default): the folder's (``folder_detector``: models.json ``detector``, else MTCNN);
+            ``"mtcnn"``, ``"blazeface"`` (short range), ``"blazeface-full"`` or
             ``"blazeface-full-tiled"`` (``Detector``): full range on the whole frame and, when its long side
             is at least 576 pixels, on a grid of overlapping tiles too (``edge.face.tiles.DEFAULT_TILING``;
             it finds the 80-120 pixel faces of a 1280-pixel group photo that the whole-frame pass misses, for
@@ -420,12 +452,11 @@ def open_face_pipeline(
     """
     from edge.face.embed import FaceEmbedder
     from edge.face.pipeline import FacePipeline
-    from edge.face.recognize import DEFAULT_MIN_SCORE
     from edge.face.shape5 import ShapePredictor
     from edge.runtime.ort_session import Optimization
 
     try:
-        kind = Detector(detector)
+        kind = folder_detector(folder) if detector is None else Detector(detector)
     except ValueError:
         known = ", ".join(repr(d.value) for d in Detector)
         raise InputError(f"face detector {detector!r} is unknown; expected one of {known}") from None
@@ -449,8 +480,7 @@ def open_face_pipeline(
         if embedder is not None:
             embedder.close()
         raise
-    default_score = DEFAULT_MIN_SCORE if kind is Detector.MTCNN else 0.0
-    score = default_score if min_score is None else min_score
+    score = default_min_score(kind) if min_score is None else min_score
     chip = embedder.chip_size
     return FacePipeline(found, embedder, shape_predictor=shape, chip_size=chip, min_score=score, threshold=threshold)
 

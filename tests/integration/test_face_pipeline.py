@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 
@@ -80,6 +81,40 @@ def test_blazeface_as_the_detector_describes_the_same_faces(face_fp32_models, tm
             assert len(got) == len(pairs) >= least, (photo.name, detector)
             for i, j, _ in pairs:
                 assert np.linalg.norm(want[i].descriptor - got[j].descriptor) < 0.25, (photo.name, detector)
+
+
+def test_the_folder_s_default_detector_is_what_face_and_the_daemon_run(face_fp32_models, tmp_path, capsys):
+    """``convert blazeface --default-detector`` writes models.json ``detector``; ``face recognize`` without
+    ``--detector`` and the daemon's face service without ``face.detector`` then run it (on t1.jpg the
+    whole-frame full-range pass finds 5 people, all below MTCNN's 0.9 cut-off, so the cut-off is the
+    detector's own: 0); ``face.detector`` in the daemon config overrides the folder."""
+    from edge.daemon.config import FaceSettings
+    from edge.daemon.face_service import FaceService
+    from edge.face.models import Detector
+
+    folder = tmp_path / "face"
+    shutil.copytree(face_fp32_models, folder)
+    args = ["convert", "blazeface", str(folder), "--range", "full", "--default-detector", "blazeface-full"]
+    assert main(args) == 0
+    assert "runs blazeface-full when no --detector is asked for" in capsys.readouterr().out
+    assert json.loads((folder / "models.json").read_text())["detector"] == "blazeface-full"
+    t1 = package_dir("insightface") / "data" / "images" / "t1.jpg"
+    rgb = next(p for p in EVAL_PHOTOS if p.name == "t1").load()
+    gallery = Gallery().save(tmp_path / "g.npz")
+    assert main(["face", "recognize", str(folder), str(t1), "-g", str(gallery), "--json"]) == 0
+    [result] = json.loads(capsys.readouterr().out)
+    assert len(result["faces"]) == 5 and all(0.6 <= f["score"] < 0.95 for f in result["faces"])
+    settings = FaceSettings(folder, gallery, enroll_dir=None, threshold=None, min_score=None, detector=None, threads=1)
+    with FaceService(settings, threads=1) as service:
+        assert (service.detector, service.min_score) == (Detector.BLAZEFACE_FULL, 0.0)
+        faces = service.recognize(rgb)
+        assert len(faces) == 5 and all(0.6 <= f["score"] < 0.95 for f in faces)
+    with FaceService(dataclasses.replace(settings, detector=Detector.MTCNN), threads=1) as service:
+        assert (service.detector, service.min_score) == (Detector.MTCNN, 0.9)
+        faces = service.recognize(rgb)
+        assert len(faces) == 6 and min(f["score"] for f in faces) > 0.95  # MTCNN's (test_t1_gives_...)
+    assert main(["convert", "blazeface", str(folder), "--range", "short", "--default-detector", "mtcnn"]) == 0
+    assert "detector" not in json.loads((folder / "models.json").read_text())
 
 
 @pytest.mark.parametrize(

@@ -46,7 +46,8 @@ def test_a_minimal_config_gets_working_defaults(folder: Path) -> None:
     assert c.text.model_dir is None
     assert c.log_level is LogLevel.INFO
     assert c.telemetry.prefix == "edge-deploy" and c.telemetry.interval_s == 30.0
-    assert c.face.threshold is None and c.face.min_score == 0.9  # None: the models folder's (dlib's 0.6)
+    assert c.face.threshold is None  # None: the models folder's (dlib's 0.6)
+    assert c.face.detector is None and c.face.min_score is None  # None: the folder's detector, and its cut-off
     assert c.device_id  # the host name, as a valid topic level
 
 
@@ -209,6 +210,10 @@ def test_mistakes_name_file_key_and_what_is_allowed(folder: Path, extra: str, me
         (
             '[face]\nmodels = "face"\nmin_score = 1.5\n[source]\npath = "incoming"\n',
             "CFG: face.min_score = 1.5; expected a number in [0, 1]",
+        ),  # fmt: skip
+        (
+            '[face]\nmodels = "face"\ndetector = "hog"\n[source]\npath = "incoming"\n',
+            "CFG: face.detector = 'hog'; expected one of mtcnn, blazeface, blazeface-full, blazeface-full-tiled",
         ),  # fmt: skip
         (
             '[face]\nmodels = "face"\nthreshold = 0\n[source]\npath = "incoming"\n',

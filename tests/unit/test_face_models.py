@@ -77,3 +77,50 @@ def test_a_link_to_a_file_outside_is_refused(tmp_path: Path) -> None:
 def test_a_deeply_nested_models_file_is_an_error(tmp_path: Path) -> None:
     (tmp_path / "models.json").write_text("[" * 100_000 + "]" * 100_000)
     assert _error(tmp_path) == "DIR/models.json: nested 100000 levels deep; expected at most 32"
+
+
+def _with_detector(folder: Path, **top) -> Path:
+    """A folder with a BlazeFace full-range entry (fake bytes: only models.json is read here) and ``top`` keys."""
+    (folder / "bf.onnx").write_bytes(b"weights")
+    path = _write(folder, [_entry("bf.onnx", b"weights", role="detector.blazeface_full")])
+    path.write_text(json.dumps({**json.loads(path.read_text()), **top}))
+    return path
+
+
+def test_the_folder_detector_is_models_json_s_or_mtcnn(tmp_path: Path) -> None:
+    from edge.face.models import Detector, default_min_score, folder_detector
+
+    _with_detector(tmp_path)
+    assert folder_detector(tmp_path) is Detector.MTCNN
+    _with_detector(tmp_path, detector="blazeface-full-tiled")
+    assert folder_detector(tmp_path) is Detector.BLAZEFACE_FULL_TILED
+    assert default_min_score(Detector.MTCNN) == 0.9 and default_min_score(Detector.BLAZEFACE_FULL_TILED) == 0.0
+    for bad in ("hog", ["mtcnn"], 3):
+        _with_detector(tmp_path, detector=bad)
+        with pytest.raises(InputError) as info:
+            folder_detector(tmp_path)
+        assert str(info.value).replace(str(tmp_path), "DIR") == (
+            f"DIR/models.json: detector = {bad!r}; expected one of 'mtcnn', 'blazeface', 'blazeface-full', "
+            "'blazeface-full-tiled'"
+        )
+
+
+def test_set_default_detector_needs_the_detector_s_model(tmp_path: Path) -> None:
+    from converters.face.blazeface import set_default_detector
+    from edge.face.models import Detector, folder_detector
+
+    path = _with_detector(tmp_path)
+    set_default_detector(tmp_path, "blazeface-full-tiled")
+    assert json.loads(path.read_text())["detector"] == "blazeface-full-tiled"
+    assert folder_detector(tmp_path) is Detector.BLAZEFACE_FULL_TILED
+    with pytest.raises(InputError) as info:  # the short-range model is not in the folder
+        set_default_detector(tmp_path, "blazeface")
+    assert str(info.value).replace(str(tmp_path), "DIR") == (
+        "DIR/models.json: no model with role 'detector.blazeface', which detector 'blazeface' runs; add it first "
+        "('edge-deploy convert blazeface DIR')"
+    )
+    with pytest.raises(InputError, match="default detector 'hog' is unknown; expected one of 'mtcnn'"):
+        set_default_detector(tmp_path, "hog")
+    assert folder_detector(tmp_path) is Detector.BLAZEFACE_FULL_TILED  # a refused change writes nothing
+    set_default_detector(tmp_path, "mtcnn")
+    assert "detector" not in json.loads(path.read_text()) and folder_detector(tmp_path) is Detector.MTCNN
