@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from edge.errors import ProfileError
+from edge.face.models import Detector
 from edge.tomlschema import Field, Schema, read_tables, read_toml
 
 SCHEMA_VERSION = 1
@@ -154,6 +155,7 @@ class RuntimeSpec:
     precision: Precision
     threads: int
     face_formats: FaceFormats
+    face_detector: Detector
 
 
 @dataclass(frozen=True)
@@ -216,6 +218,7 @@ class TargetProfile:
                 "precision": self.runtime.precision.value,
                 "threads": self.runtime.threads,
                 "face_formats": self.runtime.face_formats.value,
+                "face_detector": self.runtime.face_detector.value,
             },
             "quant": {
                 "activations": self.quant.activations.value,
@@ -258,6 +261,8 @@ _SCHEMA: Schema = {
         "threads": Field(int),
         # optional: profiles written before the key existed keep building what they did (ONNX only)
         "face_formats": Field(FaceFormats, FaceFormats.ONNX),
+        # optional: the detector a face build puts in the folder and names in models.json (edge.face.models.Detector)
+        "face_detector": Field(Detector, Detector.MTCNN),
     },
     "quant": {
         "activations": Field(QuantType),
@@ -318,6 +323,11 @@ def _check_rules(where: str, p: TargetProfile) -> None:
         raise ProfileError(
             f"{where}: runtime.face_formats = '{p.runtime.face_formats.value}' with cpu.arch = 'wasm32'; "
             "expected 'onnx' (the browser runs onnxruntime-web)"
+        )
+    if p.cpu.arch is Arch.WASM32 and p.runtime.face_detector is not Detector.MTCNN:
+        raise ProfileError(
+            f"{where}: runtime.face_detector = '{p.runtime.face_detector.value}' with cpu.arch = 'wasm32'; "
+            "expected 'mtcnn' (the browser page's pipeline runs MTCNN)"
         )
     if (p.cpu.arch is Arch.WASM32) != (p.runtime.default is Runtime.ONNXRUNTIME_WEB):
         raise ProfileError(

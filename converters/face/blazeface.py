@@ -347,3 +347,22 @@ def set_default_detector(folder: Path, detector: str) -> None:
     if kind is not Detector.MTCNN:
         data[DETECTOR_KEY] = kind.value
     path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+
+
+def add_profile_detector(folder: Path, detector, progress=lambda _line: None) -> ModelEntry | None:
+    """The detector a profile names (``runtime.face_detector``, an ``edge.face.models.Detector``) into a face
+    models folder: for a BlazeFace detector its model (``add_blazeface``, fp32, proven equal to the TFLite
+    source) and models.json ``detector`` (``set_default_detector``); MTCNN is already there (None).
+
+    Raises:
+        InputError, ConversionError, ValidationError: as ``add_blazeface``.
+    """
+    from edge.face.models import Detector
+
+    if detector is Detector.MTCNN:
+        return None
+    variant = SHORT_RANGE if detector is Detector.BLAZEFACE else FULL_RANGE
+    progress(f"adding the profile's detector {detector.value} ({variant.name}, proven equal to its TFLite source)")
+    entry = add_blazeface(folder, variant)
+    set_default_detector(folder, detector.value)
+    return entry

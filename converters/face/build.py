@@ -390,7 +390,9 @@ def build_face_models(
     the TFLite twins of its nets (``converters.face.tflite_twins``; INT8 for the nets the ONNX build
     quantizes, calibrated on the same samples), checked against ONNX and gated; their section is added to the
     folder's report. ``embedder``: a user's ONNX embedder instead of dlib's (``convert_face``); the quantized
-    build keeps the threshold calibrated on fp32 and gates decisions at it. No TFLite twins for it.
+    build keeps the threshold calibrated on fp32 and gates decisions at it. No TFLite twins for it. The
+    profile's ``runtime.face_detector``, when a BlazeFace one, is added to ``out_dir`` and named its detector
+    (``converters.face.blazeface.add_profile_detector``).
 
     Returns:
         ``FaceModels(fp32, quantized or None, TFLite twin reports)``.
@@ -401,6 +403,22 @@ def build_face_models(
         ConversionError / ValidationError: as ``convert_face``, ``quantize_face_models`` and
             ``write_tflite_twins``.
     """
+    from converters.face.blazeface import add_profile_detector
+
+    built = _build_face_models(profile, out_dir, precision, dynamic, progress, output_format, embedder)
+    add_profile_detector(Path(out_dir), profile.runtime.face_detector, progress)
+    return built
+
+
+def _build_face_models(
+    profile: TargetProfile,
+    out_dir: Path,
+    precision: Precision | None,
+    dynamic: bool,
+    progress: ProgressFn,
+    output_format: FaceFormats | None,
+    embedder: EmbedderOptions | None,
+) -> FaceModels:
     from converters.face.tflite_twins import raise_if_failed
 
     precision = precision or profile.runtime.precision

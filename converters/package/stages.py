@@ -310,6 +310,9 @@ def run_face(ctx: StageContext) -> StageResult:
             f"precision {ctx.precision.value!r} for the face models; expected one of fp32, fp16, int8 "
             f"(set runtime.precision in {ctx.profile.source} or pass --precision)"
         )
+    from converters.face.blazeface import add_profile_detector
+
+    add_profile_detector(ctx.out_dir, ctx.profile.runtime.face_detector, ctx.progress)
     return face_result(ctx.precision, ctx.out_dir, quantization, metrics)
 
 

@@ -257,6 +257,36 @@ def test_install_sh_system_dry_run_plans_the_user(bundle) -> None:
     assert "would run: chown -R edge-deploy:edge-deploy /var/lib/edge-deploy" in done.stdout.splitlines()
 
 
+def test_the_profile_s_detector_ships_in_the_bundle(tmp_path: Path) -> None:
+    """A profile naming a BlazeFace detector (``runtime.face_detector``) gets a bundle whose face folder holds
+    that model (its source and licence in models.json and the manifest) and names it in models.json
+    ``detector``; the bundle's pipeline runs it without being told (t1.jpg: all 6 people, at BlazeFace's
+    scores, which MTCNN's all exceed 0.95: test_face_pipeline)."""
+    from converters.face.facedata import EVAL_PHOTOS
+    from edge.face.models import Detector, folder_detector, open_face_pipeline
+
+    text = Path(load_profile("rpi4").source).read_text()
+    assert 'face_detector = "mtcnn"' in text
+    copy = tmp_path / "rpi4.toml"
+    copy.write_text(text.replace('face_detector = "mtcnn"', 'face_detector = "blazeface-full-tiled"'))
+    profile = load_profile_file(copy)
+    built = build_bundle(
+        profile, ["face"], tmp_path / "dist", CACHE, options=BuildOptions(precision=Precision.FP32, wheels=False)
+    )
+    assert verify_bundle(built.folder).files == len(built.manifest["files"])
+    folder = built.folder / "models" / "face"
+    assert folder_detector(folder) is Detector.BLAZEFACE_FULL_TILED
+    (face,) = built.manifest["models"]
+    licences = {s["package"]: s["licence"] for s in face["sources"]}
+    assert licences["mediapipe"] == "Apache-2.0" and "models/face/face_detection_full_range_sparse.onnx" in {
+        f["path"] for f in built.manifest["files"]
+    }
+    t1 = next(p for p in EVAL_PHOTOS if p.name == "t1")
+    with open_face_pipeline(folder) as pipeline:
+        faces = pipeline.analyze(t1.load())
+    assert len(faces) == len(t1.faces) == 6 and min(f.detection.score for f in faces) < 0.95
+
+
 @pytest.fixture(scope="module")
 def int8_bundle(builds, tmp_path_factory):
     """rpi4 at its profile's precision (int8): quantizes over the cached fp32 stage; models only."""

@@ -190,3 +190,23 @@ def test_lm_head_is_fp32_on_the_pi4_only_and_checked(tmp_path):
     with pytest.raises(ProfileError) as exc:
         load_profile("rpi4", d)
     assert "rpi4.toml: quant.lm_head = 'fp16'; expected one of int8, fp32" in str(exc.value)
+
+
+def test_the_face_detector_key(tmp_path):
+    """runtime.face_detector: optional (mtcnn), one of the detectors, and MTCNN in the browser (its page runs MTCNN)."""
+    from edge.face.models import Detector
+
+    assert {p.runtime.face_detector for p in load_all()} == {Detector.MTCNN}  # nothing shipped runs BlazeFace yet
+    d = _copy(tmp_path)
+    for name in ("rpi5", "browser-wasm"):
+        _copy(tmp_path, name)
+    _edit(d, "rpi4", 'face_detector = "mtcnn"', "")
+    assert load_profile("rpi4", d).runtime.face_detector is Detector.MTCNN
+    _edit(d, "rpi5", 'face_detector = "mtcnn"', 'face_detector = "blazeface-full-tiled"')
+    assert load_profile("rpi5", d).to_dict()["runtime"]["face_detector"] == "blazeface-full-tiled"
+    _edit(d, "rpi5", 'face_detector = "blazeface-full-tiled"', 'face_detector = "hog"')
+    with pytest.raises(ProfileError, match="runtime.face_detector = 'hog'; expected one of mtcnn, blazeface, "):
+        load_profile("rpi5", d)
+    _edit(d, "browser-wasm", 'face_detector = "mtcnn"', 'face_detector = "blazeface"')
+    with pytest.raises(ProfileError, match="runtime.face_detector = 'blazeface' with cpu.arch = 'wasm32'; expected"):
+        load_profile("browser-wasm", d)
