@@ -111,10 +111,16 @@ class RunSummary:
     text_requests: int = 0
     outbox_left: int = 0
     stopped_by: str = ""
+    start_s: float = 0.0  # from run() to the first look at the source: bundle check, models, gallery, telemetry
+    serve_s: float = 0.0  # the serving loop's wall time (frames, commands, telemetry, idle waits)
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready view."""
-        return dict(self.__dict__)
+        """A JSON-ready view, with ``frames_per_s`` (frames / ``serve_s``; with ``--once`` on a video or a folder
+        the loop ends with the source, so this is the daemon's throughput on it)."""
+        data = dict(self.__dict__)
+        data["start_s"], data["serve_s"] = round(self.start_s, 3), round(self.serve_s, 3)
+        data["frames_per_s"] = round(self.frames / self.serve_s, 3) if self.serve_s > 0 else None
+        return data
 
 
 class Daemon:
@@ -169,6 +175,7 @@ class Daemon:
             TelemetryError: the outbox can't be written, or the broker refused us for good.
         """
         cfg = self.config
+        started = time.monotonic()
         if cfg.broker_insecure and cfg.broker is not None:
             log.warning(INSECURE_WARNING, cfg.broker.address)
         if cfg.bundle is not None:
@@ -200,7 +207,14 @@ class Daemon:
             self._source = open_source(cfg.source, self._frame_done, self.once, self._max_pixels)
             stack.append(self._source)
             log.info("serving %s as device %s (%d threads)", self._source.name, cfg.device_id, self._threads)
-            self._loop()
+            serving = time.monotonic()
+            self.summary.start_s = serving - started
+            try:
+                self._loop()
+            finally:
+                self.summary.serve_s = time.monotonic() - serving
+            fps = self.summary.to_dict()["frames_per_s"]
+            log.info("%d frames in %.1f s of serving (%s frames/s)", self.summary.frames, self.summary.serve_s, fps)
             self._updater.on_clean_stop()
         finally:
             self._shutdown(stack)

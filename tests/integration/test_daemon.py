@@ -10,6 +10,7 @@ cv2.VideoWriter from real photos.
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import sqlite3
@@ -349,11 +350,15 @@ def test_video_source_every_second_frame_resumed_after_a_stop(
     source = 'kind = "video"\npath = "door.avi"\nstride = 2'
     first = write_config(work / "first.toml", face_models, source + "\nmax_frames = 2")
     rest = write_config(work / "rest.toml", face_models, source)
-    for config, log in ((first, "first.log"), (rest, "rest.log")):  # no [broker]: results wait in the outbox
+    for config, log, frames in ((first, "first.log", 2), (rest, "rest.log", 3)):  # no [broker]: outbox
         run = DaemonProcess(config, tmp_path / log, "--once", "--json")
         assert run.proc.wait(120) == 0, run.log()
         summary = json.loads(run.proc.stdout.read())
         assert summary["stopped_by"] == "source exhausted (--once)"
+        # throughput of the serving loop alone (model loading is start_s)
+        assert summary["frames"] == frames and summary["start_s"] > 0 and summary["serve_s"] > 0
+        assert math.isclose(summary["frames_per_s"] * summary["serve_s"], frames, rel_tol=0.01), summary
+        assert f"{frames} frames in " in run.log()
     results = by_task(outbox_results(work / "state" / "outbox.sqlite"), "face.identify")
     assert [m["data"]["frame_id"] for m in results] == [f"door.avi#{i}" for i in range(0, 10, 2)]
     assert [m["data"]["frame_index"] for m in results] == [0, 2, 4, 6, 8]
