@@ -19,8 +19,9 @@ pairs; goal >= 99 %). dlib runs single-threaded (its HOG detector and ResNet use
     .venv/bin/python benchmarks/frame_speed.py            # full run: docs/benchmarks.md + docs/img/frame_speed.png
     .venv/bin/python benchmarks/frame_speed.py --quick    # 1 round, no quality pass; prints, writes no docs
 
-Not measured here (issue #13 asks for them; see the section's last lines): a 640x480 video through
-``serve``, LiteRT. Host side: imports converters; nothing here runs on the device.
+Not measured here: LiteRT (see the section's last lines). A 640x480 video through ``serve``:
+``benchmarks/serve_fps.py``; the frame on emulated Cortex-A72/A76: ``benchmarks/arm_frame.py``. Host side:
+imports converters; nothing here runs on the device.
 """
 
 from __future__ import annotations
@@ -376,8 +377,8 @@ def markdown(result: dict, command: str, machine: str) -> str:
         lines += quality_lines(result["quality"])
     lines += [
         "",
-        "Not measured yet (issue #13): LiteRT contenders, a 640×480 video through `serve`, the frame on emulated "
-        "Cortex-A72/A76.",
+        "Not measured here: LiteRT contenders. A 640×480 video through `serve`: section `serve-fps` "
+        "(`benchmarks/serve_fps.py`); the frame on emulated Cortex-A72/A76: section `arm-frame`.",
     ]
     return "\n".join(lines) + "\n"
 
