@@ -3,8 +3,8 @@
     python benchmarks/face_rss_child.py KIND PHOTOS.npz [--folder DIR | --model FILE] [--threads N]
 
 KIND is ``baseline`` (the pipeline's imports: numpy, onnxruntime, edge.face; photos loaded; no model),
-``pipeline`` (the device pipeline ``edge.face.models.open_face_pipeline(DIR)``: MTCNN + shape5 + embedder,
-as a Pi runs it),
+``pipeline`` (the device pipeline ``edge.face.models.open_face_pipeline(DIR)``: the folder's detector, or
+``--detector``, + shape5 + embedder, as a Pi runs it),
 ``embedder`` (only ``edge.face.embed.FaceEmbedder(MODEL)`` on the aligned chips in PHOTOS.npz, one by one)
 or ``dlib`` (face_recognition's pipeline through dlib: HOG, 5-point model, ResNet). Prints one JSON line:
 the faces found, peak RSS from ``/proc/self/status`` (VmHWM) and ``getrusage`` (ru_maxrss), both in KiB.
@@ -30,7 +30,7 @@ from benchmarks.procstat import vm_hwm_kib  # noqa: E402
 KINDS = ("baseline", "pipeline", "embedder", "dlib")
 
 
-def run(kind: str, photos: list[np.ndarray], folder: Path | None, threads: int) -> int:
+def run(kind: str, photos: list[np.ndarray], folder: Path | None, threads: int, detector: str | None = None) -> int:
     """Load the pipeline of ``kind`` and run it over ``photos``; return how many faces it found (or described).
 
     ``folder`` is the models folder for "pipeline", the embedder file for "embedder".
@@ -47,7 +47,7 @@ def run(kind: str, photos: list[np.ndarray], folder: Path | None, threads: int) 
     if kind == "pipeline":
         from edge.face.models import open_face_pipeline
 
-        with open_face_pipeline(folder, threads=threads) as pipeline:
+        with open_face_pipeline(folder, threads=threads, detector=detector) as pipeline:
             return sum(len(pipeline.analyze(rgb)) for rgb in photos)
     if kind == "embedder":
         from edge.face.embed import FaceEmbedder
@@ -67,10 +67,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--folder", type=Path, help="models folder (kind 'pipeline')")
     parser.add_argument("--model", type=Path, help="embedder model file (kind 'embedder')")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--detector", help="kind 'pipeline': the detector (default: the folder's, else mtcnn)")
     args = parser.parse_args(argv)
     with np.load(args.photos) as data:
         photos = [data[k] for k in sorted(data.files)]
-    faces = run(args.kind, photos, args.model if args.kind == "embedder" else args.folder, args.threads)
+    faces = run(args.kind, photos, args.model if args.kind == "embedder" else args.folder, args.threads, args.detector)
     peak = {
         "kind": args.kind,
         "faces": faces,

@@ -271,7 +271,8 @@ def sizes(models: RaceModels, dlib_model: Path) -> dict:
     }
 
 
-def _child(args: list[str], npz: Path, threads: int) -> dict:
+def rss_child(args: list[str], npz: Path, threads: int) -> dict:
+    """One fresh ``face_rss_child.py`` process: its JSON line (faces, VmHWM and ru_maxrss in KiB)."""
     argv = [sys.executable, str(CHILD), args[0], str(npz), *args[1:], "--threads", str(threads)]
     done = run_tool(argv, RSS_TIMEOUT_S, f"{CHILD.name} {' '.join(args)}", InferenceError)
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -296,7 +297,7 @@ def peak_rss(models: RaceModels, photos: list[np.ndarray], chips: np.ndarray, th
     out = {}
     for name, (args, npz) in variants.items():
         progress(f"peak RSS: {name} ({RSS_REPEATS} processes)")
-        runs = [_child(args, npz, threads) for _ in range(RSS_REPEATS)]
+        runs = [rss_child(args, npz, threads) for _ in range(RSS_REPEATS)]
         peaks = sorted(r["vmhwm_kib"] for r in runs)
         out[name] = {**runs[0], "vmhwm_kib": peaks[len(peaks) // 2], "vmhwm_runs_kib": peaks}
     return out

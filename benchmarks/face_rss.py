@@ -1,0 +1,118 @@
+"""Peak memory of the whole face pipeline per detector: INT8 against fp32, MTCNN against BlazeFace.
+
+Issue #13's goal: the INT8 pipeline's peak RSS at most 0.6x the fp32 pipeline's. The face speed race
+(``benchmarks/face_speed.py``) measures it with MTCNN, whose onnxruntime arena grows with every pyramid shape;
+this measures the same thing for each detector a folder can run, so the goal is read per detector. One fresh
+process per row (``benchmarks/face_rss_child.py``: imports only numpy, onnxruntime and ``edge``) loads the
+pipeline and runs it on the same photos, 1 thread; VmHWM from /proc/self/status, median of ``--repeats``
+processes. "Above baseline" subtracts a process with the same imports and photos but no model.
+
+    .venv/bin/python benchmarks/face_rss.py            # docs/benchmarks.md, section face-rss
+    .venv/bin/python benchmarks/face_rss.py --quick    # 1 process per row, 3 photos; prints, writes no docs
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks.face_speed import rss_child  # noqa: E402
+from benchmarks.face_speed_models import CACHE, build_fp32, build_int8, eval_photos  # noqa: E402
+from benchmarks.face_speed_report import RSS_RATIO_GOAL  # noqa: E402
+from benchmarks.frame_speed import with_blazeface  # noqa: E402
+from benchmarks.report import machine_line, write_section  # noqa: E402
+from edge.profiles import load_profile  # noqa: E402
+
+#: calibration images of the INT8 build (frame_speed.py's default: the same cached folder)
+CALIBRATION = 200
+DETECTORS = {
+    "MTCNN": "mtcnn",
+    "BlazeFace full range tiled": "blazeface-full-tiled",
+    "BlazeFace full range": "blazeface-full",
+}
+
+
+def measure(target: str, photos: int, repeats: int, progress) -> dict:
+    fp32 = with_blazeface(build_fp32(CACHE, progress), progress)
+    int8 = with_blazeface(
+        build_int8(build_fp32(CACHE, progress), load_profile(target), CACHE, CALIBRATION, progress)[0], progress
+    )
+    npz = CACHE / "face-rss-photos.npz"
+    chosen = [rgb for _name, rgb in eval_photos()[:photos]]
+    np.savez(npz, **{f"p{i:03d}": p for i, p in enumerate(chosen)})
+    variants = {"baseline": ["baseline"]}
+    for label, detector in DETECTORS.items():
+        for precision, folder in (("fp32", fp32), (f"INT8 ({target})", int8)):
+            variants[f"{precision}, {label}"] = ["pipeline", "--folder", str(folder), "--detector", detector]
+    rows = {}
+    for name, args in variants.items():
+        progress(f"peak RSS: {name} ({repeats} processes)")
+        runs = [rss_child(args, npz, 1) for _ in range(repeats)]
+        peaks = sorted(r["vmhwm_kib"] for r in runs)
+        rows[name] = {"faces": runs[0]["faces"], "vmhwm_kib": peaks[len(peaks) // 2], "runs_kib": peaks}
+    return {"target": target, "photos": len(chosen), "repeats": repeats, "rows": rows}
+
+
+def markdown(result: dict, command: str, machine: str) -> str:
+    rows, target = result["rows"], result["target"]
+    base = rows["baseline"]["vmhwm_kib"]
+    lines = [
+        "## Peak RSS of the face pipeline per detector: INT8 vs fp32",
+        "",
+        f"`{command}` — {machine}",
+        "",
+        f"One fresh process per row loads the pipeline and runs it on the same {result['photos']} evaluation "
+        f"photos, 1 thread (`benchmarks/face_rss_child.py`: numpy, onnxruntime and `edge` only); VmHWM, median "
+        f"of {result['repeats']} processes. INT8 = the {target} build (embedder INT8; MTCNN's nets as that "
+        "build ships them; BlazeFace fp32, as `convert blazeface` adds it).",
+        "",
+        "| pipeline | faces found | peak RSS MiB | above baseline MiB |",
+        "|---|---:|---:|---:|",
+    ]
+    for name, row in rows.items():
+        lines.append(
+            f"| {name} | {row['faces']} | {row['vmhwm_kib'] / 1024:.1f} | {(row['vmhwm_kib'] - base) / 1024:.1f} |"
+        )
+    lines += ["", f"Goal (issue #13): INT8 pipeline peak RSS ≤ {RSS_RATIO_GOAL}× fp32's."]
+    for label in DETECTORS:
+        fp32, int8 = rows[f"fp32, {label}"]["vmhwm_kib"], rows[f"INT8 ({target}), {label}"]["vmhwm_kib"]
+        ratio, above = int8 / fp32, (int8 - base) / max(fp32 - base, 1)
+        verdict = "met" if ratio <= RSS_RATIO_GOAL else "**not met**"
+        figures = f"{int8 / 1024:.1f} / {fp32 / 1024:.1f} MiB = {ratio:.3f}×"
+        lines.append(f"- {label}: {figures} — {verdict} (above the baseline: {above:.3f}×).")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--target", default="rpi4", help="profile of the INT8 build (default rpi4)")
+    parser.add_argument("--photos", type=int, default=12, help="evaluation photos each process runs on (default 12)")
+    parser.add_argument("--repeats", type=int, default=3, help="fresh processes per row, median reported (default 3)")
+    parser.add_argument("--quick", action="store_true", help="1 process per row, 3 photos; print only")
+    args = parser.parse_args(argv)
+    photos, repeats = (3, 1) if args.quick else (args.photos, args.repeats)
+    if photos < 1 or repeats < 1:
+        parser.error("--photos and --repeats must be at least 1")
+
+    def progress(line: str) -> None:
+        print(f"[face-rss] {line}", file=sys.stderr, flush=True)
+
+    command = f".venv/bin/python benchmarks/face_rss.py --photos {photos} --repeats {repeats}"
+    machine = machine_line()
+    result = measure(args.target, photos, repeats, progress)
+    (CACHE / "face-rss.json").write_text(json.dumps(result, indent=2), encoding="utf-8")
+    text = markdown(result, command, machine)
+    print(text)
+    if not args.quick:
+        print(f"wrote {write_section('face-rss', text)}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
