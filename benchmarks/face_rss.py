@@ -25,12 +25,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.face_speed import rss_child  # noqa: E402
 from benchmarks.face_speed_models import CACHE, build_fp32, build_int8, eval_photos  # noqa: E402
 from benchmarks.face_speed_report import RSS_RATIO_GOAL  # noqa: E402
-from benchmarks.frame_speed import with_blazeface  # noqa: E402
+from benchmarks.frame_speed import CALIBRATION, with_blazeface  # noqa: E402
 from benchmarks.report import machine_line, write_section  # noqa: E402
 from edge.profiles import load_profile  # noqa: E402
 
-#: calibration images of the INT8 build (frame_speed.py's default: the same cached folder)
-CALIBRATION = 200
 DETECTORS = {
     "MTCNN": "mtcnn",
     "BlazeFace full range tiled": "blazeface-full-tiled",
@@ -39,10 +37,10 @@ DETECTORS = {
 
 
 def measure(target: str, photos: int, repeats: int, progress) -> dict:
-    fp32 = with_blazeface(build_fp32(CACHE, progress), progress)
-    int8 = with_blazeface(
-        build_int8(build_fp32(CACHE, progress), load_profile(target), CACHE, CALIBRATION, progress)[0], progress
-    )
+    """Peak RSS per pipeline: the fp32 and INT8 folders (each with BlazeFace full range added), every detector."""
+    fp32_dir = build_fp32(CACHE, progress)
+    int8_dir, _ = build_int8(fp32_dir, load_profile(target), CACHE, CALIBRATION, progress)
+    fp32, int8 = with_blazeface(fp32_dir, progress), with_blazeface(int8_dir, progress)
     npz = CACHE / "face-rss-photos.npz"
     chosen = [rgb for _name, rgb in eval_photos()[:photos]]
     np.savez(npz, **{f"p{i:03d}": p for i, p in enumerate(chosen)})

@@ -45,6 +45,8 @@ from edge.face.types import DLIB_SAME_PERSON_THRESHOLD  # noqa: E402
 from edge.profiles import load_profile  # noqa: E402
 
 GALLERY_SIZE = 100
+#: calibration images of the INT8 build (``--calibration``; serve_fps.py and face_rss.py use the same cached folder)
+CALIBRATION = 200
 STAGES = ("detect", "align", "embed", "match")
 
 
@@ -413,7 +415,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds (default 5)")
     parser.add_argument("--target", default="rpi4", help="profile of the INT8 build (default rpi4)")
-    parser.add_argument("--calibration", type=int, default=200, help="calibration images of the INT8 build")
+    parser.add_argument("--calibration", type=int, default=CALIBRATION, help="calibration images of the INT8 build")
     parser.add_argument("--min-face", default="40", help="extra contenders: MTCNN's smallest face, pixels, comma-"
                         "separated (default 40; the pipeline's default is 20; '' for none)")  # fmt: skip
     parser.add_argument(

@@ -36,13 +36,11 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.face_speed_models import CACHE, build_fp32, build_int8  # noqa: E402
-from benchmarks.frame_speed import make_gallery, with_blazeface  # noqa: E402
+from benchmarks.frame_speed import CALIBRATION, make_gallery, with_blazeface  # noqa: E402
 from benchmarks.report import REPO, machine_line, write_section  # noqa: E402
 
 WIDTH, HEIGHT = 640, 480
 GOAL = 10.0
-#: calibration images of the INT8 build (frame_speed.py's default: the same cached folder)
-CALIBRATION = 200
 
 
 def letterbox(rgb: np.ndarray, width: int = WIDTH, height: int = HEIGHT) -> np.ndarray:
