@@ -107,18 +107,19 @@ def main() -> int:
     print(f"{len(calib)} calibration, {len(evaluation)} evaluation sentences; {work}", file=sys.stderr)
     print("| target | build | cosine mean | cosine min | NN agreement | fp32 export vs torch | verdict |")
     print("|---|---|---|---|---|---|---|")
-    kinds = (
-        ("fp32", Precision.FP32, False),
-        ("int8 static", Precision.INT8, False),
-        ("int8 dynamic", Precision.INT8, True),
+    kinds = (  # (row, precision, dynamic, weight-only)
+        ("fp32", Precision.FP32, False, False),
+        ("int8 static", Precision.INT8, False, False),
+        ("int8 dynamic", Precision.INT8, True, False),
+        ("int8 weight-only", Precision.INT8, False, True),
     )
     for target in args.targets:
-        for kind, precision, dynamic in kinds:
+        for kind, precision, dynamic, weight_only in kinds:
             out = work / f"{target}-{kind.replace(' ', '-')}"
-            calib = work / "calib.npz" if precision is Precision.INT8 and not dynamic else None
+            calibrated = precision is Precision.INT8 and not (dynamic or weight_only)
             job = ModelJob(
                 program, out, load_profile(target), precision, Task.EMBEDDING, work / "eval.npz",
-                calib, {}, GateThresholds(), dynamic,
+                work / "calib.npz" if calibrated else None, {}, GateThresholds(), dynamic, weight_only,
             )  # fmt: skip
             try:
                 build = convert_model(job)

@@ -1,4 +1,4 @@
-"""Quantization stage: ONNX fp32 -> INT8 QDQ (static), INT8 dynamic, fp16, INT4 weight-only.
+"""Quantization stage: ONNX fp32 -> INT8 QDQ (static), INT8 dynamic, fp16, INT4 / INT8 weight-only (MatMulNBits).
 
 The next stage, ORT format for the target CPU, is ``converters.compile``.
 
@@ -26,6 +26,9 @@ class QuantMode(enum.Enum):
     DYNAMIC = "dynamic"
     FP16 = "fp16"
     INT4_WEIGHT_ONLY = "int4"
+    #: 8-bit blockwise weights of every weight MatMul (MatMulNBits), activations float: for transformers whose
+    #: activations per-tensor INT8 cannot hold (``convert model --weight-only``)
+    INT8_WEIGHT_ONLY = "int8-weight-only"
 
 
 @dataclass(frozen=True)
@@ -238,7 +241,7 @@ def quantize_model(
             elif settings.mode is QuantMode.FP16:
                 _to_fp16(model_in, model_out)
             else:
-                _to_int4(model_in, model_out, settings)
+                _to_nbits(model_in, model_out, settings, 8 if settings.mode is QuantMode.INT8_WEIGHT_ONLY else 4)
         except (InputError, ConversionError):
             raise
         except Exception as exc:  # onnxruntime's tooling raises untyped errors
@@ -255,19 +258,28 @@ def _to_fp16(model_in: Path, model_out: Path) -> None:
     onnx.save(convert_float_to_float16(model, keep_io_types=True), str(model_out))
 
 
-def _to_int4(model_in: Path, model_out: Path, settings: QuantSettings) -> None:
+def _to_nbits(model_in: Path, model_out: Path, settings: QuantSettings, bits: int) -> None:
     import onnx
     from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
 
     quant = MatMulNBitsQuantizer(
         onnx.load(str(model_in)),
-        bits=4,
+        bits=bits,
         block_size=settings.int4_block_size,
         is_symmetric=True,
         accuracy_level=settings.int4_accuracy_level,
     )
     quant.process()
     quant.model.save_model_to_file(str(model_out), use_external_data_format=False)
+
+
+def weight_matmuls(path: Path) -> list[str]:
+    """Names of the MatMul nodes whose second input is a constant 2-D initializer (what MatMulNBits replaces)."""
+    import onnx
+
+    model = onnx.load(str(path), load_external_data=False)
+    shapes = {init.name: tuple(init.dims) for init in model.graph.initializer}
+    return [n.name for n in model.graph.node if n.op_type == "MatMul" and len(shapes.get(n.input[1], ())) == 2]
 
 
 def op_counts(model_path: Path) -> Counter:

@@ -27,6 +27,10 @@ examples:
       --task embedding -o out/enc
                        dynamic INT8 (no calibration data): for transformers, whose activations static
                        INT8 cannot hold (docs/byom.md: all-MiniLM-L6-v2)
+  edge-deploy convert model encoder.pt2 --target rpi4 --precision int8 --weight-only --eval eval.npz \
+      --task embedding -o out/enc8
+                       weight-only INT8: each weight MatMul as 8-bit blocks (MatMulNBits), activations
+                       and arithmetic fp32: no calibration, the same figures on any host
 
   edge-deploy convert model mobilenet.onnx --target rpi5 --precision int8 --calib photos/calib/ \
       --eval photos/eval/ --task classification --mean 123.675,116.28,103.53 \\
@@ -74,6 +78,7 @@ def _cmd_convert_model(args: argparse.Namespace) -> int:
         input_shapes=parse_input_specs(args.input or []),
         thresholds=thresholds,
         dynamic=args.dynamic,
+        weight_only=args.weight_only,
         licence=args.licence,
         images=ImageOptions(
             mean=parse_channels(args.mean, "--mean") if args.mean is not None else None,
@@ -112,6 +117,12 @@ def add_convert_model(csub: argparse._SubParsersAction) -> None:
     m.add_argument("--precision", choices=["fp32", "int8"], help="default: the profile's")
     m.add_argument("--calib", help="calibration inputs (.npz, or a folder of images); required for static int8")
     m.add_argument("--dynamic", action="store_true", help="int8: dynamic (no calibration; for transformers)")
+    m.add_argument(
+        "--weight-only",
+        action="store_true",
+        help="int8: 8-bit blockwise weights of every MatMul with a constant weight (MatMulNBits, accuracy level "
+        "0), fp32 activations; no calibration; for transformers",
+    )
     m.add_argument(
         "--eval", required=True, help="evaluation inputs (.npz, or a folder of images), not the calibration data"
     )

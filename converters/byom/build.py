@@ -28,7 +28,7 @@ from converters.byom.images import ImageOptions, read_data
 from converters.byom.report import write_models_json, write_reports
 from converters.byom.source import SourceModel, TensorSpec, resolve_inputs
 from converters.compile import to_ort_format
-from converters.quantize import QuantMode, QuantSettings, op_counts, quantize_model, settings_for
+from converters.quantize import QuantMode, QuantSettings, op_counts, quantize_model, settings_for, weight_matmuls
 from converters.timing import Laps
 from edge.digest import file_sha256
 from edge.errors import InputError, ValidationError
@@ -57,6 +57,9 @@ class ModelJob:
     #: int8 only: dynamic INT8 (weights quantized ahead, activations at run time; no calibration) instead of
     #: static QDQ. Transformers need it: all-MiniLM-L6-v2 kept cosine 0.993 dynamic, 0.33 static (docs/byom.md).
     dynamic: bool = False
+    #: int8 only: weight-only INT8 (every weight MatMul as an 8-bit blockwise MatMulNBits at accuracy level 0:
+    #: fp32 activations and arithmetic, so no calibration, and the same figures on every host and target).
+    weight_only: bool = False
     #: How image folders given as --calib / --eval become tensors (mean, std, layout).
     images: ImageOptions = field(default_factory=ImageOptions)
     #: The model's licence, recorded in models.json and carried into a bundle (None: ``UNKNOWN_LICENCE``).
@@ -98,15 +101,18 @@ def _check_job(job: ModelJob) -> None:
     if job.precision not in PRECISIONS:
         allowed = ", ".join(p.value for p in PRECISIONS)
         raise InputError(f"--precision {job.precision.value}: convert model builds {allowed}")
-    if job.dynamic and job.precision is not Precision.INT8:
-        raise InputError(f"--dynamic is a kind of int8; got --precision {job.precision.value}")
-    if job.dynamic and job.calibration is not None:
-        raise InputError(f"--calib {job.calibration}: dynamic INT8 is not calibrated; drop --calib or --dynamic")
-    if job.precision is Precision.INT8 and job.calibration is None and not job.dynamic:
+    for name, given in (("dynamic", job.dynamic), ("weight-only", job.weight_only)):
+        if given and job.precision is not Precision.INT8:
+            raise InputError(f"--{name} is a kind of int8; got --precision {job.precision.value}")
+        if given and job.calibration is not None:
+            raise InputError(f"--calib {job.calibration}: {name} INT8 is not calibrated; drop --calib or --{name}")
+    if job.dynamic and job.weight_only:
+        raise InputError("--dynamic and --weight-only are two kinds of int8; choose one")
+    if job.precision is Precision.INT8 and job.calibration is None and not (job.dynamic or job.weight_only):
         raise InputError(
             f"{job.model}: int8 needs --calib FILE.npz or DIR (representative inputs: one array per model input, "
             "or a folder of images) to set the activation ranges (or --dynamic: activations quantized at run "
-            "time); nothing else is used in its place"
+            "time; or --weight-only: 8-bit weights, float activations); nothing else is used in its place"
         )
     job.thresholds.check()
     job.images.check()
@@ -147,7 +153,17 @@ QUANT_OPS = ("QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "Mat
 
 def _quantize(build: ModelBuild, fp32: Path, calib: Samples | None, work: Path, progress: ProgressFn) -> Path:
     profile = build.job.profile
-    if calib is None:
+    if build.job.weight_only:
+        # level 0: fp32 activations and arithmetic in MatMulNBits, what the gate measures on any host
+        build.settings = settings_for(profile, QuantMode.INT8_WEIGHT_ONLY, int4_accuracy_level=0)
+        targets = weight_matmuls(fp32)
+        if not targets:
+            raise InputError(
+                f"{build.job.model}: --weight-only quantizes MatMul nodes with a constant 2-D weight, and the "
+                "model has none; use static INT8 (--calib) or --dynamic"
+            )
+        progress(f"weight-only INT8: {len(targets)} MatMul weights to 8-bit blocks of {build.settings.int4_block_size}")
+    elif calib is None:
         build.settings = settings_for(profile, QuantMode.DYNAMIC)
         progress("dynamic INT8 (weights now, activations at run time)")
     else:
@@ -156,7 +172,9 @@ def _quantize(build: ModelBuild, fp32: Path, calib: Samples | None, work: Path, 
     feeds = calib.batches(build.inputs) if calib is not None else None
     int8 = quantize_model(fp32, work / f"{fp32.name.removesuffix('.fp32.onnx')}.int8.onnx", build.settings, feeds)
     counts = op_counts(int8)
-    if calib is not None:
+    if build.job.weight_only:
+        build.quant_ops = {"MatMulNBits": counts.get("MatMulNBits", 0), "MatMul": counts.get("MatMul", 0)}
+    elif calib is not None:
         build.quant_ops = {op: counts.get(op, 0) for op in ("QuantizeLinear", "DequantizeLinear")}
     else:
         build.quant_ops = {op: counts[op] for op in QUANT_OPS if counts.get(op)}
@@ -197,7 +215,12 @@ def _build_into(build: ModelBuild, frontend: Frontend, work: Path, progress: Pro
     evaluation, calib, shared = _read_data(job, build.inputs)
     build.evaluation = {**evaluation.to_dict(), "shared_with_calibration": shared}
     unused = " (--calib given, not used)" if job.calibration else ""
-    reason = "dynamic INT8: activations quantized at run time" if job.dynamic else "not needed for fp32" + unused
+    reason = "not needed for fp32" + unused
+    if job.dynamic:
+        reason = "dynamic INT8: activations quantized at run time"
+    elif job.weight_only:
+        reason = "weight-only INT8: activations stay float"
+
     build.calibration = calib.to_dict() if calib else {"samples": 0, "reason": reason}
     lap("read")
     stem = job.model.name.removesuffix(f".{build.source.format}")

@@ -44,6 +44,11 @@ EVALUATED_AS_DYNAMIC = (
     "quantized at run time (DynamicQuantizeLinear) and MatMulInteger/ConvInteger accumulate in int32 with this "
     "host's integer kernels (not yet checked against an AVX2-only or an ARM host)"
 )
+EVALUATED_AS_WEIGHT_ONLY = (
+    "the weight-only INT8 .onnx with onnxruntime's graph optimisations off (ORT_DISABLE_ALL): every weight "
+    "MatMul is a MatMulNBits of 8-bit blocks at accuracy level 0, fp32 activations and arithmetic, so the "
+    "figures are the same on any host; the shipped .ort is the same graph at the same level"
+)
 EVALUATED_AS_FP32 = (
     "the fp32 ONNX model with onnxruntime's default optimisations against the source (an ONNX source on "
     "onnxruntime too, a torch.export program in torch)"
@@ -53,7 +58,9 @@ EVALUATED_AS_FP32 = (
 def _evaluated_as(build: ModelBuild) -> str:
     if build.settings is None:
         return EVALUATED_AS_FP32
-    return EVALUATED_AS_DYNAMIC if build.settings.mode is QuantMode.DYNAMIC else EVALUATED_AS_INT8
+    return {QuantMode.DYNAMIC: EVALUATED_AS_DYNAMIC, QuantMode.INT8_WEIGHT_ONLY: EVALUATED_AS_WEIGHT_ONLY}.get(
+        build.settings.mode, EVALUATED_AS_INT8
+    )
 
 
 def _gate(build: ModelBuild) -> dict:
@@ -95,6 +102,11 @@ def record(build: ModelBuild) -> dict:
 def _int8_arithmetic(build: ModelBuild) -> str | None:
     if build.settings is None:
         return None
+    if build.settings.mode is QuantMode.INT8_WEIGHT_ONLY:
+        return (
+            "weight-only: MatMulNBits (8-bit blocks) at accuracy level 0 computes in fp32 on the gate's host and "
+            "on the device alike"
+        )
     device = {
         Arch.X86_64: "x86: sessions on a CPU without VNNI get session.x64quantprecision=1 (edge.cpu)",
         Arch.AARCH64: "ARM: onnxruntime's NEON (or dot-product) integer kernels",

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from converters.quantize import weight_matmuls
 from edge.errors import ConversionError, require
 
 #: onnx refuses protobufs above 2 GB; an fp32 SmolLM2 is 0.65 GB, so one file is fine below this.
@@ -37,14 +38,6 @@ def op_counts(path: Path) -> dict[str, int]:
     onnx = require("onnx", "convert", "reading an ONNX graph")
     model = onnx.load(str(path), load_external_data=False)
     return dict(Counter(node.op_type for node in model.graph.node))
-
-
-def weight_matmuls(path: Path) -> list[str]:
-    """Names of the MatMul nodes whose second input is a constant 2-D initializer."""
-    onnx = require("onnx", "convert", "reading an ONNX graph")
-    model = onnx.load(str(path), load_external_data=False)
-    shapes = {init.name: tuple(init.dims) for init in model.graph.initializer}
-    return [n.name for n in model.graph.node if n.op_type == "MatMul" and len(shapes.get(n.input[1], ())) == 2]
 
 
 @contextlib.contextmanager

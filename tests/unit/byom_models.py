@@ -79,6 +79,34 @@ def write_embedder(
     return _save(graph, path)
 
 
+def write_token_encoder(path: Path, tokens: int = 8, width: int = 64, hidden: int = 128) -> Path:
+    """x [batch, tokens, width] -> MatMul + Add -> Relu -> MatMul + Add -> mean over tokens -> emb [batch, width]:
+    a transformer's feed-forward block, whose weights are MatMul constants (what ``--weight-only`` quantizes)."""
+    rng = np.random.default_rng(3)
+    nodes = [
+        helper.make_node("MatMul", ["x", "w1"], ["m1"]),
+        helper.make_node("Add", ["m1", "b1"], ["a1"]),
+        helper.make_node("Relu", ["a1"], ["r1"]),
+        helper.make_node("MatMul", ["r1", "w2"], ["m2"]),
+        helper.make_node("Add", ["m2", "b2"], ["a2"]),
+        helper.make_node("ReduceMean", ["a2"], ["emb"], axes=[1], keepdims=0),  # opset 17: axes an attribute
+    ]
+    inits = [
+        _init(rng, "w1", (width, hidden), width),
+        _init(rng, "b1", (hidden,), width),
+        _init(rng, "w2", (hidden, width), hidden),
+        _init(rng, "b2", (width,), hidden),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "token_encoder",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", tokens, width])],
+        [helper.make_tensor_value_info("emb", TensorProto.FLOAT, ["batch", width])],
+        inits,
+    )
+    return _save(graph, path)
+
+
 def write_classifier(path: Path, features: int = 20, classes: int = 10) -> Path:
     """x [1, features] -> Gemm 64 + ReLU -> Gemm -> logits [1, classes] (fixed shapes)."""
     rng = np.random.default_rng(2)

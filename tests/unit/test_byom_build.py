@@ -13,7 +13,7 @@ from converters.byom.build import ModelJob, convert_model
 from converters.byom.gate import Task
 from converters.quantize import op_counts
 from edge.digest import file_sha256
-from edge.errors import ValidationError
+from edge.errors import InputError, ValidationError
 from edge.face.models import read_models_file
 from edge.profiles import Precision, load_profile
 from edge.runtime.ort_session import build_session
@@ -23,6 +23,7 @@ from tests.unit.byom_models import (
     write_classifier,
     write_embedder,
     write_npz,
+    write_token_encoder,
     write_two_inputs,
 )
 
@@ -185,6 +186,35 @@ def test_two_inputs_two_outputs_raw_int8(tmp_path):
     assert outputs["y"]["shape"] == [48, 4] and outputs["z"]["shape"] == [48, 8]
     assert all(0 < f["max_rel"] <= 0.05 for f in outputs.values()), outputs
     assert [i["name"] for i in json.loads((tmp_path / "out" / "models.json").read_text())["inputs"]] == ["a", "b"]
+
+
+def test_weight_only_int8_quantizes_the_matmul_weights_and_gates_in_fp32_arithmetic(files, tmp_path):
+    """--weight-only: each constant-weight MatMul becomes an 8-bit MatMulNBits at accuracy level 0 (fp32
+    activations), no calibration; the embedding gate passes close to fp32; a model without such a MatMul is
+    refused, naming what to use instead."""
+    write_token_encoder(tmp_path / "enc.onnx")
+    rng = np.random.default_rng(5)
+    write_npz(tmp_path / "enc_eval.npz", x=rng.standard_normal((32, 8, 64)).astype(np.float32))
+    out = tmp_path / "wo"
+    job = _job(files, out, model=tmp_path / "enc.onnx", evaluation=tmp_path / "enc_eval.npz", calibration=None,
+               weight_only=True, input_shapes={"x": (4, 8, 64)})  # fmt: skip
+    build = convert_model(job)
+    assert build.passed and build.settings.mode.value == "int8-weight-only"
+    assert build.settings.int4_accuracy_level == 0 and build.settings.int4_block_size == 32
+    assert build.quant_ops == {"MatMulNBits": 2, "MatMul": 0}, build.quant_ops
+    assert 0.999 < build.figures["embedding"]["cosine_mean"] < 1.0  # 8-bit weights: close, not equal
+    models = json.loads((out / "models.json").read_text())
+    assert models["models"][0]["file"] == "enc.int8.ort"
+    assert models["int8_arithmetic"].startswith("weight-only: MatMulNBits (8-bit blocks) at accuracy level 0")
+    assert models["gate"]["evaluated_as"].startswith("the weight-only INT8 .onnx")
+    assert build.calibration == {"samples": 0, "reason": "weight-only INT8: activations stay float"}
+    with pytest.raises(InputError) as err:  # the test embedder's weights are Conv and Gemm: no MatMul weight
+        convert_model(_job(files, tmp_path / "none", calibration=None, weight_only=True))
+    assert str(err.value) == (
+        f"{files / 'emb.onnx'}: --weight-only quantizes MatMul nodes with a constant 2-D weight, and the model "
+        "has none; use static INT8 (--calib) or --dynamic"
+    )
+    assert not (tmp_path / "none").exists()
 
 
 def test_dynamic_int8_needs_no_calibration(files, tmp_path):

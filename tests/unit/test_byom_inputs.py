@@ -213,7 +213,7 @@ def test_int8_without_calibration(files, tmp_path):
     assert _refused(files, tmp_path, calibration=None) == (
         f"{files / 'emb.onnx'}: int8 needs --calib FILE.npz or DIR (representative inputs: one array per model "
         "input, or a folder of images) to set the activation ranges (or --dynamic: activations quantized at run "
-        "time); nothing else is used in its place"
+        "time; or --weight-only: 8-bit weights, float activations); nothing else is used in its place"
     )
 
 
@@ -270,6 +270,18 @@ def test_dynamic_is_int8_and_not_calibrated(files, tmp_path):
     )
     assert _refused(files, tmp_path, dynamic=True) == (
         f"--calib {files / 'calib.npz'}: dynamic INT8 is not calibrated; drop --calib or --dynamic"
+    )
+
+
+def test_weight_only_is_int8_not_calibrated_and_not_dynamic(files, tmp_path):
+    assert _refused(files, tmp_path, weight_only=True, precision=Precision.FP32, calibration=None) == (
+        "--weight-only is a kind of int8; got --precision fp32"
+    )
+    assert _refused(files, tmp_path, weight_only=True) == (
+        f"--calib {files / 'calib.npz'}: weight-only INT8 is not calibrated; drop --calib or --weight-only"
+    )
+    assert _refused(files, tmp_path, weight_only=True, dynamic=True, calibration=None) == (
+        "--dynamic and --weight-only are two kinds of int8; choose one"
     )
 
 
