@@ -54,7 +54,7 @@ def preflight(config: DaemonConfig) -> list[str]:
     """
     from edge.daemon.commands import load_secret
     from edge.face.gallery import Gallery
-    from edge.face.models import FACE_ROLES, model_path, read_recognition
+    from edge.face.models import FACE_ROLES, detector_file, folder_detector, model_path, read_recognition
     from edge.face.types import DLIB_DESCRIPTOR_SIZE
 
     where = str(config.source_file)
@@ -71,6 +71,12 @@ def preflight(config: DaemonConfig) -> list[str]:
     except InputError as exc:
         raise _named(where, "face.models", exc) from None
     done.append(f"face.models: {config.face.models} ({len(FACE_ROLES)} models)")
+    try:  # the detector serve will run: face.detector, else the folder's; a BlazeFace one needs its model
+        detector = config.face.detector or folder_detector(config.face.models)
+        file = detector_file(config.face.models, detector)
+    except InputError as exc:
+        raise _named(where, "face.detector", exc) from None
+    done.append(f"face.detector: {detector.value}" + (f" ({file.name})" if file else ""))
     if config.face.gallery.is_file():
         try:
             recognition = read_recognition(config.face.models) or {}

@@ -387,6 +387,17 @@ def _blazeface_path(folder: Path, entries: dict, detector: Detector, detector_mo
     return Path(folder) / entries[role].file
 
 
+def detector_file(folder: Path, detector: Detector) -> Path | None:
+    """The file a BlazeFace ``detector`` runs from ``folder`` (None for MTCNN, whose nets are face roles).
+
+    Raises:
+        InputError: models.json is invalid or lacks the detector's role (naming the command that adds it).
+    """
+    if detector is Detector.MTCNN:
+        return None
+    return _blazeface_path(folder, read_models_file(folder), detector, None)
+
+
 def _open_detector(
     folder: Path, entries: dict, paths: dict, threads: int, optimization, detector, detector_model, min_face_size
 ):

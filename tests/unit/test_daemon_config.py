@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import tomllib
 from pathlib import Path
 
@@ -287,7 +289,6 @@ def test_systemd_analyze_security_scores_the_unit_at_most_1_6(tmp_path: Path) ->
 
 
 def test_the_daemon_refuses_to_start_on_a_bundle_that_fails_verification(folder: Path) -> None:
-    import json
 
     from edge.daemon.service import Daemon
     from edge.errors import BundleError
@@ -357,8 +358,6 @@ def test_hostile_paths_and_nesting_are_one_line_errors(folder: Path, text: str, 
 
 
 def _models_folder(folder: Path) -> None:
-    import hashlib
-    import json
 
     from edge.face.models import FACE_ROLES
 
@@ -407,6 +406,34 @@ def test_check_finds_what_serve_would_refuse(folder: Path) -> None:
     assert _check(folder, 'state_dir = "blocker/state"\n' + MINIMAL) == (
         "CFG: state_dir = 'DIR/blocker/state': cannot write there (Not a directory); expected a writable folder "
         "(the outbox, the gallery and the command nonces live there)"
+    )
+
+
+def test_check_names_the_detector_serve_would_run(folder: Path) -> None:
+    """face.detector (else models.json's detector, else MTCNN); a BlazeFace detector whose model the folder
+    lacks, or a models.json detector that is not one, is refused as serve would refuse it."""
+    from edge.daemon.preflight import preflight
+
+    _models_folder(folder)
+    assert "face.detector: mtcnn" in preflight(load_config(write(folder, MINIMAL)))
+    tiled = MINIMAL.replace('models = "face"', 'models = "face"\ndetector = "blazeface-full-tiled"')
+    assert _check(folder, tiled) == (
+        "CFG: face.detector: DIR/face/models.json: no model with role 'detector.blazeface_full' for detector "
+        "'blazeface-full-tiled'; add it with 'edge-deploy convert blazeface MODELS --range full' "
+        "(converters.face.blazeface.add_blazeface), or pass detector_model"
+    )
+    path = folder / "face" / "models.json"
+    data = json.loads(path.read_text())
+    (folder / "face" / "bf.onnx").write_bytes(b"bf")
+    data["models"].append({"role": "detector.blazeface_full", "file": "bf.onnx", "format": "onnx",
+                           "precision": "fp32", "sha256": hashlib.sha256(b"bf").hexdigest(), "size": 2, "source": {}})  # fmt: skip
+    path.write_text(json.dumps({**data, "detector": "blazeface-full"}))
+    assert "face.detector: blazeface-full (bf.onnx)" in preflight(load_config(write(folder, MINIMAL)))
+    assert "face.detector: blazeface-full-tiled (bf.onnx)" in preflight(load_config(write(folder, tiled)))
+    path.write_text(json.dumps({**data, "detector": "haar"}))
+    assert _check(folder, MINIMAL) == (
+        "CFG: face.detector: DIR/face/models.json: detector = 'haar'; expected one of 'mtcnn', 'blazeface', "
+        "'blazeface-full', 'blazeface-full-tiled'"
     )
 
 
