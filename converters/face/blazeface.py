@@ -352,15 +352,19 @@ def set_default_detector(folder: Path, detector: str) -> None:
 def add_profile_detector(folder: Path, detector, progress=lambda _line: None) -> ModelEntry | None:
     """The detector a profile names (``runtime.face_detector``, an ``edge.face.models.Detector``) into a face
     models folder: for a BlazeFace detector its model (``add_blazeface``, fp32, proven equal to the TFLite
-    source) and models.json ``detector`` (``set_default_detector``); MTCNN is already there (None).
+    source) and models.json ``detector`` (``set_default_detector``); MTCNN is already there (None). A folder
+    that already runs ``detector`` (its model and models.json's ``detector`` both there) is left as it is.
 
     Raises:
         InputError, ConversionError, ValidationError: as ``add_blazeface``.
     """
-    from edge.face.models import Detector
+    from edge.face.models import BLAZEFACE_ROLES, Detector, folder_detector, read_models_file
 
     if detector is Detector.MTCNN:
         return None
+    entries = read_models_file(folder)
+    if folder_detector(folder) is detector and BLAZEFACE_ROLES[detector] in entries:
+        return entries[BLAZEFACE_ROLES[detector]]
     variant = SHORT_RANGE if detector is Detector.BLAZEFACE else FULL_RANGE
     progress(f"adding the profile's detector {detector.value} ({variant.name}, proven equal to its TFLite source)")
     entry = add_blazeface(folder, variant)

@@ -205,8 +205,8 @@ def _reference_checks(out_dir: Path, profile: TargetProfile, threads: int, progr
             "chips": int(len(chips_arr)),
             "max_abs_diff": diff,
             "tolerance": profile.thresholds.embed_max_abs_diff_fp32,
-            "chips_from": "our pipeline's chips (MTCNN box, dlib 5-point landmarks, dlib-exact chip) of every "
-            "evaluation image (docs/evaluation.md)",
+            "chips_from": f"our pipeline's chips ({face_models.folder_detector(out_dir).value} box, dlib 5-point "
+            "landmarks, dlib-exact chip) of every evaluation image (docs/evaluation.md)",
         }
         progress(f"comparing our pipeline with face_recognition's on {len(eval_set.pairs)} evaluation pairs")
         report = compare_pipelines(eval_set, pipeline, reference)
@@ -266,6 +266,8 @@ def convert_face(
         ConversionError: a model could not be read or exported.
         ValidationError: a check failed; the report on disk says which.
     """
+    from converters.face.blazeface import add_profile_detector
+
     start = time.perf_counter()
     user = None
     if embedder is not None:
@@ -285,8 +287,11 @@ def convert_face(
         )
         checks.append(check)
         proof = agreement = {"ran": False, "reason": NO_DLIB_REFERENCE}
+        add_profile_detector(out_dir, profile.runtime.face_detector, progress)
     else:
         face_models.write_models_file(out_dir, entries, profile.name, __version__)
+        # before the checks: the pipeline compared with face_recognition is the one that ships
+        add_profile_detector(out_dir, profile.runtime.face_detector, progress)
         proof, agreement = _reference_checks(out_dir, profile, threads, progress)
     build = FaceBuild(profile.name, out_dir, entries, checks, proof, agreement, recognition=recognition)
     build.failures = _gate(build)

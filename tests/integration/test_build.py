@@ -281,6 +281,9 @@ def test_the_profile_s_detector_ships_in_the_bundle(tmp_path: Path) -> None:
     assert licences["mediapipe"] == "Apache-2.0" and "models/face/face_detection_full_range_sparse.onnx" in {
         f["path"] for f in built.manifest["files"]
     }
+    report = json.loads((folder / "report.json").read_text())  # the fp32 checks ran the shipped detector
+    assert report["dlib_proof"]["chips_from"].startswith("our pipeline's chips (blazeface-full-tiled box")
+    assert report["pipeline_agreement"]["decision_agreement"] >= 0.99 and face["metrics"]["passed"] is True
     t1 = next(p for p in EVAL_PHOTOS if p.name == "t1")
     with open_face_pipeline(folder) as pipeline:
         faces = pipeline.analyze(t1.load())
