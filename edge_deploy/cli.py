@@ -144,7 +144,7 @@ def _cmd_convert_blazeface(args: argparse.Namespace) -> int:
     if args.default_detector:
         set_default_detector(Path(args.models), args.default_detector)
     if args.json:
-        print_json({**entry.to_dict(), "default_detector": args.default_detector})
+        print_json(entry.to_dict())  # the models.json entry; the default detector is models.json's "detector"
     else:
         src = entry.source
         print(
