@@ -295,6 +295,25 @@ def _display(path: Path) -> str:
         return str(path)
 
 
+def _check_browser_runtime(where: str, p: TargetProfile) -> None:
+    """The ``[runtime]`` keys the browser decides: onnxruntime-web, ONNX files, MTCNN."""
+    if p.cpu.arch is Arch.WASM32 and p.runtime.face_formats.tflite:
+        raise ProfileError(
+            f"{where}: runtime.face_formats = '{p.runtime.face_formats.value}' with cpu.arch = 'wasm32'; "
+            "expected 'onnx' (the browser runs onnxruntime-web)"
+        )
+    if p.cpu.arch is Arch.WASM32 and p.runtime.face_detector is not Detector.MTCNN:
+        raise ProfileError(
+            f"{where}: runtime.face_detector = '{p.runtime.face_detector.value}' with cpu.arch = 'wasm32'; "
+            "expected 'mtcnn' (the browser page's pipeline runs MTCNN)"
+        )
+    if (p.cpu.arch is Arch.WASM32) != (p.runtime.default is Runtime.ONNXRUNTIME_WEB):
+        raise ProfileError(
+            f"{where}: runtime.default = '{p.runtime.default.value}' with cpu.arch = "
+            f"'{p.cpu.arch.value}'; onnxruntime-web is for, and only for, wasm32"
+        )
+
+
 def _check_rules(where: str, p: TargetProfile) -> None:
     """Cross-field rules a single value can't show wrong."""
     if p.cpu.cores < 1:
@@ -319,21 +338,7 @@ def _check_rules(where: str, p: TargetProfile) -> None:
         raise ProfileError(
             f"{where}: cpu.isa_features has {', '.join(bad)}, which cpu.arch = '{p.cpu.arch.value}' does not have"
         )
-    if p.cpu.arch is Arch.WASM32 and p.runtime.face_formats.tflite:
-        raise ProfileError(
-            f"{where}: runtime.face_formats = '{p.runtime.face_formats.value}' with cpu.arch = 'wasm32'; "
-            "expected 'onnx' (the browser runs onnxruntime-web)"
-        )
-    if p.cpu.arch is Arch.WASM32 and p.runtime.face_detector is not Detector.MTCNN:
-        raise ProfileError(
-            f"{where}: runtime.face_detector = '{p.runtime.face_detector.value}' with cpu.arch = 'wasm32'; "
-            "expected 'mtcnn' (the browser page's pipeline runs MTCNN)"
-        )
-    if (p.cpu.arch is Arch.WASM32) != (p.runtime.default is Runtime.ONNXRUNTIME_WEB):
-        raise ProfileError(
-            f"{where}: runtime.default = '{p.runtime.default.value}' with cpu.arch = "
-            f"'{p.cpu.arch.value}'; onnxruntime-web is for, and only for, wasm32"
-        )
+    _check_browser_runtime(where, p)
     for key in ("embed_mean_cosine", "embed_decision_agreement", "detect_iou"):
         value = getattr(p.thresholds, key)
         if not 0.0 < value <= 1.0:
