@@ -119,8 +119,13 @@ class RunSummary:
         the loop ends with the source, so this is the daemon's throughput on it)."""
         data = dict(self.__dict__)
         data["start_s"], data["serve_s"] = round(self.start_s, 3), round(self.serve_s, 3)
-        data["frames_per_s"] = round(self.frames / self.serve_s, 3) if self.serve_s > 0 else None
+        data["frames_per_s"] = self.frames_per_s
         return data
+
+    @property
+    def frames_per_s(self) -> float | None:
+        """frames / ``serve_s`` (3 decimals); None before the loop has run."""
+        return round(self.frames / self.serve_s, 3) if self.serve_s > 0 else None
 
 
 class Daemon:
@@ -213,8 +218,8 @@ class Daemon:
                 self._loop()
             finally:
                 self.summary.serve_s = time.monotonic() - serving
-            fps = self.summary.to_dict()["frames_per_s"]
-            log.info("%d frames in %.1f s of serving (%s frames/s)", self.summary.frames, self.summary.serve_s, fps)
+            done = self.summary
+            log.info("%d frames in %.1f s of serving (%s frames/s)", done.frames, done.serve_s, done.frames_per_s)
             self._updater.on_clean_stop()
         finally:
             self._shutdown(stack)
