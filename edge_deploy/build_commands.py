@@ -63,11 +63,14 @@ def _print_bundle(bundle, as_json: bool) -> None:
 
 
 def _cmd_build_model_folder(args: argparse.Namespace, options, progress) -> int:
-    """``build --model FOLDER``: a passed convert model folder, for the target it was converted for."""
+    """``build --model FOLDER``: a passed convert model or convert face folder, for the target it was
+    converted for."""
     from converters.package.bundle import build_model_bundle
+    from converters.package.face_folder import is_face_folder, read_face_folder
     from converters.package.user_model import read_model_folder
 
-    target = args.target or read_model_folder(Path(args.model)).target
+    folder = Path(args.model)
+    target = args.target or (read_face_folder(folder) if is_face_folder(folder) else read_model_folder(folder)).target
     profile = load_profile(target, Path(args.profiles))
     bundle = build_model_bundle(
         profile, Path(args.model), Path(args.output), Path(args.cache), progress, options, args.licence
@@ -125,10 +128,16 @@ examples:
                        your model: the passed convert model folder, bundled for the target it was converted
                        and gated for (dist/rpi4-model-net/); a folder without models.json is refused
   edge-deploy verify dist/rpi4-model-net.tar.gz --trust keys/release.pub
+  edge-deploy convert face --target rpi4 --embedder my_embedder.onnx --licence MIT -o out/myface
+  edge-deploy build --model out/myface -o dist/
+                       a convert face folder (your embedder, or ours with a BlazeFace detector added by
+                       convert blazeface): bundled as --model face bundles ours, daemon and golden set
+                       included (dist/rpi4-face-myface/)
 
---model FOLDER: not converted again; its files are checked against the sha256s convert model recorded, and
-the manifest records the source model, its sha256 and licence (--licence here, else convert model's
---licence, else "unknown (user model)"). A folder named face, slm or all: write ./face.
+--model FOLDER: not converted again; its files are checked against the sha256s the conversion recorded and
+its gate's report must say passed. For a convert model folder the manifest records the source model, its
+sha256 and licence (--licence here, else convert model's --licence, else "unknown (user model)"); a convert
+face folder's models.json records its licences. A folder named face, slm or all: write ./face.
 """
 
 
@@ -155,7 +164,7 @@ def add_build(sub: argparse._SubParsersAction) -> None:
         "-m",
         required=True,
         metavar="{face,slm,all,FOLDER}",
-        help="which models to bundle: ours, or a passed 'edge-deploy convert model' output folder",
+        help="which models to bundle: ours, or a passed 'edge-deploy convert model' or 'convert face' output folder",
     )
     p.add_argument(
         "--licence",

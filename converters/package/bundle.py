@@ -36,7 +36,7 @@ from converters.paths import REPO_ROOT
 from edge import __version__
 from edge.bundle import BUNDLE_FORMAT, MANIFEST_FILE, MANIFEST_SCHEMA_VERSION, verify_bundle
 from edge.digest import file_sha256
-from edge.errors import BundleError
+from edge.errors import BundleError, InputError
 from edge.profiles import FaceFormats, Precision, TargetProfile
 from edge.progress import ProgressFn, silent
 from edge.signing import SIGNATURE_FILE, load_private_key, sign_manifest
@@ -378,47 +378,71 @@ def build_model_bundle(
     options: BuildOptions | None = None,
     licence: str | None = None,
 ) -> Bundle:
-    """A bundle of a user's model: ``out_dir/<target>-model-<name>/`` from a passed ``convert model`` folder.
+    """A bundle of a passed folder: ``out_dir/<target>-model-<name>/`` from a ``convert model`` folder, or
+    ``out_dir/<target>-face-<name>/`` from a ``convert face`` folder (``converters.package.face_folder``: a
+    user's own embedder, an added BlazeFace detector; with the daemon's files and the golden set, as
+    ``--model face``).
 
     The folder is bundled as it is (not converted again), after checking that its gate passed, that it was
     made for ``profile`` (and ``options.precision``, when given) and that its files still have the sha256s
-    convert model recorded (``converters.package.user_model``). No golden set.
+    the conversion recorded. A convert model folder gets no golden set and no daemon files.
 
     Args:
         profile: the target the folder was converted for (an aarch64 board).
-        model_dir: the ``convert model -o`` folder.
+        model_dir: the ``convert model -o`` or ``convert face -o`` folder.
         out_dir: where the bundle folder and archive go.
         cache_dir: the wheel cache, kept between builds.
         progress: called with a line per step.
         options: precision (must match the folder's), wheels on/off, archive on/off, signing key.
-        licence: the model's licence for the manifest (None: what convert model recorded, else
-            ``user_model.UNKNOWN_LICENCE``).
+        licence: a convert model folder's licence for the manifest (None: what convert model recorded, else
+            ``user_model.UNKNOWN_LICENCE``); refused for a face folder, whose models.json records its own.
 
     Returns:
         The bundle (already verified against its own manifest).
 
     Raises:
-        InputError: no models.json (gate failed), not a convert model folder, changed files, another target
-            or precision, a bad signing key.
+        InputError: no models.json (gate failed), not a convert model or face folder, changed files, another
+            target or precision, a licence for a face folder, a bad signing key.
         BundleError: not an aarch64 target, an output folder that is not a bundle, pip failed.
     """
-    from converters.package import user_model
+    from converters.package import face_folder, user_model
 
     start = time.perf_counter()
     opts = options or BuildOptions()
     check_pi_target(profile)
-    model = user_model.read_model_folder(model_dir)
-    user_model.check_target(model, profile, opts.precision.value if opts.precision else None)
-    user_model.licence_of(model, licence)  # a bad --licence fails before anything is written
+    if face_folder.is_face_folder(model_dir):
+        if licence is not None:
+            raise InputError(
+                f"--licence: {model_dir} is a convert face folder; its models.json records every model's licence "
+                "(a user embedder's: convert face --licence)"
+            )
+        face = face_folder.read_face_folder(model_dir)
+        face_folder.check_target(face, profile, opts.precision)
+        name, kinds = face_folder.bundle_name(face, profile), [ModelKind.FACE]
+
+        def fill(folder: Path) -> dict:
+            return face_folder.copy_face_folder(face, folder / "models" / ModelKind.FACE.value, progress)
+
+    else:
+        model = user_model.read_model_folder(model_dir)
+        user_model.check_target(model, profile, opts.precision.value if opts.precision else None)
+        user_model.licence_of(model, licence)  # a bad --licence fails before anything is written
+        name, kinds = user_model.bundle_name(model, profile), []
+
+        def fill(folder: Path) -> dict:
+            return user_model.copy_model(model, folder / "models" / user_model.USER_KIND, licence, progress)
+
     if opts.sign_key is not None:
         load_private_key(opts.sign_key)
-    folder = Path(out_dir) / user_model.bundle_name(model, profile)
+    folder = Path(out_dir) / name
     bundle = Bundle(folder, None, {})
     progress(f"assembling {folder}")
     _prepare_folder(folder)
-    record = user_model.copy_model(model, folder / "models" / user_model.USER_KIND, licence, progress)
-    record["folder"] = f"models/{user_model.USER_KIND}"
-    _finish(bundle, profile, [record], [], Path(cache_dir), opts, progress, daemon=False)
+    record = fill(folder)
+    record["folder"] = f"models/{record['kind']}"
+    if opts.golden and kinds:
+        _golden(folder, kinds, profile, progress)
+    _finish(bundle, profile, [record], kinds, Path(cache_dir), opts, progress, daemon=bool(kinds))
     bundle.seconds = time.perf_counter() - start
     return bundle
 

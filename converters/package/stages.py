@@ -207,7 +207,7 @@ def _twin_metrics(report: dict[str, Any]) -> dict[str, Any] | None:
     return {"passed": twins["passed"], "nets": nets}
 
 
-def _face_metrics(report: dict[str, Any]) -> dict[str, Any]:
+def face_metrics(report: dict[str, Any]) -> dict[str, Any]:
     checks = report.get("source_checks", [])
     agreement = {k: v for k, v in report.get("pipeline_agreement", {}).items() if k != "summary"}
     metrics = {
@@ -272,17 +272,23 @@ def _face_quantized(ctx: StageContext) -> dict:
             shutil.copy2(q_dir / name, ctx.out_dir / name)
     for name in ("report.json", "report.md"):
         shutil.copy2(fp32_dir / name, ctx.out_dir / f"fp32_{name}")
-    report = build.to_dict()
+    twins = _read_json(q_dir / "quant_report.json") if ctx.tflite else None
+    return quantized_record(build.to_dict(), fp32_report, twins)
+
+
+def quantized_record(report: dict[str, Any], fp32_report: dict[str, Any], twins: dict[str, Any] | None) -> dict:
+    """The manifest's ``metrics`` and ``quantization`` of a quantized face folder, from its quant_report.json
+    (``report``), its fp32 folder's report.json and, with TFLite twins, the report that lists them."""
     metrics = {
         "passed": report["passed"],
-        "fp32": _face_metrics(fp32_report),
+        "fp32": face_metrics(fp32_report),
         "thresholds": report["thresholds"],
         "embedder": {k: v for k, v in report["embedder"].items() if not isinstance(v, list)},
         "detector": {k: v for k, v in report["detector"].items() if not isinstance(v, list)},
         "end_to_end": report["end_to_end"],
     }
-    if ctx.tflite:
-        metrics["tflite"] = _twin_metrics(_read_json(q_dir / "quant_report.json"))
+    if twins is not None:
+        metrics["tflite"] = _twin_metrics(twins)
     settings = {
         "mode": report["mode"],
         "shipped": report["shipped"],
@@ -300,7 +306,7 @@ def run_face(ctx: StageContext) -> StageResult:
         convert_face(ctx.profile, ctx.out_dir, progress=ctx.progress)
         if ctx.tflite:
             _twins(ctx, ctx.out_dir, ctx.out_dir)
-        metrics = _face_metrics(_read_json(ctx.out_dir / "report.json"))
+        metrics = face_metrics(_read_json(ctx.out_dir / "report.json"))
         quantization: dict[str, Any] = {"method": "none"}
     elif ctx.precision in (Precision.INT8, Precision.FP16):
         done = _face_quantized(ctx)

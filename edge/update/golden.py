@@ -2,8 +2,9 @@
 
 ``edge-deploy build`` runs the bundle's own face pipeline on a few real photos and stores, in the bundle:
 
-- ``golden/face.npz``: ``chips`` uint8 [N, 150, 150, 3] (aligned face chips) and ``descriptors`` float32
-  [N, 128] (what the bundle's embedder gave for them on the build host);
+- ``golden/face.npz``: ``chips`` uint8 [N, S, S, 3] (aligned face chips at the embedder's chip size: 150 for
+  dlib's ResNet) and ``descriptors`` float32 [N, D] (what the bundle's embedder gave for them on the build
+  host: 128-d for dlib's, a user embedder's own size);
 - ``golden/golden.json``: ``{"schema_version": 1, "face": {"file", "role", "model_sha256", "count",
   "min_cosine", "source"}}``, ``min_cosine`` being the accuracy gate's tolerance (the profile's
   ``thresholds.embed_mean_cosine``); and for a bundle with the language model ``"text": {"folder",
@@ -34,8 +35,9 @@ from edge.payload import PayloadError, parse_json
 GOLDEN_SCHEMA_VERSION = 1
 GOLDEN_JSON = "golden/golden.json"
 FACE_GOLDEN = "golden/face.npz"
-CHIP_SHAPE = (150, 150, 3)
-DESCRIPTOR_SIZE = 128
+#: Chip sides and descriptor sizes a golden set may hold (dlib's: 150 and 128; a user embedder's its own).
+CHIP_SIDES = range(8, 1025)
+DESCRIPTOR_SIZES = range(1, 4097)
 #: A golden set is small: a few chips (each 67.5 kB).
 MAX_GOLDEN_CHIPS = 32
 MAX_GOLDEN_BYTES = 8 << 20
@@ -56,6 +58,14 @@ class GoldenResult:
         return {k: round(v, 6) if isinstance(v, float) else v for k, v in asdict(self).items()}
 
 
+def _chips_shaped(shape: tuple[int, ...]) -> bool:
+    return len(shape) == 4 and shape[1] == shape[2] and shape[1] in CHIP_SIDES and shape[3] == 3
+
+
+def _descriptors_shaped(shape: tuple[int, ...], n: int) -> bool:
+    return len(shape) == 2 and shape[0] == n and shape[1] in DESCRIPTOR_SIZES
+
+
 def write_face_golden(
     bundle: Path, chips: np.ndarray, descriptors: np.ndarray, min_cosine: float, model_sha256: str, source: str
 ) -> dict[str, Any]:
@@ -70,12 +80,10 @@ def write_face_golden(
     chips = np.asarray(chips)
     descriptors = np.asarray(descriptors, dtype=np.float32)
     n = chips.shape[0] if chips.ndim == 4 else -1
-    if chips.dtype != np.uint8 or chips.shape[1:] != CHIP_SHAPE or not 1 <= n <= MAX_GOLDEN_CHIPS:
-        raise InputError(
-            f"golden chips: {chips.dtype} {chips.shape}; expected uint8 [1..{MAX_GOLDEN_CHIPS}, 150, 150, 3]"
-        )
-    if descriptors.shape != (n, DESCRIPTOR_SIZE) or not np.isfinite(descriptors).all():
-        raise InputError(f"golden descriptors: {descriptors.shape}; expected finite float32 [{n}, {DESCRIPTOR_SIZE}]")
+    if chips.dtype != np.uint8 or not _chips_shaped(chips.shape) or not 1 <= n <= MAX_GOLDEN_CHIPS:
+        raise InputError(f"golden chips: {chips.dtype} {chips.shape}; expected uint8 [1..{MAX_GOLDEN_CHIPS}, S, S, 3]")
+    if not _descriptors_shaped(descriptors.shape, n) or not np.isfinite(descriptors).all():
+        raise InputError(f"golden descriptors: {descriptors.shape}; expected finite float32 [{n}, D]")
     if not (math.isfinite(min_cosine) and 0.0 < min_cosine <= 1.0):
         raise InputError(f"golden min_cosine = {min_cosine!r}; expected a number in (0, 1]")
     (bundle / "golden").mkdir(parents=True, exist_ok=True)
@@ -193,11 +201,11 @@ def read_face_golden(bundle: Path) -> tuple[dict[str, Any], np.ndarray, np.ndarr
     except (OSError, KeyError, ValueError) as exc:
         raise ValidationError(f"{npz}: not a golden set ({exc}); expected arrays chips and descriptors") from None
     n = chips.shape[0] if chips.ndim == 4 else -1
-    ok = chips.dtype == np.uint8 and chips.shape[1:] == CHIP_SHAPE and 1 <= n <= MAX_GOLDEN_CHIPS
-    if not ok or descriptors.shape != (n, DESCRIPTOR_SIZE) or not np.isfinite(descriptors).all():
+    ok = chips.dtype == np.uint8 and _chips_shaped(chips.shape) and 1 <= n <= MAX_GOLDEN_CHIPS
+    if not ok or not _descriptors_shaped(descriptors.shape, n) or not np.isfinite(descriptors).all():
         raise ValidationError(
             f"{npz}: chips {chips.dtype} {chips.shape}, descriptors {descriptors.dtype} {descriptors.shape}; "
-            f"expected uint8 [N, 150, 150, 3] and finite [N, {DESCRIPTOR_SIZE}], N in 1..{MAX_GOLDEN_CHIPS}"
+            f"expected uint8 [N, S, S, 3] and finite [N, D], N in 1..{MAX_GOLDEN_CHIPS}"
         )
     return face, chips, descriptors.astype(np.float32)
 
@@ -230,6 +238,13 @@ def check_golden(bundle: Path, threads: int, max_latency_ms: float, bench_runs: 
     record, chips, expected = read_face_golden(bundle)
     models = bundle / "models" / "face"
     with FaceEmbedder(model_path(models, str(record.get("role", "embedder"))), threads=threads) as embedder:
+        size = (embedder.chip_size, embedder.descriptor_size)
+        if size != (chips.shape[1], expected.shape[1]):
+            raise ValidationError(
+                f"{bundle / FACE_GOLDEN}: {chips.shape[1]}-pixel chips and {expected.shape[1]}-d descriptors; the "
+                f"bundle's embedder takes {size[0]}-pixel chips and gives {size[1]}-d descriptors (not the "
+                "model the golden set was made with)"
+            )
         got = embedder.embed(chips)
         cos = _cosines(got.astype(np.float64), expected.astype(np.float64))
         worst = int(np.argmin(cos))

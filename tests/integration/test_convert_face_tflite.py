@@ -127,7 +127,7 @@ def test_build_carries_the_twins_and_the_manifest_lists_them(converted, tmp_path
     import shutil
 
     from converters.package.bundle import BuildOptions, build_bundle
-    from converters.package.stages import STAGES, ModelKind, _face_metrics, face_result
+    from converters.package.stages import STAGES, ModelKind, face_metrics, face_result
     from edge.bundle import verify_bundle
     from edge.profiles import Precision, load_profile
 
@@ -135,7 +135,7 @@ def test_build_carries_the_twins_and_the_manifest_lists_them(converted, tmp_path
     profile, cache = load_profile("rpi4"), tmp_path / "cache"
     seeded = cache / "seeded"
     shutil.copytree(out, seeded / "files", ignore=shutil.ignore_patterns("onnx2tf"))
-    metrics = _face_metrics(json.loads((out / "report.json").read_text()))
+    metrics = face_metrics(json.loads((out / "report.json").read_text()))
     result = face_result(Precision.FP32, seeded / "files", {"method": "none"}, metrics)
     (seeded / "stage.json").write_text(json.dumps(result.to_dict()))
     # the key hashes the stage's code: taken just before the build, as the build takes it

@@ -221,3 +221,49 @@ def test_face_enroll_and_recognize_commands_use_the_folder_threshold(user_build,
     assert face["name"] == "astronaut" and face["distance"] <= same_person_threshold(out)
     assert main(["face", "recognize", str(out), str(probe), "-g", str(gallery), "--threshold", "0.01", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)[0]["faces"][0]["name"] is None
+
+
+def test_the_folder_is_bundled_with_the_daemon_and_its_golden_set(user_build, tmp_path, capsys):
+    """``edge-deploy build --model FOLDER`` on the user-embedder folder: not converted again; the bundle carries
+    the folder's files as they are (models.json with the calibrated threshold), the daemon's files, and a golden
+    set from the user's model that the device's acceptance check reproduces; the manifest records the user's
+    licence. Refused: --licence (models.json has it), another target, a file changed after the conversion."""
+    import shutil
+
+    from converters.package.face_folder import read_face_folder
+    from converters.package.golden import GOLDEN_CHIPS
+    from edge.bundle import verify_bundle
+    from edge.errors import InputError
+    from edge.face.models import open_face_pipeline, same_person_threshold
+    from edge.update.golden import check_golden
+    from edge_deploy.cli import main
+
+    out, dist = user_build["out"], tmp_path / "dist"
+    assert main(["build", "--model", str(out), "-o", str(dist), "--no-wheels", "--no-archive", "-q", "--json"]) == 0
+    record = json.loads(capsys.readouterr().out)
+    bundle = dist / "rpi4-face-face"
+    assert Path(record["folder"]) == bundle
+    verify_bundle(bundle)
+    (model,) = json.loads((bundle / "manifest.json").read_text())["models"]
+    assert model["kind"] == "face" and model["precision"] == "fp32" and model["folder"] == "models/face"
+    assert model["from"] == str(out) and model["metrics"]["passed"] is True
+    assert "CC0-1.0 (test)" in {s["licence"] for s in model["sources"]}
+    faces = bundle / "models" / "face"
+    assert (faces / "models.json").read_bytes() == (out / "models.json").read_bytes()
+    assert (bundle / "config" / "edge-deploy.example.toml").is_file()  # the daemon runs face folders
+    golden = check_golden(bundle, threads=1, max_latency_ms=1e9, bench_runs=1)
+    assert golden.count == GOLDEN_CHIPS and golden.worst_cosine > 0.9999
+    with open_face_pipeline(faces) as pipeline:
+        assert pipeline.threshold == same_person_threshold(out) and pipeline.embedder.descriptor_size == USER_SIZE
+
+    assert main(["build", "--model", str(out), "-o", str(dist), "--no-wheels", "--licence", "MIT"]) == 3
+    assert "its models.json records every model's licence" in capsys.readouterr().err
+    assert main(["build", "--model", str(out), "-t", "rpi5", "-o", str(dist), "--no-wheels"]) == 3
+    assert f"--target rpi5: {out} was converted and gated for rpi4" in capsys.readouterr().err
+    changed = tmp_path / "changed"
+    shutil.copytree(out, changed)
+    (entry,) = [m for m in json.loads((out / "models.json").read_text())["models"] if m["role"] == "embedder"]
+    embedder = changed / entry["file"]
+    embedder.write_bytes(embedder.read_bytes()[:-1] + b"\0")
+    with pytest.raises(InputError, match=rf"'{entry['file']}': sha256 .* but models.json says"):
+        read_face_folder(changed)

@@ -133,8 +133,22 @@ def test_a_missing_or_malformed_golden_set_is_named(tmp_path: Path) -> None:
     shutil.rmtree(good / "golden")
     with pytest.raises(ValidationError, match="no golden/golden.json; expected a bundle built with a golden set"):
         read_face_golden(good)
-    with pytest.raises(InputError, match="golden chips: uint8 .2, 10, 10, 3."):
-        write_face_golden(good, np.zeros((2, 10, 10, 3), np.uint8), np.zeros((2, 128)), 0.9, "", "")
+    with pytest.raises(InputError, match=r"golden chips: uint8 \(2, 10, 12, 3\); expected uint8 \[1..32, S, S, 3\]"):
+        write_face_golden(good, np.zeros((2, 10, 12, 3), np.uint8), np.zeros((2, 128)), 0.9, "", "")
+    with pytest.raises(InputError, match=r"golden descriptors: \(3, 128\); expected finite float32 \[2, D\]"):
+        write_face_golden(good, np.zeros((2, 10, 10, 3), np.uint8), np.zeros((3, 128)), 0.9, "", "")
+
+
+def test_a_golden_set_of_another_chip_or_descriptor_size_is_named(tmp_path: Path) -> None:
+    """Any embedder's chip and descriptor sizes are stored (a user's: convert face --embedder); a golden set
+    whose sizes are not the bundle's embedder's is refused with both named, before anything is compared."""
+    good = _bundle(tmp_path / "good", None, "1")
+    write_face_golden(good, _chips(2)[:, :112, :112], np.ones((2, 64), np.float32), 0.9, "", "a 64-d embedder")
+    record, chips, descriptors = read_face_golden(good)
+    assert (chips.shape, descriptors.shape, record["source"]) == ((2, 112, 112, 3), (2, 64), "a 64-d embedder")
+    with pytest.raises(ValidationError, match=r"112-pixel chips and 64-d descriptors; the bundle's embedder takes "
+                       r"150-pixel chips and gives 128-d descriptors"):  # fmt: skip
+        check_golden(good, threads=1, max_latency_ms=60_000, bench_runs=1)
 
 
 # --- download ---------------------------------------------------------------------------------------------------
