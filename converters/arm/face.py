@@ -3,7 +3,7 @@
 ``scripts/arm/run_face.py`` runs ``edge.face.models.open_face_pipeline`` on a models folder and photos and
 writes boxes, landmarks and descriptors as JSON; ``run_face_both`` runs it on the host and in a guest and
 ``compare_face_results`` says how far apart they are: boxes, descriptors (max |diff|) and every pair's
-same/different decision at dlib's 0.6.
+same/different decision at the folder's threshold (dlib's 0.6, or a user embedder's calibrated one).
 """
 
 from __future__ import annotations
@@ -83,14 +83,16 @@ class FaceComparison:
         return dict(self.__dict__)
 
 
-def compare_face_results(host: Mapping, guest: Mapping) -> FaceComparison:
-    """Compare two ``run_face.py`` outputs photo by photo, face by face, and every pair's decision.
+def compare_face_results(host: Mapping, guest: Mapping, threshold: float | None = None) -> FaceComparison:
+    """Compare two ``run_face.py`` outputs photo by photo, face by face, and every pair's decision at
+    ``threshold`` (None: dlib's 0.6; a folder's own is ``edge.face.models.same_person_threshold``).
 
     Raises:
         InputError: the two outputs are not of the same photos.
     """
     from edge.face.types import DLIB_SAME_PERSON_THRESHOLD
 
+    cut = DLIB_SAME_PERSON_THRESHOLD if threshold is None else threshold
     names = ([p["photo"] for p in host["photos"]], [p["photo"] for p in guest["photos"]])
     if names[0] != names[1]:
         raise InputError(f"host photos {names[0]} != guest photos {names[1]}; expected the same photos")
@@ -113,8 +115,8 @@ def compare_face_results(host: Mapping, guest: Mapping) -> FaceComparison:
         for j in range(i + 1, len(desc_h)):
             dh, dg = _distance(desc_h[i], desc_h[j]), _distance(desc_g[i], desc_g[j])
             pairs += 1
-            agree += (dh < DLIB_SAME_PERSON_THRESHOLD) == (dg < DLIB_SAME_PERSON_THRESHOLD)
-            margin = min(margin, abs(dh - DLIB_SAME_PERSON_THRESHOLD))
+            agree += (dh < cut) == (dg < cut)
+            margin = min(margin, abs(dh - cut))
     return FaceComparison(len(names[0]), faces_h, faces_g, box_diff, desc_diff, pairs, agree, margin)
 
 
@@ -190,7 +192,7 @@ def check_face_models(
         ValidationError: the guest does not match the host (every problem listed).
         InferenceError: the rootfs, pip or a run failed.
     """
-    from edge.face.models import read_models_file
+    from edge.face.models import read_models_file, same_person_threshold
 
     quantized = any(e.precision not in ("fp32", "fp16") for e in read_models_file(models).values())
     if descriptor_tolerance is None:
@@ -200,7 +202,7 @@ def check_face_models(
     against = "the gate's unfused arithmetic on the host" if quantized else "the host"
     progress(f"running the face pipeline on emulated {guest.cpu.value} and comparing with {against}")
     host, emulated = run_face_both(guest, models, photos, Path(work), host_unfused=quantized)
-    result = compare_face_results(host, emulated)
+    result = compare_face_results(host, emulated, same_person_threshold(models))
     problems = result.problems(descriptor_tolerance)
     if problems:
         raise ValidationError(f"{models} on emulated {guest.cpu.value} differs from the host: " + "; ".join(problems))

@@ -149,6 +149,8 @@ def test_face_comparison_counts_differences_and_flipped_decisions():
     ]
     lost = compare_face_results(host, _result([a], [c]))
     assert lost.problems()[0] == "faces found: host 3, guest 2 (per photo they must match)"
+    # at a user embedder's threshold (0.8) the move 0.5 -> 0.7 is no flip: both are the same person
+    assert compare_face_results(host, _result([a, [0.7, 0.0]], [c]), threshold=0.8).decisions_agree == 3
 
 
 def test_face_comparison_needs_the_same_photos():
