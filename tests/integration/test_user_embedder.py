@@ -267,3 +267,15 @@ def test_the_folder_is_bundled_with_the_daemon_and_its_golden_set(user_build, tm
     embedder.write_bytes(embedder.read_bytes()[:-1] + b"\0")
     with pytest.raises(InputError, match=rf"'{entry['file']}': sha256 .* but models.json says"):
         read_face_folder(changed)
+
+
+@pytest.mark.arm
+def test_the_user_embedder_on_an_emulated_pi_5_equals_the_host(user_build, tmp_path):
+    """The user's model through the device pipeline in the arm64 guest (``qemu-aarch64 -cpu cortex-a76``) gives
+    the host's boxes and descriptors, and every probe pair's decision at the folder's calibrated threshold (not
+    dlib's 0.6: a 64-d L2-normalised descriptor has another distance scale)."""
+    from converters.arm.face import FP32_DESCRIPTOR_TOLERANCE, check_face_models
+
+    comparison = check_face_models(user_build["out"], "cortex-a76", tmp_path)
+    assert comparison.problems(FP32_DESCRIPTOR_TOLERANCE) == []
+    assert (comparison.faces_guest, comparison.pairs, comparison.decisions_agree) == (5, 10, 10)
