@@ -178,6 +178,7 @@ def measure_model(
     k: int = 2,
     plugin: Path | None = None,
     input_npy: Path | None = None,
+    inputs_npz: Path | None = None,
 ) -> ModelCost:
     """The executed instructions of one model: first and steady-state inference (see the module doc).
 
@@ -188,6 +189,8 @@ def measure_model(
         k: steady-state inferences to average over (>= 1).
         plugin: the counting plugin (default ``.cache/arm/libinsncount.so``).
         input_npy: the first input's value (.npy); default seeded random values.
+        inputs_npz: every input's value (.npz, an array per input name; the first rows, as many as the
+            model's batch), e.g. a ``convert model --eval`` file.
 
     Raises:
         InputError: k < 1 or no plugin; InferenceError: a guest run failed or marked no regions.
@@ -197,6 +200,7 @@ def measure_model(
     args = ["--model", str(Path(model).resolve()), "--runs", str(1 + k), "--mark"]
     args += ["--backend", backend] if backend else []
     args += ["--input", str(Path(input_npy).resolve())] if input_npy else []
+    args += ["--inputs", str(Path(inputs_npz).resolve())] if inputs_npz else []
     guest.run(RUN_MODEL, args)  # warm-up: byte-code of every module is written now
     source = f"{Path(model).name} on {guest.cpu.value}"
     runs = [count_instructions(guest, RUN_MODEL, args, plugin) for _ in range(2)]

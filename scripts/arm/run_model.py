@@ -1,12 +1,14 @@
 """Load one model with the device runtime and run it N times on fixed inputs (for exact cost counting).
 
     python3 scripts/arm/run_model.py --model face_embedder.onnx --runs 3 [--backend litert] [--input x.npy]
+    python3 scripts/arm/run_model.py --model emb.int8.ort --runs 3 --inputs eval.npz
 
 With ``--mark`` the inferences are marked for the counting plugin (scripts/arm/insncount.c): region 0 is
 empty (the marks' own cost), region 1 the first inference, region 2 the other runs. Without a plugin the
 marks are harmless syscalls that fail with ENOSYS. Device code only (edge.runtime).
-Inputs: ``--input`` (a .npy for the first input; an NCHW array is transposed for an NHWC model) or
-seeded random values; dynamic dimensions become 1.
+Inputs: ``--input`` (a .npy for the first input; an NCHW array is transposed for an NHWC model), ``--inputs``
+(a .npz with an array per input name, as ``convert model --eval`` takes them: the first rows, as many as the
+model's batch, 1 when it is dynamic), or seeded random values; dynamic dimensions become 1.
 Prints one JSON line: backend, inputs, outputs and a checksum of the last outputs.
 """
 
@@ -20,7 +22,20 @@ from pathlib import Path
 from marks import marker  # scripts/arm/marks.py: this script's folder is on sys.path
 
 
-def _feeds(model, input_npy: Path | None, np) -> dict:
+def _npz_feeds(model, path: Path, np) -> dict:
+    feeds = {}
+    with np.load(path, allow_pickle=False) as data:
+        for spec in model.inputs:
+            if spec.name not in data:
+                raise SystemExit(f"{path}: no array {spec.name!r}; expected one per model input")
+            batch = spec.shape[0] if spec.shape and isinstance(spec.shape[0], int) else 1
+            feeds[spec.name] = np.ascontiguousarray(data[spec.name][:batch]).astype(spec.dtype, copy=False)
+    return feeds
+
+
+def _feeds(model, input_npy: Path | None, np, inputs_npz: Path | None = None) -> dict:
+    if inputs_npz is not None:
+        return _npz_feeds(model, inputs_npz, np)
     rng = np.random.default_rng(0)
     feeds = {}
     for k, spec in enumerate(model.inputs):
@@ -46,6 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, required=True, help="inferences to run (0: load only)")
     parser.add_argument("--backend", default=None, help="onnxruntime or litert (default: from the file)")
     parser.add_argument("--input", type=Path, default=None, help=".npy for the first input")
+    parser.add_argument("--inputs", type=Path, default=None, help=".npz with an array per input name")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--mark", action="store_true", help="mark regions for the counting plugin")
     args = parser.parse_args(argv)
@@ -58,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         with open_model(args.model, threads=args.threads, backend=args.backend) as model:
-            run = model.prepare(_feeds(model, args.input, np))
+            run = model.prepare(_feeds(model, args.input, np, args.inputs))
             outputs = {}
             mark(0, 0)
             mark(0, 1)

@@ -1,0 +1,114 @@
+"""A user's model on the Pi's cores: executed instructions per inference of a ``convert model`` folder.
+
+For each passed ``edge-deploy convert model`` output folder: the fp32 ONNX copy it checked against the source
+and the file it ships (models.json: the INT8 ``.ort``, or the fp32 one), each run in the arm64 guest
+(``converters.arm.guest``) under the counting TCG plugin (``converters.arm.cost.measure_model``, single
+thread, first inference and steady state apart) on the first sample of the folder's own evaluation data
+(report.json's ``evaluation.file``, a ``.npz``; ``--inputs`` for another, or random values with
+``--random``). Counts are exact and do not depend on the machine's load.
+
+    .venv/bin/python benchmarks/byom_arm_cost.py out/net [out/other ...] [--cpus cortex-a72,cortex-a76] [--write]
+
+Prints a markdown table; ``--write`` puts it in docs/benchmarks.md (section ``byom-arm-cost``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks.report import machine_line, write_section  # noqa: E402
+from converters.arm.cost import ModelCost, build_plugin, measure_model  # noqa: E402
+from converters.arm.guest import prepare_guest  # noqa: E402
+from converters.package.user_model import read_model_folder  # noqa: E402
+
+
+def say(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def contenders(folder: Path) -> list[tuple[str, Path]]:
+    """(label, file) of a passed folder: its fp32 ONNX copy, then the shipped file when it is another."""
+    model = read_model_folder(folder)  # the gate passed and every file has its recorded sha256
+    shipped = model.models["models"][0]
+    fp32 = model.report.get("files", {}).get("fp32_onnx", {}).get("file")
+    out = [("fp32 ONNX", folder / fp32)] if fp32 else []
+    if shipped["file"] != fp32:
+        out.append(
+            (f"shipped {shipped['precision']} ({Path(shipped['file']).suffix.lstrip('.')})", folder / shipped["file"])
+        )
+    return out
+
+
+def inputs_of(folder: Path, given: Path | None, random: bool) -> Path | None:
+    if random:
+        return None
+    if given is not None:
+        return given
+    evaluation = json.loads((folder / "report.json").read_text(encoding="utf-8")).get("evaluation", {})
+    path = Path(str(evaluation.get("file", "")))
+    if path.suffix != ".npz" or not path.is_file():
+        raise SystemExit(f"{folder}: its evaluation data {path} is not a .npz here; give --inputs FILE.npz or --random")
+    return path
+
+
+def table(rows: list[tuple[str, str, ModelCost]], inputs: dict[str, str]) -> str:
+    lines = [
+        "## A user's model on the Pi's cores (`convert model` folders)",
+        "",
+        f"`.venv/bin/python benchmarks/byom_arm_cost.py {' '.join(inputs)}` — {machine_line()} (instruction "
+        "counts of the emulated cores: the host's CPU features do not enter them)",
+        "",
+        "Executed AArch64 instructions of one inference in the arm64 guest under `qemu-aarch64 -cpu CORE` and the "
+        "counting plugin, 1 thread, the device runtime (`edge.runtime`, onnxruntime); steady state (mean of 2 "
+        "after the first) and the first inference apart. Inputs: " + "; ".join(f"{k}: {v}" for k, v in inputs.items()),
+        "",
+        "| folder | model | core | M instr. steady | M first | NEON % | SDOT+UDOT | vs fp32 |",
+        "|---|---|---|---:|---:|---:|---:|---:|",
+    ]
+    fp32 = {(f, c.cpu): c.steady.total for f, label, c in rows if label == "fp32 ONNX"}
+    for folder, label, c in rows:
+        base = fp32.get((folder, c.cpu))
+        ratio = f"{c.steady.total / base:.3f}×" if base else "—"
+        neon = 100.0 * c.steady.simd / c.steady.total if c.steady.total else 0.0
+        lines.append(
+            f"| {folder} | {label} | {c.cpu} | {c.steady.total / 1e6:.1f} | {c.first.total / 1e6:.1f} | {neon:.0f} | "
+            f"{(c.steady.sdot + c.steady.udot) / 1e6:.2f} M | {ratio} |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("folders", nargs="+", type=Path, help="passed convert model output folders")
+    parser.add_argument("--cpus", default="cortex-a72,cortex-a76")
+    parser.add_argument("--inputs", type=Path, help=".npz of every input (default: each folder's evaluation file)")
+    parser.add_argument("--random", action="store_true", help="seeded random inputs instead")
+    parser.add_argument("--write", action="store_true", help="write the byom-arm-cost section of docs/benchmarks.md")
+    args = parser.parse_args()
+    plugin = build_plugin()
+    rows, inputs = [], {}
+    for cpu in args.cpus.split(","):
+        guest = prepare_guest(cpu, progress=say)
+        for folder in args.folders:
+            npz = inputs_of(folder, args.inputs, args.random)
+            inputs[str(folder)] = f"first sample of `{npz.name}`" if npz else "seeded random values"
+            for label, path in contenders(folder):
+                say(f"{folder.name}: {label} {path.name} on {cpu}")
+                cost = measure_model(guest, path, plugin=plugin, inputs_npz=npz)
+                say(f"  {cost.steady.total / 1e6:.1f} M instructions steady (repeat noise {cost.repeat_noise})")
+                rows.append((folder.name, label, cost))
+    markdown = table(rows, inputs)
+    print(markdown)
+    if args.write:
+        print(f"wrote {write_section('byom-arm-cost', markdown)}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
