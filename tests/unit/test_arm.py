@@ -183,3 +183,33 @@ def test_a_hung_host_run_of_the_text_comparison_is_a_one_line_error(tmp_path, ca
     code, printed = printed_error(compare, capsys)
     assert printed == "Error: run_text.py on the host did not finish within 0.5 s\n"
     assert code == InferenceError.exit_code
+
+
+def test_run_model_feeds_every_input_from_an_npz(tmp_path):
+    """``scripts/arm/run_model.py --inputs FILE.npz`` (what ``benchmarks/byom_arm_cost.py`` counts): the first
+    rows of each named array, as many as the model's batch (1 when it is dynamic); a missing name is an error
+    naming the file and the input. Run on the host's python: the guest runs the same script."""
+    import json
+    import subprocess
+    import sys
+
+    import numpy as np
+
+    from converters.arm.cost import RUN_MODEL
+    from tests.unit.byom_models import write_embedder
+
+    model = write_embedder(tmp_path / "emb.onnx")  # x [batch, 3, 16, 16] -> emb [batch, 32]
+    x = np.random.default_rng(0).uniform(0, 1, (5, 3, 16, 16)).astype(np.float32)
+    np.savez(tmp_path / "eval.npz", x=x)
+    np.savez(tmp_path / "other.npz", y=x)
+    args = [sys.executable, str(RUN_MODEL), "--model", str(model), "--runs", "1", "--inputs"]
+    done = subprocess.run([*args, str(tmp_path / "eval.npz")], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    outputs = json.loads(done.stdout)["outputs"]
+    from edge.runtime import open_model
+
+    with open_model(model) as m:
+        expected = m.run({"x": x[:1]})["emb"]
+    assert outputs["emb"][0] == [1, 32] and outputs["emb"][1] == pytest.approx(float(expected.sum()), rel=1e-5)
+    done = subprocess.run([*args, str(tmp_path / "other.npz")], capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0 and f"{tmp_path / 'other.npz'}: no array 'x'; expected one per model input" in done.stderr
