@@ -212,4 +212,6 @@ def test_run_model_feeds_every_input_from_an_npz(tmp_path):
         expected = m.run({"x": x[:1]})["emb"]
     assert outputs["emb"][0] == [1, 32] and outputs["emb"][1] == pytest.approx(float(expected.sum()), rel=1e-5)
     done = subprocess.run([*args, str(tmp_path / "other.npz")], capture_output=True, text=True, timeout=120)
-    assert done.returncode != 0 and f"{tmp_path / 'other.npz'}: no array 'x'; expected one per model input" in done.stderr
+    assert (
+        done.returncode != 0 and f"{tmp_path / 'other.npz'}: no array 'x'; expected one per model input" in done.stderr
+    )
