@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from converters.package.stages import face_metrics, face_result, quantized_record
+from converters.package.user_model import refuse_other_build
 from edge.errors import InputError
 from edge.face import models as face_models
 from edge.face.models import MODELS_FILE, FaceModel
@@ -118,16 +119,9 @@ def check_target(face: FaceFolder, profile: TargetProfile, precision: Precision 
     Raises:
         InputError: naming both.
     """
-    if profile.name != face.target:
-        raise InputError(
-            f"--target {profile.name}: {face.folder} was converted and gated for {face.target}; convert it again "
-            f"for {profile.name}, or build with --target {face.target}"
-        )
-    if precision is not None and precision is not face.precision:
-        raise InputError(
-            f"--precision {precision.value}: {face.folder} holds {face.precision.value} face models; convert it "
-            f"again at {precision.value}, or leave --precision out"
-        )
+    built = face.precision.value
+    asked = precision.value if precision else None
+    refuse_other_build(face.folder, face.target, built, f"{built} face models", profile, asked)
 
 
 def bundle_name(face: FaceFolder, profile: TargetProfile) -> str:

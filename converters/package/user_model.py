@@ -192,13 +192,24 @@ def check_target(model: ModelFolder, profile: TargetProfile, precision: str | No
     Raises:
         InputError: naming both.
     """
-    if profile.name != model.target:
+    refuse_other_build(model.folder, model.target, model.precision, f"a {model.precision} model", profile, precision)
+
+
+def refuse_other_build(
+    folder: Path, target: str, built: str, holds: str, profile: TargetProfile, precision: str | None
+) -> None:
+    """The check of ``check_target`` for any converted folder: made for ``target`` at precision ``built``
+    (``holds`` says what it holds, e.g. "int8 face models").
+
+    Raises:
+        InputError: another target than ``profile``, or a precision asked for that is not ``built``.
+    """
+    if profile.name != target:
         raise InputError(
-            f"--target {profile.name}: {model.folder} was converted and gated for {model.target}; convert it again "
-            f"for {profile.name}, or build with --target {model.target}"
+            f"--target {profile.name}: {folder} was converted and gated for {target}; convert it again "
+            f"for {profile.name}, or build with --target {target}"
         )
-    if precision is not None and precision != model.precision:
+    if precision is not None and precision != built:
         raise InputError(
-            f"--precision {precision}: {model.folder} holds a {model.precision} model; convert it again with "
-            f"--precision {precision}"
+            f"--precision {precision}: {folder} holds {holds}; convert it again with --precision {precision}"
         )

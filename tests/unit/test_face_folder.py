@@ -49,7 +49,7 @@ def test_an_int8_folder_ships_the_onnx_the_gate_ran_beside_each_ort(tmp_path):
     assert face.precision is Precision.INT8 and face.fp32_report == {"passed": True}
     assert face.ship == ("e.onnx", "e.ort", "models.json", "p.onnx", "p.ort", "quant_report.json", "s.npz")
     check_target(face, load_profile("rpi4"), Precision.INT8)
-    with pytest.raises(InputError, match=r"^--precision fp32: .* holds int8 face models; convert it again at fp32"):
+    with pytest.raises(InputError, match=r"^--precision fp32: .* holds int8 face models; convert it again with --precision fp32$"):
         check_target(face, load_profile("rpi4"), Precision.FP32)
     with pytest.raises(InputError, match=r"^--target rpi5: .* was converted and gated for rpi4; convert it again"):
         check_target(face, load_profile("rpi5"), None)
