@@ -3,11 +3,14 @@
 For each passed ``edge-deploy convert model`` output folder: the fp32 ONNX copy it checked against the source
 and the file it ships (models.json: the INT8 ``.ort``, or the fp32 one), each run in the arm64 guest
 (``converters.arm.guest``) under the counting TCG plugin (``converters.arm.cost.measure_model``, single
-thread, first inference and steady state apart) on the first sample of the folder's own evaluation data
+thread, first inference and steady state apart) on the first batch (the model's, 1 when dynamic) of the folder's own evaluation data
 (report.json's ``evaluation.file``, a ``.npz``; ``--inputs`` for another, or random values with
 ``--random``). Counts are exact and do not depend on the machine's load.
 
     .venv/bin/python benchmarks/byom_arm_cost.py out/net [out/other ...] [--cpus cortex-a72,cortex-a76] [--write]
+
+Each folder runs on the core of the profile it was converted for (models.json ``target``: rpi4 on the
+Cortex-A72, rpi5 on the A76, the A53 boards on the A53), or on every core ``--cpus`` names.
 
 Prints a markdown table; ``--write`` puts it in docs/benchmarks.md (section ``byom-arm-cost``).
 """
@@ -43,6 +46,16 @@ def contenders(folder: Path) -> list[tuple[str, Path]]:
             (f"shipped {shipped['precision']} ({Path(shipped['file']).suffix.lstrip('.')})", folder / shipped["file"])
         )
     return out
+
+
+def cores_of(folder: Path, cpus: str | None) -> list[str]:
+    """``--cpus``, else the emulated core of the folder's target profile (its ``cpu.model``)."""
+    if cpus:
+        return cpus.split(",")
+    from edge.profiles import load_profile
+
+    profile = load_profile(read_model_folder(folder).target)
+    return [profile.cpu.model.lower()]
 
 
 def inputs_of(folder: Path, given: Path | None, random: bool) -> Path | None:
@@ -86,18 +99,18 @@ def table(rows: list[tuple[str, str, ModelCost]], inputs: dict[str, str]) -> str
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("folders", nargs="+", type=Path, help="passed convert model output folders")
-    parser.add_argument("--cpus", default="cortex-a72,cortex-a76")
+    parser.add_argument("--cpus", help="comma list of cores for every folder (default: each folder's target's core)")
     parser.add_argument("--inputs", type=Path, help=".npz of every input (default: each folder's evaluation file)")
     parser.add_argument("--random", action="store_true", help="seeded random inputs instead")
     parser.add_argument("--write", action="store_true", help="write the byom-arm-cost section of docs/benchmarks.md")
     args = parser.parse_args()
     plugin = build_plugin()
     rows, inputs = [], {}
-    for cpu in args.cpus.split(","):
+    for cpu in sorted({cpu for folder in args.folders for cpu in cores_of(folder, args.cpus)}):
         guest = prepare_guest(cpu, progress=say)
-        for folder in args.folders:
+        for folder in [f for f in args.folders if cpu in cores_of(f, args.cpus)]:
             npz = inputs_of(folder, args.inputs, args.random)
-            inputs[str(folder)] = f"first sample of `{npz.name}`" if npz else "seeded random values"
+            inputs[str(folder)] = f"the first batch of `{npz.name}`" if npz else "seeded random values"
             for label, path in contenders(folder):
                 say(f"{folder.name}: {label} {path.name} on {cpu}")
                 cost = measure_model(guest, path, plugin=plugin, inputs_npz=npz)
