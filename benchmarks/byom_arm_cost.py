@@ -3,9 +3,9 @@
 For each passed ``edge-deploy convert model`` output folder: the fp32 ONNX copy it checked against the source
 and the file it ships (models.json: the INT8 ``.ort``, or the fp32 one), each run in the arm64 guest
 (``converters.arm.guest``) under the counting TCG plugin (``converters.arm.cost.measure_model``, single
-thread, first inference and steady state apart) on the first batch (the model's, 1 when dynamic) of the folder's own evaluation data
-(report.json's ``evaluation.file``, a ``.npz``; ``--inputs`` for another, or random values with
-``--random``). Counts are exact and do not depend on the machine's load.
+thread, first inference and steady state apart) on the first batch (the model's, 1 when dynamic) of the
+folder's own evaluation data (report.json's ``evaluation.file``, a ``.npz``; ``--inputs`` for another, or
+random values with ``--random``). Counts are exact and do not depend on the machine's load.
 
     .venv/bin/python benchmarks/byom_arm_cost.py out/net [out/other ...] [--cpus cortex-a72,cortex-a76] [--write]
 
