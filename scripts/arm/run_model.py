@@ -1,7 +1,7 @@
 """Load one model with the device runtime and run it N times on fixed inputs (for exact cost counting).
 
     python3 scripts/arm/run_model.py --model face_embedder.onnx --runs 3 [--backend litert] [--input x.npy]
-    python3 scripts/arm/run_model.py --model emb.int8.ort --runs 3 --inputs eval.npz
+    python3 scripts/arm/run_model.py --model emb.int8.ort --runs 3 --inputs eval.npz [--save out.npz]
 
 With ``--mark`` the inferences are marked for the counting plugin (scripts/arm/insncount.c): region 0 is
 empty (the marks' own cost), region 1 the first inference, region 2 the other runs. Without a plugin the
@@ -62,6 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--backend", default=None, help="onnxruntime or litert (default: from the file)")
     parser.add_argument("--input", type=Path, default=None, help=".npy for the first input")
     parser.add_argument("--inputs", type=Path, default=None, help=".npz with an array per input name")
+    parser.add_argument("--save", type=Path, default=None, help="write the last outputs here (.npz)")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--mark", action="store_true", help="mark regions for the counting plugin")
     args = parser.parse_args(argv)
@@ -86,6 +87,8 @@ def main(argv: list[str] | None = None) -> int:
             for _ in range(args.runs - 1):
                 outputs = run()
             mark(2, 1)
+            if args.save is not None:
+                np.savez(args.save, **{k: np.asarray(v) for k, v in outputs.items()})
             summary = {
                 "backend": model.backend,
                 "inputs": [s.describe() for s in model.inputs],
