@@ -26,12 +26,9 @@ def folder(tmp_path_factory) -> Path:
     from converters.byom.build import ModelJob, convert_model
     from converters.byom.gate import Task
     from edge.profiles import Precision, load_profile
-    from tests.unit.byom_models import image_pairs, write_embedder, write_npz
+    from tests.unit.byom_models import write_embedder_files
 
-    d = tmp_path_factory.mktemp("byom-arm")
-    write_embedder(d / "emb.onnx")
-    write_npz(d / "calib.npz", x=image_pairs(0, 16))
-    write_npz(d / "eval.npz", x=image_pairs(1, 16))
+    d = write_embedder_files(tmp_path_factory.mktemp("byom-arm"))
     job = ModelJob(model=d / "emb.onnx", out_dir=d / "net", profile=load_profile("rpi4"), precision=Precision.INT8,
                    task=Task.EMBEDDING, evaluation=d / "eval.npz", calibration=d / "calib.npz",
                    input_shapes={"x": (4, 3, 16, 16)})  # fmt: skip

@@ -193,3 +193,13 @@ def write_photo_folder(folder: Path, seed: int, count: int) -> Path:
     for i, crop in enumerate(photo_crops(seed, count)):
         save_image(folder / f"img{i:03d}.{'jpg' if i % 2 else 'png'}", crop)
     return folder
+
+
+def write_embedder_files(d: Path) -> Path:
+    """``d/emb.onnx`` (``write_embedder``), ``d/calib.npz`` and ``d/eval.npz`` (16 disjoint image pairs each, of
+    input ``x``) and ``d/const.npz`` (8 constant images): what the convert model tests convert."""
+    write_embedder(d / "emb.onnx")
+    write_npz(d / "calib.npz", x=image_pairs(0, 16))
+    write_npz(d / "eval.npz", x=image_pairs(1, 16))
+    write_npz(d / "const.npz", x=np.full((8, 3, 16, 16), 0.5, np.float32))
+    return d

@@ -6,7 +6,6 @@ import json
 import shutil
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from converters.byom.build import ModelJob, convert_model
@@ -18,7 +17,7 @@ from edge.errors import BundleError, InputError, ValidationError
 from edge.profiles import Precision, load_profile
 from edge.signing import generate_keypair, load_trusted_keys
 from edge_deploy.cli import main
-from tests.unit.byom_models import image_pairs, write_embedder, write_npz
+from tests.unit.byom_models import write_embedder_files
 
 
 def _convert(d: Path, out: Path, target: str = "rpi4", calib: str = "calib.npz", **kw) -> Path:
@@ -39,11 +38,7 @@ def _convert(d: Path, out: Path, target: str = "rpi4", calib: str = "calib.npz",
 
 @pytest.fixture(scope="module")
 def files(tmp_path_factory) -> Path:
-    d = tmp_path_factory.mktemp("byom-bundle")
-    write_embedder(d / "emb.onnx")
-    write_npz(d / "calib.npz", x=image_pairs(0, 16))
-    write_npz(d / "eval.npz", x=image_pairs(1, 16))
-    write_npz(d / "const.npz", x=np.full((8, 3, 16, 16), 0.5, np.float32))
+    d = write_embedder_files(tmp_path_factory.mktemp("byom-bundle"))
     _convert(d, d / "net", licence="Apache-2.0")
     _convert(d, d / "plain")
     (d / "keys").mkdir()

@@ -5,20 +5,15 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from edge_deploy.cli import main
-from tests.unit.byom_models import image_pairs, write_embedder, write_npz
+from tests.unit.byom_models import write_embedder_files
 
 
 @pytest.fixture(scope="module")
 def files(tmp_path_factory) -> Path:
-    d = tmp_path_factory.mktemp("byom-cli")
-    write_embedder(d / "emb.onnx")
-    write_npz(d / "calib.npz", x=image_pairs(0, 16))
-    write_npz(d / "eval.npz", x=image_pairs(1, 16))
-    write_npz(d / "const.npz", x=np.full((8, 3, 16, 16), 0.5, np.float32))
+    d = write_embedder_files(tmp_path_factory.mktemp("byom-cli"))
     return d
 
 
