@@ -24,6 +24,7 @@ SLOW_FIXTURES = frozenset({"face_fp32_models", "face_int8_rpi4", "slm_int4"})
 #: Integration modules whose own fixtures convert, build or start something heavy.
 SLOW_MODULES = frozenset(
     {
+        "test_byom_minilm",  # all-MiniLM-L6-v2 exported and converted twice
         "test_browser",  # Chromium + onnxruntime-web, converted face and language models
         "test_build",  # whole Pi bundles, aarch64 wheelhouse, emulated install
         "test_convert_face_tflite",  # edge-deploy convert face --format both: onnx2tf in its own venv
