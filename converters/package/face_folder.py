@@ -138,13 +138,12 @@ def copy_face_folder(face: FaceFolder, dest: Path, progress: ProgressFn = silent
     progress(f"copying {len(face.ship)} files of {face.folder} (gate passed; sizes and sha256 checked)")
     for name in face.ship:
         shutil.copy2(face.folder / name, dest / name)
-    if face.precision is not Precision.FP32:  # the fp32 build's reports, named as the face stage names them
-        for name in ("report.json", "report.md"):
-            if (face.folder / FP32_SUBFOLDER / name).is_file():
-                shutil.copy2(face.folder / FP32_SUBFOLDER / name, dest / f"fp32_{name}")
     if face.precision is Precision.FP32:
         metrics, quantization = face_metrics(face.report), {"method": "none"}
     else:
+        for name in ("report.json", "report.md"):  # the fp32 build's reports, named as the face stage names them
+            if (face.folder / FP32_SUBFOLDER / name).is_file():
+                shutil.copy2(face.folder / FP32_SUBFOLDER / name, dest / f"fp32_{name}")
         done = quantized_record(face.report, face.fp32_report, face.report if face.report.get("tflite") else None)
         metrics, quantization = done["metrics"], done["quantization"]
     return {**face_result(face.precision, dest, quantization, metrics).to_dict(), "from": str(face.folder)}
