@@ -18,6 +18,7 @@ import numpy as np
 
 from converters.arm.cost import RUN_MODEL
 from converters.arm.guest import ArmGuest
+from converters.package.user_model import ModelFolder, read_model_folder
 from edge.errors import InputError
 
 
@@ -61,17 +62,24 @@ def compare(host: dict[str, np.ndarray], guest: dict[str, np.ndarray]) -> list[O
 
 def gate_files(folder: Path) -> tuple[Path, Path, Path]:
     """(the shipped file, the file the gate ran, the evaluation .npz) of a passed folder."""
-    from converters.package.user_model import read_model_folder
-
     model = read_model_folder(folder)  # gate passed, files unchanged
     shipped = folder / model.models["models"][0]["file"]
     gated = shipped.with_suffix(".onnx") if shipped.suffix == ".ort" else shipped
+    return shipped, gated, evaluation_file(model)
+
+
+def evaluation_file(model: ModelFolder) -> Path:
+    """The ``.npz`` a read folder's gate was evaluated on (report.json ``evaluation.file``).
+
+    Raises:
+        InputError: it is not a ``.npz``, or not on this host.
+    """
     evaluation = Path(str(model.report.get("evaluation", {}).get("file", "")))
     if evaluation.suffix != ".npz" or not evaluation.is_file():
         raise InputError(
-            f"{folder}: its evaluation data {evaluation} is not a .npz here; expected convert model's --eval file"
+            f"{model.folder}: its evaluation data {evaluation} is not a .npz here; expected convert model's --eval file"
         )
-    return shipped, gated, evaluation
+    return evaluation
 
 
 def check_model_folder(folder: Path, guest: ArmGuest, work: Path) -> list[OutputComparison]:
@@ -82,7 +90,7 @@ def check_model_folder(folder: Path, guest: ArmGuest, work: Path) -> list[Output
         InputError: not a passed folder, or its evaluation data is not a .npz on this host.
         InferenceError: the guest run failed.
     """
-    from edge.runtime import open_model
+    from edge.runtime import first_batch, open_model
     from edge.runtime.base import LoadOptions
     from edge.runtime.ort_session import Optimization
 
@@ -95,11 +103,7 @@ def check_model_folder(folder: Path, guest: ArmGuest, work: Path) -> list[Output
     with np.load(out, allow_pickle=False) as data:
         emulated = {k: data[k] for k in data.files}
     with open_model(gated, threads=1, options=LoadOptions(Optimization.NONE)) as model, np.load(evaluation) as data:
-        feeds = {}
-        for spec in model.inputs:
-            batch = spec.shape[0] if spec.shape and isinstance(spec.shape[0], int) else 1
-            feeds[spec.name] = np.ascontiguousarray(data[spec.name][:batch]).astype(spec.dtype, copy=False)
-        host = {k: np.asarray(v) for k, v in model.run(feeds).items()}
+        host = {k: np.asarray(v) for k, v in model.run(first_batch(str(evaluation), model.inputs, data)).items()}
     (work / f"{guest.cpu.value}-{shipped.stem}.json").write_text(
         json.dumps([c.to_dict() for c in compare(host, emulated)], indent=2) + "\n", encoding="utf-8"
     )

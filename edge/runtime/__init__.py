@@ -17,7 +17,16 @@ from pathlib import Path
 
 from edge.errors import InferenceError, InputError
 from edge.profiles import TargetProfile
-from edge.runtime.base import Backend, LoadOptions, Model, ModelFormat, Optimization, TensorSpec, check_feeds
+from edge.runtime.base import (
+    Backend,
+    LoadOptions,
+    Model,
+    ModelFormat,
+    Optimization,
+    TensorSpec,
+    check_feeds,
+    first_batch,
+)
 
 __all__ = [
     "Backend",
@@ -30,6 +39,7 @@ __all__ = [
     "check_feeds",
     "default_threads",
     "detect_format",
+    "first_batch",
     "get_backend",
     "open_model",
 ]

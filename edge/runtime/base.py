@@ -164,6 +164,22 @@ def _shape_fits(shape: tuple[int, ...], spec: TensorSpec) -> bool:
     return all(not isinstance(want, int) or want == got for want, got in zip(spec.shape, shape, strict=True))
 
 
+def first_batch(where: str, specs: tuple[TensorSpec, ...], arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Feeds from arrays of many samples by input name (e.g. an evaluation ``.npz``): each input's first rows,
+    as many as its fixed batch (1 when the batch is dynamic), in its dtype.
+
+    Raises:
+        InputError: ``arrays`` lacks an input (naming ``where`` and the input).
+    """
+    feeds = {}
+    for spec in specs:
+        if spec.name not in arrays:
+            raise InputError(f"{where}: no array {spec.name!r}; expected one per model input")
+        batch = spec.shape[0] if spec.shape and isinstance(spec.shape[0], int) else 1
+        feeds[spec.name] = np.ascontiguousarray(arrays[spec.name][:batch]).astype(spec.dtype, copy=False)
+    return feeds
+
+
 def check_feeds(where: str, specs: tuple[TensorSpec, ...], feeds: Mapping[str, np.ndarray]) -> None:
     """Check that ``feeds`` has every input of ``specs`` with a fitting dtype and shape.
 

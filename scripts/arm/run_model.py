@@ -22,20 +22,12 @@ from pathlib import Path
 from marks import marker  # scripts/arm/marks.py: this script's folder is on sys.path
 
 
-def _npz_feeds(model, path: Path, np) -> dict:
-    feeds = {}
-    with np.load(path, allow_pickle=False) as data:
-        for spec in model.inputs:
-            if spec.name not in data:
-                raise SystemExit(f"{path}: no array {spec.name!r}; expected one per model input")
-            batch = spec.shape[0] if spec.shape and isinstance(spec.shape[0], int) else 1
-            feeds[spec.name] = np.ascontiguousarray(data[spec.name][:batch]).astype(spec.dtype, copy=False)
-    return feeds
-
-
 def _feeds(model, input_npy: Path | None, np, inputs_npz: Path | None = None) -> dict:
     if inputs_npz is not None:
-        return _npz_feeds(model, inputs_npz, np)
+        from edge.runtime import first_batch
+
+        with np.load(inputs_npz, allow_pickle=False) as data:
+            return first_batch(str(inputs_npz), model.inputs, data)
     rng = np.random.default_rng(0)
     feeds = {}
     for k, spec in enumerate(model.inputs):
