@@ -18,9 +18,9 @@ Prints a markdown table; ``--write`` puts it in docs/benchmarks.md (section ``by
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -28,46 +28,42 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.report import machine_line, write_section  # noqa: E402
 from converters.arm.cost import ModelCost, build_plugin, measure_model  # noqa: E402
 from converters.arm.guest import prepare_guest  # noqa: E402
+from converters.arm.model import evaluation_file  # noqa: E402
 from converters.package.user_model import read_model_folder  # noqa: E402
+from edge.errors import InputError  # noqa: E402
+from edge.profiles import load_profile  # noqa: E402
 
 
 def say(message: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
-def contenders(folder: Path) -> list[tuple[str, Path]]:
-    """(label, file) of a passed folder: its fp32 ONNX copy, then the shipped file when it is another."""
+@dataclass(frozen=True)
+class Plan:
+    """What to count for one folder, read once: on which cores, which files, on what inputs."""
+
+    folder: Path
+    cores: tuple[str, ...]
+    contenders: tuple[tuple[str, Path], ...]  # (label, file): the fp32 ONNX copy, then the shipped file
+    inputs: Path | None  # None: seeded random values
+
+
+def plan(folder: Path, cpus: str | None, given: Path | None, random: bool) -> Plan:
+    """``--cpus``, else the emulated core of the folder's target profile (its ``cpu.model``); the fp32 copy
+    and the shipped file when it is another; ``--inputs``, else the folder's evaluation .npz."""
     model = read_model_folder(folder)  # the gate passed and every file has its recorded sha256
+    cores = tuple(cpus.split(",")) if cpus else (load_profile(model.target).cpu.model.lower(),)
     shipped = model.models["models"][0]
     fp32 = model.report.get("files", {}).get("fp32_onnx", {}).get("file")
     out = [("fp32 ONNX", folder / fp32)] if fp32 else []
     if shipped["file"] != fp32:
-        out.append(
-            (f"shipped {shipped['precision']} ({Path(shipped['file']).suffix.lstrip('.')})", folder / shipped["file"])
-        )
-    return out
-
-
-def cores_of(folder: Path, cpus: str | None) -> list[str]:
-    """``--cpus``, else the emulated core of the folder's target profile (its ``cpu.model``)."""
-    if cpus:
-        return cpus.split(",")
-    from edge.profiles import load_profile
-
-    profile = load_profile(read_model_folder(folder).target)
-    return [profile.cpu.model.lower()]
-
-
-def inputs_of(folder: Path, given: Path | None, random: bool) -> Path | None:
-    if random:
-        return None
-    if given is not None:
-        return given
-    evaluation = json.loads((folder / "report.json").read_text(encoding="utf-8")).get("evaluation", {})
-    path = Path(str(evaluation.get("file", "")))
-    if path.suffix != ".npz" or not path.is_file():
-        raise SystemExit(f"{folder}: its evaluation data {path} is not a .npz here; give --inputs FILE.npz or --random")
-    return path
+        kind = f"{shipped['precision']} ({Path(shipped['file']).suffix.lstrip('.')})"
+        out.append((f"shipped {kind}", folder / shipped["file"]))
+    try:
+        inputs = None if random else given or evaluation_file(model)
+    except InputError as exc:
+        raise SystemExit(f"{exc}; or give --inputs FILE.npz or --random") from None
+    return Plan(folder, cores, tuple(out), inputs)
 
 
 def table(rows: list[tuple[str, str, ModelCost]], inputs: dict[str, str]) -> str:
@@ -105,17 +101,19 @@ def main() -> int:
     parser.add_argument("--write", action="store_true", help="write the byom-arm-cost section of docs/benchmarks.md")
     args = parser.parse_args()
     plugin = build_plugin()
-    rows, inputs = [], {}
-    for cpu in sorted({cpu for folder in args.folders for cpu in cores_of(folder, args.cpus)}):
+    plans = [plan(folder, args.cpus, args.inputs, args.random) for folder in args.folders]
+    inputs = {
+        str(p.folder): f"the first batch of `{p.inputs.name}`" if p.inputs else "seeded random values" for p in plans
+    }
+    rows = []
+    for cpu in sorted({cpu for p in plans for cpu in p.cores}):
         guest = prepare_guest(cpu, progress=say)
-        for folder in [f for f in args.folders if cpu in cores_of(f, args.cpus)]:
-            npz = inputs_of(folder, args.inputs, args.random)
-            inputs[str(folder)] = f"the first batch of `{npz.name}`" if npz else "seeded random values"
-            for label, path in contenders(folder):
-                say(f"{folder.name}: {label} {path.name} on {cpu}")
-                cost = measure_model(guest, path, plugin=plugin, inputs_npz=npz)
+        for p in [p for p in plans if cpu in p.cores]:
+            for label, path in p.contenders:
+                say(f"{p.folder.name}: {label} {path.name} on {cpu}")
+                cost = measure_model(guest, path, plugin=plugin, inputs_npz=p.inputs)
                 say(f"  {cost.steady.total / 1e6:.1f} M instructions steady (repeat noise {cost.repeat_noise})")
-                rows.append((folder.name, label, cost))
+                rows.append((p.folder.name, label, cost))
     markdown = table(rows, inputs)
     print(markdown)
     if args.write:
