@@ -16,6 +16,7 @@ reported under two sequence numbers); RSS growth after warm-up below 5 %; fds an
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -41,6 +42,9 @@ WARMUP = 0.2
 WINDOW = 400
 #: fds a sample may catch open in passing: the watched folder being listed and the image being read.
 TRANSIENT_FDS = 2
+#: Sockets a connected daemon holds: two MQTT links (results, telemetry), each its socket and paho's wake-up
+#: pair. Which links are up when a sample is taken depends on the flaps, so sockets are bounded, not compared.
+SOCKETS_CONNECTED = 2 * 3
 #: Seconds between two samples of the daemon's RSS, fds and threads.
 SAMPLE_S = 0.2
 
@@ -50,7 +54,8 @@ class Sample:
     t: float
     delivered: int
     rss_kib: int
-    fds: int
+    fds: int  # open fds other than sockets (the databases, the log, the folder listing, an image)
+    sockets: int
     threads: int
 
 
@@ -76,7 +81,13 @@ class SoakResult:
         early, late = self.window(WARMUP, 0.6), self.window(0.6, 1.0)
         if not base or not end or not early or not late:
             nothing = (0, 0, 0, 0)
-            return {"rss_growth_pct": float("nan"), "fds": nothing, "threads": nothing, "rss_mib": (0, 0)}
+            return {
+                "rss_growth_pct": float("nan"),
+                "fds": nothing,
+                "sockets": nothing,
+                "threads": nothing,
+                "rss_mib": (0, 0),
+            }
         rss0, rss1 = statistics.median(s.rss_kib for s in base), statistics.median(s.rss_kib for s in end)
 
         def spread(name: str) -> tuple[int, int, int, int]:  # min, max, peak of the early part, of the late part
@@ -87,6 +98,7 @@ class SoakResult:
             "rss_mib": (rss0 / 1024, rss1 / 1024),
             "rss_growth_pct": 100.0 * (rss1 / rss0 - 1.0),
             "fds": spread("fds"),
+            "sockets": spread("sockets"),
             "threads": spread("threads"),
         }
 
@@ -101,6 +113,9 @@ class SoakResult:
             low, high, early, late = f[name]
             if late > early + slack:
                 out.append(f"{name} peaked at {early} early after warm-up and at {late} later; expected flat")
+        most = max((s.sockets for s in self.samples), default=0)
+        if most > SOCKETS_CONNECTED:
+            out.append(f"{most} sockets open at once; a daemon with both links up holds {SOCKETS_CONNECTED}")
         if self.daemon_rc != 0:
             out.append(f"the daemon exited {self.daemon_rc}; expected 0 after SIGTERM")
         return out
@@ -141,11 +156,16 @@ class Collector:
         self._client.disconnect()
 
 
-def _proc(pid: int) -> tuple[int, int, int]:
-    """(VmRSS KiB, open fds, threads) of a process."""
+def _proc(pid: int) -> tuple[int, int, int, int]:
+    """(VmRSS KiB, open fds other than sockets, sockets, threads) of a process."""
     status = Path(f"/proc/{pid}/status").read_text()
     fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
-    return int(fields["VmRSS"].split()[0]), len(os.listdir(f"/proc/{pid}/fd")), int(fields["Threads"])
+    targets = []
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        with contextlib.suppress(FileNotFoundError):  # closed between the listing and the look
+            targets.append(os.readlink(f"/proc/{pid}/fd/{fd}"))
+    sockets = sum(1 for t in targets if t.startswith("socket:"))
+    return int(fields["VmRSS"].split()[0]), len(targets) - sockets, sockets, int(fields["Threads"])
 
 
 def _frames() -> list[bytes]:
@@ -274,10 +294,12 @@ def report(result: SoakResult, command: str) -> str:
 once delivered; the real mosquitto stopped {result.flaps} times ({result.seconds:.0f} s in all, about
 {rate:.0f} frames/s). RSS, fds and threads sampled every {SAMPLE_S} s; "after warm-up" = after the first
 {WARMUP:.0%} of the run; RSS compared as the median of the next 10 % against the median of the last 10 %.
-Open fds dip by 3 per MQTT connection (socket and paho's wake-up pair; the daemon has two links) while the
-broker is down, and a sample may catch the folder listing and an image file open, so "flat" means the peak
-of fds after 60 % of the run is at most 2 above the peak before (a leak per frame or per reconnect would
-show as hundreds or as one per broker stop), and the peak of threads no higher.
+Sockets are counted apart from the other fds: each MQTT link holds 3 while connected (its socket and paho's
+wake-up pair; the daemon has two links) and none while the broker is down, so how many a sample sees
+depends on where in a flap it falls; they must never exceed {SOCKETS_CONNECTED} (a socket leaked per reconnect
+would pass that after the first stop). The other fds (databases, log) are flat: a sample may catch the folder
+listing and an image file open, so their peak after 60 % of the run is at most {TRANSIENT_FDS} above the peak
+before (a leak per frame would show as hundreds); the peak of threads no higher.
 
 | figure | value |
 |---|---|
@@ -285,7 +307,8 @@ show as hundreds or as one per broker stop), and the peak of threads no higher.
 | frames without a result / reported under two seqs | {result.missing} / {result.duplicated} |
 | copies redelivered on the wire (dropped by seq) | {result.wire_duplicates} |
 | RSS after warm-up → at the end | {f['rss_mib'][0]:.1f} → {f['rss_mib'][1]:.1f} MiB ({f['rss_growth_pct']:+.2f} %) |
-| open fds after warm-up: min..max; peak early / late | {_spread(f['fds'])} |
+| open fds other than sockets after warm-up: min..max; peak early / late | {_spread(f['fds'])} |
+| sockets after warm-up: min..max; peak early / late | {_spread(f['sockets'])} |
 | threads after warm-up: min..max; peak early / late | {_spread(f['threads'])} |
 | daemon exit after SIGTERM | {result.daemon_rc} |
 
