@@ -33,6 +33,9 @@ examples:
       --task embedding -o out/net          your own ONNX model: static INT8 behind a gate on your data
   edge-deploy build --model out/net -o dist/ --sign-key keys/release.key
                                            bundle it (passed folders only) for the Pi it was gated for
+  edge-deploy emulate out/net --cpu cortex-a72 --cpu cortex-a76 --count
+                                           run it on emulated Pi 4 and Pi 5 cores: outputs against the
+                                           gate's, instructions per inference
   edge-deploy face enroll out/face gallery_photos/ -o out/gallery.npz
   edge-deploy face recognize out/face photo.jpg --gallery out/gallery.npz
   edge-deploy demo -o out/demo             the whole face job on the photos shipped in packages
@@ -305,6 +308,7 @@ def _registrars() -> list[Callable[[argparse._SubParsersAction], None]]:
     from edge_deploy import (
         build_commands,
         device_commands,
+        emulate_command,
         face_commands,
         fleet_commands,
         serve_command,
@@ -322,6 +326,7 @@ def _registrars() -> list[Callable[[argparse._SubParsersAction], None]]:
         build_commands.add_verify,
         build_commands.add_keygen,
         device_commands.add_bench,
+        emulate_command.add_emulate,
         device_commands.add_monitor,
         fleet_commands.add_fleet,
         serve_command.add_serve,

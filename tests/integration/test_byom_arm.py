@@ -53,3 +53,24 @@ def test_outputs_of_another_model_are_refused():
 
     with pytest.raises(InputError, match=r"host outputs \{'emb': \(4, 32\)\} != guest outputs \{'emb': \(1, 32\)\}"):
         compare({"emb": np.zeros((4, 32))}, {"emb": np.zeros((1, 32))})
+
+
+def test_emulate_checks_and_counts_the_folder_on_both_cores(folder, tmp_path, capsys):
+    import json
+
+    from edge_deploy.cli import main
+
+    argv = ["emulate", str(folder), "--cpu", "cortex-a72", "--cpu", "cortex-a76", "--count", "--json",
+            "--work", str(tmp_path)]  # fmt: skip
+    assert main(argv) == 0
+    record = json.loads(capsys.readouterr().out)
+    assert (record["kind"], record["shipped"], record["host"]) == ("model", "emb.int8.ort", "emb.int8.onnx")
+    a72, a76 = record["cores"]
+    for core in (a72, a76):
+        (emb,) = core["outputs"]
+        assert emb["shape"] == [4, 32] and emb["max_abs_diff"] <= RELATIVE_TOLERANCE * emb["max_abs_host"]
+        steady = core["instructions"]["steady"]
+        assert steady["total"] > 0 and core["instructions"]["repeat_noise"] < steady["total"] // 100
+    # the Pi 5's core has the dot product and onnxruntime's int8 kernels use it; the Pi 4's has none
+    assert a72["instructions"]["steady"]["sdot"] + a72["instructions"]["steady"]["udot"] == 0
+    assert a76["instructions"]["steady"]["sdot"] + a76["instructions"]["steady"]["udot"] > 0
