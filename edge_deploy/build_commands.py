@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from edge.errors import MissingDependencyError
+from edge.errors import InputError, MissingDependencyError
 from edge.profiles import DEFAULT_PROFILE_DIR, FaceFormats, Precision, Runtime, available_targets, load_profile
 from edge_deploy.common import print_json
 
@@ -81,7 +81,6 @@ def _cmd_build_model_folder(args: argparse.Namespace, options, progress) -> int:
 
 def _cmd_build(args: argparse.Namespace) -> int:
     from converters.package.bundle import MODEL_CHOICES, BuildOptions, build_bundle
-    from edge.errors import InputError
     from edge.progress import StepProgress
 
     options = BuildOptions(
@@ -93,6 +92,8 @@ def _cmd_build(args: argparse.Namespace) -> int:
     )
     progress = StepProgress(stream=None if args.quiet else sys.stderr)
     if args.model not in MODEL_CHOICES:
+        if args.search:
+            raise InputError("--search: for the browser site (--target browser-wasm --model face|slm|all)")
         return _cmd_build_model_folder(args, options, progress)
     if args.licence is not None:
         raise InputError(f"--licence: for a user model's folder; the licences of --model {args.model} are recorded")
@@ -101,11 +102,12 @@ def _cmd_build(args: argparse.Namespace) -> int:
             f"--model {args.model}: give the target with --target (one of {', '.join(available_targets())})"
         )
     profile = load_profile(args.target, Path(args.profiles))
+    search = _search_site(args, profile)
     if profile.runtime.default is Runtime.ONNXRUNTIME_WEB:
         from converters.package.bundle import build_browser_site
 
         web_runtime_on_first_use()
-        site = build_browser_site(profile, [args.model], Path(args.output), Path(args.cache), progress)
+        site = build_browser_site(profile, [args.model], Path(args.output), Path(args.cache), progress, search)
         data = {"site": str(site.out_dir), "files": site.files, "bytes": site.bytes}
         if args.json:
             print_json(data)
@@ -128,6 +130,11 @@ examples:
                        your model: the passed convert model folder, bundled for the target it was converted
                        and gated for (dist/rpi4-model-net/); a folder without models.json is refused
   edge-deploy verify dist/rpi4-model-net.tar.gz --trust keys/release.pub
+  edge-deploy build --target browser-wasm --model face --search out/minilm/browser-wasm-fp32 \
+      --search-corpus sentences.txt -o dist/web
+                       the browser site with on-device semantic search: a sentence encoder converted with
+                       convert model --target browser-wasm --task embedding, its tokenizer.json beside it or
+                       given with --search-tokenizer (all-MiniLM-L6-v2: docs/browser.md)
   edge-deploy convert face --target rpi4 --embedder my_embedder.onnx --licence MIT -o out/myface
   edge-deploy build --model out/myface -o dist/
                        a convert face folder (your embedder, or ours with a BlazeFace detector added by
@@ -139,6 +146,31 @@ its gate's report must say passed. For a convert model folder the manifest recor
 sha256 and licence (--licence here, else convert model's --licence, else "unknown (user model)"); a convert
 face folder's models.json records its licences. A folder named face, slm or all: write ./face.
 """
+
+
+def _search_site(args: argparse.Namespace, profile):
+    """``--search`` and its two files as a SearchSite (None without --search).
+
+    Raises:
+        InputError: --search for a target that is not the browser, or a search flag without --search.
+    """
+    from converters.package.web_search import SearchSite
+
+    if args.search is None:
+        given = "--search-tokenizer" if args.search_tokenizer else "--search-corpus" if args.search_corpus else None
+        if given:
+            raise InputError(f"{given} describes the page's search; it needs --search FOLDER")
+        return None
+    if profile.runtime.default is not Runtime.ONNXRUNTIME_WEB:
+        raise InputError(f"--search: the semantic search is a page of the browser site; --target {profile.name} "
+                         "builds a device bundle (use --target browser-wasm)")  # fmt: skip
+    folder = Path(args.search)
+    tokenizer = Path(args.search_tokenizer) if args.search_tokenizer else folder / "tokenizer.json"
+    if not tokenizer.is_file():
+        raise InputError(f"--search-tokenizer {tokenizer}: no such file; give the encoder's tokenizer.json")
+    if not args.search_corpus:
+        raise InputError("--search needs --search-corpus FILE: the sentences to rank, one a line")
+    return SearchSite(folder, tokenizer, Path(args.search_corpus))
 
 
 def add_build(sub: argparse._SubParsersAction) -> None:
@@ -183,6 +215,17 @@ def add_build(sub: argparse._SubParsersAction) -> None:
         help="onnx, or the face models' TFLite twins too (as 'convert face --format'; needs "
         "scripts/setup_onnx2tf.sh); the bundle's manifest lists them. Default: the profile's runtime.face_formats",
     )
+    g = p.add_argument_group("semantic search in the browser site (--target browser-wasm)")
+    g.add_argument(
+        "--search",
+        metavar="FOLDER",
+        help="a passed 'convert model --target browser-wasm --task embedding' folder of a sentence encoder "
+        "(input_ids + attention_mask, 1 x SEQ; pooled and normalised in the graph, e.g. all-MiniLM-L6-v2)",
+    )
+    g.add_argument(
+        "--search-tokenizer", metavar="FILE", help="its BERT WordPiece tokenizer.json (default FOLDER/tokenizer.json)"
+    )
+    g.add_argument("--search-corpus", metavar="FILE", help="the sentences the page ranks, one a line (UTF-8)")
     p.add_argument("--cache", default=str(DEFAULT_CACHE), help=f"build cache (default: {DEFAULT_CACHE})")
     p.add_argument("--no-wheels", action="store_true", help="leave out the aarch64 wheelhouse (models only)")
     p.add_argument("--no-archive", action="store_true", help="write the folder only, no .tar.gz")

@@ -4,6 +4,7 @@
 import * as ort from "./ort/ort.wasm.min.mjs";
 import { FacePipeline, distance, loadFile } from "./face.js";
 import { TextGenerator, Tokenizer } from "./text.js";
+import { SentenceEncoder, WordPieceTokenizer, rank } from "./search.js";
 
 const MIN_SCORE = 0.9; // as edge/face/recognize.py DEFAULT_MIN_SCORE
 const $ = (id) => document.getElementById(id);
@@ -52,6 +53,10 @@ async function init() {
     ? manifest.text.message
     : "Text demo not built in this site (no text model was given to 'edge-deploy build').";
   $("text-ui").hidden = !manifest.text;
+  $("search-status").textContent = manifest.search
+    ? manifest.search.message
+    : "Search demo not built in this site (no sentence encoder was given to 'edge-deploy build --search').";
+  $("search-ui").hidden = !manifest.search;
   $("photo").disabled = false;
   $("enroll").disabled = false;
   if (navigator.mediaDevices && navigator.mediaDevices.getUserMedia) {
@@ -226,6 +231,73 @@ $("generate").addEventListener(
       await generate();
     } catch (err) {
       $("text-output").dataset.state = "error";
+      throw err;
+    }
+  }),
+);
+
+// --- search: embed the site's sentences once (in the page), then rank them against each query ---
+
+async function openSearch() {
+  if (state.search) return state.search;
+  const info = state.manifest.search;
+  const file = (role) => state.manifest.files.find((e) => e.role === role);
+  const fetchJson = async (role) => JSON.parse(new TextDecoder().decode(await loadVerified(file(role))));
+  $("search-status").textContent = `Loading ${info.model}…`;
+  const tokenizer = new WordPieceTokenizer(await fetchJson("search.tokenizer"));
+  const sentences = await fetchJson("search.corpus");
+  const buf = await loadVerified(file("search.encoder"));
+  let session;
+  try {
+    session = await ort.InferenceSession.create(new Uint8Array(buf), { executionProviders: ["wasm"] });
+  } catch (err) {
+    throw new Error(`${file("search.encoder").file}: onnxruntime-web cannot load this model (${err.message || err})`);
+  }
+  const encoder = new SentenceEncoder(ort, session, tokenizer, info.seq);
+  const t0 = performance.now();
+  const vectors = [];
+  for (let i = 0; i < sentences.length; i++) {
+    $("search-status").textContent = `Embedding the site's sentences in the page: ${i + 1} of ${sentences.length}…`;
+    vectors.push((await encoder.embed(sentences[i])).vector);
+  }
+  const corpusMs = performance.now() - t0;
+  state.search = { encoder, sentences, vectors, corpusMs };
+  $("search-status").textContent = `${info.message} ${sentences.length} sentences embedded in ${corpusMs.toFixed(0)} ms.`;
+  return state.search;
+}
+
+async function find() {
+  clearError();
+  const list = $("search-results");
+  list.dataset.state = "running";
+  const search = await openSearch();
+  const query = $("query").value;
+  const t0 = performance.now();
+  const { ids, vector } = await search.encoder.embed(query);
+  const queryMs = performance.now() - t0;
+  const best = rank(vector, search.vectors, 5);
+  list.replaceChildren(
+    ...best.map(({ index, score }) => {
+      const li = document.createElement("li");
+      const s = document.createElement("span");
+      s.className = "score";
+      s.textContent = `${score.toFixed(3)} `;
+      li.append(s, search.sentences[index]);
+      return li;
+    }),
+  );
+  $("search-stats").textContent = `query embedded in ${queryMs.toFixed(0)} ms (${ids.filter((i) => i !== search.encoder.tokenizer.pad).length} tokens)`;
+  window.edgeLastSearch = { query, ids, vector: Array.from(vector), results: best, corpus: search.vectors.map((v) => Array.from(v)) };
+  list.dataset.state = "done";
+}
+
+$("find").addEventListener(
+  "click",
+  guard(async () => {
+    try {
+      await find();
+    } catch (err) {
+      $("search-results").dataset.state = "error";
       throw err;
     }
   }),

@@ -448,9 +448,15 @@ def build_model_bundle(
 
 
 def build_browser_site(
-    profile: TargetProfile, models: list[str], out_dir: Path, cache_dir: Path, progress: ProgressFn = silent
+    profile: TargetProfile,
+    models: list[str],
+    out_dir: Path,
+    cache_dir: Path,
+    progress: ProgressFn = silent,
+    search=None,
 ):
-    """The static onnxruntime-web site for the browser profile in ``out_dir`` (fp32 models, cached stages).
+    """The static onnxruntime-web site for the browser profile in ``out_dir`` (fp32 models, cached stages;
+    ``search``: a ``converters.package.web_search.SearchSite`` for the page's semantic search, or None).
 
     Returns:
         ``converters.package.web.WebBuild``.
@@ -463,4 +469,4 @@ def build_browser_site(
     kinds = model_kinds(models)
     folders = {kind: _run_stage(STAGES[kind], profile, Precision.FP32, Path(cache_dir), progress)[0] for kind in kinds}
     progress(f"writing the browser site to {out_dir}")
-    return build_browser(profile, folders.get("face"), Path(out_dir), progress, text=folders.get("slm"))
+    return build_browser(profile, folders.get("face"), Path(out_dir), progress, text=folders.get("slm"), search=search)

