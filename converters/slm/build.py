@@ -21,7 +21,7 @@ import json
 import shutil
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from converters.slm import grid_quant, quantize
@@ -32,6 +32,7 @@ from converters.slm.gguf_source import HfFolder, locate_smollm2_gguf, read_gguf,
 from converters.slm.gqa_graph import build_gqa_onnx
 from converters.slm.perplexity import DEFAULT_TEXT, PerplexityGate, compare, perplexity, text_windows
 from converters.slm.report import build_report, write_reports
+from converters.slm.tflite import TfliteOptions, TfliteQuant, convert_tflite, venv_python
 from converters.timing import Laps
 from edge.digest import file_sha256
 from edge.errors import ConversionError, InputError, require
@@ -95,6 +96,27 @@ class SlmOptions:
     threads: int = 2
     work_dir: Path | None = None
     gguf: Path | None = None
+    #: Also write the LiteRT twin (``converters.slm.tflite``, litert-torch in ``.venv-litert-torch``), checked
+    #: by greedy agreement against the fp32 ONNX: None (ONNX only), or the twin's settings.
+    tflite: TfliteTwin | None = None
+
+
+@dataclass(frozen=True)
+class TfliteTwin:
+    """``convert slm --format tflite|both``: the ``.tflite`` twin and whether generation.json makes it the default.
+
+    Attributes:
+        default: generation.json ``runtime = "litert"`` (``--format tflite``; ONNX is kept beside it) rather
+            than "onnxruntime" with the twin listed (``--format both``).
+        options: litert-torch sizes (KV buffer, prefill signatures), timeout, threads, venv.
+    """
+
+    default: bool = False
+    options: TfliteOptions = field(default_factory=TfliteOptions)
+
+
+#: litert-torch's recipe for each precision of the ONNX build; int4 has none (no 4-bit recipe offered).
+TFLITE_QUANT = {Precision.FP32: TfliteQuant.NONE, Precision.INT8: TfliteQuant.WEIGHT_ONLY_INT8}
 
 
 @dataclass(frozen=True)
@@ -113,6 +135,7 @@ class SlmBuild:
     op_counts: dict[str, int]
     gate: PerplexityGate
     greedy: GreedyAgreement | None = None
+    tflite: TfliteBuild | None = None
     hf_dir: Path | None = None
     fp32_model: Path | None = None
     timings_s: dict[str, float] = field(default_factory=dict)
@@ -266,12 +289,21 @@ def convert_slm(
     Raises:
         ConversionError: reading, export or quantization failed, or the precision is not supported.
         ValidationError: the perplexity ratio is above the profile's threshold, or greedy answers to the
-            fixed prompts differ from fp32's within ``thresholds.slm_greedy_tokens`` (report still written).
+            fixed prompts differ from fp32's within ``thresholds.slm_greedy_tokens`` (report still written);
+            with ``options.tflite``, the same for the LiteRT twin's greedy answers.
+        MissingDependencyError: ``options.tflite`` without a ready ``.venv-litert-torch``.
     """
     if precision not in SUPPORTED:
         allowed = ", ".join(p.value for p in SUPPORTED)
         raise ConversionError(f"precision {precision.value!r} for the language model; expected one of {allowed}")
     opts = options or SlmOptions()
+    if opts.tflite is not None and precision not in TFLITE_QUANT:
+        raise ConversionError(
+            f"--format tflite at {precision.value}: litert-torch offers no {precision.value} recipe here; "
+            f"expected {' or '.join(p.value for p in TFLITE_QUANT)} (ONNX is what int4 ships)"
+        )
+    if opts.tflite is not None:
+        venv_python(opts.tflite.options.venv)  # a missing litert-torch venv is refused before any work
     say = progress or (lambda _line: None)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -297,14 +329,21 @@ def convert_slm(
             say("greedy agreement")
             greedy = greedy_agreement(fp32, gated, tokenizer, chat, _stop_ids(folder), tokens, threads=opts.threads)
             lap("greedy")
+        twin = None
+        if opts.tflite is not None:
+            twin = _tflite_twin(folder, out_dir, fp32, precision, opts, profile, chat, say)
+            lap("tflite")
         settings = {**settings, "gate_arithmetic": quantize.GATE_ARITHMETIC if relevelled else "as shipped"}
         record = {"profile": profile, "precision": precision, "method": method, "settings": settings}
         record["greedy"] = greedy.to_dict() if greedy else None
+        record["tflite"] = twin.to_dict() if twin else None
         paths = write_reports(out_dir, build_report(out_dir, folder, record, counts, result, lap.seconds, opts))
         label = f"{model} ({profile.name}, {precision.value}, {method})"
         result.check(label)
         if greedy is not None:
             greedy.check(label)
+        if twin is not None:
+            twin.check(f"{twin.path} (LiteRT twin of {label})")
     return SlmBuild(
         out_dir=out_dir,
         model=model,
@@ -322,7 +361,46 @@ def convert_slm(
         fp32_model=fp32 if opts.work_dir else None,
         timings_s=lap.seconds,
         name=name,
+        tflite=twin,
     )
+
+
+@dataclass(frozen=True)
+class TfliteBuild:
+    """The LiteRT twin a build wrote, and its greedy agreement with the fp32 ONNX."""
+
+    path: Path
+    quant: TfliteQuant
+    size_bytes: int
+    greedy: GreedyAgreement
+    default: bool
+
+    def to_dict(self) -> dict:
+        return {"file": self.path.name, "quant": self.quant.value, "bytes": self.size_bytes,
+                "runtime_default": self.default, "greedy_agreement": self.greedy.to_dict()}  # fmt: skip
+
+    def check(self, label: str) -> None:
+        self.greedy.check(label)
+
+
+def _tflite_twin(
+    folder: HfFolder, out_dir: Path, fp32: Path, precision: Precision, opts: SlmOptions, profile: TargetProfile,
+    chat: ChatFormat, say: Callable[[str], None],
+) -> TfliteBuild:  # fmt: skip
+    """Convert the HF folder with litert-torch into ``out_dir``, run the greedy prompts on it against the fp32
+    ONNX, and name it in generation.json."""
+    twin, quant = opts.tflite, TFLITE_QUANT[precision]
+    assert twin is not None
+    say(f"LiteRT twin (litert-torch, {quant.value}; a few minutes)")
+    built = convert_tflite(folder.path, out_dir, quant, twin.options)
+    tokens = max(profile.thresholds.slm_greedy_tokens, 1)
+    say(f"greedy agreement of {built.path.name} (LiteRT) with the fp32 ONNX")
+    tokenizer = out_dir / TOKENIZER_FILE
+    greedy = greedy_agreement(fp32, built.path, tokenizer, chat, _stop_ids(folder), tokens, threads=opts.threads)
+    spec = _generation_spec(folder, chat, precision)
+    runtime = "litert" if twin.default else "onnxruntime"
+    write_generation(out_dir / GENERATION_FILE, replace(spec, runtime=runtime, litert_file=built.path.name))
+    return TfliteBuild(built.path, quant, built.size_bytes, greedy, twin.default)
 
 
 def _generation_spec(folder: HfFolder, chat: ChatFormat, precision: Precision) -> GenerationSpec:

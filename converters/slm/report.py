@@ -58,6 +58,7 @@ def build_report(
             "nodes": sum(counts.values()),
         },
         "greedy_agreement": record.get("greedy"),
+        "tflite": record.get("tflite"),
         "perplexity": {
             "text": str(opts.eval_text.name),
             "text_source": EVAL_TEXT_NOTE,
@@ -92,6 +93,7 @@ def render_markdown(report: dict) -> str:
         f"(limit {ppl['limit']}), {ppl['tokens_scored']} tokens of {ppl['text_source']}.",
         "",
         *_greedy_lines(report.get("greedy_agreement")),
+        *_tflite_lines(report.get("tflite")),
         "| file | bytes | sha256 |",
         "|---|---:|---|",
     ]
@@ -104,13 +106,22 @@ def _origin(src: dict) -> str:
     return "(a local GGUF)" if src["package"] == "file" else f"from PyPI package {src['package']} {src['version']}"
 
 
-def _greedy_lines(greedy: dict | None) -> list[str]:
+def _greedy_lines(greedy: dict | None, candidate: str = "quantized") -> list[str]:
     if not greedy:
         return []
     verdict = "passed" if greedy["passed"] else "FAILED"
     lines = [f"Greedy agreement {verdict} (first {greedy['required_tokens']} tokens equal to fp32's):", ""]
-    lines += [f"- {p['prompt']!r}: {p['leading_equal']} equal; quantized {p['candidate']!r}" for p in greedy["prompts"]]
+    for p in greedy["prompts"]:
+        lines.append(f"- {p['prompt']!r}: {p['leading_equal']} equal; {candidate} {p['candidate']!r}")
     return [*lines, ""]
+
+
+def _tflite_lines(twin: dict | None) -> list[str]:
+    if not twin:
+        return []
+    runs = "the device's default (generation.json runtime = litert)" if twin["runtime_default"] else "beside the ONNX"
+    head = f"LiteRT twin `{twin['file']}` ({twin['quant']}, {twin['bytes']} bytes), {runs}; its greedy answers:"
+    return [head, "", *_greedy_lines(twin["greedy_agreement"], "LiteRT")]
 
 
 def write_reports(out_dir: Path, report: dict) -> tuple[Path, Path]:

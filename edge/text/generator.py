@@ -92,8 +92,9 @@ class TextGenerator:
         model_dir: a folder with ``generation.json``, the ONNX model and ``tokenizer.json``.
         threads: onnxruntime (or LiteRT) intra-op threads.
         max_context: cap the context below the model's own (memory on small boards); None for the model's.
-        model_file: run this model instead of the folder's ONNX one (same tokenizer and chat template); a
-            ``.tflite`` file (``convert_slm_tflite``) runs on LiteRT, anything else on onnxruntime.
+        model_file: run this model instead of the one generation.json names (its ``model_file``, or its
+            ``litert_file`` when its ``runtime`` is "litert"; same tokenizer and chat template); a ``.tflite``
+            file runs on LiteRT, anything else on onnxruntime.
 
     Raises:
         InputError: the folder, generation.json or tokenizer.json is missing or invalid.
@@ -121,12 +122,14 @@ class TextGenerator:
             if max_context < 2:
                 raise InputError(f"max_context = {max_context}; expected at least 2")
             self.context = min(self.context, max_context)
-        path = Path(model_file) if model_file is not None else self.model_dir / self.spec.model_file
+        default = self.spec.litert_file if self.spec.runtime == "litert" else self.spec.model_file
+        path = Path(model_file) if model_file is not None else self.model_dir / str(default)
         self.decoder: Decoder | None
         if path.suffix == ".tflite":
             from edge.text.litert_decoder import LiteRtDecoder
 
             self.decoder = LiteRtDecoder(path, threads)
+            self.context = min(self.context, self.decoder.context_length)  # its fixed KV buffer
         else:
             self.decoder = OnnxDecoder(path, threads)
 

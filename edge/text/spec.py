@@ -14,6 +14,8 @@ from edge.text.chat import ChatFormat
 
 GENERATION_FILE = "generation.json"
 SCHEMA_VERSION = 1
+#: The runtimes a text model folder may name (``runtime``); files written before it existed run onnxruntime.
+RUNTIMES = ("onnxruntime", "litert")
 
 
 @dataclass(frozen=True)
@@ -30,9 +32,14 @@ class GenerationSpec:
     chat_format: ChatFormat
     chat_template: str
     precision: str
+    #: What the device runs by default: "onnxruntime" (``model_file``) or "litert" (``litert_file``).
+    runtime: str = "onnxruntime"
+    #: The LiteRT twin of ``model_file`` (``convert slm --format tflite|both``), or None.
+    litert_file: str | None = None
 
     def to_dict(self) -> dict:
-        """The JSON form (as written to ``generation.json``)."""
+        """The JSON form (as written to ``generation.json``; ``runtime`` and ``litert_file`` only with a twin)."""
+        twin = {"runtime": self.runtime, "litert_file": self.litert_file} if self.litert_file else {}
         return {
             "schema_version": SCHEMA_VERSION,
             "model_file": self.model_file,
@@ -45,6 +52,7 @@ class GenerationSpec:
             "chat_format": self.chat_format.to_dict(),
             "chat_template": self.chat_template,
             "precision": self.precision,
+            **twin,
         }
 
 
@@ -82,6 +90,13 @@ def load_spec(model_dir: Path) -> GenerationSpec:
     chat = data.get("chat_format")
     if not isinstance(chat, dict):
         raise InputError(f"{where}: chat_format = {chat!r}; expected a table")
+    runtime, litert_file = data.get("runtime", "onnxruntime"), data.get("litert_file")
+    if runtime not in RUNTIMES:
+        raise InputError(f"{where}: runtime = {runtime!r}; expected one of {', '.join(RUNTIMES)}")
+    if litert_file is not None and not isinstance(litert_file, str):
+        raise InputError(f"{where}: litert_file = {litert_file!r}; expected a file name or null")
+    if runtime == "litert" and litert_file is None:
+        raise InputError(f"{where}: runtime = 'litert' but no litert_file; expected the .tflite file's name")
     return GenerationSpec(
         model_file=_get(data, where, "model_file", str),
         tokenizer_file=_get(data, where, "tokenizer_file", str),
@@ -93,4 +108,6 @@ def load_spec(model_dir: Path) -> GenerationSpec:
         chat_format=ChatFormat.from_dict(chat, where),
         chat_template=_get(data, where, "chat_template", str),
         precision=_get(data, where, "precision", str),
+        runtime=runtime,
+        litert_file=litert_file,
     )

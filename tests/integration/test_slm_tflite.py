@@ -1,9 +1,10 @@
 """SmolLM2-135M to TFLite through litert-torch (prefill + decode signatures), run with ai-edge-litert.
 
-The session's shared SmolLM2 conversion (``slm_int4`` in tests/conftest.py: HF folder + fp32 ONNX, the
-reference) and, once per module, the same folder -> fp32 ``.tflite`` with litert-torch in
-``.venv-litert-torch`` (created by ``scripts/setup_litert_torch.sh`` if missing: ~3.5 min and 2.1 GB the
-first time; the conversion itself ~3 min). Then: greedy tokens of
+Once per module, ``convert_slm(rpi5, fp32)`` with the LiteRT twin (what ``edge-deploy convert slm --format
+tflite`` runs), reusing the session conversion's fp32 export (``slm_int4`` in tests/conftest.py): the ONNX
+fp32 build, then the HF folder -> fp32 ``.tflite`` with litert-torch in ``.venv-litert-torch`` (created by
+``scripts/setup_litert_torch.sh`` if missing: ~3.5 min and 2.1 GB the first time; the conversion itself
+~3 min), gated by greedy agreement with the fp32 ONNX and named in generation.json. Then: greedy tokens of
 the TFLite decoder inside ``TextGenerator`` equal the ONNX fp32 decoder's for 24 tokens on 3 prompts;
 chunked prefill (a prompt longer than the prefill signature) gives the same logits as token-by-token
 decode; the readable errors.
@@ -25,13 +26,15 @@ pytestmark = pytest.mark.integration
 pytest.importorskip("torch")
 pytest.importorskip("ai_edge_litert")
 
+from converters.slm.build import SlmOptions, TfliteTwin, convert_slm  # noqa: E402
 from converters.slm.tflite import (  # noqa: E402
     TfliteOptions,
-    TfliteQuant,
     convert_tflite,
 )
 from edge.errors import ConversionError, InputError, MissingDependencyError  # noqa: E402
+from edge.profiles import Precision, load_profile  # noqa: E402
 from edge.text import SamplingConfig, TextGenerator  # noqa: E402
+from edge.text.decoder import OnnxDecoder  # noqa: E402
 from edge.text.litert_decoder import LiteRtDecoder  # noqa: E402
 
 KV_LEN = 256
@@ -46,26 +49,50 @@ PROMPTS = [
 
 @pytest.fixture(scope="module")
 def build(slm_int4, tmp_path_factory):
-    """The shared session conversion's HF folder and fp32 ONNX folder, plus one fp32 TFLite conversion."""
+    """``convert slm --format tflite`` at fp32 for rpi5 (what the CLI runs), reusing the session conversion's
+    fp32 export (its work folder): the ONNX fp32 build, its LiteRT twin gated by greedy agreement, and
+    generation.json naming the twin the default."""
     install_on_first_use(LITERT_TORCH, "the language-model TFLite tests (tests/integration/test_slm_tflite.py)")
-    hf_dir = slm_int4["result"].hf_dir
-    tfl = convert_tflite(
-        hf_dir,
-        tmp_path_factory.mktemp("slm_tflite"),
-        TfliteQuant.NONE,
-        TfliteOptions(kv_cache_max_len=KV_LEN, prefill_lengths=(PREFILL,), threads=2),
-    )
-    return {"hf_dir": hf_dir, "onnx_dir": slm_int4["fp32_dir"], "tflite": tfl}
+    twin = TfliteTwin(default=True, options=TfliteOptions(kv_cache_max_len=KV_LEN, prefill_lengths=(PREFILL,),
+                                                          threads=2))  # fmt: skip
+    options = SlmOptions(work_dir=slm_int4["root"] / "work", tflite=twin)
+    out = tmp_path_factory.mktemp("slm_tflite") / "out"
+    result = convert_slm(load_profile("rpi5"), Precision.FP32, out, options=options)
+    return {"hf_dir": slm_int4["result"].hf_dir, "out": out, "result": result, "tflite": result.tflite}
 
 
 @pytest.fixture(scope="module")
 def generators(build):
-    onnx_gen = TextGenerator(build["onnx_dir"], threads=2, max_context=KV_LEN)
-    tfl_gen = TextGenerator(build["onnx_dir"], threads=2, max_context=KV_LEN, model_file=build["tflite"].path)
-    assert isinstance(tfl_gen.decoder, LiteRtDecoder)  # picked by the file's format
+    onnx_gen = TextGenerator(build["out"], threads=2, max_context=KV_LEN, model_file=build["out"] / "model.onnx")
+    tfl_gen = TextGenerator(build["out"], threads=2, max_context=KV_LEN)
+    assert isinstance(tfl_gen.decoder, LiteRtDecoder)  # generation.json: runtime = litert
+    assert isinstance(onnx_gen.decoder, OnnxDecoder)
     yield onnx_gen, tfl_gen
     onnx_gen.close()
     tfl_gen.close()
+
+
+def test_the_build_gates_the_twin_and_names_it_in_generation_json(build) -> None:
+    import json
+
+    out, twin = build["out"], build["tflite"]
+    spec = json.loads((out / "generation.json").read_text())
+    assert (spec["runtime"], spec["litert_file"], spec["model_file"]) == ("litert", "model_none.tflite", "model.onnx")
+    assert twin.greedy.passed and len(twin.greedy.prompts) == 5  # the five fixed prompts, 16 tokens
+    report = json.loads((out / "report.json").read_text())
+    assert report["tflite"]["greedy_agreement"]["passed"] is True and report["tflite"]["quant"] == "none"
+    assert "model_none.tflite" in report["files"]
+    assert "LiteRT twin `model_none.tflite` (none," in (out / "report.md").read_text()
+
+
+def test_int4_has_no_litert_twin(build, tmp_path) -> None:
+    with pytest.raises(ConversionError) as err:
+        convert_slm(load_profile("rpi4"), Precision.INT4, tmp_path / "x", options=SlmOptions(tflite=TfliteTwin()))
+    assert str(err.value) == (
+        "--format tflite at int4: litert-torch offers no int4 recipe here; expected fp32 or int8 (ONNX is what "
+        "int4 ships)"
+    )
+    assert not (tmp_path / "x").exists()  # refused before any work
 
 
 def test_tflite_file_has_prefill_and_decode_signatures(build) -> None:
@@ -146,3 +173,10 @@ def test_failing_conversion_quotes_the_log(build, tmp_path: Path) -> None:
     assert message.startswith(f"{hf}: litert-torch conversion (none) exited with 1; last lines of {log}:\n    ")
     assert message.endswith(f"\n    {hf / 'config.json'}: hidden_act = 'gelu'; expected 'silu'")
     assert os.path.isfile(tmp_path / "out" / "litert_export_none.log")
+
+
+def test_a_missing_venv_is_refused_before_the_onnx_build(tmp_path: Path) -> None:
+    twin = TfliteTwin(options=TfliteOptions(venv=tmp_path / "no-venv"))
+    with pytest.raises(MissingDependencyError, match="create it with: bash scripts/setup_litert_torch.sh"):
+        convert_slm(load_profile("rpi5"), Precision.FP32, tmp_path / "x", options=SlmOptions(tflite=twin))
+    assert not (tmp_path / "x").exists()

@@ -99,6 +99,34 @@ def test_spec_round_trip_and_errors(tmp_path: Path) -> None:
     assert str(err.value) == f"{tmp_path / 'generation.json'}: context_length = '64'; expected a whole number"
 
 
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ({"runtime": "tflite"}, "runtime = 'tflite'; expected one of onnxruntime, litert"),
+        ({"runtime": "litert"}, "runtime = 'litert' but no litert_file; expected the .tflite file's name"),
+        ({"litert_file": 3}, "litert_file = 3; expected a file name or null"),
+    ],
+)
+def test_the_runtime_a_folder_names_is_checked(tmp_path: Path, extra: dict, message: str) -> None:
+    (tmp_path / "generation.json").write_text(json.dumps(spec_dict() | extra))
+    with pytest.raises(InputError) as err:
+        load_spec(tmp_path)
+    assert str(err.value) == f"{tmp_path / 'generation.json'}: {message}"
+
+
+def test_a_litert_twin_round_trips_and_is_what_the_generator_opens(tmp_path: Path) -> None:
+    twin = spec_dict() | {"runtime": "litert", "litert_file": "model_none.tflite"}
+    (tmp_path / "generation.json").write_text(json.dumps(twin))
+    spec = load_spec(tmp_path)
+    assert (spec.runtime, spec.litert_file) == ("litert", "model_none.tflite") and spec.to_dict() == twin
+    from tokenizers import Tokenizer, models
+
+    Tokenizer(models.WordLevel({"a": 0}, unk_token="a")).save(str(tmp_path / "tokenizer.json"))
+    with pytest.raises(InputError) as err:  # the generator opens the twin generation.json names, not model.onnx
+        TextGenerator(tmp_path)
+    assert str(err.value) == f"{tmp_path / 'model_none.tflite'}: missing; expected the language model's .tflite file"
+
+
 def test_missing_folder_and_files(tmp_path: Path) -> None:
     with pytest.raises(InputError) as err:
         TextGenerator(tmp_path / "nope")
