@@ -23,6 +23,8 @@ examples:
   edge-deploy convert model net.pt2 --target rpi4 --precision int8 --calib calib.npz --eval eval.npz \\
       --input x=4x3x224x224 -o out/pt2
                        a torch.export program (torch.export.save): exported to ONNX, checked against torch
+  edge-deploy convert model detector.tflite --target rpi4 --precision fp32 --eval eval.npz --task raw \\
+      -o out/det       a float .tflite: translated to ONNX (BlazeFace's op set), checked against LiteRT
   edge-deploy convert model encoder.pt2 --target rpi4 --precision int8 --dynamic --eval eval.npz \\
       --task embedding -o out/enc
                        dynamic INT8 (no calibration data): for transformers, whose activations static
@@ -101,9 +103,10 @@ def add_convert_model(csub: argparse._SubParsersAction) -> None:
     defaults = GateThresholds()
     m = csub.add_parser(
         "model",
-        help="your own ONNX model or torch.export program: fp32 or static INT8, gated against it on your data",
-        description="Read and check your ONNX model or torch.export program (.pt2: exported to ONNX with "
-        "dynamo, checked against torch), fix dynamic input shapes (--input), write an fp32 copy or "
+        help="your own ONNX model, torch.export program or float .tflite: fp32 or INT8, gated against it on your data",
+        description="Read and check your ONNX model, torch.export program (.pt2: exported to ONNX with "
+        "dynamo, checked against torch) or float .tflite (translated to ONNX, checked against LiteRT), fix "
+        "dynamic input shapes (--input), write an fp32 copy or "
         "a static INT8 (QDQ) model calibrated on --calib with the target profile's settings (plus an ORT-format "
         "copy for the target's CPU), run source and candidate on --eval (the INT8 graph unfused, so the verdict "
         "does not depend on this host's INT8 kernels) and gate by --task. Writes models.json (passed builds), "
@@ -111,7 +114,9 @@ def add_convert_model(csub: argparse._SubParsersAction) -> None:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    m.add_argument("model_file", metavar="MODEL", help="an ONNX model (.onnx) or a torch.export program (.pt2)")
+    m.add_argument(
+        "model_file", metavar="MODEL", help="an ONNX model (.onnx), a torch.export program (.pt2) or a float .tflite"
+    )
     m.add_argument("--target", "-t", required=True, help="target profile, e.g. rpi4 (see: edge-deploy targets)")
     m.add_argument("--output", "-o", required=True, help="output folder (new, or empty)")
     m.add_argument("--precision", choices=["fp32", "int8"], help="default: the profile's")

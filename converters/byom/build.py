@@ -225,7 +225,8 @@ def _build_into(build: ModelBuild, frontend: Frontend, work: Path, progress: Pro
     lap("read")
     stem = job.model.name.removesuffix(f".{build.source.format}")
     if build.source.format != "onnx":
-        progress(f"exporting the {build.source.format} program to ONNX")
+        verb = "translating the .tflite" if build.source.format == "tflite" else "exporting the torch.export program"
+        progress(f"{verb} to ONNX")
     fp32 = frontend.write_fp32(build.inputs, work / f"{stem}.fp32.onnx")
     build.files["fp32_onnx"], build.shipped = _file_info(fp32), "fp32_onnx"
     int8 = job.precision is Precision.INT8

@@ -2,7 +2,8 @@
 input shapes and runs the source on the user's data.
 
 ``read_model`` tells the format by the file's first bytes, never its name: a zip archive is a
-``torch.export`` program (``converters.byom.pt2``), anything else is read as ONNX (``converters.byom.source``).
+``torch.export`` program (``converters.byom.pt2``), a TFLite flatbuffer (``TFL3`` at byte 4) a ``.tflite``
+model (``converters.byom.tflite_source``), anything else is read as ONNX (``converters.byom.source``).
 """
 
 from __future__ import annotations
@@ -51,7 +52,8 @@ ZIP_MAGIC = b"PK\x03\x04"
 
 
 def read_model(path: Path) -> tuple[SourceModel, Frontend]:
-    """Read and check the user's model, an ONNX file or a ``torch.export`` program (told apart by content).
+    """Read and check the user's model: an ONNX file, a ``torch.export`` program or a ``.tflite`` (told apart
+    by content).
 
     Raises:
         InputError: missing file, unreadable or corrupt model, no tensor inputs.
@@ -60,12 +62,16 @@ def read_model(path: Path) -> tuple[SourceModel, Frontend]:
     path = Path(path)
     try:
         with path.open("rb") as fh:
-            head = fh.read(4)
+            head = fh.read(8)
     except OSError:
         head = b""  # read_source names the missing file
-    if head == ZIP_MAGIC:
+    if head[:4] == ZIP_MAGIC:
         from converters.byom.pt2 import read_pt2
 
         return read_pt2(path)
+    from converters.byom.tflite_source import is_tflite, read_tflite
+
+    if is_tflite(head):
+        return read_tflite(path)
     source, proto = read_source(path)
     return source, OnnxFrontend(path, proto)
