@@ -8,6 +8,7 @@ state (temperature, clock, throttling) before and after. The PNG plot lives in `
 
 from __future__ import annotations
 
+import json
 import math
 import resource
 import sys
@@ -89,6 +90,46 @@ def _random_tensor(rng: np.random.Generator, shape: tuple[int, ...], dtype: np.d
         # small non-negative values: valid token ids, indices and quantized pixels alike
         return rng.integers(max(info.min, 0), min(info.max, 100) + 1, size=shape).astype(dtype)
     raise InputError(f"cannot make random data of dtype {dtype.name}; supported: bool, ints, floats")
+
+
+@dataclass(frozen=True)
+class BenchTarget:
+    """What ``bench PATH`` times: a model file, and the ``.npz`` whose first batch feeds it (None: random)."""
+
+    model: Path
+    inputs_npz: Path | None = None
+
+    def describe(self) -> str:
+        return f"the first batch of {self.inputs_npz}" if self.inputs_npz else "seeded random values"
+
+
+def bench_target(path: Path) -> BenchTarget:
+    """``path`` as a model file, or a ``convert model`` folder: the file its models.json ships, fed the first
+    batch of the evaluation ``.npz`` its report.json names when that file is here (on a device it is not:
+    random values then). Reads JSON only, so it works with the device extra.
+
+    Raises:
+        InputError: a folder without models.json, or whose models.json lists other than one model file.
+    """
+    path = Path(path)
+    if not path.is_dir():
+        return BenchTarget(path)
+    try:
+        models = json.loads((path / "models.json").read_text(encoding="utf-8")).get("models")
+    except (OSError, ValueError, AttributeError) as exc:
+        raise InputError(f"{path}: a folder without a readable models.json ({exc}); give a model file") from exc
+    files = [m.get("file") for m in models if isinstance(m, dict)] if isinstance(models, list) else []
+    if len(files) != 1 or not isinstance(files[0], str):
+        raise InputError(
+            f"{path / 'models.json'}: lists {len(files)} models ({', '.join(map(str, files))}); bench times one: give "
+            "its file, or a convert model folder"
+        )
+    try:
+        evaluation = json.loads((path / "report.json").read_text(encoding="utf-8"))["evaluation"]["file"]
+    except (OSError, ValueError, KeyError, TypeError):
+        evaluation = None
+    npz = Path(evaluation) if isinstance(evaluation, str) and evaluation.endswith(".npz") else None
+    return BenchTarget(path / files[0], npz if npz is not None and npz.is_file() else None)
 
 
 def make_inputs(

@@ -101,23 +101,33 @@ def _check_bench_args(args: argparse.Namespace, shapes: dict[str, tuple[int, ...
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
-    from edge.bench import make_inputs, parse_shape_overrides, run_bench
+    import numpy as np
+
+    from edge.bench import BenchTarget, bench_target, make_inputs, parse_shape_overrides, run_bench
     from edge.board import detect_board
-    from edge.runtime import open_model
+    from edge.runtime import first_batch, open_model
 
     shapes = parse_shape_overrides(args.shape or [])
     _check_bench_args(args, shapes)
+    target = bench_target(args.model)
+    if args.shape or args.random:
+        target = BenchTarget(target.model)  # the inputs asked for, not the folder's evaluation data
     board = detect_board(override=args.target)
-    with open_model(args.model, threads=args.threads, backend=args.backend, profile=board.profile) as model:
-        feeds = make_inputs(model.inputs, shapes, seed=args.seed)
+    with open_model(target.model, threads=args.threads, backend=args.backend, profile=board.profile) as model:
+        if target.inputs_npz is not None:
+            with np.load(target.inputs_npz) as data:
+                feeds = first_batch(str(target.inputs_npz), model.inputs, data)
+        else:
+            feeds = make_inputs(model.inputs, shapes, seed=args.seed)
         result = run_bench(
             model, feeds, count=args.count, min_duration_s=args.min_duration, warmup=args.warmup, board=board
         )
     if args.plot:
         result.plot_png(args.plot)
     if args.json:
-        print_json(result.to_dict())
+        print_json({**result.to_dict(), "inputs": target.describe()})
     else:
+        print(f"{target.model}: inputs {target.describe()}")
         print(result.to_table())
         if args.plot:
             print(f"plot: {args.plot}")
@@ -132,10 +142,17 @@ def add_bench(sub: argparse._SubParsersAction) -> None:
         "the first inference pays for allocation and kernel selection), warm up, then time at least --count "
         "runs and at least --min-duration seconds. Reports p50/p90/p99/mean/std, throughput, peak RSS and, "
         "on a Pi, SoC temperature, clock and throttling flags.",
-        epilog="example: edge-deploy bench out/demo/models/face_embedder.onnx --shape chip=1x3x150x150 --plot lat.png",
+        epilog="examples:\n"
+        "  edge-deploy bench out/demo/models/face_embedder.onnx --shape chip=1x3x150x150 --plot lat.png\n"
+        "  edge-deploy bench out/net --json        a convert model folder: its shipped file on its --eval data",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("model", type=Path, help="model file (.onnx, .ort or .tflite)")
+    p.add_argument(
+        "model",
+        type=Path,
+        help="model file (.onnx, .ort or .tflite), or a convert model folder: the file it ships, fed the first "
+        "batch of its evaluation .npz when that is on this machine",
+    )
     p.add_argument("--target", help="profile to use (default: detected from /proc/device-tree/model)")
     p.add_argument("--backend", choices=["onnxruntime", "litert"], help="default: from the model's format")
     p.add_argument("--threads", type=int, help="intra-op threads (default: the profile's, else all CPUs)")
@@ -144,6 +161,7 @@ def add_bench(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--min-duration", type=float, default=0.0, help="timed seconds at least (default 0)")
     p.add_argument("--warmup", type=int, default=10, help="untimed runs after the first (default 10)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    p.add_argument("--random", action="store_true", help="a convert model folder: random inputs, not its --eval data")
     p.add_argument("--plot", type=Path, help="write a latency histogram + CDF PNG here")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=_cmd_bench)

@@ -249,3 +249,42 @@ def test_the_plot_path_must_be_a_writable_png(result, tmp_path):
     with pytest.raises(InputError) as err:
         result.plot_png(missing)
     assert str(err.value) == f"{missing}: cannot write the plot (is its folder there and writable?)"
+
+
+# --- bench FOLDER: a convert model folder's shipped file on its evaluation data -----------------------------
+
+
+def test_bench_of_a_convert_model_folder_times_its_shipped_file_on_its_eval_data(tmp_path, capsys):
+    import json
+
+    from edge.bench import bench_target
+    from edge_deploy.cli import main
+    from tests.unit.byom_models import write_embedder_files
+
+    d = write_embedder_files(tmp_path)
+    argv = ["convert", "model", str(d / "emb.onnx"), "--target", "rpi4", "--precision", "int8", "--calib",
+            str(d / "calib.npz"), "--eval", str(d / "eval.npz"), "--task", "embedding", "--input", "x=4x3x16x16",
+            "-o", str(d / "net"), "--json"]  # fmt: skip
+    assert main(argv) == 0
+    capsys.readouterr()
+    target = bench_target(d / "net")
+    assert (target.model, target.inputs_npz) == (d / "net" / "emb.int8.ort", d / "eval.npz")
+    assert main(["bench", str(d / "net"), "--count", "3", "--warmup", "0", "--threads", "1", "--json"]) == 0
+    record = json.loads(capsys.readouterr().out)
+    assert record["inputs"] == f"the first batch of {d / 'eval.npz'}" and record["model"]["path"].endswith(".ort")
+    (d / "eval.npz").unlink()  # as on the device, where the evaluation data is not
+    assert bench_target(d / "net").inputs_npz is None and bench_target(d / "net").describe() == "seeded random values"
+
+
+def test_bench_of_a_folder_with_several_models_is_refused(tmp_path, capsys):
+    import json
+
+    from edge_deploy.cli import main
+
+    models = [{"role": "detector", "file": "a.onnx"}, {"role": "embedder", "file": "b.onnx"}]
+    (tmp_path / "models.json").write_text(json.dumps({"models": models}))
+    assert main(["bench", str(tmp_path)]) == 3
+    assert capsys.readouterr().err == (
+        f"Error: {tmp_path / 'models.json'}: lists 2 models (a.onnx, b.onnx); bench times one: give its file, or a "
+        "convert model folder\n"
+    )
