@@ -173,6 +173,20 @@ def _search_site(args: argparse.Namespace, profile):
     return SearchSite(folder, tokenizer, Path(args.search_corpus))
 
 
+def _add_search_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("semantic search in the browser site (--target browser-wasm)")
+    g.add_argument(
+        "--search",
+        metavar="FOLDER",
+        help="a passed 'convert model --target browser-wasm --task embedding' folder of a sentence encoder "
+        "(input_ids + attention_mask, 1 x SEQ; pooled and normalised in the graph, e.g. all-MiniLM-L6-v2)",
+    )
+    g.add_argument(
+        "--search-tokenizer", metavar="FILE", help="its BERT WordPiece tokenizer.json (default FOLDER/tokenizer.json)"
+    )
+    g.add_argument("--search-corpus", metavar="FILE", help="the sentences the page ranks, one a line (UTF-8)")
+
+
 def add_build(sub: argparse._SubParsersAction) -> None:
     """Register ``edge-deploy build``."""
     p = sub.add_parser(
@@ -215,17 +229,7 @@ def add_build(sub: argparse._SubParsersAction) -> None:
         help="onnx, or the face models' TFLite twins too (as 'convert face --format'; needs "
         "scripts/setup_onnx2tf.sh); the bundle's manifest lists them. Default: the profile's runtime.face_formats",
     )
-    g = p.add_argument_group("semantic search in the browser site (--target browser-wasm)")
-    g.add_argument(
-        "--search",
-        metavar="FOLDER",
-        help="a passed 'convert model --target browser-wasm --task embedding' folder of a sentence encoder "
-        "(input_ids + attention_mask, 1 x SEQ; pooled and normalised in the graph, e.g. all-MiniLM-L6-v2)",
-    )
-    g.add_argument(
-        "--search-tokenizer", metavar="FILE", help="its BERT WordPiece tokenizer.json (default FOLDER/tokenizer.json)"
-    )
-    g.add_argument("--search-corpus", metavar="FILE", help="the sentences the page ranks, one a line (UTF-8)")
+    _add_search_options(p)
     p.add_argument("--cache", default=str(DEFAULT_CACHE), help=f"build cache (default: {DEFAULT_CACHE})")
     p.add_argument("--no-wheels", action="store_true", help="leave out the aarch64 wheelhouse (models only)")
     p.add_argument("--no-archive", action="store_true", help="write the folder only, no .tar.gz")

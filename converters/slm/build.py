@@ -266,6 +266,20 @@ def _export_is_current(fp32: Path, key: dict[str, str]) -> bool:
         return False
 
 
+def _check_request(precision: Precision, opts: SlmOptions) -> None:
+    """Refuse, before any work, a precision the converter has not, or a LiteRT twin it cannot make here."""
+    if precision not in SUPPORTED:
+        allowed = ", ".join(p.value for p in SUPPORTED)
+        raise ConversionError(f"precision {precision.value!r} for the language model; expected one of {allowed}")
+    if opts.tflite is not None and precision not in TFLITE_QUANT:
+        raise ConversionError(
+            f"--format tflite at {precision.value}: litert-torch offers no {precision.value} recipe here; "
+            f"expected {' or '.join(p.value for p in TFLITE_QUANT)} (ONNX is what int4 ships)"
+        )
+    if opts.tflite is not None:
+        venv_python(opts.tflite.options.venv)  # a missing litert-torch venv is refused before any work
+
+
 def convert_slm(
     profile: TargetProfile,
     precision: Precision,
@@ -293,17 +307,8 @@ def convert_slm(
             with ``options.tflite``, the same for the LiteRT twin's greedy answers.
         MissingDependencyError: ``options.tflite`` without a ready ``.venv-litert-torch``.
     """
-    if precision not in SUPPORTED:
-        allowed = ", ".join(p.value for p in SUPPORTED)
-        raise ConversionError(f"precision {precision.value!r} for the language model; expected one of {allowed}")
     opts = options or SlmOptions()
-    if opts.tflite is not None and precision not in TFLITE_QUANT:
-        raise ConversionError(
-            f"--format tflite at {precision.value}: litert-torch offers no {precision.value} recipe here; "
-            f"expected {' or '.join(p.value for p in TFLITE_QUANT)} (ONNX is what int4 ships)"
-        )
-    if opts.tflite is not None:
-        venv_python(opts.tflite.options.venv)  # a missing litert-torch venv is refused before any work
+    _check_request(precision, opts)
     say = progress or (lambda _line: None)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -329,9 +334,8 @@ def convert_slm(
             say("greedy agreement")
             greedy = greedy_agreement(fp32, gated, tokenizer, chat, _stop_ids(folder), tokens, threads=opts.threads)
             lap("greedy")
-        twin = None
-        if opts.tflite is not None:
-            twin = _tflite_twin(folder, out_dir, fp32, precision, opts, profile, chat, say)
+        twin = _tflite_twin(folder, out_dir, fp32, precision, opts, profile, chat, say) if opts.tflite else None
+        if twin is not None:
             lap("tflite")
         settings = {**settings, "gate_arithmetic": quantize.GATE_ARITHMETIC if relevelled else "as shipped"}
         record = {"profile": profile, "precision": precision, "method": method, "settings": settings}
