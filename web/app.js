@@ -224,17 +224,22 @@ async function generate() {
   out.dataset.state = "done";
 }
 
-$("generate").addEventListener(
-  "click",
-  guard(async () => {
-    try {
-      await generate();
-    } catch (err) {
-      $("text-output").dataset.state = "error";
-      throw err;
-    }
-  }),
-);
+// A button that runs `fn`; on failure `outputId`'s data-state says "error" and #error the message.
+function runOnClick(buttonId, outputId, fn) {
+  $(buttonId).addEventListener(
+    "click",
+    guard(async () => {
+      try {
+        await fn();
+      } catch (err) {
+        $(outputId).dataset.state = "error";
+        throw err;
+      }
+    }),
+  );
+}
+
+runOnClick("generate", "text-output", generate);
 
 // --- search: embed the site's sentences once (in the page), then rank them against each query ---
 
@@ -291,17 +296,7 @@ async function find() {
   list.dataset.state = "done";
 }
 
-$("find").addEventListener(
-  "click",
-  guard(async () => {
-    try {
-      await find();
-    } catch (err) {
-      $("search-results").dataset.state = "error";
-      throw err;
-    }
-  }),
-);
+runOnClick("find", "search-results", find);
 
 window.edgeReady = init()
   .then(() => {

@@ -3,6 +3,8 @@
 // whose graph pools and L2-normalises (all-MiniLM-L6-v2 as benchmarks/byom_minilm.py exports it), and cosine
 // ranking of the site's sentences.
 
+import { escapeRegex } from "./text.js";
+
 const CJK = [
   [0x4e00, 0x9fff], [0x3400, 0x4dbf], [0x20000, 0x2a6df], [0x2a700, 0x2b73f],
   [0x2b740, 0x2b81f], [0x2b920, 0x2ceaf], [0xf900, 0xfaff], [0x2f800, 0x2fa1f],
@@ -12,10 +14,6 @@ const isWhitespace = (c) => c === " " || c === "\t" || c === "\n" || c === "\r" 
 const isControl = (c) => c !== "\t" && c !== "\n" && c !== "\r" && /\p{C}/u.test(c);
 // tokenizers' BERT punctuation: ASCII punctuation (which includes $ + < = > ^ ` | ~) or any Unicode P*
 const isPunctuation = (c) => /[!-/:-@[-`{-~]/.test(c) || /\p{P}/u.test(c);
-
-function escapeRegex(s) {
-  return s.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
-}
 
 export class WordPieceTokenizer {
   constructor(json) {

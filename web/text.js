@@ -25,7 +25,7 @@ function bytesToUnicode() {
   return enc;
 }
 
-function escapeRegex(s) {
+export function escapeRegex(s) {
   return s.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
 }
 
