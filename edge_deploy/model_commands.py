@@ -25,6 +25,9 @@ examples:
                        a torch.export program (torch.export.save): exported to ONNX, checked against torch
   edge-deploy convert model detector.tflite --target rpi4 --precision fp32 --eval eval.npz --task raw \\
       -o out/det       a float .tflite: translated to ONNX (BlazeFace's op set), checked against LiteRT
+  edge-deploy convert model net.onnx --target rpi4 --precision fp32 --eval eval.npz --input x=1x3x224x224 \\
+      --format tflite -o out/net
+                       also the fp32 TFLite twin (onnx2tf), checked on LiteRT against the fp32 copy
   edge-deploy convert model encoder.pt2 --target rpi4 --precision int8 --dynamic --eval eval.npz \\
       --task embedding -o out/enc
                        dynamic INT8 (no calibration data): for transformers, whose activations static
@@ -82,6 +85,7 @@ def _cmd_convert_model(args: argparse.Namespace) -> int:
         dynamic=args.dynamic,
         weight_only=args.weight_only,
         licence=args.licence,
+        tflite=args.format in ("tflite", "both"),
         images=ImageOptions(
             mean=parse_channels(args.mean, "--mean") if args.mean is not None else None,
             std=parse_channels(args.std, "--std") if args.std is not None else None,
@@ -148,6 +152,14 @@ def add_convert_model(csub: argparse._SubParsersAction) -> None:
                    help="raw: max abs difference / max abs source value, per output (%(default)s)")  # fmt: skip
     m.add_argument("--licence", help="the model's licence, recorded in models.json and bundles "
                    "(default: 'unknown (user model)')")  # fmt: skip
+    m.add_argument(
+        "--format",
+        choices=["onnx", "tflite", "both"],
+        default="onnx",
+        help="onnx (default), or also the fp32 TFLite twin by onnx2tf (scripts/setup_onnx2tf.sh; one float32 NCHW "
+        "image input of batch 1), checked against the fp32 copy on --eval and shipped by build --model "
+        "(tflite writes what both does: the ONNX is always kept)",
+    )
     m.add_argument("--json", action="store_true", help="print the build record as JSON")
     m.add_argument("--profiles", default=str(DEFAULT_PROFILE_DIR), help=argparse.SUPPRESS)
     m.set_defaults(func=_cmd_convert_model)

@@ -25,6 +25,7 @@ SLOW_FIXTURES = frozenset({"face_fp32_models", "face_int8_rpi4", "slm_int4"})
 SLOW_MODULES = frozenset(
     {
         "test_byom_minilm",  # all-MiniLM-L6-v2 exported and converted twice
+        "test_byom_tflite_twin",  # convert model --format tflite: onnx2tf in its own venv
         "test_browser",  # Chromium + onnxruntime-web, converted face and language models
         "test_build",  # whole Pi bundles, aarch64 wheelhouse, emulated install
         "test_convert_face_tflite",  # edge-deploy convert face --format both: onnx2tf in its own venv

@@ -64,6 +64,8 @@ class ModelJob:
     images: ImageOptions = field(default_factory=ImageOptions)
     #: The model's licence, recorded in models.json and carried into a bundle (None: ``UNKNOWN_LICENCE``).
     licence: str | None = None
+    #: fp32 only: also the TFLite twin (onnx2tf; ``converters.byom.tflite_twin``), compared with the fp32 copy.
+    tflite: bool = False
 
 
 @dataclass
@@ -106,6 +108,11 @@ def _check_job(job: ModelJob) -> None:
             raise InputError(f"--{name} is a kind of int8; got --precision {job.precision.value}")
         if given and job.calibration is not None:
             raise InputError(f"--calib {job.calibration}: {name} INT8 is not calibrated; drop --calib or --{name}")
+    if job.tflite and job.precision is not Precision.FP32:
+        raise InputError(
+            f"--format tflite with --precision {job.precision.value}: the TFLite twin of a user's model is fp32 "
+            "(an INT8 TFLite of it is not built yet)"
+        )
     if job.dynamic and job.weight_only:
         raise InputError("--dynamic and --weight-only are two kinds of int8; choose one")
     if job.precision is Precision.INT8 and job.calibration is None and not (job.dynamic or job.weight_only):
@@ -234,10 +241,27 @@ def _build_into(build: ModelBuild, frontend: Frontend, work: Path, progress: Pro
     lap("convert")
     _evaluate(build, frontend, fp32, candidate, evaluation, progress)
     lap("evaluate")
+    if job.tflite and build.passed:
+        _twin(build, fp32, evaluation, work, progress)
+        lap("tflite")
     build.seconds = {**lap.seconds, "total": lap.total()}
     if build.passed:
         write_models_json(build, work)
     write_reports(build, work)
+
+
+def _twin(build: ModelBuild, fp32: Path, evaluation: Samples, work: Path, progress: ProgressFn) -> None:
+    """The fp32 TFLite twin, recorded in the files and figures; a failure if it is not the fp32 copy."""
+    from converters.byom.tflite_twin import TWIN_KEY, write_twin
+
+    twin, record = write_twin(fp32, build.inputs, evaluation, work, progress)
+    build.files[TWIN_KEY] = _file_info(twin)
+    build.figures[TWIN_KEY] = record
+    limit = build.job.thresholds.fp32_max_abs
+    if not record["max_abs_diff"] <= limit:
+        build.failures.append(
+            f"TFLite twin {twin.name}: max |difference| to {fp32.name} {record['max_abs_diff']:.3g} > {limit:g}"
+        )
 
 
 def _move_into_place(work: Path, out: Path) -> None:
@@ -265,6 +289,10 @@ def convert_model(job: ModelJob, progress: ProgressFn = silent) -> ModelBuild:
     _check_job(job)
     source, frontend = read_model(job.model)
     build = ModelBuild(job, source, resolve_inputs(source, job.input_shapes))
+    if job.tflite:
+        from converters.byom.tflite_twin import check_twin_inputs
+
+        check_twin_inputs(job.model, build.inputs)
     out = Path(job.out_dir)
     parent = out.resolve().parent
     try:

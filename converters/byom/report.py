@@ -162,6 +162,12 @@ def _figure_lines(figures: dict) -> list[str]:
         lines.append(f"- output `{name}` {f['shape']}: {diff}")
     for name, f in figures.get("fp32_copy", {}).get("outputs", {}).items():
         lines.append(f"- fp32 copy vs source, output `{name}`: max abs difference {f['max_abs']:.3g}")
+    twin = figures.get("tflite")
+    if twin:
+        lines.append(
+            f"- TFLite twin (LiteRT) vs fp32 copy on {twin['samples']} samples: max abs difference "
+            f"{twin['max_abs_diff']:.3g}, min cosine {twin['min_cosine']:.6f}"
+        )
     return lines
 
 

@@ -114,11 +114,13 @@ def read_model_folder(folder: Path) -> ModelFolder:
     report = _read_json(folder / "report.json", "report.json") if (folder / "report.json").is_file() else {}
     ship = [entry["file"]]
     files = report.get("files", {})
-    for info in files.values() if isinstance(files, dict) else ():
+    for key, info in files.items() if isinstance(files, dict) else ():
         if not isinstance(info, dict):
             continue
-        # Beside an .ort, the .onnx it was made from: the graph the gate ran unfused (as the face bundles).
-        if entry["file"].endswith(".ort") and info.get("file") == Path(entry["file"]).with_suffix(".onnx").name:
+        # Beside an .ort, the .onnx it was made from: the graph the gate ran unfused (as the face bundles); and
+        # the TFLite twin convert model --format tflite checked against the fp32 copy.
+        beside = entry["file"].endswith(".ort") and info.get("file") == Path(entry["file"]).with_suffix(".onnx").name
+        if beside or key == "tflite":
             _check_file(folder, info["file"], info["sha256"], "report.json")
             ship.append(info["file"])
     ship += [MODELS_FILE, *(r for r in REPORTS if (folder / r).is_file())]
