@@ -185,22 +185,26 @@ $("snap").addEventListener(
 );
 
 const loadVerified = (entry) => loadFile(entry, "models/");
+// The manifest's entry of a role, a JSON file of the site (sha256 checked), an onnxruntime-web session.
+const siteFile = (role) => state.manifest.files.find((e) => e.role === role);
+const fetchSiteJson = async (role) => JSON.parse(new TextDecoder().decode(await loadVerified(siteFile(role))));
+
+async function openSiteModel(role) {
+  const buf = await loadVerified(siteFile(role));
+  try {
+    return await ort.InferenceSession.create(new Uint8Array(buf), { executionProviders: ["wasm"] });
+  } catch (err) {
+    throw new Error(`${siteFile(role).file}: onnxruntime-web cannot load this model (${err.message || err})`);
+  }
+}
 
 async function openText() {
   if (state.text) return state.text;
   const t = state.manifest.text;
-  const file = (role) => state.manifest.files.find((e) => e.role === role);
   $("text-status").textContent = `Loading ${t.model} (${t.precision})…`;
-  const fetchJson = async (role) => JSON.parse(new TextDecoder().decode(await loadVerified(file(role))));
-  const tokenizer = new Tokenizer(await fetchJson("text.tokenizer"));
-  const spec = { ...(await fetchJson("text.generation")), cache_shape: t.cache_shape };
-  const buf = await loadVerified(file("text.decoder"));
-  let session;
-  try {
-    session = await ort.InferenceSession.create(new Uint8Array(buf), { executionProviders: ["wasm"] });
-  } catch (err) {
-    throw new Error(`${file("text.decoder").file}: onnxruntime-web cannot load this model (${err.message || err})`);
-  }
+  const tokenizer = new Tokenizer(await fetchSiteJson("text.tokenizer"));
+  const spec = { ...(await fetchSiteJson("text.generation")), cache_shape: t.cache_shape };
+  const session = await openSiteModel("text.decoder");
   state.text = new TextGenerator(ort, session, tokenizer, spec);
   $("text-status").textContent = t.message;
   return state.text;
@@ -246,18 +250,10 @@ runOnClick("generate", "text-output", generate);
 async function openSearch() {
   if (state.search) return state.search;
   const info = state.manifest.search;
-  const file = (role) => state.manifest.files.find((e) => e.role === role);
-  const fetchJson = async (role) => JSON.parse(new TextDecoder().decode(await loadVerified(file(role))));
   $("search-status").textContent = `Loading ${info.model}…`;
-  const tokenizer = new WordPieceTokenizer(await fetchJson("search.tokenizer"));
-  const sentences = await fetchJson("search.corpus");
-  const buf = await loadVerified(file("search.encoder"));
-  let session;
-  try {
-    session = await ort.InferenceSession.create(new Uint8Array(buf), { executionProviders: ["wasm"] });
-  } catch (err) {
-    throw new Error(`${file("search.encoder").file}: onnxruntime-web cannot load this model (${err.message || err})`);
-  }
+  const tokenizer = new WordPieceTokenizer(await fetchSiteJson("search.tokenizer"));
+  const sentences = await fetchSiteJson("search.corpus");
+  const session = await openSiteModel("search.encoder");
   const encoder = new SentenceEncoder(ort, session, tokenizer, info.seq);
   const t0 = performance.now();
   const vectors = [];
