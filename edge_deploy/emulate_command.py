@@ -43,12 +43,9 @@ def _cores(folder: Path, given: list[str] | None, target: str) -> list[str]:
     from edge.errors import InputError
     from edge.profiles import load_profile
 
-    known = " or ".join(m.value for m in CpuModel)
-    for cpu in given or ():
-        if cpu not in {m.value for m in CpuModel}:
-            raise InputError(f"--cpu {cpu!r}; expected {known}")
     if given:
-        return [cpu_model(c).value for c in given]
+        return [cpu_model(c, given_as="--cpu").value for c in given]
+    known = " or ".join(m.value for m in CpuModel)
     core = load_profile(target).cpu.model
     if core.lower() not in {m.value for m in CpuModel}:
         raise InputError(
@@ -76,8 +73,8 @@ def _check_model(args: argparse.Namespace, folder: Path, progress) -> dict:
     from converters.package.user_model import read_model_folder
     from edge.errors import ValidationError
 
-    model = read_model_folder(folder)
-    shipped, gated, evaluation = gate_files(folder)
+    model = read_model_folder(folder)  # its files hashed once, for every core
+    shipped, gated, evaluation = gate_files(model)
     cores = _cores(folder, args.cpu, model.target)
     work = Path(args.work).resolve()
     plugin = build_plugin() if args.count else None
@@ -86,7 +83,7 @@ def _check_model(args: argparse.Namespace, folder: Path, progress) -> dict:
     for cpu in cores:
         guest = prepare_guest(cpu, progress=progress) if guest is None else ArmGuest(guest.rootfs, cpu)
         progress(f"running {shipped.name} on emulated {cpu} and {gated.name} on this host ({evaluation.name})")
-        outputs = check_model_folder(folder, guest, work)
+        outputs = check_model_folder(model, guest, work)
         problems += output_problems(cpu, outputs, args.tolerance)
         run = {"cpu": cpu, "outputs": [o.to_dict() for o in outputs]}
         if args.count:

@@ -79,8 +79,12 @@ _CPUINFO = {
 }
 
 
-def cpu_model(cpu: str | CpuModel) -> CpuModel:
+def cpu_model(cpu: str | CpuModel, given_as: str = "cpu =") -> CpuModel:
     """``cpu`` as a CpuModel.
+
+    Args:
+        cpu: a core name (``cortex-a72``) or a CpuModel.
+        given_as: how the error names where the value came from (``"--cpu"`` for a flag).
 
     Raises:
         InputError: for a name qemu's Pi cores do not have, listing the known ones.
@@ -91,7 +95,7 @@ def cpu_model(cpu: str | CpuModel) -> CpuModel:
         return CpuModel(cpu)
     except ValueError:
         known = ", ".join(m.value for m in CpuModel)
-        raise InputError(f"cpu = {cpu!r}; expected one of {known}") from None
+        raise InputError(f"{given_as} {cpu!r}; expected one of {known}") from None
 
 
 def cpuinfo_text(cpu: CpuModel, cores: int) -> str:

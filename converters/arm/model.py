@@ -60,10 +60,9 @@ def compare(host: dict[str, np.ndarray], guest: dict[str, np.ndarray]) -> list[O
     return out
 
 
-def gate_files(folder: Path) -> tuple[Path, Path, Path]:
-    """(the shipped file, the file the gate ran, the evaluation .npz) of a passed folder."""
-    model = read_model_folder(folder)  # gate passed, files unchanged
-    shipped = folder / model.models["models"][0]["file"]
+def gate_files(model: ModelFolder) -> tuple[Path, Path, Path]:
+    """(the shipped file, the file the gate ran, the evaluation .npz) of a read, passed folder."""
+    shipped = model.folder / model.models["models"][0]["file"]
     gated = shipped.with_suffix(".onnx") if shipped.suffix == ".ort" else shipped
     return shipped, gated, evaluation_file(model)
 
@@ -82,9 +81,10 @@ def evaluation_file(model: ModelFolder) -> Path:
     return evaluation
 
 
-def check_model_folder(folder: Path, guest: ArmGuest, work: Path) -> list[OutputComparison]:
+def check_model_folder(folder: Path | ModelFolder, guest: ArmGuest, work: Path) -> list[OutputComparison]:
     """Run a passed ``convert model`` folder's shipped file in ``guest`` and the gate's arithmetic on the host
-    on the first batch of its evaluation data; compare (see the module doc).
+    on the first batch of its evaluation data; compare (see the module doc). ``folder`` may be one
+    ``read_model_folder`` already read (and hashed), to check it on several cores without reading it again.
 
     Raises:
         InputError: not a passed folder, or its evaluation data is not a .npz on this host.
@@ -94,7 +94,8 @@ def check_model_folder(folder: Path, guest: ArmGuest, work: Path) -> list[Output
     from edge.runtime.base import LoadOptions
     from edge.runtime.ort_session import Optimization
 
-    shipped, gated, evaluation = gate_files(Path(folder))
+    model = folder if isinstance(folder, ModelFolder) else read_model_folder(Path(folder))  # gate passed, unchanged
+    shipped, gated, evaluation = gate_files(model)
     work = Path(work).resolve()
     work.mkdir(parents=True, exist_ok=True)
     out = work / f"{guest.cpu.value}-{shipped.stem}.npz"
@@ -104,7 +105,8 @@ def check_model_folder(folder: Path, guest: ArmGuest, work: Path) -> list[Output
         emulated = {k: data[k] for k in data.files}
     with open_model(gated, threads=1, options=LoadOptions(Optimization.NONE)) as model, np.load(evaluation) as data:
         host = {k: np.asarray(v) for k, v in model.run(first_batch(str(evaluation), model.inputs, data)).items()}
+    comparisons = compare(host, emulated)
     (work / f"{guest.cpu.value}-{shipped.stem}.json").write_text(
-        json.dumps([c.to_dict() for c in compare(host, emulated)], indent=2) + "\n", encoding="utf-8"
+        json.dumps([c.to_dict() for c in comparisons], indent=2) + "\n", encoding="utf-8"
     )
-    return compare(host, emulated)
+    return comparisons

@@ -54,7 +54,7 @@ def _folder(tmp_path: Path, models: dict) -> Path:
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
-        (["--cpu", "cortex-a99"], "Error: --cpu 'cortex-a99'; expected cortex-a53 or cortex-a72 or cortex-a76\n"),
+        (["--cpu", "cortex-a99"], "Error: --cpu 'cortex-a99'; expected one of cortex-a53, cortex-a72, cortex-a76\n"),
         (["--tolerance", "0"], "Error: --tolerance 0.0; expected a share of the output's magnitude in (0, 1)\n"),
         (
             ["--count"],
