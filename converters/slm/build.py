@@ -322,7 +322,6 @@ def convert_slm(
         lap("quantize")
         tokenizer = out_dir / TOKENIZER_FILE
         shutil.copyfile(folder.path / TOKENIZER_FILE, tokenizer)
-        write_generation(out_dir / GENERATION_FILE, _generation_spec(folder, chat, precision))
         gated, relevelled = quantize.gate_copy(model, Path(tmp) / "gate" / MODEL_FILE)
         level0 = f" ({relevelled} MatMulNBits at accuracy level 0: host-independent)" if relevelled else ""
         say("perplexity gate" + level0)
@@ -337,6 +336,7 @@ def convert_slm(
         twin = _tflite_twin(folder, out_dir, fp32, precision, opts, profile, chat, say) if opts.tflite else None
         if twin is not None:
             lap("tflite")
+        write_generation(out_dir / GENERATION_FILE, _generation_spec(folder, chat, precision, twin))
         settings = {**settings, "gate_arithmetic": quantize.GATE_ARITHMETIC if relevelled else "as shipped"}
         record = {"profile": profile, "precision": precision, "method": method, "settings": settings}
         record["greedy"] = greedy.to_dict() if greedy else None
@@ -347,7 +347,7 @@ def convert_slm(
         if greedy is not None:
             greedy.check(label)
         if twin is not None:
-            twin.check(f"{twin.path} (LiteRT twin of {label})")
+            twin.greedy.check(f"{twin.path} (LiteRT twin of {label})")
     return SlmBuild(
         out_dir=out_dir,
         model=model,
@@ -383,16 +383,13 @@ class TfliteBuild:
         return {"file": self.path.name, "quant": self.quant.value, "bytes": self.size_bytes,
                 "runtime_default": self.default, "greedy_agreement": self.greedy.to_dict()}  # fmt: skip
 
-    def check(self, label: str) -> None:
-        self.greedy.check(label)
-
 
 def _tflite_twin(
     folder: HfFolder, out_dir: Path, fp32: Path, precision: Precision, opts: SlmOptions, profile: TargetProfile,
     chat: ChatFormat, say: Callable[[str], None],
 ) -> TfliteBuild:  # fmt: skip
-    """Convert the HF folder with litert-torch into ``out_dir``, run the greedy prompts on it against the fp32
-    ONNX, and name it in generation.json."""
+    """Convert the HF folder with litert-torch into ``out_dir`` and run the greedy prompts on it against the
+    fp32 ONNX (generation.json names it when it passed: ``_generation_spec``)."""
     twin, quant = opts.tflite, TFLITE_QUANT[precision]
     assert twin is not None
     say(f"LiteRT twin (litert-torch, {quant.value}; a few minutes)")
@@ -401,15 +398,16 @@ def _tflite_twin(
     say(f"greedy agreement of {built.path.name} (LiteRT) with the fp32 ONNX")
     tokenizer = out_dir / TOKENIZER_FILE
     greedy = greedy_agreement(fp32, built.path, tokenizer, chat, _stop_ids(folder), tokens, threads=opts.threads)
-    spec = _generation_spec(folder, chat, precision)
-    runtime = "litert" if twin.default else "onnxruntime"
-    write_generation(out_dir / GENERATION_FILE, replace(spec, runtime=runtime, litert_file=built.path.name))
     return TfliteBuild(built.path, quant, built.size_bytes, greedy, twin.default)
 
 
-def _generation_spec(folder: HfFolder, chat: ChatFormat, precision: Precision) -> GenerationSpec:
+def _generation_spec(
+    folder: HfFolder, chat: ChatFormat, precision: Precision, twin: TfliteBuild | None
+) -> GenerationSpec:
+    """What generation.json says: the ONNX model, and the LiteRT twin only when it passed its greedy gate (a
+    failed twin stays in the folder, but the device is not told to run it)."""
     tok = folder.tokenizer
-    return GenerationSpec(
+    spec = GenerationSpec(
         model_file=MODEL_FILE,
         tokenizer_file=TOKENIZER_FILE,
         bos_token_id=tok.bos_id,
@@ -421,6 +419,9 @@ def _generation_spec(folder: HfFolder, chat: ChatFormat, precision: Precision) -
         chat_template=tok.chat_template,
         precision=precision.value,
     )
+    if twin is None or not twin.greedy.passed:
+        return spec
+    return replace(spec, runtime="litert" if twin.default else "onnxruntime", litert_file=twin.path.name)
 
 
 def write_generation(path: Path, spec: GenerationSpec) -> None:

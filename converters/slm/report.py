@@ -119,7 +119,12 @@ def _greedy_lines(greedy: dict | None, candidate: str = "quantized") -> list[str
 def _tflite_lines(twin: dict | None) -> list[str]:
     if not twin:
         return []
-    runs = "the device's default (generation.json runtime = litert)" if twin["runtime_default"] else "beside the ONNX"
+    if not twin["greedy_agreement"]["passed"]:
+        runs = "not named in generation.json (it failed its gate; the device runs the ONNX)"
+    elif twin["runtime_default"]:
+        runs = "the device's default (generation.json runtime = litert)"
+    else:
+        runs = "beside the ONNX"
     head = f"LiteRT twin `{twin['file']}` ({twin['quant']}, {twin['bytes']} bytes), {runs}; its greedy answers:"
     return [head, "", *_greedy_lines(twin["greedy_agreement"], "LiteRT")]
 

@@ -1,0 +1,60 @@
+"""What ``convert slm`` writes into generation.json about its LiteRT twin: named only when it passed its gate.
+
+The folder is a tiny llama GGUF written with gguf-py (``test_gguf_source.write_tiny_gguf``); the twins' greedy
+records are real ``GreedyAgreement`` values, one passing and one failing.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("gguf")
+
+from converters.slm.agreement import GreedyAgreement, PromptAgreement  # noqa: E402
+from converters.slm.build import TfliteBuild, _generation_spec  # noqa: E402
+from converters.slm.chat_template import derive_chat_format  # noqa: E402
+from converters.slm.gguf_source import read_gguf, write_hf_folder  # noqa: E402
+from converters.slm.report import _tflite_lines  # noqa: E402
+from converters.slm.tflite import TfliteQuant  # noqa: E402
+from edge.profiles import Precision  # noqa: E402
+from tests.unit.test_gguf_source import write_tiny_gguf  # noqa: E402
+
+
+def _twin(tmp_path: Path, passed: bool, default: bool = True) -> TfliteBuild:
+    answer = (7, 8, 9, 2)
+    prompt = PromptAgreement("Hi", answer, answer if passed else (7, 5, 5, 5), "a", "a" if passed else "b",
+                             4 if passed else 1)  # fmt: skip
+    return TfliteBuild(tmp_path / "model_none.tflite", TfliteQuant.NONE, 123, GreedyAgreement((prompt,), 4), default)
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    work = tmp_path_factory.mktemp("gen")
+    write_tiny_gguf(work / "tiny.gguf")
+    hf = write_hf_folder(read_gguf(work / "tiny.gguf"), work / "hf")
+    return hf, derive_chat_format(hf.tokenizer.chat_template)
+
+
+def test_a_passed_twin_is_named_and_a_failed_one_is_not(folder, tmp_path) -> None:
+    hf, chat = folder
+    plain = _generation_spec(hf, chat, Precision.FP32, None).to_dict()
+    assert "runtime" not in plain and "litert_file" not in plain
+    passed = _generation_spec(hf, chat, Precision.FP32, _twin(tmp_path, passed=True)).to_dict()
+    assert (passed["runtime"], passed["litert_file"]) == ("litert", "model_none.tflite")
+    both = _generation_spec(hf, chat, Precision.FP32, _twin(tmp_path, passed=True, default=False)).to_dict()
+    assert (both["runtime"], both["litert_file"]) == ("onnxruntime", "model_none.tflite")
+    failed = _generation_spec(hf, chat, Precision.FP32, _twin(tmp_path, passed=False)).to_dict()
+    assert failed == plain
+
+
+def test_the_report_says_where_the_twin_runs(tmp_path) -> None:
+    assert _tflite_lines(_twin(tmp_path, passed=True).to_dict())[0] == (
+        "LiteRT twin `model_none.tflite` (none, 123 bytes), the device's default (generation.json runtime = "
+        "litert); its greedy answers:"
+    )
+    assert _tflite_lines(_twin(tmp_path, passed=False).to_dict())[0] == (
+        "LiteRT twin `model_none.tflite` (none, 123 bytes), not named in generation.json (it failed its gate; "
+        "the device runs the ONNX); its greedy answers:"
+    )
