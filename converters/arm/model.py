@@ -19,6 +19,7 @@ import numpy as np
 from converters.arm.cost import RUN_MODEL
 from converters.arm.guest import ArmGuest
 from converters.package.user_model import ModelFolder, read_model_folder
+from edge.cosine import row_cosines
 from edge.errors import InputError
 
 
@@ -36,12 +37,6 @@ class OutputComparison:
         return dict(self.__dict__)
 
 
-def _cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    a, b = a.reshape(a.shape[0], -1).astype(np.float64), b.reshape(b.shape[0], -1).astype(np.float64)
-    norms = np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1)
-    return np.where(norms > 0, np.sum(a * b, axis=1) / np.maximum(norms, 1e-300), 1.0)
-
-
 def compare(host: dict[str, np.ndarray], guest: dict[str, np.ndarray]) -> list[OutputComparison]:
     """Each output of ``host`` against the same-named one of ``guest``.
 
@@ -54,7 +49,7 @@ def compare(host: dict[str, np.ndarray], guest: dict[str, np.ndarray]) -> list[O
     out = []
     for name in sorted(host):
         h, g = host[name].astype(np.float64), guest[name].astype(np.float64)
-        cos = float(_cosines(h, g).min()) if h.ndim >= 1 and h.shape[0] else 1.0
+        cos = float(row_cosines(h, g).min()) if h.ndim >= 1 and h.shape[0] else 1.0
         diff = float(np.max(np.abs(h - g))) if h.size else 0.0
         out.append(OutputComparison(name, tuple(h.shape), diff, float(np.max(np.abs(h))) if h.size else 0.0, cos))
     return out

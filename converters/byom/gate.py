@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from edge.cosine import row_cosines
 from edge.errors import InputError
 
 
@@ -62,11 +63,6 @@ class GateThresholds:
         return dict(self.__dict__)
 
 
-def _cosine_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    na, nb = np.linalg.norm(a, axis=1), np.linalg.norm(b, axis=1)
-    return np.sum(a * b, axis=1) / np.maximum(na * nb, 1e-300)
-
-
 def _nearest(vectors: np.ndarray) -> np.ndarray:
     unit = vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-300)
     sim = unit @ unit.T
@@ -78,7 +74,7 @@ def measure_embedding(ref: np.ndarray, cand: np.ndarray) -> dict:
     """Cosine per sample and nearest-neighbour agreement of two [N, ...] outputs (N >= 2)."""
     a = ref.reshape(len(ref), -1).astype(np.float64)
     b = cand.reshape(len(cand), -1).astype(np.float64)
-    cos = _cosine_rows(a, b)
+    cos = row_cosines(a, b)
     same = _nearest(a) == _nearest(b)
     return {
         "samples": len(a),

@@ -17,6 +17,7 @@ import numpy as np
 
 from converters.byom.feeds import Samples
 from converters.byom.source import TensorSpec
+from edge.cosine import row_cosines
 from edge.errors import InputError
 from edge.progress import ProgressFn
 
@@ -82,10 +83,9 @@ def compare_twin(twin: Path, fp32: Path, input_name: str, samples_nchw: np.ndarr
             (k for k, v in got.items() if v.shape == want.shape), None)  # fmt: skip
         if key is None:
             raise ValidationError(f"{twin}: no output of shape {list(want.shape)} for {fp32.name}'s {name!r}")
-        a, b = got.pop(key).reshape(len(want), -1).astype(np.float64), want.reshape(len(want), -1).astype(np.float64)
-        norms = np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1)
-        cos = np.where(norms > 0, np.sum(a * b, axis=1) / np.maximum(norms, 1e-300), 1.0)
-        outputs[name] = {"twin_output": key, "max_abs_diff": float(np.abs(a - b).max()), "min_cosine": float(cos.min())}
+        a, b = got.pop(key).astype(np.float64), want.astype(np.float64)
+        outputs[name] = {"twin_output": key, "max_abs_diff": float(np.abs(a - b).max()),
+                         "min_cosine": float(row_cosines(a, b).min())}  # fmt: skip
     return {
         "samples": len(samples_nchw),
         "outputs": outputs,

@@ -25,6 +25,7 @@ import numpy as np
 
 from converters.face.boxes import MIN_IOU, iou, match_boxes
 from converters.face.facedata import EvalSet
+from edge.cosine import row_cosines
 from edge.face.detect_mtcnn import MtcnnDetector
 from edge.face.embed import FaceEmbedder
 from edge.face.models import DETECTOR_NETS, FaceModel
@@ -122,11 +123,6 @@ def pair_distances(ref: Fp32Reference, descriptors: np.ndarray | None = None) ->
     return np.asarray(dist, np.float64), np.asarray(same, bool)
 
 
-def _cosine(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    a64, b64 = a.astype(np.float64), b.astype(np.float64)
-    return np.sum(a64 * b64, axis=1) / (np.linalg.norm(a64, axis=1) * np.linalg.norm(b64, axis=1))
-
-
 @dataclass
 class DecisionStats:
     """Same/different decisions of a candidate vs fp32 on the evaluation pairs."""
@@ -204,7 +200,7 @@ def evaluate_embedder(
     """Embed the fp32 reference chips with ``model`` and compare with the fp32 descriptors."""
     with FaceEmbedder(model, threads=threads, optimization=optimization) as embedder:
         quant = embedder.embed(ref.chips)
-    cos = _cosine(ref.descriptors, quant)
+    cos = row_cosines(ref.descriptors, quant)
     decisions = compare_decisions(ref, dict(zip(ref.keys, quant, strict=True)))
     return EmbedderStats(cos, decisions, float(np.max(np.abs(quant - ref.descriptors))))
 
@@ -279,7 +275,7 @@ def evaluate_end_to_end(
     vectors = dict(zip(keys, quant, strict=True))
     fp32 = dict(zip(ref.keys, ref.descriptors, strict=True))
     common = [key for key in keys if key in fp32]
-    cos = _cosine(np.stack([fp32[c] for c in common]), np.stack([vectors[c] for c in common])) if common else None
+    cos = row_cosines(np.stack([fp32[c] for c in common]), np.stack([vectors[c] for c in common])) if common else None
     decisions = compare_decisions(ref, vectors)
     return {
         "faces": len(common),

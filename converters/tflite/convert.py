@@ -56,6 +56,7 @@ import numpy as np
 from converters.paths import REPO_ROOT, make_output_dir
 from converters.tflite.prep import explicit_maxpool_padding, fixed_input_shape, write_sample_data
 from converters.tools import log_tail, run_tool, side_venv_program
+from edge.cosine import row_cosines
 from edge.errors import ConversionError, InputError, ValidationError, require
 
 #: The venv ``scripts/setup_onnx2tf.sh`` creates.
@@ -416,13 +417,6 @@ def _run_tflite(runner: Any, inputs: tuple[TensorInfo, ...], outputs: tuple[Tens
     return result
 
 
-def _cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    a = a.reshape(len(a), -1).astype(np.float64)
-    b = b.reshape(len(b), -1).astype(np.float64)
-    norms = np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1)
-    return np.sum(a * b, axis=1) / np.maximum(norms, 1e-30)
-
-
 def compare_tflite_with_onnx(tflite_path: Path, onnx_path: Path, chips_nchw: np.ndarray) -> dict[str, Any]:
     """Run a TFLite model and its ONNX twin on the same samples and measure how far apart their outputs are.
 
@@ -471,7 +465,7 @@ def compare_tflite_with_onnx(tflite_path: Path, onnx_path: Path, chips_nchw: np.
         got = np.concatenate([s[mapping[name]] for s in per_sample])
         if got.shape != ref.shape:
             raise ValidationError(f"{tflite_path}: output {name!r} has shape {list(got.shape)}, ONNX {list(ref.shape)}")
-        cos = _cosines(got, ref)
+        cos = row_cosines(got, ref)
         spec = next(o for o in outputs if o.name == mapping[name])
         report["outputs"][name] = {
             "tflite_name": spec.name,

@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from edge.cosine import row_cosines
 from edge.errors import InputError, ValidationError
 from edge.payload import PayloadError, parse_json
 
@@ -210,11 +211,6 @@ def read_face_golden(bundle: Path) -> tuple[dict[str, Any], np.ndarray, np.ndarr
     return face, chips, descriptors.astype(np.float32)
 
 
-def _cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    norms = np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1)
-    return np.where(norms > 0, np.sum(a * b, axis=1) / np.maximum(norms, 1e-30), 0.0)
-
-
 def check_golden(bundle: Path, threads: int, max_latency_ms: float, bench_runs: int) -> GoldenResult:
     """Run the bundle's embedder on its golden chips, on this board; refuse what does not reproduce.
 
@@ -246,7 +242,7 @@ def check_golden(bundle: Path, threads: int, max_latency_ms: float, bench_runs: 
                 "model the golden set was made with)"
             )
         got = embedder.embed(chips)
-        cos = _cosines(got.astype(np.float64), expected.astype(np.float64))
+        cos = row_cosines(got, expected)
         worst = int(np.argmin(cos))
         tol = float(record["min_cosine"])
         if not cos[worst] >= tol:  # NaN fails too
