@@ -1,4 +1,5 @@
-"""Run a model file with onnxruntime over batches of feeds (the source, the fp32 copy, the candidate)."""
+"""Run a model file over batches of feeds (the source, the fp32 copy, the candidate): an ONNX on onnxruntime,
+a ``.tflite`` on LiteRT, through ``edge.runtime`` (the format is read from the file's bytes)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ from pathlib import Path
 import numpy as np
 
 from edge.errors import InferenceError
-from edge.runtime.ort_session import Optimization, build_session
+from edge.runtime import open_model
+from edge.runtime.base import LoadOptions
+from edge.runtime.ort_session import Optimization
 
 
 def join_batches(parts: Sequence[Sequence[np.ndarray]]) -> list[np.ndarray]:
@@ -17,21 +20,32 @@ def join_batches(parts: Sequence[Sequence[np.ndarray]]) -> list[np.ndarray]:
 
 
 def run_model(
-    path: Path, batches: Sequence[Mapping[str, np.ndarray]], threads: int, optimization: Optimization
+    path: Path,
+    batches: Sequence[Mapping[str, np.ndarray]],
+    threads: int,
+    optimization: Optimization = Optimization.ALL,
 ) -> tuple[list[str], list[np.ndarray]]:
     """Run ``path`` on every batch; (output names, each output's batches concatenated on axis 0).
 
+    Args:
+        path: an ONNX (onnxruntime) or a ``.tflite`` (LiteRT) file.
+        batches: the feeds, one dict of inputs per batch.
+        threads: intra-op threads.
+        optimization: onnxruntime's graph optimisation (the gate runs its candidate unfused); a ``.tflite``
+            takes only the default.
+
     Raises:
-        InferenceError: onnxruntime cannot load or run the model (naming the file).
+        InferenceError: the runtime cannot load or run the model (naming the file and the batch).
     """
-    session = build_session(path, threads, what=f"the model {path.name}", optimization=optimization)
-    names = [o.name for o in session.get_outputs()]
-    parts: list[list[np.ndarray]] = [[] for _ in names]
-    for i, feed in enumerate(batches):
-        try:
-            outs = session.run(None, dict(feed))
-        except Exception as exc:  # onnxruntime's run errors share no narrower base
-            raise InferenceError(f"{path}: onnxruntime failed on batch {i} ({exc})") from exc
-        for part, out in zip(parts, outs, strict=True):
-            part.append(np.asarray(out))
+    path = Path(path)
+    with open_model(path, threads=threads, options=LoadOptions(optimization, what=f"the model {path.name}")) as model:
+        names = [o.name for o in model.outputs]
+        parts: list[list[np.ndarray]] = [[] for _ in names]
+        for i, feed in enumerate(batches):
+            try:
+                outs = model.run(dict(feed))
+            except InferenceError as exc:
+                raise InferenceError(f"{path}: batch {i}: {exc}") from exc
+            for part, name in zip(parts, names, strict=True):
+                part.append(np.asarray(outs[name]))
     return names, join_batches(parts)

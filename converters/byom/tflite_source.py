@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from converters.byom.execute import join_batches
+from converters.byom.execute import run_model
 from converters.byom.source import SourceModel, TensorSpec
 from edge.digest import file_sha256
 from edge.errors import InferenceError, InputError
@@ -43,16 +43,7 @@ class TfliteFrontend:
 
     def run(self, batches: Sequence[Mapping[str, np.ndarray]], threads: int) -> tuple[list[str], list[np.ndarray]]:
         """The ``.tflite`` model's outputs on LiteRT on every batch."""
-        from edge.runtime import open_model
-
-        with open_model(self.path, threads=threads, backend="litert") as model:
-            names = [o.name for o in model.outputs]
-            parts: list[list[np.ndarray]] = [[] for _ in names]
-            for feed in batches:
-                outs = model.run(dict(feed))
-                for part, name in zip(parts, names, strict=True):
-                    part.append(np.asarray(outs[name]))
-        return names, join_batches(parts)
+        return run_model(self.path, batches, threads)
 
 
 def is_tflite(head: bytes) -> bool:
