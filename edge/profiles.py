@@ -76,10 +76,12 @@ class Precision(enum.Enum):
     INT4 = "int4"
 
 
-class FaceFormats(enum.Enum):
-    """Which files a face build writes (``runtime.face_formats``, ``convert face --format``): ONNX (and ORT)
-    only, or also their TFLite twins (``converters/face/tflite_twins.py``). ``tflite`` writes what ``both``
-    does: the ONNX files are the twins' source, the gate's reference and what runs MTCNN's PNet."""
+class ModelFormats(enum.Enum):
+    """Which files a build writes (``--format`` of ``convert face``, ``convert slm`` and ``convert model``;
+    ``runtime.face_formats`` in a profile): ONNX (and ORT) only, or also TFLite twins. For faces
+    (``converters/face/tflite_twins.py``) and user models ``tflite`` writes what ``both`` does: the ONNX files
+    are the twins' source and the gate's reference (and run MTCNN's PNet); for a language model ``tflite``
+    also makes the twin the device's default (generation.json ``runtime``)."""
 
     ONNX = "onnx"
     TFLITE = "tflite"
@@ -88,7 +90,7 @@ class FaceFormats(enum.Enum):
     @property
     def tflite(self) -> bool:
         """True when the TFLite twins are written."""
-        return self is not FaceFormats.ONNX
+        return self is not ModelFormats.ONNX
 
 
 class QuantType(enum.Enum):
@@ -154,7 +156,7 @@ class RuntimeSpec:
     default: Runtime
     precision: Precision
     threads: int
-    face_formats: FaceFormats
+    face_formats: ModelFormats
     face_detector: Detector
 
 
@@ -260,7 +262,7 @@ _SCHEMA: Schema = {
         "precision": Field(Precision),
         "threads": Field(int),
         # optional: profiles written before the key existed keep building what they did (ONNX only)
-        "face_formats": Field(FaceFormats, FaceFormats.ONNX),
+        "face_formats": Field(ModelFormats, ModelFormats.ONNX),
         # optional: the detector a face build puts in the folder and names in models.json (edge.face.models.Detector)
         "face_detector": Field(Detector, Detector.MTCNN),
     },

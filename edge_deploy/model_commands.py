@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from edge.profiles import DEFAULT_PROFILE_DIR, load_profile
+from edge.profiles import DEFAULT_PROFILE_DIR, ModelFormats, load_profile
 from edge_deploy.common import print_json
 
 EPILOG = """\
@@ -85,7 +85,7 @@ def _cmd_convert_model(args: argparse.Namespace) -> int:
         dynamic=args.dynamic,
         weight_only=args.weight_only,
         licence=args.licence,
-        tflite=args.format in ("tflite", "both"),
+        tflite=ModelFormats(args.format).tflite,
         images=ImageOptions(
             mean=parse_channels(args.mean, "--mean") if args.mean is not None else None,
             std=parse_channels(args.std, "--std") if args.std is not None else None,
@@ -154,8 +154,8 @@ def add_convert_model(csub: argparse._SubParsersAction) -> None:
                    "(default: 'unknown (user model)')")  # fmt: skip
     m.add_argument(
         "--format",
-        choices=["onnx", "tflite", "both"],
-        default="onnx",
+        choices=[f.value for f in ModelFormats],
+        default=ModelFormats.ONNX.value,
         help="onnx (default), or also the fp32 TFLite twin by onnx2tf (scripts/setup_onnx2tf.sh; one float32 NCHW "
         "image input of batch 1), checked against the fp32 copy on --eval and shipped by build --model "
         "(tflite writes what both does: the ONNX is always kept)",

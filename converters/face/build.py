@@ -27,7 +27,7 @@ from edge import __version__
 from edge.errors import InputError, ValidationError
 from edge.face import models as face_models
 from edge.face.models import FaceModel
-from edge.profiles import FaceFormats, Precision, TargetProfile
+from edge.profiles import ModelFormats, Precision, TargetProfile
 from edge.progress import ProgressFn, silent
 from edge.runtime import default_threads
 
@@ -358,7 +358,7 @@ def add_tflite_twins(
     return twins
 
 
-def check_formats(precision: Precision, dynamic: bool, output_format: FaceFormats) -> None:
+def check_formats(precision: Precision, dynamic: bool, output_format: ModelFormats) -> None:
     """Refuse a format that cannot be built at ``precision`` (before any work).
 
     Raises:
@@ -384,7 +384,7 @@ def build_face_models(
     precision: Precision | None = None,
     dynamic: bool = False,
     progress: ProgressFn = silent,
-    output_format: FaceFormats | None = None,
+    output_format: ModelFormats | None = None,
     embedder: EmbedderOptions | None = None,
 ) -> FaceModels:
     """The deployable face models for ``profile`` in ``out_dir``, at ``precision`` (default: the profile's).
@@ -421,7 +421,7 @@ def _build_face_models(
     precision: Precision | None,
     dynamic: bool,
     progress: ProgressFn,
-    output_format: FaceFormats | None,
+    output_format: ModelFormats | None,
     embedder: EmbedderOptions | None,
 ) -> FaceModels:
     from converters.face.tflite_twins import raise_if_failed

@@ -37,7 +37,7 @@ from edge import __version__
 from edge.bundle import BUNDLE_FORMAT, MANIFEST_FILE, MANIFEST_SCHEMA_VERSION, verify_bundle
 from edge.digest import file_sha256
 from edge.errors import BundleError, InputError
-from edge.profiles import FaceFormats, Precision, TargetProfile
+from edge.profiles import ModelFormats, Precision, TargetProfile
 from edge.progress import ProgressFn, silent
 from edge.signing import SIGNATURE_FILE, load_private_key, sign_manifest
 
@@ -315,7 +315,7 @@ def build_bundle(
         from converters.face.build import check_formats
         from converters.tflite.convert import onnx2tf_executable
 
-        check_formats(precision, False, FaceFormats.BOTH)
+        check_formats(precision, False, ModelFormats.BOTH)
         onnx2tf_executable()  # a missing venv names scripts/setup_onnx2tf.sh
     folder = Path(out_dir) / f"{profile.name}-{'-'.join(kinds)}"
     bundle = Bundle(folder, None, {})

@@ -148,18 +148,18 @@ def test_an_x86_target_cannot_ask_for_int8_activations_in_int4_matmuls(tmp_path)
 
 
 def test_a_profile_without_face_formats_builds_onnx(tmp_path):
-    from edge.profiles import FaceFormats
+    from edge.profiles import ModelFormats
 
     d = _copy(tmp_path)
     _edit(d, "rpi4", 'face_formats = "onnx"', "")
     profile = load_profile("rpi4", d)
-    assert "face_formats" not in (d / "rpi4.toml").read_text() and profile.runtime.face_formats is FaceFormats.ONNX
+    assert "face_formats" not in (d / "rpi4.toml").read_text() and profile.runtime.face_formats is ModelFormats.ONNX
 
 
 def test_face_formats_default_onnx_and_no_tflite_for_the_browser(tmp_path):
-    from edge.profiles import FaceFormats
+    from edge.profiles import ModelFormats
 
-    assert {p.runtime.face_formats for p in load_all()} == {FaceFormats.ONNX}  # nothing measured favours LiteRT yet
+    assert {p.runtime.face_formats for p in load_all()} == {ModelFormats.ONNX}  # nothing measured favours LiteRT yet
     assert load_profile("rpi4").to_dict()["runtime"]["face_formats"] == "onnx"
     d = _copy(tmp_path, "browser-wasm")
     _edit(d, "browser-wasm", 'face_formats = "onnx"', 'face_formats = "both"')
