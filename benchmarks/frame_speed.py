@@ -19,7 +19,8 @@ pairs; goal >= 99 %). dlib runs single-threaded (its HOG detector and ResNet use
     .venv/bin/python benchmarks/frame_speed.py            # full run: docs/benchmarks.md + docs/img/frame_speed.png
     .venv/bin/python benchmarks/frame_speed.py --quick    # 1 round, no quality pass; prints, writes no docs
 
-Not measured here: LiteRT (see the section's last lines). A 640x480 video through ``serve``:
+BlazeFace rows run its ONNX translation on onnxruntime, and, in the ``LiteRT`` rows, the ``.tflite`` original
+on LiteRT (XNNPACK); the embedder is the folder's on onnxruntime everywhere. A 640x480 video through ``serve``:
 ``benchmarks/serve_fps.py``; the frame on emulated Cortex-A72/A76: ``benchmarks/arm_frame.py``. Host side:
 imports converters; nothing here runs on the device.
 """
@@ -40,11 +41,14 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.face_speed_models import CACHE, build_fp32, build_int8  # noqa: E402
+from converters.face.blazeface import FULL_RANGE  # noqa: E402
 from edge.face.tiles import DEFAULT_TILING  # noqa: E402
 from edge.face.types import DLIB_SAME_PERSON_THRESHOLD  # noqa: E402
 from edge.profiles import load_profile  # noqa: E402
 
 GALLERY_SIZE = 100
+#: The .tflite original that ``convert blazeface`` keeps in the folder beside its ONNX translation.
+BLAZEFACE_FULL_TFLITE = FULL_RANGE.name
 #: calibration images of the INT8 build (``--calibration``; serve_fps.py and face_rss.py use the same cached folder)
 CALIBRATION = 200
 STAGES = ("detect", "align", "embed", "match")
@@ -80,16 +84,19 @@ def make_gallery(seed: int = 0):
     return gallery
 
 
-#: How one of our pipelines is opened: (models folder, MTCNN's smallest face or None, detector name).
-Setup = tuple[Path, int | None, str]
+#: How one of our pipelines is opened: (models folder, MTCNN's smallest face or None, detector name, the
+#: BlazeFace file to run or None for the ONNX translation models.json names).
+Setup = tuple[Path, int | None, str, Path | None]
 
 
 def ours(name: str, setup: Setup, threads: int, gallery) -> Contender:
     """Our device pipeline over ``folder``, its frame split into stages exactly as ``FacePipeline.analyze``."""
     from edge.face.models import open_face_pipeline
 
-    folder, min_face, detector = setup
-    pipeline = open_face_pipeline(folder, threads=threads, min_face_size=min_face, detector=detector)
+    folder, min_face, detector, detector_model = setup
+    pipeline = open_face_pipeline(
+        folder, threads=threads, min_face_size=min_face, detector=detector, detector_model=detector_model
+    )
 
     def frame(rgb: np.ndarray) -> tuple[int, dict[str, float]]:
         t0 = time.perf_counter()
@@ -178,8 +185,10 @@ def quality(folders: dict[str, Setup]) -> dict[str, dict]:
     eval_set = make_eval_set(0)
     reference = _Memo(ReferencePipeline())
     out = {}
-    for name, (folder, min_face, detector) in folders.items():
-        with open_face_pipeline(folder, threads=2, min_face_size=min_face, detector=detector) as pipeline:
+    for name, (folder, min_face, detector, model) in folders.items():
+        with open_face_pipeline(
+            folder, threads=2, min_face_size=min_face, detector=detector, detector_model=model
+        ) as pipeline:
             summary = compare_pipelines(eval_set, pipeline, reference, DLIB_SAME_PERSON_THRESHOLD).summary()
         out[name] = summary
     return out
@@ -203,7 +212,7 @@ def with_blazeface(folder: Path, progress) -> Path:
     """A copy of a face folder with BlazeFace full range added (``edge-deploy convert blazeface --range full``)."""
     import shutil
 
-    from converters.face.blazeface import FULL_RANGE, add_blazeface
+    from converters.face.blazeface import add_blazeface
     from edge.face.models import BLAZEFACE_ROLES, Detector, read_models_file
 
     copy = folder.with_name(folder.name + "-blazeface-full")
@@ -234,8 +243,8 @@ def run(
     fp32_dir = build_fp32(CACHE, progress)
     int8_dir, _ = build_int8(fp32_dir, profile, CACHE, calibration, progress)
     folders: dict[str, Setup] = {
-        "ours fp32": (fp32_dir, None, "mtcnn"),
-        f"ours INT8 ({target})": (int8_dir, None, "mtcnn"),
+        "ours fp32": (fp32_dir, None, "mtcnn", None),
+        f"ours INT8 ({target})": (int8_dir, None, "mtcnn", None),
     }
     photos = [(p.name, p.load()) for p in EVAL_PHOTOS]
     gallery = make_gallery()
@@ -243,13 +252,16 @@ def run(
     contenders += [ours(name, setup, t, gallery) for name, setup in folders.items() for t in threads]
     extra: dict[str, Setup] = {}
     for m in min_faces:  # the detector's smallest face: MTCNN's pyramid starts at 12 / m (1 thread, fp32 and INT8)
-        extra[f"ours fp32, min face {m}"] = (fp32_dir, m, "mtcnn")
-        extra[f"ours INT8 ({target}), min face {m}"] = (int8_dir, m, "mtcnn")
+        extra[f"ours fp32, min face {m}"] = (fp32_dir, m, "mtcnn", None)
+        extra[f"ours INT8 ({target}), min face {m}"] = (int8_dir, m, "mtcnn", None)
     if blazeface:  # the whole-frame pass, then the same detector on tiles too (edge.face.tiles.DEFAULT_TILING)
         for precision, folder in (("fp32", fp32_dir), (f"INT8 ({target})", int8_dir)):
             with_full = with_blazeface(folder, progress)
-            extra[f"ours {precision}, BlazeFace full range"] = (with_full, None, "blazeface-full")
-            extra[f"ours {precision}, BlazeFace full range tiled"] = (with_full, None, "blazeface-full-tiled")
+            original = with_full / BLAZEFACE_FULL_TFLITE  # the .tflite convert blazeface keeps, on LiteRT
+            for detector, label in (("blazeface-full", "BlazeFace full range"),
+                                    ("blazeface-full-tiled", "BlazeFace full range tiled")):  # fmt: skip
+                extra[f"ours {precision}, {label}"] = (with_full, None, detector, None)
+                extra[f"ours {precision}, {label}, LiteRT"] = (with_full, None, detector, original)
     folders.update(extra)
     contenders += [ours(name, setup, 1, gallery) for name, setup in extra.items()]
     try:
@@ -348,7 +360,9 @@ def markdown(result: dict, command: str, machine: str) -> str:
         "ResNet), one thread. Ours = the device pipeline of the converted face folder (MTCNN, the 5-point model "
         "in numpy, the ONNX ResNet), MTCNN's smallest face 20 px unless the row says `min face N` (its image pyramid "
         "then starts at 12/N instead of 12/20); `BlazeFace full range` rows detect with MediaPipe's 192×192 "
-        "detector instead (`edge-deploy convert blazeface --range full`; the ONNX translation, onnxruntime), `tiled` "
+        "detector instead (`edge-deploy convert blazeface --range full`; its ONNX translation on onnxruntime, or, "
+        "in the `LiteRT` rows, the `.tflite` original that command keeps beside it, on LiteRT with XNNPACK; the "
+        "embedder is the folder's ONNX/ORT file on onnxruntime in every row), `tiled` "
         f"on the whole photo and, when its long side is ≥ {DEFAULT_TILING.min_side} px (here: {tiled}), on "
         f"{DEFAULT_TILING.per_side} overlapping tiles across the long side too (`--detector blazeface-full-tiled`, "
         "`edge.face.tiles`). Median of "
@@ -379,7 +393,8 @@ def markdown(result: dict, command: str, machine: str) -> str:
         lines += quality_lines(result["quality"])
     lines += [
         "",
-        "Not measured here: LiteRT contenders. A 640×480 video through `serve`: section `serve-fps` "
+        "Not measured here: a LiteRT embedder (the pipeline runs the folder's embedder on onnxruntime). A 640×480 "
+        "video through `serve`: section `serve-fps` "
         "(`benchmarks/serve_fps.py`); the frame on emulated Cortex-A72/A76: section `arm-frame`.",
     ]
     return "\n".join(lines) + "\n"
