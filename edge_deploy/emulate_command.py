@@ -73,7 +73,7 @@ def _check_model(args: argparse.Namespace, folder: Path, progress) -> dict:
     from converters.package.user_model import read_model_folder
     from edge.errors import ValidationError
 
-    model = read_model_folder(folder)  # its files hashed once, for every core
+    model = read_model_folder(folder, given_as="")  # its files hashed once, for every core
     shipped, gated, evaluation = gate_files(model)
     cores = _cores(folder, args.cpu, model.target)
     work = Path(args.work).resolve()

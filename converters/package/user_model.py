@@ -61,22 +61,27 @@ def _read_json(path: Path, what: str) -> dict[str, Any]:
     return data
 
 
-def _check_file(folder: Path, name: object, sha256: object, where: str) -> None:
+def _check_file(folder: Path, name: object, sha256: object, where: str, named: str) -> None:
     if not isinstance(name, str) or Path(name).name != name or name in ("", ".", ".."):
-        raise InputError(f"--model {folder}: {where} names file {name!r}; expected a file name in the folder")
+        raise InputError(f"{named}: {where} names file {name!r}; expected a file name in the folder")
     path = folder / name
     if not path.is_file():
-        raise InputError(f"--model {folder}: {name} is named in {where} but missing")
+        raise InputError(f"{named}: {name} is named in {where} but missing")
     actual = file_sha256(path)
     if actual != sha256:
         raise InputError(
-            f"--model {folder}: {name} has sha256 {actual[:16]}..., {where} recorded {sha256[:16]}... (the folder "
+            f"{named}: {name} has sha256 {actual[:16]}..., {where} recorded {sha256[:16]}... (the folder "
             "changed after convert model gated it); convert the model again"
         )
 
 
-def read_model_folder(folder: Path) -> ModelFolder:
+def read_model_folder(folder: Path, given_as: str = "--model") -> ModelFolder:
     """Read and check a ``convert model`` output folder.
+
+    Args:
+        folder: the folder ``convert model`` wrote.
+        given_as: the flag that named the folder, for the errors (``build --model``, ``build --search``); ""
+            when it was given on its own (``emulate FOLDER``).
 
     Raises:
         InputError: no such folder; no models.json (the gate failed, or not a convert model folder); a
@@ -84,13 +89,15 @@ def read_model_folder(folder: Path) -> ModelFolder:
             since convert model recorded its sha256.
     """
     folder = Path(folder)
+    named = f"{given_as} {folder}" if given_as else str(folder)
     if not folder.is_dir():
-        raise InputError(f"--model {folder}: no such folder; expected face, slm, all or a convert model output folder")
+        kinds = "face, slm, all or a convert model output folder" if given_as == "--model" else "a convert model folder"
+        raise InputError(f"{named}: no such folder; expected {kinds}")
     models_path = folder / MODELS_FILE
     if not models_path.is_file():
         hint = f" (see {folder / 'report.md'})" if (folder / "report.md").is_file() else ""
         raise InputError(
-            f"--model {folder}: no {MODELS_FILE}; convert model writes it only when the gate passed{hint}: only "
+            f"{named}: no {MODELS_FILE}; convert model writes it only when the gate passed{hint}: only "
             "gated models are bundled"
         )
     models = _read_json(models_path, MODELS_FILE)
@@ -110,7 +117,7 @@ def read_model_folder(folder: Path) -> ModelFolder:
             raise InputError(f"{models_path}: models[0] has no {key!r}")
     if not isinstance(models.get("target"), str):
         raise InputError(f"{models_path}: no 'target'")
-    _check_file(folder, entry["file"], entry["sha256"], MODELS_FILE)
+    _check_file(folder, entry["file"], entry["sha256"], MODELS_FILE, named)
     report = _read_json(folder / "report.json", "report.json") if (folder / "report.json").is_file() else {}
     ship = [entry["file"]]
     files = report.get("files", {})
@@ -121,7 +128,7 @@ def read_model_folder(folder: Path) -> ModelFolder:
         # the TFLite twin convert model --format tflite checked against the fp32 copy.
         beside = entry["file"].endswith(".ort") and info.get("file") == Path(entry["file"]).with_suffix(".onnx").name
         if beside or key == "tflite":
-            _check_file(folder, info["file"], info["sha256"], "report.json")
+            _check_file(folder, info["file"], info["sha256"], "report.json", named)
             ship.append(info["file"])
     ship += [MODELS_FILE, *(r for r in REPORTS if (folder / r).is_file())]
     return ModelFolder(folder, models, report, tuple(ship))

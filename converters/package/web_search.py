@@ -108,7 +108,7 @@ def copy_search(profile: TargetProfile, search: SearchSite, dest: Path) -> tuple
     folder = Path(search.folder)
     if not (folder / "models.json").is_file():
         raise InputError(f"--search {folder}: no models.json; expected a passed 'edge-deploy convert model' folder")
-    model = read_model_folder(folder)
+    model = read_model_folder(folder, given_as="--search")
     entry = model.models["models"][0]
     if model.models.get("task") != "embedding":
         raise InputError(f"--search {folder}: task {model.models.get('task')!r}; expected an 'embedding' model")

@@ -11,6 +11,7 @@ import pytest
 from converters.byom.build import ModelJob, convert_model
 from converters.byom.gate import Task
 from converters.package.bundle import BuildOptions, build_model_bundle
+from converters.package.user_model import read_model_folder
 from edge.bundle import MANIFEST_FILE, verify_bundle
 from edge.digest import file_sha256
 from edge.errors import BundleError, InputError, ValidationError
@@ -138,6 +139,11 @@ def test_a_folder_changed_after_the_gate_is_refused(files, tmp_path):
         fh.write(b"\0")
     with pytest.raises(InputError, match=r"emb.int8.onnx has sha256 .*, report.json recorded .* \(the folder changed"):
         build_model_bundle(load_profile("rpi4"), folder, tmp_path / "dist", tmp_path / "cache")
+    # reached through another flag, or a folder given on its own (emulate FOLDER), the error names it so
+    for given_as, named in (("--search", f"--search {folder}"), ("", str(folder))):
+        with pytest.raises(InputError) as err:
+            read_model_folder(folder, given_as=given_as)
+        assert str(err.value).startswith(f"{named}: emb.int8.onnx has sha256 ")
     models = json.loads((folder / "models.json").read_text())
     models["models"][0]["file"] = "../net/emb.int8.ort"
     (folder / "models.json").write_text(json.dumps(models))
