@@ -141,7 +141,9 @@ def _nodes_of_types(model_path: Path, op_types: Iterable[str]) -> list[str]:
 
 
 #: Ops that only reshape or normalise a head's output: walked through on the way back from a graph output.
-_HEAD_PASS_THROUGH = frozenset({"Softmax", "Sigmoid", "Reshape", "Transpose", "Flatten", "Identity", "Squeeze"})
+_HEAD_PASS_THROUGH = frozenset(
+    {"Softmax", "Sigmoid", "Reshape", "Transpose", "Flatten", "Identity", "Squeeze", "DepthToSpace"}
+)
 _HEAD_COMPUTE = frozenset({"Conv", "Gemm", "MatMul"})
 
 

@@ -267,6 +267,7 @@ class BlazeFaceDetector:
         nms_iou: float = NMS_IOU,
         backend: str | None = None,
         tiling: Tiling | None = None,
+        optimization: Optimization = Optimization.ALL,
     ) -> None:
         """Load the network.
 
@@ -280,6 +281,8 @@ class BlazeFaceDetector:
             tiling: also run the network on overlapping tiles of frames large enough (``edge.face.tiles``;
                 ``DEFAULT_TILING`` is what ``detector="blazeface-full-tiled"`` runs), merging every pass's
                 detections with the same weighted NMS; None: the whole frame only.
+            optimization: onnxruntime's graph optimisation (``Optimization.NONE`` runs a QDQ model unfused, as
+                the accuracy gates do); a ``.tflite`` on LiteRT takes only the default.
 
         Raises:
             InputError: a setting is out of range, or a forced backend cannot read the file.
@@ -292,7 +295,7 @@ class BlazeFaceDetector:
         path = Path(model_path)
         if not path.is_file():
             raise InferenceError(f"{path}: BlazeFace model file not found; fetch it with converters.face.blazeface")
-        options = LoadOptions(Optimization.ALL, True, what="this BlazeFace model", purpose="BlazeFace face detection")
+        options = LoadOptions(optimization, True, what="this BlazeFace model", purpose="BlazeFace face detection")
         self._model: Model | None = open_net(path, threads, options, backend)
         try:
             self.spec, self._input = self._check_model(self._model)

@@ -409,9 +409,14 @@ def _open_detector(
         return MtcnnDetector(nets, threads=threads, min_face_size=min_face, optimization=optimization)
     from edge.face.detect_blazeface import BlazeFaceDetector
     from edge.face.tiles import DEFAULT_TILING
+    from edge.runtime import Optimization, detect_format
+    from edge.runtime.base import ModelFormat
 
     tiling = DEFAULT_TILING if detector is Detector.BLAZEFACE_FULL_TILED else None
-    return BlazeFaceDetector(_blazeface_path(folder, entries, detector, detector_model), threads=threads, tiling=tiling)
+    path = _blazeface_path(folder, entries, detector, detector_model)
+    # unfused (the gate's arithmetic) concerns ONNX files; a .tflite runs on LiteRT as it is
+    onnx_optimization = optimization if detect_format(path) is not ModelFormat.TFLITE else Optimization.ALL
+    return BlazeFaceDetector(path, threads=threads, tiling=tiling, optimization=onnx_optimization)
 
 
 def open_face_pipeline(
