@@ -131,3 +131,31 @@ def test_a_missing_blazeface_role_is_named(face_fp32_models, detector, role, com
         f"{face_fp32_models / 'models.json'}: no model with role '{role}' for detector '{detector}'; "
         f"add it with '{command}' (converters.face.blazeface.add_blazeface), or pass detector_model"
     )
+
+
+def test_unfused_runs_an_onnx_blazeface_unfused_and_leaves_its_tflite_to_litert(face_fp32_models, tmp_path):
+    """``open_face_pipeline(unfused=True)`` (the gate's arithmetic) opens an ONNX BlazeFace with onnxruntime's
+    graph optimisations off, as it does MTCNN and the embedder; a ``.tflite`` BlazeFace named by
+    ``detector_model`` runs on LiteRT as it is (LiteRT has no such levels). fp32 either way: the same boxes."""
+    import onnxruntime as ort
+
+    from converters.face.blazeface import FULL_RANGE, add_blazeface
+
+    levels = {"fused": ort.GraphOptimizationLevel.ORT_ENABLE_ALL, "unfused": ort.GraphOptimizationLevel.ORT_DISABLE_ALL}
+    folder = tmp_path / "face"
+    shutil.copytree(face_fp32_models, folder)
+    add_blazeface(folder, FULL_RANGE)
+    rgb = next(p for p in EVAL_PHOTOS if p.name == "t1").load()
+    boxes = {}
+    for label, unfused, model in (("fused", False, None), ("unfused", True, None),
+                                  ("tflite", True, folder / FULL_RANGE.name)):  # fmt: skip
+        with open_face_pipeline(folder, detector="blazeface-full", unfused=unfused, detector_model=model) as pipeline:
+            detector = pipeline.detector
+            boxes[label] = np.array([d.box for d in detector.detect(rgb)])
+            assert detector.backend == ("litert" if label == "tflite" else "onnxruntime")
+            if label in levels:  # what onnxruntime itself was asked for
+                level = detector._model.session.get_session_options().graph_optimization_level
+                assert level == levels[label], label
+    assert boxes["fused"].shape == boxes["unfused"].shape == boxes["tflite"].shape == (5, 4)
+    np.testing.assert_allclose(boxes["unfused"], boxes["fused"], atol=1e-2)
+    np.testing.assert_allclose(boxes["tflite"], boxes["fused"], atol=1e-2)
