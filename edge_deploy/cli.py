@@ -110,12 +110,28 @@ def _cmd_convert_face(args: argparse.Namespace) -> int:
     precision = Precision(args.precision) if args.precision else None
     formats = ModelFormats(args.format) if args.format else None
     embedder = _embedder_options(args)
-    built = build_face_models(profile, Path(args.output), precision, args.dynamic, progress, formats, embedder)
+    detector = _user_detector(args)  # read and run before anything is written
+    built = build_face_models(
+        profile, Path(args.output), precision, args.dynamic, progress, formats, embedder, detector
+    )
     if args.json:
         print_json(built.to_dict())
     else:
         print(built.summary())
     return 0
+
+
+def _user_detector(args: argparse.Namespace):
+    """``--detector MODEL`` as a read ``converters.face.user_detector.UserDetector`` (None: the profile's)."""
+    from edge.errors import InputError
+
+    if args.detector is None:
+        if args.detector_licence is not None:
+            raise InputError("--detector-licence describes a user detector; it needs --detector MODEL")
+        return None
+    from converters.face.user_detector import read_user_detector
+
+    return read_user_detector(Path(args.detector), args.detector_licence)
 
 
 def _embedder_options(args: argparse.Namespace):
@@ -245,12 +261,20 @@ def _add_convert_face(csub: argparse._SubParsersAction) -> None:
         "0-255 pixels, as dlib's model takes them). The shipped copy is checked against your model on the "
         "evaluation chips (no dlib proof exists for it), the same/different threshold is calibrated on the "
         "evaluation pairs (the distance with the best pair accuracy) and recorded in models.json with the "
-        "descriptor size; INT8 is gated against your fp32 model at that threshold. No TFLite twins for it.",
+        "descriptor size; INT8 is gated against your fp32 model at that threshold. No TFLite twins for it. "
+        "With --detector MODEL (.tflite or .onnx), your own face detector in MediaPipe BlazeFace's layout (a "
+        "re-trained BlazeFace: one float32 input 1x128x128x3 or 1x192x192x3 of RGB in [-1, 1], outputs 1xNx16 "
+        "box regressors and 1xNx1 score logits) becomes the folder's detector instead of the profile's: read "
+        "and run on real photos before anything is written, copied unchanged, recorded in models.json with its "
+        "sha256 and --detector-licence, and run by the pipeline checks (the agreement with face_recognition "
+        "and its gate) and by the device.",
         epilog="examples:\n  edge-deploy convert face --target rpi4 -o out/face            (profile: int8)\n"
         "  edge-deploy convert face --target rpi4 --precision fp32 -o out/face32\n"
         "  edge-deploy convert face --target rpi4 --precision fp32 --format both -o out/face32  (+ .tflite)\n"
         "  edge-deploy convert face --target rpi4 --embedder my_embedder.onnx --chip-mean 127.5 --chip-std 127.5 \\\n"
-        "      --licence MIT -o out/myface                           (your embedder, int8)",
+        "      --licence MIT -o out/myface                           (your embedder, int8)\n"
+        "  edge-deploy convert face --target rpi4 --detector my_blazeface.tflite --detector-licence Apache-2.0 \\\n"
+        "      -o out/mydet                                          (your detector)",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     f.add_argument("--target", "-t", required=True, help="target profile, e.g. rpi4 (see: edge-deploy targets)")
@@ -263,16 +287,28 @@ def _add_convert_face(csub: argparse._SubParsersAction) -> None:
         help="onnx, or also the TFLite twins (tflite writes what both does: ONNX is always kept); default: the "
         "profile's runtime.face_formats (onnx in every shipped profile)",
     )
+    _add_user_face_models(f)
+    f.add_argument("--json", action="store_true", help="print the build record as JSON")
+    f.add_argument("--profiles", default=str(DEFAULT_PROFILE_DIR), help=argparse.SUPPRESS)
+    f.set_defaults(func=_cmd_convert_face)
+
+
+def _add_user_face_models(f: argparse.ArgumentParser) -> None:
+    """``convert face``'s flags for a user's own embedder and detector."""
     f.add_argument("--embedder", metavar="MODEL.onnx", help="your own face embedder instead of dlib's ResNet")
+    f.add_argument(
+        "--detector",
+        metavar="MODEL",
+        help="your own face detector (.tflite or .onnx) in MediaPipe BlazeFace's layout (input 1x128x128x3 or "
+        "1x192x192x3 in [-1, 1]; outputs 1xNx16 boxes, 1xNx1 logits) instead of the profile's; the folder runs it",
+    )
+    f.add_argument("--detector-licence", help="the --detector's licence, recorded as given (default: unknown)")
     f.add_argument("--licence", help="the --embedder's licence, recorded as given (default: 'unknown (user model)')")
     f.add_argument("--chip-size", type=int, metavar="S", help="chip side for an --embedder of dynamic input size")
     f.add_argument(
         "--chip-mean", metavar="R[,G,B]", help="--embedder normalisation, 0-255 scale, one or three values (default 0)"
     )
     f.add_argument("--chip-std", metavar="R[,G,B]", help="--embedder normalisation, 0-255 scale (default 1)")
-    f.add_argument("--json", action="store_true", help="print the build record as JSON")
-    f.add_argument("--profiles", default=str(DEFAULT_PROFILE_DIR), help=argparse.SUPPRESS)
-    f.set_defaults(func=_cmd_convert_face)
 
 
 def _add_convert(sub: argparse._SubParsersAction) -> None:

@@ -33,6 +33,7 @@ SLOW_MODULES = frozenset(
         "test_face_agreement",  # our face pipeline vs face_recognition over the evaluation pairs
         "test_face_quant",  # INT8 calibration and the accuracy gate
         "test_face_speed",  # the speed race's rounds and peak-RSS child processes
+        "test_face_user_detector",  # convert face --detector: a whole fp32 face build with a user detector
         "test_slm",  # SmolLM2 GGUF -> ONNX, against transformers
         "test_slm_int8",  # a second SmolLM2 conversion
         "test_slm_tflite",  # litert-torch in its own venv

@@ -32,6 +32,7 @@ from edge.progress import ProgressFn, silent
 from edge.runtime import default_threads
 
 if TYPE_CHECKING:
+    from converters.face.user_detector import UserDetector
     from converters.face.user_embedder import EmbedderOptions
 
 EMBEDDER_FILE = "face_embedder.onnx"
@@ -247,7 +248,11 @@ def _gate(build: FaceBuild) -> list[str]:
 
 
 def convert_face(
-    profile: TargetProfile, out_dir: Path, progress: ProgressFn = silent, embedder: EmbedderOptions | None = None
+    profile: TargetProfile,
+    out_dir: Path,
+    progress: ProgressFn = silent,
+    embedder: EmbedderOptions | None = None,
+    detector: UserDetector | None = None,
 ) -> FaceBuild:
     """Convert the face models for ``profile`` into ``out_dir`` and check them.
 
@@ -257,6 +262,8 @@ def convert_face(
         progress: called with a line per stage.
         embedder: a user's ONNX embedder to ship instead of dlib's ResNet (``converters.face.user_embedder``):
             read and checked before anything is written; its threshold is calibrated on the evaluation pairs.
+        detector: a user's detector in BlazeFace's layout (``converters.face.user_detector``, already read) to
+            ship as the folder's detector instead of the profile's; the pipeline checks run with it.
 
     Returns:
         The FaceBuild (also written as report.json / report.md / models.json).
@@ -266,8 +273,6 @@ def convert_face(
         ConversionError: a model could not be read or exported.
         ValidationError: a check failed; the report on disk says which.
     """
-    from converters.face.blazeface import add_profile_detector
-
     start = time.perf_counter()
     user = None
     if embedder is not None:
@@ -287,12 +292,13 @@ def convert_face(
         )
         checks.append(check)
         proof = agreement = {"ran": False, "reason": NO_DLIB_REFERENCE}
-        add_profile_detector(out_dir, profile.runtime.face_detector, progress)
+        add_detector(out_dir, profile, detector, progress)
     else:
         face_models.write_models_file(out_dir, entries, profile.name, __version__)
         # before the checks: the pipeline compared with face_recognition is the one that ships
-        add_profile_detector(out_dir, profile.runtime.face_detector, progress)
+        add_detector(out_dir, profile, detector, progress)
         proof, agreement = _reference_checks(out_dir, profile, threads, progress)
+    entries = list(face_models.read_models_file(out_dir).values())  # with the detector the folder runs
     build = FaceBuild(profile.name, out_dir, entries, checks, proof, agreement, recognition=recognition)
     build.failures = _gate(build)
     build.seconds = time.perf_counter() - start
@@ -386,6 +392,7 @@ def build_face_models(
     progress: ProgressFn = silent,
     output_format: ModelFormats | None = None,
     embedder: EmbedderOptions | None = None,
+    detector: UserDetector | None = None,
 ) -> FaceModels:
     """The deployable face models for ``profile`` in ``out_dir``, at ``precision`` (default: the profile's).
 
@@ -397,7 +404,8 @@ def build_face_models(
     folder's report. ``embedder``: a user's ONNX embedder instead of dlib's (``convert_face``); the quantized
     build keeps the threshold calibrated on fp32 and gates decisions at it. No TFLite twins for it. The
     profile's ``runtime.face_detector``, when a BlazeFace one, is added to ``out_dir`` and named its detector
-    (``converters.face.blazeface.add_profile_detector``).
+    (``converters.face.blazeface.add_profile_detector``); ``detector``, a user's (``convert face --detector``,
+    ``converters.face.user_detector``), is added and named instead, to both folders.
 
     Returns:
         ``FaceModels(fp32, quantized or None, TFLite twin reports)``.
@@ -408,10 +416,8 @@ def build_face_models(
         ConversionError / ValidationError: as ``convert_face``, ``quantize_face_models`` and
             ``write_tflite_twins``.
     """
-    from converters.face.blazeface import add_profile_detector
-
-    built = _build_face_models(profile, out_dir, precision, dynamic, progress, output_format, embedder)
-    add_profile_detector(Path(out_dir), profile.runtime.face_detector, progress)
+    built = _build_face_models(profile, out_dir, precision, dynamic, progress, output_format, embedder, detector)
+    add_detector(Path(out_dir), profile, detector, progress)
     return built
 
 
@@ -423,6 +429,7 @@ def _build_face_models(
     progress: ProgressFn,
     output_format: ModelFormats | None,
     embedder: EmbedderOptions | None,
+    detector: UserDetector | None,
 ) -> FaceModels:
     from converters.face.tflite_twins import raise_if_failed
 
@@ -443,7 +450,7 @@ def _build_face_models(
     if precision is Precision.FP32:
         if dynamic:
             raise InputError("--dynamic is dynamic INT8 quantization; it needs --precision int8")
-        fp32 = convert_face(profile, out_dir, progress=progress, embedder=embedder)
+        fp32 = convert_face(profile, out_dir, progress=progress, embedder=embedder, detector=detector)
         if not output_format.tflite:
             return FaceModels(fp32, None, [])
         twins = add_tflite_twins(fp32.out_dir, fp32.out_dir, profile, progress=progress)
@@ -452,7 +459,7 @@ def _build_face_models(
     from converters.face.quantize import DEFAULT_CALIBRATION_COUNT, quantize_face_models
     from converters.quantize import QuantMode
 
-    fp32 = convert_face(profile, Path(out_dir) / "fp32", progress=progress, embedder=embedder)
+    fp32 = convert_face(profile, Path(out_dir) / "fp32", progress=progress, embedder=embedder, detector=detector)
     calibration = reference = None
     if output_format.tflite:  # shared by the ONNX INT8 and the TFLite twins
         calibration, reference = twin_inputs(fp32.out_dir, profile, DEFAULT_CALIBRATION_COUNT, progress)
@@ -493,3 +500,18 @@ def export_face_models(out_dir: Path, target: str = "rpi4", progress: ProgressFn
         raise ValidationError(f"{out_dir}: exported face models differ from their sources: " + "; ".join(bad))
     face_models.write_models_file(out_dir, entries, target, __version__)
     return out_dir
+
+
+def add_detector(folder: Path, profile: TargetProfile, detector: UserDetector | None, progress: ProgressFn) -> None:
+    """The user's ``--detector`` into ``folder`` when given, else the profile's (``runtime.face_detector``:
+    ``converters.face.blazeface.add_profile_detector``); either becomes the folder's detector."""
+    if detector is None:
+        from converters.face.blazeface import add_profile_detector
+
+        add_profile_detector(folder, profile.runtime.face_detector, progress)
+        return
+    from converters.face.user_detector import add_user_detector
+
+    side = f"{detector.side}x{detector.side}"
+    progress(f"adding your detector {detector.path.name} (BlazeFace {side}, {detector.format})")
+    add_user_detector(folder, detector)
