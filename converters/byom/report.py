@@ -21,15 +21,22 @@ MODEL_ROLE = "model"
 UNKNOWN_LICENCE = "unknown (user model)"
 
 
+def licence_record(licence: str | None, flag: str) -> dict[str, str]:
+    """``licence`` and ``licence_given_by`` of a user's model: as given with ``flag`` (e.g. ``"edge-deploy
+    convert model --licence"``), or ``UNKNOWN_LICENCE`` given by nobody when the flag was absent or blank."""
+    given = licence.strip() if licence else None
+    if not given:
+        return {"licence": UNKNOWN_LICENCE, "licence_given_by": f"nobody: no {flag.split()[-1]} given"}
+    return {"licence": given, "licence_given_by": flag}
+
+
 def _source(build: ModelBuild) -> dict:
     job = build.job
-    licence = job.licence.strip() if job.licence else None
     return {
         "path": str(job.model),
         "sha256": build.source.sha256,
         "format": build.source.format,
-        "licence": licence or UNKNOWN_LICENCE,
-        "licence_given_by": "edge-deploy convert model --licence" if licence else "nobody: no --licence given",
+        **licence_record(job.licence, "edge-deploy convert model --licence"),
     }
 
 

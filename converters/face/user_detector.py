@@ -17,7 +17,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from converters.byom.report import UNKNOWN_LICENCE
+from converters.face.user_embedder import user_file_source
 from edge.digest import file_sha256
 from edge.errors import InferenceError, InputError
 from edge.face.models import BLAZEFACE_ROLES, MODELS_FILE, Detector, ModelEntry, describe, read_models_file
@@ -43,20 +43,8 @@ class UserDetector:
 
     def source(self) -> dict:
         """models.json ``source``: the user's file, its sha256 and licence, and the layout it was read as."""
-        licence = self.licence.strip() if self.licence else None
-        return {
-            "package": "user model",
-            "version": "-",
-            "file": self.path.name,
-            "path": str(self.path),
-            "sha256": self.sha256,
-            "format": self.format,
-            "licence": licence or UNKNOWN_LICENCE,
-            "licence_given_by": "edge-deploy convert face --detector-licence"
-            if licence
-            else "nobody: no --detector-licence given",
-            "layout": f"BlazeFace {self.side}x{self.side}",
-        }
+        source = user_file_source(self.path, self.sha256, self.format, self.licence, "--detector-licence")
+        return {**source, "layout": f"BlazeFace {self.side}x{self.side}"}
 
 
 def read_user_detector(path: Path, licence: str | None = None) -> UserDetector:

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from converters.byom.images import Layout
-from converters.byom.report import UNKNOWN_LICENCE
+from converters.byom.report import licence_record
 from converters.byom.source import TensorSpec, read_source
 from converters.validate import OutputCheck, run_onnx
 from edge.errors import InferenceError, InputError
@@ -64,17 +64,7 @@ class UserEmbedder:
 
     def source(self) -> dict:
         """models.json ``source`` of the embedder: the user's file, its sha256 and its licence (or 'unknown')."""
-        licence = self.options.licence.strip() if self.options.licence else None
-        return {
-            "package": "user model",
-            "version": "-",
-            "file": self.path.name,
-            "path": str(self.path),
-            "sha256": self.sha256,
-            "format": "onnx",
-            "licence": licence or UNKNOWN_LICENCE,
-            "licence_given_by": "edge-deploy convert face --licence" if licence else "nobody: no --licence given",
-        }
+        return user_file_source(self.path, self.sha256, "onnx", self.options.licence, "--licence")
 
     def preprocessing(self) -> dict:
         """How a chip is fed: what models.json records in ``recognition``."""
@@ -338,3 +328,17 @@ def check_copy(user: UserEmbedder, chips: np.ndarray, shipped: np.ndarray, threa
     source = _run_user(user, chips, threads) if len(chips) else np.zeros_like(shipped)
     diff = float(np.max(np.abs(shipped.astype(np.float64) - source))) if len(chips) else 0.0
     return OutputCheck(f"user embedder {user.path.name}", DESCRIPTOR_OUTPUT, tuple(shipped.shape), diff, COPY_TOLERANCE)
+
+
+def user_file_source(path: Path, sha256: str, fmt: str, licence: str | None, flag: str) -> dict:
+    """models.json ``source`` of a user's model file in a face folder (``--embedder``, ``--detector``): the
+    file, its sha256 and format, and its licence as ``convert face``'s ``flag`` gave it (or unknown)."""
+    return {
+        "package": "user model",
+        "version": "-",
+        "file": path.name,
+        "path": str(path),
+        "sha256": sha256,
+        "format": fmt,
+        **licence_record(licence, f"edge-deploy convert face {flag}"),
+    }
