@@ -32,12 +32,12 @@ examples:
       --task embedding -o out/enc
                        dynamic INT8 (no calibration data): for transformers, whose activations static
                        INT8 cannot hold (docs/byom.md: all-MiniLM-L6-v2)
-  edge-deploy convert model encoder.pt2 --target rpi4 --precision int8 --weight-only --eval eval.npz \
+  edge-deploy convert model encoder.pt2 --target rpi4 --precision int8 --weight-only --eval eval.npz \\
       --task embedding -o out/enc8
                        weight-only INT8: each weight MatMul as 8-bit blocks (MatMulNBits), activations
                        and arithmetic fp32: no calibration, the same figures on any host
 
-  edge-deploy convert model mobilenet.onnx --target rpi5 --precision int8 --calib photos/calib/ \
+  edge-deploy convert model mobilenet.onnx --target rpi5 --precision int8 --calib photos/calib/ \\
       --eval photos/eval/ --task classification --mean 123.675,116.28,103.53 \\
       --std 58.395,57.12,57.375 -o out/mnv2
                        image folders: each image resized to the model's input (stretched, RGB), then
@@ -48,9 +48,15 @@ N x d1 x ... for an input of shape B x d1 x ..., N a multiple of B) and the inpu
 images (.jpg .jpeg .png .bmp .webp; other files skipped) for a model with one 4-D input of 1 or 3 channels
 (NCHW or NHWC, from the shape; --layout when both fit): float32 inputs get (pixel - mean) / std with
 --mean 0 --std 255 by default, uint8 inputs the pixels. The number of images must be a multiple of the
-batch (a remainder is refused, not dropped). --eval must not be the --calib data. Exit codes: 3 bad
-input, 4 conversion failed, 5 gate failed (the report is written, models.json is not), 7 onnxruntime
-cannot run the model. Bundle a passed folder with: edge-deploy build --model OUT_DIR (see build --help).
+batch (a remainder is refused, not dropped). --eval must not be the --calib data.
+
+Before quantizing, the fp32 copy (and then the INT8 candidate) is loaded in the target's own runtime:
+this host's onnxruntime for the Pi and x86 targets, the site's onnxruntime-web under Node.js for
+browser-wasm (an older release: ai.onnx up to opset 26). A model it cannot load is refused naming every
+op without a kernel and the runtime's words. Exit codes: 3 bad input (including a model the target's
+runtime cannot load), 4 conversion failed, 5 gate failed (the report is written, models.json is not),
+7 onnxruntime cannot run the model, 9 a missing dependency (Node.js for browser-wasm:
+scripts/setup_web.sh --page). Bundle a passed folder with: edge-deploy build --model OUT_DIR (see build --help).
 """
 
 

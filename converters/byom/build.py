@@ -31,7 +31,7 @@ from converters.compile import to_ort_format
 from converters.quantize import QuantMode, QuantSettings, op_counts, quantize_model, settings_for, weight_matmuls
 from converters.timing import Laps
 from edge.digest import file_sha256
-from edge.errors import InputError, ValidationError
+from edge.errors import ConversionError, InputError, ValidationError
 from edge.profiles import Arch, Precision, TargetProfile
 from edge.progress import ProgressFn, silent
 from edge.runtime import default_threads
@@ -84,6 +84,8 @@ class ModelBuild:
     figures: dict = field(default_factory=dict)
     failures: list[str] = field(default_factory=list)
     seconds: dict[str, float] = field(default_factory=dict)
+    #: Which runtime (and release) of the target loaded which files (``converters.byom.target_ops``).
+    target_runtime: dict = field(default_factory=dict)
 
     @property
     def passed(self) -> bool:
@@ -236,8 +238,11 @@ def _build_into(build: ModelBuild, frontend: Frontend, work: Path, progress: Pro
         progress(f"{verb} to ONNX")
     fp32 = frontend.write_fp32(build.inputs, work / f"{stem}.fp32.onnx")
     build.files["fp32_onnx"], build.shipped = _file_info(fp32), "fp32_onnx"
+    _check_runtime(build, fp32, progress)
     int8 = job.precision is Precision.INT8
     candidate = _quantize(build, fp32, calib, work, progress) if int8 else fp32
+    if candidate != fp32:
+        _check_runtime(build, candidate, progress)
     lap("convert")
     _evaluate(build, frontend, fp32, candidate, evaluation, progress)
     lap("evaluate")
@@ -248,6 +253,26 @@ def _build_into(build: ModelBuild, frontend: Frontend, work: Path, progress: Pro
     if build.passed:
         write_models_json(build, work)
     write_reports(build, work)
+
+
+def _check_runtime(build: ModelBuild, model: Path, progress: ProgressFn) -> None:
+    """Refuse now what the target's runtime cannot load (``converters.byom.target_ops``), not on the device.
+
+    The fp32 copy is the user's model (InputError); the INT8 candidate is ours (ConversionError).
+    """
+    from converters.byom.target_ops import check_target_ops
+
+    job, fp32 = build.job, model.name == build.files["fp32_onnx"]["file"]
+    progress(f"loading {model.name} in {job.profile.name}'s runtime")
+    name = job.model if fp32 else Path(f"{job.model}'s {job.precision.value} candidate {model.name}")
+    try:
+        record = check_target_ops(model, job.profile, name)
+    except InputError as exc:
+        if fp32:
+            raise
+        raise ConversionError(str(exc)) from exc
+    checked = build.target_runtime.get("loaded", [])
+    build.target_runtime = {**record, "loaded": [*checked, model.name]}
 
 
 def _twin(build: ModelBuild, fp32: Path, evaluation: Samples, work: Path, progress: ProgressFn) -> None:

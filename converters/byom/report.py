@@ -101,6 +101,7 @@ def record(build: ModelBuild) -> dict:
         "calibration": build.calibration,
         "evaluation": build.evaluation,
         "gate": _gate(build),
+        "target_runtime": build.target_runtime,
         "build_host_int8_kernels": int8_kernels().to_dict(),
         "seconds": build.seconds,
     }
@@ -195,6 +196,13 @@ def _calibration_source(calibration: dict) -> str:
     return f"from `{calibration['file']}`{_images(calibration)}"
 
 
+def _runtime_line(checked: dict) -> str:
+    if not checked:
+        return "not checked"
+    files = ", ".join(f"`{name}`" for name in checked["loaded"])
+    return f"{checked['runtime']} {checked['version']} loads {files} ({checked['how']})"
+
+
 def render_markdown(build: ModelBuild) -> str:
     """report.md: what was built, on which data, the figures and the verdict."""
     data = record(build)
@@ -210,6 +218,7 @@ def render_markdown(build: ModelBuild) -> str:
         f"{_images(build.evaluation)} "
         f"({build.evaluation['shared_with_calibration']} also in the calibration data)",
         f"- Evaluated as: {data['gate']['evaluated_as']}",
+        f"- Target runtime: {_runtime_line(build.target_runtime)}",
         "",
         "## Figures",
         "",
