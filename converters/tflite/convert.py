@@ -417,12 +417,64 @@ def _run_tflite(runner: Any, inputs: tuple[TensorInfo, ...], outputs: tuple[Tens
     return result
 
 
+@dataclass(frozen=True)
+class TfliteRun:
+    """What ``run_tflite`` measured: float32 outputs of a TFLite model over samples, keyed by ONNX name.
+
+    Attributes:
+        input: the signature's input (its scale and zero point when it is quantized).
+        outputs: ONNX output name -> the TFLite signature output it was matched to.
+        values: ONNX output name -> [N, ...] float32 (dequantized if quantized), in ONNX layout.
+    """
+
+    input: TensorInfo
+    outputs: Mapping[str, TensorInfo]
+    values: Mapping[str, np.ndarray]
+
+
+def _check_chips(chips_nchw: np.ndarray) -> np.ndarray:
+    chips = np.asarray(chips_nchw, dtype=np.float32)
+    if chips.ndim != 4 or len(chips) == 0:
+        raise InputError(f"chips_nchw has shape {list(chips.shape)}; expected [N, C, H, W] with N >= 1")
+    return chips
+
+
+def run_tflite(tflite_path: Path, chips_nchw: np.ndarray, wanted: Mapping[str, tuple[int, ...]]) -> TfliteRun:
+    """Run a TFLite model on LiteRT over NCHW samples, one at a time, as the device would.
+
+    A quantized input is fed ``quantize(x, scale, zero_point)``; quantized outputs are dequantized with
+    ``scale * (q - zero_point)``. Outputs are matched to ``wanted`` with ``match_outputs``.
+
+    Args:
+        tflite_path: the converted model (one NHWC input of batch 1, as onnx2tf writes it).
+        chips_nchw: float32 [N, C, H, W] samples, as the ONNX model takes them.
+        wanted: ONNX output name -> shape (any batch, ONNX layout).
+
+    Returns:
+        A TfliteRun.
+
+    Raises:
+        InputError: samples not 4-D or not fitting the model.
+        ConversionError: LiteRT cannot load the file.
+        ValidationError: a wanted output has no TFLite counterpart.
+    """
+    chips = _check_chips(chips_nchw)
+    runner, inputs, outputs = _signature(Path(tflite_path))
+    mapping = match_outputs(outputs, wanted, str(tflite_path))
+    per_sample = [_run_tflite(runner, inputs, outputs, chip) for chip in chips]
+    specs = {o.name: o for o in outputs}
+    return TfliteRun(
+        inputs[0],
+        {name: specs[key] for name, key in mapping.items()},
+        {name: np.concatenate([s[key] for s in per_sample]) for name, key in mapping.items()},
+    )
+
+
 def compare_tflite_with_onnx(tflite_path: Path, onnx_path: Path, chips_nchw: np.ndarray) -> dict[str, Any]:
     """Run a TFLite model and its ONNX twin on the same samples and measure how far apart their outputs are.
 
-    The TFLite model runs in ai-edge-litert one sample at a time (NHWC, batch 1); a quantized input is
-    quantized and quantized outputs are dequantized with ``scale * (q - zero_point)``. ONNX runs in
-    onnxruntime on the whole batch.
+    The TFLite model runs in ai-edge-litert one sample at a time (``run_tflite``: NHWC, batch 1, quantized
+    input and dequantized outputs). ONNX runs in onnxruntime on the whole batch.
 
     Args:
         tflite_path: the converted model.
@@ -442,31 +494,26 @@ def compare_tflite_with_onnx(tflite_path: Path, onnx_path: Path, chips_nchw: np.
     """
     from converters.validate import run_onnx
 
-    chips = np.asarray(chips_nchw, dtype=np.float32)
-    if chips.ndim != 4 or len(chips) == 0:
-        raise InputError(f"chips_nchw has shape {list(chips.shape)}; expected [N, C, H, W] with N >= 1")
+    chips = _check_chips(chips_nchw)
     ort = require("onnxruntime", "device", "Comparing a TFLite model with ONNX")
     try:
         onnx_inputs = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"]).get_inputs()
     except Exception as exc:  # onnxruntime raises its own untyped exceptions
         raise InputError(f"{onnx_path}: onnxruntime cannot load it ({exc})") from exc
     reference = run_onnx(Path(onnx_path), {onnx_inputs[0].name: chips})
-    runner, inputs, outputs = _signature(Path(tflite_path))
-    per_sample = [_run_tflite(runner, inputs, outputs, chip) for chip in chips]
+    run = run_tflite(Path(tflite_path), chips, {k: v.shape for k, v in reference.items()})
     report: dict[str, Any] = {
         "tflite": str(tflite_path),
         "onnx": str(onnx_path),
         "samples": int(len(chips)),
-        "input": inputs[0].to_dict(),
+        "input": run.input.to_dict(),
         "outputs": {},
     }
-    mapping = match_outputs(outputs, {k: v.shape for k, v in reference.items()}, str(tflite_path))
     for name, ref in reference.items():
-        got = np.concatenate([s[mapping[name]] for s in per_sample])
+        got, spec = run.values[name], run.outputs[name]
         if got.shape != ref.shape:
             raise ValidationError(f"{tflite_path}: output {name!r} has shape {list(got.shape)}, ONNX {list(ref.shape)}")
         cos = row_cosines(got, ref)
-        spec = next(o for o in outputs if o.name == mapping[name])
         report["outputs"][name] = {
             "tflite_name": spec.name,
             "shape": list(ref.shape),
