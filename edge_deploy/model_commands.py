@@ -28,6 +28,10 @@ examples:
   edge-deploy convert model net.onnx --target rpi4 --precision fp32 --eval eval.npz --input x=1x3x224x224 \\
       --format tflite -o out/net
                        also the fp32 TFLite twin (onnx2tf), checked on LiteRT against the fp32 copy
+  edge-deploy convert model net.onnx --target rpi4 --precision int8 --calib calib.npz --eval eval.npz \\
+      --task embedding --input x=1x3x224x224 --format both -o out/net8
+                       also a full-integer INT8 TFLite (onnx2tf, calibrated on calib.npz), run on LiteRT
+                       and gated against the source like the INT8 ONNX
   edge-deploy convert model encoder.pt2 --target rpi4 --precision int8 --dynamic --eval eval.npz \\
       --task embedding -o out/enc
                        dynamic INT8 (no calibration data): for transformers, whose activations static
@@ -162,9 +166,9 @@ def add_convert_model(csub: argparse._SubParsersAction) -> None:
         "--format",
         choices=[f.value for f in ModelFormats],
         default=ModelFormats.ONNX.value,
-        help="onnx (default), or also the fp32 TFLite twin by onnx2tf (scripts/setup_onnx2tf.sh; one float32 NCHW "
-        "image input of batch 1), checked against the fp32 copy on --eval and shipped by build --model "
-        "(tflite writes what both does: the ONNX is always kept)",
+        help="onnx (default), or also the TFLite twin by onnx2tf (one float32 NCHW image input of batch 1): fp32, "
+        "checked against the fp32 copy; static int8: full integer, calibrated on --calib (3 channels) and gated "
+        "against the source like the ONNX; shipped by build --model (tflite = both: the ONNX is always kept)",
     )
     m.add_argument("--json", action="store_true", help="print the build record as JSON")
     m.add_argument("--profiles", default=str(DEFAULT_PROFILE_DIR), help=argparse.SUPPRESS)

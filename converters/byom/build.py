@@ -64,7 +64,8 @@ class ModelJob:
     images: ImageOptions = field(default_factory=ImageOptions)
     #: The model's licence, recorded in models.json and carried into a bundle (None: ``UNKNOWN_LICENCE``).
     licence: str | None = None
-    #: fp32 only: also the TFLite twin (onnx2tf; ``converters.byom.tflite_twin``), compared with the fp32 copy.
+    #: Also the TFLite twin (onnx2tf; ``converters.byom.tflite_twin``): fp32, compared with the fp32 copy; or,
+    #: at static int8, full-integer INT8 calibrated on ``calibration`` and gated against the source.
     tflite: bool = False
 
 
@@ -110,11 +111,12 @@ def _check_job(job: ModelJob) -> None:
             raise InputError(f"--{name} is a kind of int8; got --precision {job.precision.value}")
         if given and job.calibration is not None:
             raise InputError(f"--calib {job.calibration}: {name} INT8 is not calibrated; drop --calib or --{name}")
-    if job.tflite and job.precision is not Precision.FP32:
-        raise InputError(
-            f"--format tflite with --precision {job.precision.value}: the TFLite twin of a user's model is fp32 "
-            "(an INT8 TFLite of it is not built yet)"
-        )
+    for name, given in (("dynamic", job.dynamic), ("weight-only", job.weight_only)):
+        if given and job.tflite:
+            raise InputError(
+                f"--format tflite with --{name}: the INT8 TFLite twin is full integer, calibrated on --calib (static "
+                f"INT8); drop --{name} and give --calib, or drop --format tflite"
+            )
     if job.dynamic and job.weight_only:
         raise InputError("--dynamic and --weight-only are two kinds of int8; choose one")
     if job.precision is Precision.INT8 and job.calibration is None and not (job.dynamic or job.weight_only):
@@ -198,7 +200,8 @@ def _quantize(build: ModelBuild, fp32: Path, calib: Samples | None, work: Path, 
 
 def _evaluate(
     build: ModelBuild, frontend: Frontend, fp32: Path, candidate: Path, evaluation: Samples, progress: ProgressFn
-) -> None:
+) -> tuple[list[str], list]:
+    """Gate ``candidate`` (and the fp32 copy) against the source; returns the source's output names and outputs."""
     job = build.job
     threads = max(1, min(job.profile.runtime.threads, default_threads()))
     batches = evaluation.batches(build.inputs)
@@ -210,12 +213,13 @@ def _evaluate(
     if candidate == fp32:
         build.figures = measure(job.task, names, ref, copy)
         build.figures["fp32_copy"] = fp32_figures
-        return
+        return names, ref
     # Unfused, the QDQ graph computes the target's integer arithmetic (up to float rounding) on any host.
     _, cand = run_model(candidate, batches, threads, Optimization.NONE)
     build.figures = measure(job.task, names, ref, cand)
     build.figures["fp32_copy"] = fp32_figures
     build.failures += failures(job.task, build.figures, job.thresholds)
+    return names, ref
 
 
 def _build_into(build: ModelBuild, frontend: Frontend, work: Path, progress: ProgressFn) -> None:
@@ -244,10 +248,10 @@ def _build_into(build: ModelBuild, frontend: Frontend, work: Path, progress: Pro
     if candidate != fp32:
         _check_runtime(build, candidate, progress)
     lap("convert")
-    _evaluate(build, frontend, fp32, candidate, evaluation, progress)
+    source = _evaluate(build, frontend, fp32, candidate, evaluation, progress)
     lap("evaluate")
     if job.tflite and build.passed:
-        _twin(build, fp32, evaluation, work, progress)
+        _twin(build, fp32, evaluation, calib if int8 else None, source, work, progress)
         lap("tflite")
     build.seconds = {**lap.seconds, "total": lap.total()}
     if build.passed:
@@ -275,15 +279,33 @@ def _check_runtime(build: ModelBuild, model: Path, progress: ProgressFn) -> None
     build.target_runtime = {**record, "loaded": [*checked, model.name]}
 
 
-def _twin(build: ModelBuild, fp32: Path, evaluation: Samples, work: Path, progress: ProgressFn) -> None:
-    """The fp32 TFLite twin, recorded in the files and figures; a failure if it is not the fp32 copy."""
-    from converters.byom.tflite_twin import TWIN_KEY, write_twin
+def _twin(
+    build: ModelBuild,
+    fp32: Path,
+    evaluation: Samples,
+    calib: Samples | None,
+    source: tuple[list[str], list],
+    work: Path,
+    progress: ProgressFn,
+) -> None:
+    """The TFLite twin, recorded in the files and figures: an fp32 twin must be the fp32 copy; an INT8 twin
+    (``calib`` given) must pass the task gate against the source, as the ONNX INT8 did."""
+    from converters.byom.tflite_twin import TWIN_KEY, compare_twin, gate_twin, write_twin
 
-    twin, record = write_twin(fp32, build.inputs, evaluation, work, progress)
+    job, name = build.job, build.inputs[0].name
+    twin = write_twin(fp32, build.inputs, work, progress, calib)
     build.files[TWIN_KEY] = _file_info(twin)
+    samples = evaluation.arrays[name]
+    progress(f"running {twin.name} (LiteRT) on {evaluation.count} samples of {evaluation.path.name}")
+    if calib is not None:
+        build.figures[TWIN_KEY], missed = gate_twin(twin, samples, source, job.task, job.thresholds)
+        build.failures += missed
+        return
+    record = compare_twin(twin, fp32, name, samples)
+    limit = job.thresholds.fp32_max_abs
+    record["passed"] = record["max_abs_diff"] <= limit
     build.figures[TWIN_KEY] = record
-    limit = build.job.thresholds.fp32_max_abs
-    if not record["max_abs_diff"] <= limit:
+    if not record["passed"]:
         build.failures.append(
             f"TFLite twin {twin.name}: max |difference| to {fp32.name} {record['max_abs_diff']:.3g} > {limit:g}"
         )
@@ -317,7 +339,7 @@ def convert_model(job: ModelJob, progress: ProgressFn = silent) -> ModelBuild:
     if job.tflite:
         from converters.byom.tflite_twin import check_twin_inputs
 
-        check_twin_inputs(job.model, build.inputs)
+        check_twin_inputs(job.model, build.inputs, job.precision)
     out = Path(job.out_dir)
     parent = out.resolve().parent
     try:

@@ -171,12 +171,33 @@ def _figure_lines(figures: dict) -> list[str]:
     for name, f in figures.get("fp32_copy", {}).get("outputs", {}).items():
         lines.append(f"- fp32 copy vs source, output `{name}`: max abs difference {f['max_abs']:.3g}")
     twin = figures.get("tflite")
-    if twin:
+    if twin and twin.get("variant") == "int8":
+        lines += _int8_twin_lines(twin)
+    elif twin:
         lines.append(
             f"- TFLite twin (LiteRT) vs fp32 copy on {twin['samples']} samples: max abs difference "
             f"{twin['max_abs_diff']:.3g}, min cosine {twin['min_cosine']:.6f}"
         )
     return lines
+
+
+def _quantized(t: dict) -> str:
+    """``int8 (scale 0.0123, zero point -5)``, or the dtype of a float tensor."""
+    return t["dtype"] if t["scale"] is None else f"{t['dtype']} (scale {t['scale']:.6g}, zero point {t['zero_point']})"
+
+
+def _int8_twin_lines(twin: dict) -> list[str]:
+    """The INT8 TFLite twin's gate: its file, graph, edges' quantization and the task figures against the source."""
+    ops = ", ".join(f"{n} {op}" for op, n in sorted(twin["graph"]["ops"].items()))
+    weights = ", ".join(f"{n} {dtype}" for dtype, n in twin["graph"]["weights"].items()) or "none"
+    edges = [f"output `{n}` {_quantized(o)}" for n, o in twin["quantized_outputs"].items()]
+    head = [
+        f"- TFLite INT8 twin `{twin['file']}` (full integer, LiteRT) vs the source on {twin['samples']} samples: "
+        + ("PASSED" if twin["passed"] else "FAILED"),
+        f"- TFLite twin: input `{twin['input']['name']}` {_quantized(twin['input'])}, " + ", ".join(edges),
+        f"- TFLite twin graph: {ops}; conv/dense weights: {weights}",
+    ]
+    return head + ["- TFLite twin: " + line[2:] for line in _figure_lines(twin)]
 
 
 def _images(data: dict) -> str:

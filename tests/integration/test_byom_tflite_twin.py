@@ -1,7 +1,9 @@
-"""``convert model --format tflite``: the fp32 TFLite twin of a user's model by onnx2tf (``.venv-onnx2tf``,
-created by scripts/setup_onnx2tf.sh if missing), checked on LiteRT against the fp32 copy on the evaluation
-data, recorded in the report and shipped by ``build --model``. The model is the test embedder of
-tests/unit/byom_models.py (Conv, ReLU, Gemm), fed at 1 x 3 x 16 x 16."""
+"""``convert model --format tflite``: the TFLite twin of a user's model by onnx2tf (``.venv-onnx2tf``,
+created by scripts/setup_onnx2tf.sh if missing): at fp32 checked on LiteRT against the fp32 copy on the
+evaluation data; at int8 full integer, calibrated on ``--calib`` and put behind the embedding gate against the
+source; recorded in the report and shipped by ``build --model``. The model is the test embedder of
+tests/unit/byom_models.py (Conv, ReLU, Gemm), fed at 1 x 3 x 16 x 16. The refusals (before any work):
+tests/unit/test_byom_tflite_twin.py."""
 
 from __future__ import annotations
 
@@ -56,19 +58,93 @@ def test_build_ships_the_twin(converted, tmp_path, capsys):
     assert any(f["path"].endswith("emb.fp32.tflite") for f in manifest["files"])
 
 
-@pytest.mark.parametrize(
-    ("extra", "message"),
-    [
-        (["--precision", "int8", "--dynamic"], "--format tflite with --precision int8: the TFLite twin of a user's "
-         "model is fp32 (an INT8 TFLite of it is not built yet)"),
-        (["--precision", "fp32", "--input", "x=4x3x16x16"], "--format tflite: EMB has inputs x=4x3x16x16 float32; "
-         "the TFLite twin (onnx2tf) takes one float32 NCHW image input of batch 1 (give --input NAME=1xCxHxW for a "
-         "dynamic batch)"),
-    ],
-)  # fmt: skip
-def test_what_the_twin_cannot_take_is_refused_before_any_work(converted, tmp_path, capsys, extra, message):
-    argv = ["convert", "model", str(converted / "emb.onnx"), "--target", "rpi4", "--eval", str(converted / "eval.npz"),
-            "--task", "embedding", "--format", "tflite", "-o", str(tmp_path / "x"), *extra]  # fmt: skip
-    assert main(argv) == 3
-    assert capsys.readouterr().err == "Error: " + message.replace("EMB", str(converted / "emb.onnx")) + "\n"
-    assert not (tmp_path / "x").exists()
+@pytest.fixture(scope="module")
+def converted_int8(converted):
+    argv = ["convert", "model", str(converted / "emb.onnx"), "--target", "rpi4", "--precision", "int8", "--calib",
+            str(converted / "calib.npz"), "--eval", str(converted / "eval.npz"), "--task", "embedding", "--input",
+            "x=1x3x16x16", "--format", "both", "-o", str(converted / "net8"), "--json"]  # fmt: skip
+    assert main(argv) == 0
+    return converted / "net8"
+
+
+def test_the_int8_twin_is_full_integer(converted_int8):
+    from converters.tflite.convert import graph_summary
+    from edge.runtime import open_model
+
+    twin = converted_int8 / "emb.int8.tflite"
+    with open_model(twin, threads=1, backend="litert") as model:
+        (inp,), (out,) = model.inputs, model.outputs
+    assert (inp.shape, inp.dtype, out.shape, out.dtype) == ((1, 16, 16, 3), np.int8, (1, 32), np.int8)
+    assert inp.quantization is not None and out.quantization is not None
+    graph = graph_summary(twin)
+    # every conv / dense weight int8 and no float island: no QUANTIZE / DEQUANTIZE op anywhere
+    assert graph["weights"] == {"int8": 3}, graph
+    assert graph["ops"]["CONV_2D"] == 2 and graph["ops"]["FULLY_CONNECTED"] == 1, graph
+    assert "QUANTIZE" not in graph["ops"] and "DEQUANTIZE" not in graph["ops"], graph
+
+
+def test_the_int8_twin_passes_the_gate_against_the_source(converted_int8):
+    report = json.loads((converted_int8 / "report.json").read_text())
+    assert report["passed"] is True and (converted_int8 / "models.json").is_file()
+    assert report["files"]["tflite"]["file"] == "emb.int8.tflite" and report["shipped"] == "emb.int8.ort"
+    twin = report["gate"]["figures"]["tflite"]
+    assert (twin["file"], twin["variant"], twin["against"], twin["samples"], twin["passed"]) == (
+        "emb.int8.tflite", "int8", "source", 32, True)  # fmt: skip
+    emb = twin["embedding"]
+    print("int8 twin vs source:", emb, twin["outputs"])
+    assert emb["samples"] == 32 and emb["cosine_mean"] >= 0.99 and emb["rank_agreement"] >= 0.9, emb
+    assert twin["input"]["dtype"] == "int8" and twin["quantized_outputs"]["emb"]["dtype"] == "int8"
+    md = (converted_int8 / "report.md").read_text()
+    assert "- TFLite INT8 twin `emb.int8.tflite` (full integer, LiteRT) vs the source on 32 samples: PASSED" in md
+    assert f"- TFLite twin: embedding: cosine to the source mean {emb['cosine_mean']:.5f}" in md
+
+
+def test_the_int8_twin_figures_are_the_device_arithmetic(converted_int8, converted):
+    """Run the twin as a device would (quantize the input, dequantize the output) and the source on
+    onnxruntime: the report's figures are these (up to the float rounding of the source's threads)."""
+    from converters.byom.gate import measure_embedding
+    from edge.runtime import open_model
+
+    samples = np.load(converted / "eval.npz")["x"]
+    with open_model(converted / "emb.onnx", threads=1) as source:
+        want = np.concatenate([source.run({"x": s[None]})["emb"] for s in samples])
+    with open_model(converted_int8 / "emb.int8.tflite", threads=1, backend="litert") as model:
+        (inp,), (out,) = model.inputs, model.outputs
+        (s_in, z_in), (s_out, z_out) = inp.quantization, out.quantization
+        got = []
+        for s in samples:
+            q = np.clip(np.round(s[None].transpose(0, 2, 3, 1).astype(np.float64) / s_in) + z_in, -128, 127)
+            y = model.run({inp.name: q.astype(np.int8)})[out.name]
+            got.append(s_out * (y.astype(np.int64) - z_out))
+    figures = measure_embedding(want, np.concatenate(got).astype(np.float32))
+    twin = json.loads((converted_int8 / "report.json").read_text())["gate"]["figures"]["tflite"]
+    assert figures == pytest.approx(twin["embedding"], rel=1e-9, abs=1e-9)
+
+
+def test_a_twin_that_misses_the_gate_is_listed(converted_int8, converted):
+    from converters.byom.gate import GateThresholds, Task
+    from converters.byom.tflite_twin import gate_twin
+    from edge.runtime import open_model
+
+    samples = np.load(converted / "eval.npz")["x"]
+    with open_model(converted / "emb.onnx", threads=1) as source:
+        want = np.concatenate([source.run({"x": s[None]})["emb"] for s in samples])
+    figures, missed = gate_twin(converted_int8 / "emb.int8.tflite", samples, (["emb"], [want]), Task.EMBEDDING,
+                                GateThresholds(min_cosine=1.0))  # fmt: skip
+    e = figures["embedding"]
+    assert figures["passed"] is False
+    assert missed == [
+        f"TFLite twin emb.int8.tflite: embedding: mean cosine to the source {e['cosine_mean']:.5f} < --min-cosine 1 "
+        f"(32 samples; min {e['cosine_min']:.5f})"
+    ]
+
+
+def test_build_ships_the_int8_twin(converted_int8, tmp_path, capsys):
+    capsys.readouterr()
+    assert main(["build", "--model", str(converted_int8), "-o", str(tmp_path), "--no-wheels", "--json"]) == 0
+    bundle = json.loads(capsys.readouterr().out)
+    manifest = json.loads((Path(bundle["folder"]) / "manifest.json").read_text())
+    shipped = {Path(f["path"]).name for f in manifest["files"]}
+    assert {"emb.int8.tflite", "emb.int8.ort", "emb.int8.onnx"} <= shipped, shipped
+    (model,) = manifest["models"]
+    assert model["metrics"]["figures"]["tflite"]["passed"] is True
