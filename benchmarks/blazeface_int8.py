@@ -34,7 +34,7 @@ from converters.face.boxes import match_boxes  # noqa: E402
 from converters.face.facedata import calibration_images, make_eval_images  # noqa: E402
 from converters.quantize import QuantMode, quantize_model, settings_for  # noqa: E402
 from edge.face.detect_blazeface import BlazeFaceDetector, letterbox_window  # noqa: E402
-from edge.face.detect_mtcnn import row_integral  # noqa: E402
+from edge.face.detect_mtcnn import integral_image  # noqa: E402
 from edge.face.tiles import DEFAULT_TILING  # noqa: E402
 from edge.profiles import CalibrationMethod, load_profile  # noqa: E402
 from edge.runtime import Optimization, open_model  # noqa: E402
@@ -49,7 +49,7 @@ def calibration_feeds(count: int, input_name: str) -> list[dict[str, np.ndarray]
     """The face build's calibration images, each letterboxed to the detector's 192x192 input as it feeds it."""
     feeds = []
     for _name, rgb in calibration_images(count):
-        tensor, _ = letterbox_window(row_integral(rgb), (0, rgb.shape[0], 0, rgb.shape[1]), FULL_RANGE.input_shape[1])
+        tensor, _ = letterbox_window(integral_image(rgb), (0, rgb.shape[0], 0, rgb.shape[1]), FULL_RANGE.input_shape[1])
         feeds.append({input_name: tensor})
     return feeds
 

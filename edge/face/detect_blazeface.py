@@ -43,7 +43,7 @@ import numpy as np
 
 from edge.errors import InferenceError, InputError
 from edge.face.align import template_points
-from edge.face.detect_mtcnn import area_resize_window, check_image, row_integral
+from edge.face.detect_mtcnn import area_resize_window, check_image, integral_image
 from edge.face.models import open_net
 from edge.face.shape5 import BLAZEFACE_FULL_TO_HOG_BOX, BLAZEFACE_SHORT_TO_HOG_BOX
 from edge.face.tiles import Tiling, inside_tile, tile_grid
@@ -128,9 +128,13 @@ def decode(raw_boxes: np.ndarray, raw_scores: np.ndarray, anchors: np.ndarray, s
     half = raw[:, 2:4] * np.float32(0.5)
     boxes = np.concatenate([centre - half, centre + half], axis=1)
     keypoints = raw[:, 4:].reshape(-1, _NUM_KEYPOINTS, 2) + anchors[:, None, :]
+    return boxes, keypoints, sigmoid_scores(raw_scores)
+
+
+def sigmoid_scores(raw_scores: np.ndarray) -> np.ndarray:
+    """MediaPipe's scores: the sigmoid of the logits clipped to +-100, float32 [n]."""
     logits = np.clip(raw_scores.astype(np.float64), -_SCORE_CLIP, _SCORE_CLIP)  # exp(100) overflows float32
-    scores = (1.0 / (1.0 + np.exp(-logits))).astype(np.float32)
-    return boxes, keypoints, scores
+    return (1.0 / (1.0 + np.exp(-logits))).astype(np.float32)
 
 
 def _iou_one(box: np.ndarray, boxes: np.ndarray) -> np.ndarray:
@@ -193,13 +197,13 @@ def letterbox(rgb: np.ndarray, size: int) -> tuple[np.ndarray, Letterbox]:
     Returns:
         (float32 [1, size, size, 3], the placement).
     """
-    return letterbox_window(row_integral(rgb), (0, rgb.shape[0], 0, rgb.shape[1]), size)
+    return letterbox_window(integral_image(rgb), (0, rgb.shape[0], 0, rgb.shape[1]), size)
 
 
 def letterbox_window(
     integral: np.ndarray, window: tuple[int, int, int, int], size: int
 ) -> tuple[np.ndarray, Letterbox]:
-    """``letterbox`` of rows ``r0:r1``, columns ``c0:c1`` of an image, from its ``row_integral`` (computed once
+    """``letterbox`` of rows ``r0:r1``, columns ``c0:c1`` of an image, from its ``integral_image`` (computed once
     for the whole frame and every tile of it).
 
     Returns:
@@ -365,7 +369,7 @@ class BlazeFaceDetector:
         if self._model is None:
             raise InferenceError("BlazeFaceDetector is closed; create a new one to detect faces")
         height, width = image.shape[:2]
-        integral = row_integral(image)
+        integral = integral_image(image)
         parts = [self._candidates(integral, (0, height, 0, width))]
         tiles = tile_grid(width, height, self.spec.size, self.tiling) if self.tiling is not None else []
         for tile in tiles:
@@ -385,10 +389,10 @@ class BlazeFaceDetector:
         least ``min_score`` (before NMS), boxes [n, 4] and keypoints [n, 6, 2] in image pixels, scores [n]."""
         tensor, place = letterbox_window(integral, window, self.spec.size)
         raw_boxes, logits = self.run_raw(tensor)
-        boxes, keypoints, scores = decode(raw_boxes, logits, self.anchors, self.spec.size)
-        keep = scores >= self.min_score
+        keep = np.flatnonzero(sigmoid_scores(logits) >= self.min_score)  # decode only these (row-wise: the same)
+        boxes, keypoints, scores = decode(raw_boxes[keep], logits[keep], self.anchors[keep], self.spec.size)
         size, inv = np.float32(self.spec.size), np.float32(1.0 / place.scale)
         shift = np.array([place.pad_x, place.pad_y], np.float32)
         origin = np.array([window[2], window[0]], np.float32)
-        boxes = ((boxes[keep].reshape(-1, 2, 2) * size - shift) * inv + origin).reshape(-1, 4)
-        return boxes, (keypoints[keep] * size - shift) * inv + origin, scores[keep]
+        boxes = ((boxes.reshape(-1, 2, 2) * size - shift) * inv + origin).reshape(-1, 4)
+        return boxes, (keypoints * size - shift) * inv + origin, scores

@@ -93,6 +93,7 @@ def nms(
 #: Smallest face side looked for, in pixels, unless told otherwise.
 DEFAULT_MIN_FACE_SIZE = 20
 
+
 def pyramid_scales(height: int, width: int, min_face_size: int, factor: float) -> list[float]:
     """Scales of the image pyramid: from ``12 / min_face_size`` down while the short side stays >= 12."""
     m = 12.0 / min_face_size
@@ -113,28 +114,36 @@ def _area_bounds(n_in: int, n_out: int) -> tuple[np.ndarray, np.ndarray]:
     return start, end
 
 
-def row_integral(image: np.ndarray) -> np.ndarray:
-    """Cumulative sums down the rows of a uint8 [H, W, C] image: int32 [H + 1, W, C], first row zero.
+#: Below this many pixels no sum of a uint8 image overflows int32 (255 * pixels < 2**31).
+_INT32_PIXELS = (2**31 - 1) // 255
 
-    Computed once per image, it lets ``area_resize_window`` resize the whole image or any crop of it.
+
+def integral_image(image: np.ndarray) -> np.ndarray:
+    """Sums over the top-left rectangles of a uint8 [H, W, C] image: [H + 1, W + 1, C], first row and column zero.
+
+    Computed once per image (OpenCV's ``integral``, one pass in C), it lets ``area_resize_window`` resize the
+    whole image or any crop of it from four corners per output pixel. int32 while no sum can overflow it,
+    else float64 (exact for integers below 2**53). It replaced numpy cumulative sums row by row, which with
+    the resize to BlazeFace's input cost 2.5x the instructions on emulated Pi cores (docs/benchmarks.md,
+    ``arm-detect-parts``).
     """
-    out = np.empty((image.shape[0] + 1,) + image.shape[1:], dtype=np.int32)
-    out[0] = 0
-    rows, flat = image.reshape(image.shape[0], -1), out.reshape(out.shape[0], -1)
-    # Row by row: np.cumsum(axis=0) with a dtype change took 25 ms on a 1280x886 photo, this 3 ms (same values).
-    for i in range(rows.shape[0]):
-        np.add(flat[i], rows[i], out=flat[i + 1])
-    return out
+    import cv2
+
+    h, w = image.shape[:2]
+    depth = cv2.CV_32S if h * w <= _INT32_PIXELS else cv2.CV_64F
+    out = cv2.integral(np.ascontiguousarray(image), sdepth=depth)
+    return out.reshape(h + 1, w + 1, -1)  # OpenCV drops the channel axis of a 1-channel image
 
 
 def area_resize_window(integral: np.ndarray, window: tuple[int, int, int, int], out_h: int, out_w: int) -> np.ndarray:
     """Resize rows ``r0:r1``, columns ``c0:c1`` of an image by adaptive average pooling.
 
     This is torch's ``interpolate(mode="area")``: output pixel (i, j) is the plain mean of input rows
-    ``floor(i*h/out_h) .. ceil((i+1)*h/out_h)`` and the same for columns (up- and downscaling).
+    ``floor(i*h/out_h) .. ceil((i+1)*h/out_h)`` and the same for columns (up- and downscaling). Each sum is
+    exact (integers from the integral image); the mean is the sum divided once, in float64.
 
     Args:
-        integral: ``row_integral(image)``.
+        integral: ``integral_image(image)``.
         window: (r0, r1, c0, c1) slice bounds in the image, non-empty.
         out_h: output height (>= 1).
         out_w: output width (>= 1).
@@ -144,17 +153,17 @@ def area_resize_window(integral: np.ndarray, window: tuple[int, int, int, int], 
     """
     r0, r1, c0, c1 = (int(v) for v in window)
     rs, re = _area_bounds(r1 - r0, out_h)
-    rows = (integral[r0 + re, c0:c1] - integral[r0 + rs, c0:c1]) / (re - rs)[:, None, None]
-    cols = np.zeros((out_h, c1 - c0 + 1) + integral.shape[2:], dtype=np.float64)
-    np.cumsum(rows, axis=1, out=cols[:, 1:])
     cs, ce = _area_bounds(c1 - c0, out_w)
-    out = (cols[:, ce] - cols[:, cs]) / (ce - cs)[None, :, None]
-    return out.astype(np.float32)
+    # whole rows first (contiguous copies), then columns: far fewer instructions than 2-D fancy indexing
+    rows = integral[r0 + re, c0 : c1 + 1] - integral[r0 + rs, c0 : c1 + 1]
+    sums = np.take(rows, ce, axis=1) - np.take(rows, cs, axis=1)
+    counts = (re - rs)[:, None, None] * (ce - cs)[None, :, None]
+    return (sums.astype(np.float64) / counts.astype(np.float64)).astype(np.float32)
 
 
 def area_resize(image: np.ndarray, out_h: int, out_w: int) -> np.ndarray:
     """Resize a uint8 [H, W, C] image by adaptive average pooling; see ``area_resize_window``."""
-    return area_resize_window(row_integral(image), (0, image.shape[0], 0, image.shape[1]), out_h, out_w)
+    return area_resize_window(integral_image(image), (0, image.shape[0], 0, image.shape[1]), out_h, out_w)
 
 
 def normalise(hwc: np.ndarray) -> np.ndarray:
@@ -372,7 +381,7 @@ class MtcnnDetector:
         return square(regress(boxes[:, :5], boxes[:, 5:9], plus_one=False))
 
     def _crops(self, integral: np.ndarray, boxes: np.ndarray, side: int) -> tuple[np.ndarray, np.ndarray]:
-        h, w = integral.shape[0] - 1, integral.shape[1]
+        h, w = integral.shape[0] - 1, integral.shape[1] - 1
         windows, valid = crop_windows(boxes, w, h)
         crops = [area_resize_window(integral, win, side, side) for win in windows[valid]]
         return normalise(np.stack(crops)), boxes[valid]
@@ -420,7 +429,7 @@ class MtcnnDetector:
         if self._sessions is None:
             raise InferenceError("MtcnnDetector is closed; create a new one to detect faces")
         h, w = image.shape[:2]
-        integral = row_integral(image)
+        integral = integral_image(image)
         boxes = self._stage1(image, integral)
         if not crop_windows(boxes, w, h)[1].any():
             return []

@@ -17,11 +17,11 @@ from edge.face.detect_mtcnn import (
     check_image,
     crop_windows,
     generate_boxes,
+    integral_image,
     nms,
     normalise,
     pyramid_scales,
     regress,
-    row_integral,
     square,
 )
 
@@ -94,7 +94,7 @@ def test_area_resize_uses_adaptive_pool_windows_on_odd_sizes():
 
 def test_area_resize_window_equals_resizing_the_crop():
     img = np.random.default_rng(0).integers(0, 256, size=(40, 50, 3), dtype=np.uint8)
-    crop = area_resize_window(row_integral(img), (7, 31, 3, 20), 24, 24)
+    crop = area_resize_window(integral_image(img), (7, 31, 3, 20), 24, 24)
     np.testing.assert_allclose(crop, area_resize(img[7:31, 3:20], 24, 24), rtol=0, atol=1e-4)
 
 
@@ -193,3 +193,19 @@ def test_detector_module_imports_only_device_dependencies():
         elif isinstance(node, ast.ImportFrom) and node.module:
             roots.add(node.module.split(".")[0])
     assert roots <= {"__future__", "collections", "enum", "pathlib", "typing", "numpy", "cv2", "edge"}, roots
+
+
+def test_integral_image_sums_every_top_left_rectangle_and_switches_to_float64_when_int32_could_overflow(monkeypatch):
+    import edge.face.detect_mtcnn as mtcnn
+
+    img = np.random.default_rng(1).integers(0, 256, size=(13, 17, 3), dtype=np.uint8)
+    small = integral_image(img)
+    expected = np.zeros((14, 18, 3), np.int64)
+    expected[1:, 1:] = img.astype(np.int64).cumsum(axis=0).cumsum(axis=1)
+    assert small.dtype == np.int32 and np.array_equal(small, expected)
+    monkeypatch.setattr(mtcnn, "_INT32_PIXELS", 13 * 17 - 1)  # as if 255 * pixels could overflow int32
+    large = integral_image(img)
+    assert large.dtype == np.float64 and np.array_equal(large, expected)
+    window = (2, 11, 3, 16)
+    assert np.array_equal(area_resize_window(large, window, 5, 7), area_resize_window(small, window, 5, 7))
+    assert integral_image(img[:, :, :1]).shape == (14, 18, 1)  # one channel keeps its axis
