@@ -151,6 +151,8 @@ class TextGenerator:
             raise InputError(f"{tok_path}: not a valid tokenizer.json ({exc})") from exc
         spm = self.spec.tokenizer_model == "llama"
         self._unsettled = unsettled_ids(self.tokenizer) if spm else frozenset()
+        added = self.tokenizer.get_added_tokens_decoder().values()
+        self._reserved = tuple(sorted({token.content for token in added if token.special}))
         self.context = self.spec.context_length
         if max_context is not None:
             if max_context < 2:
@@ -182,17 +184,18 @@ class TextGenerator:
         a list of messages through the chat template.
 
         Raises:
-            InputError: an empty prompt or conversation.
+            InputError: an empty prompt or conversation, or a message holding one of the tokenizer's special
+                tokens (``<|im_end|>``, a SentencePiece ``</s>``...), which would be read as structure.
         """
         if isinstance(prompt, str):
             if not prompt.strip():
                 raise InputError("prompt is empty; expected some text")
             if not chat:
                 return prompt
-            return self.spec.chat_format.render([{"role": "user", "content": prompt}])
+            return self.spec.chat_format.render([{"role": "user", "content": prompt}], reserved=self._reserved)
         if len(prompt) == 0:
             raise InputError("messages is empty; expected at least one message")
-        return self.spec.chat_format.render(prompt)
+        return self.spec.chat_format.render(prompt, reserved=self._reserved)
 
     def encode(self, text: str) -> list[int]:
         """Token ids of ``text`` (special tokens such as ``<|im_start|>`` are recognised)."""

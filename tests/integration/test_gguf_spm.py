@@ -24,7 +24,7 @@ transformers = pytest.importorskip("transformers")
 
 from converters.slm.gguf_source import read_gguf  # noqa: E402
 from converters.slm.tokenizer import build_tokenizer  # noqa: E402
-from edge.errors import ConversionError  # noqa: E402
+from edge.errors import ConversionError, InputError  # noqa: E402
 from edge.text import SamplingConfig, TextGenerator  # noqa: E402
 from edge_deploy.cli import main  # noqa: E402
 from tests.integration.test_gguf_archs import FFN, HEADS, HIDDEN, KV_HEADS, LAYERS, _finish, _layer_tensors  # noqa: E402
@@ -235,6 +235,12 @@ def test_convert_slm_of_a_sentencepiece_llama_matches_transformers(tmp_path: Pat
         assert ids == tok.encode(text)
         stream = gen.stream(messages, SamplingConfig(max_new_tokens=12))
         pieces = list(stream)
+        with pytest.raises(InputError) as err:  # BOS is not ChatML-shaped, but the tokenizer reads it as BOS
+            gen.prompt_text("a<s>b")
+    assert str(err.value) == (
+        "messages[0].content holds the control token '<s>' at character 1; expected plain text (a message may not "
+        "open or close a turn)"
+    )
     with torch.no_grad():
         ref = model.generate(torch.tensor([ids]), max_new_tokens=12, do_sample=False, eos_token_id=2, pad_token_id=0)
     new = [int(t) for t in ref[0, len(ids) :] if int(t) != 2]

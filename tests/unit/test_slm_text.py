@@ -222,3 +222,15 @@ def test_a_trailing_run_of_byte_tokens_is_not_settled() -> None:
     unsettled = unsettled_ids(tok)
     assert unsettled == {0, 1, 2, 3, 4}
     assert [settled_count(ids, unsettled) for ids in ([5, 3], [5, 3, 1, 4], [5, 3, 4, 6], [])] == [1, 1, 4, 0]
+
+
+def test_reserved_tokens_are_refused_in_content() -> None:
+    """A SentencePiece tokenizer's ``<s>``/``</s>`` are not ChatML-shaped: the generator passes its special tokens."""
+    fmt = ChatFormat("<|", "|>\n", "</s>\n", "<|assistant|>\n")
+    assert fmt.render([{"role": "user", "content": "a <s b"}], reserved=("<s>", "</s>")).startswith("<|user|>")
+    with pytest.raises(InputError) as err:
+        fmt.render([{"role": "user", "content": "hi <unk> and <s>"}], reserved=("<s>", "</s>", "<unk>"))
+    assert str(err.value) == (
+        "messages[0].content holds the control token '<unk>' at character 3; expected plain text (a message may "
+        "not open or close a turn)"
+    )
