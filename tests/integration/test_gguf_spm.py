@@ -208,13 +208,16 @@ def test_another_tokenizer_model_is_refused(spm) -> None:
     )
 
 
-def test_convert_slm_of_a_sentencepiece_llama_matches_transformers(tmp_path: Path, capsys) -> None:
+@pytest.mark.parametrize("arch", ["llama", "phi3"])
+def test_convert_slm_of_a_sentencepiece_gguf_matches_transformers(arch: str, tmp_path: Path, capsys) -> None:
     """``convert slm --gguf tiny-llama-spm.gguf`` (fp32, rpi4): the perplexity gate passes (an fp32 build is
     its own reference, so convert runs no greedy gate), and the folder's generator (tokenizer.json +
-    generation.json + ONNX) prompts, generates greedily and decodes as transformers does."""
+    generation.json + ONNX) prompts, generates greedily and decodes as transformers does. With seed 3 the
+    llama model's greedy reply starts ``<0x4E>`` ("N") ``<0xD6>``: a byte run that turns invalid, which the
+    streamer must not have emitted as "N"."""
     import torch
 
-    path = write_spm_gguf(tmp_path / "tiny-llama-spm.gguf", "llama", seed=3)
+    path = write_spm_gguf(tmp_path / f"tiny-{arch}-spm.gguf", arch, seed=3)
     out = tmp_path / "out"
     argv = ["convert", "slm", "--target", "rpi4", "--precision", "fp32", "--gguf", str(path), "-o", str(out)]
     assert main([*argv, "--json"]) == 0
@@ -242,7 +245,9 @@ def test_convert_slm_of_a_sentencepiece_llama_matches_transformers(tmp_path: Pat
         "open or close a turn)"
     )
     with torch.no_grad():
-        ref = model.generate(torch.tensor([ids]), max_new_tokens=12, do_sample=False, eos_token_id=2, pad_token_id=0)
+        ref = model.generate(torch.tensor([ids]), max_new_tokens=12, do_sample=False, eos_token_id=2, pad_token_id=2)
     new = [int(t) for t in ref[0, len(ids) :] if int(t) != 2]
     assert list(stream.result.token_ids) == new
     assert "".join(pieces) == stream.result.text == tok.decode(new, skip_special_tokens=True)
+    if arch == "llama":
+        assert new[:3] == [0x4E + 3, 0xD6 + 3, tok.convert_tokens_to_ids("F")] and pieces[0] == "\ufffd\ufffdF"
