@@ -136,6 +136,15 @@ def test_spm_spec_adds_bos_and_reads_scores(spm) -> None:
     assert spec.add_bos is True  # no tokenizer.ggml.add_bos_token: llama.cpp and transformers add BOS
 
 
+def test_tokenizer_json_equals_transformers_but_the_post_processor(spm) -> None:
+    """Vocabulary, merges, normalizer, pre-tokenizer, decoder and added tokens field for field; transformers'
+    post-processor adds BOS, ours leaves that to generation.json's ``add_bos``."""
+    _, _, ours, reference = spm
+    mine, theirs = json.loads(ours.to_str()), json.loads(reference.backend_tokenizer.to_str())
+    assert mine.pop("post_processor") is None and theirs.pop("post_processor")["type"] == "TemplateProcessing"
+    assert mine == theirs
+
+
 def test_ids_equal_transformers_on_hostile_text(spm) -> None:
     _, _, ours, reference = spm
     for text in HOSTILE:
