@@ -1,12 +1,13 @@
 """Read a small-LM GGUF (llama, qwen2 or phi3 architecture) and write a local Hugging Face-format folder.
 
-The GGUF carries everything: weights, the model's hyper-parameters, the GPT-2 BPE vocabulary with its
-merges, the special tokens and the chat template. We check the header first, read the rest with the
-``gguf`` package (memory-mapped), check every tensor's type and name, dequantize every tensor to float32
-and, for llama, undo the Q/K row permutation llama.cpp applies for its rotary kernels, so the folder loads
-in ``transformers`` as a plain ``LlamaForCausalLM`` / ``Qwen2ForCausalLM`` and in our own exporter. A phi3
-GGUF's fused ``attn_qkv`` and ``ffn_up`` (gate and up stacked) are split into the llama projections: with
-full rotary and no rope scaling, Phi-3 computes exactly a llama decoder.
+The GGUF carries everything: weights, the model's hyper-parameters, the vocabulary (GPT-2 byte-level BPE
+with its merges, or SentencePiece with a score per token), the special tokens and the chat template. We
+check the header first, read the rest with the ``gguf`` package (memory-mapped), check every tensor's type
+and name, dequantize every tensor to float32 and, for llama, undo the Q/K row permutation llama.cpp applies
+for its rotary kernels, so the folder loads in ``transformers`` as a plain ``LlamaForCausalLM`` /
+``Qwen2ForCausalLM`` and in our own exporter. A phi3 GGUF's fused ``attn_qkv`` and ``ffn_up`` (gate and up
+stacked) are split into the llama projections: with full rotary and no rope scaling, Phi-3 computes exactly
+a llama decoder.
 
 Supported (``SUPPORTED_ARCHITECTURES``, ``SUPPORTED_TENSOR_TYPES``): ``general.architecture`` llama
 (SmolLM2, TinyLlama), qwen2 (the same decoder plus q/k/v biases) and phi3 (see above); tensor types
