@@ -33,6 +33,7 @@ from converters.slm.gqa_graph import build_gqa_onnx
 from converters.slm.perplexity import DEFAULT_TEXT, PerplexityGate, compare, perplexity, text_windows
 from converters.slm.report import build_report, write_reports
 from converters.slm.tflite import TfliteOptions, TfliteQuant, convert_tflite, venv_python
+from converters.slm.tokenizer import special_token_names
 from converters.timing import Laps
 from edge.digest import file_sha256
 from edge.errors import ConversionError, InputError, require
@@ -225,7 +226,7 @@ def _source_to_fp32(
     say("reading the GGUF and writing the HF folder")
     gguf = read_gguf(Path(source) if source is not None else locate_smollm2_gguf())
     folder = write_hf_folder(gguf, work / "hf")
-    chat = derive_chat_format(gguf.tokenizer.chat_template)
+    chat = derive_chat_format(gguf.tokenizer.chat_template, special_token_names(gguf.tokenizer))
     lap("gguf_to_hf")
     fp32 = work / "fp32" / MODEL_FILE
     key = _export_key(folder)

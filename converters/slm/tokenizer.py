@@ -183,6 +183,12 @@ def _pre_tokenizer(tk, kind: str):
     return byte_level
 
 
+def special_token_names(spec: TokenizerSpec) -> dict[str, str]:
+    """``bos_token``, ``eos_token``, ``unk_token``, ``pad_token``: the spellings a chat template may name."""
+    ids = {"bos_token": spec.bos_id, "eos_token": spec.eos_id, "unk_token": spec.unk_id, "pad_token": spec.pad_id}
+    return {name: spec.tokens[i] for name, i in ids.items() if i is not None and 0 <= i < len(spec.tokens)}
+
+
 def tokenizer_config(spec: TokenizerSpec, context_length: int) -> dict:
     """``tokenizer_config.json`` for transformers (special tokens and the chat template)."""
 

@@ -37,10 +37,12 @@ PIECES = [
 ]  # fmt: skip
 CHARS = "▁etaoinshrdlucmfwypvbgkqjxzETAOINSHRDLUCMFWYPVBGKQJXZ0123456789.,!?'\"-:;()<>/|\n"
 PHI3_ADDED = (("<|endoftext|>", 3), ("<|user|>", 4), ("<|assistant|>", 4), ("<|end|>", 4))
-#: Zephyr's shape (TinyLlama-Chat), written out without ``eos_token``
+#: TinyLlama-1.1B-Chat-v1.0's published template (Zephyr's shape): each message ends with ``eos_token``
 TEMPLATE = (
-    "{% for message in messages %}{{ '<|' + message['role'] + '|>\n' + message['content'] + '</s>\n' }}{% endfor %}"
-    "{% if add_generation_prompt %}{{ '<|assistant|>\n' }}{% endif %}"
+    "{% for message in messages %}\n{% if message['role'] == 'user' %}\n{{ '<|user|>\n' + message['content'] + "
+    "eos_token }}\n{% elif message['role'] == 'system' %}\n{{ '<|system|>\n' + message['content'] + eos_token }}\n"
+    "{% elif message['role'] == 'assistant' %}\n{{ '<|assistant|>\n'  + message['content'] + eos_token }}\n"
+    "{% endif %}\n{% if loop.last and add_generation_prompt %}\n{{ '<|assistant|>' }}\n{% endif %}\n{% endfor %}"
 )
 HOSTILE = [
     "hello world",
