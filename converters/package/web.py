@@ -43,6 +43,8 @@ PAGE_FILES = ("index.html", "style.css", "app.js", "face.js", "mtcnn.js", "align
 #: would fetch the 28 MB JSEP (WebGPU) build even for wasm, so it is not shipped.
 ORT_FILES = ("ort.wasm.min.mjs", "ort-wasm-simd-threaded.mjs", "ort-wasm-simd-threaded.wasm")
 ORT_LICENCE = "MIT"
+#: The tokenizer models (generation.json ``tokenizer_model``) the page's JavaScript tokenizer (text.js) runs.
+PAGE_TOKENIZER_MODELS = ("gpt2",)
 SHAPE5_BIN = "shape5.bin"
 SHAPE5_HEADER = "shape5.json"
 ROLE_SHAPE5_HEADER = "landmarks.shape5.header"
@@ -156,6 +158,27 @@ def _copy_models(profile: TargetProfile, models: Path, dest: Path) -> list[dict]
     return rows
 
 
+def check_text_tokenizer(text: Path) -> None:
+    """Refuse a text model whose tokenizer the page's JavaScript (``web/text.js``, byte-level BPE) cannot run.
+
+    A folder without a readable generation.json passes here; copying it reports that.
+
+    Raises:
+        BundleError: generation.json names a tokenizer model other than byte-level BPE (``gpt2``).
+    """
+    spec_path = Path(text) / "generation.json"
+    try:
+        model = json.loads(spec_path.read_text(encoding="utf-8")).get("tokenizer_model", "gpt2")
+    except (OSError, ValueError, AttributeError):
+        return
+    if model not in PAGE_TOKENIZER_MODELS:
+        kind = " (SentencePiece)" if model == "llama" else ""
+        raise BundleError(
+            f"{spec_path}: tokenizer_model = {model!r}{kind}; the browser page's tokenizer (web/text.js) supports "
+            "'gpt2' (byte-level BPE) only: build this model for a Pi or x86 target instead"
+        )
+
+
 def _copy_text(text: Path, dest: Path) -> tuple[list[dict], dict]:
     """Copy an SLM folder (``converters/slm``: decoder ONNX, tokenizer.json, generation.json) into the site."""
     spec_path = text / "generation.json"
@@ -219,12 +242,15 @@ def build_browser(
     Raises:
         ProfileError: the profile is not an onnxruntime-web target.
         InputError: the models folder is incomplete.
-        BundleError: a model's precision is not the profile's, or the site cannot be written.
+        BundleError: a model's precision is not the profile's, a text model's tokenizer is not byte-level
+            BPE, or the site cannot be written.
         MissingDependencyError: onnxruntime-web is not installed in ``web/node_modules``.
     """
     _check_profile(profile)
     if models is None and text is None and search is None:
         raise InputError("browser build: no face models, text model or search folder; expected at least one")
+    if text is not None:
+        check_text_tokenizer(Path(text))
     dist, ort_version = ort_dist(web_dir)
     out_dir = Path(out_dir)
     try:

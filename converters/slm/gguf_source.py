@@ -1,12 +1,13 @@
 """Read a small-LM GGUF (llama, qwen2 or phi3 architecture) and write a local Hugging Face-format folder.
 
-The GGUF carries everything: weights, the model's hyper-parameters, the GPT-2 BPE vocabulary with its
-merges, the special tokens and the chat template. We check the header first, read the rest with the
-``gguf`` package (memory-mapped), check every tensor's type and name, dequantize every tensor to float32
-and, for llama, undo the Q/K row permutation llama.cpp applies for its rotary kernels, so the folder loads
-in ``transformers`` as a plain ``LlamaForCausalLM`` / ``Qwen2ForCausalLM`` and in our own exporter. A phi3
-GGUF's fused ``attn_qkv`` and ``ffn_up`` (gate and up stacked) are split into the llama projections: with
-full rotary and no rope scaling, Phi-3 computes exactly a llama decoder.
+The GGUF carries everything: weights, the model's hyper-parameters, the vocabulary (GPT-2 byte-level BPE
+with its merges, or SentencePiece with a score per token), the special tokens and the chat template. We
+check the header first, read the rest with the ``gguf`` package (memory-mapped), check every tensor's type
+and name, dequantize every tensor to float32 and, for llama, undo the Q/K row permutation llama.cpp applies
+for its rotary kernels, so the folder loads in ``transformers`` as a plain ``LlamaForCausalLM`` /
+``Qwen2ForCausalLM`` and in our own exporter. A phi3 GGUF's fused ``attn_qkv`` and ``ffn_up`` (gate and up
+stacked) are split into the llama projections: with full rotary and no rope scaling, Phi-3 computes exactly
+a llama decoder.
 
 Supported (``SUPPORTED_ARCHITECTURES``, ``SUPPORTED_TENSOR_TYPES``): ``general.architecture`` llama
 (SmolLM2, TinyLlama), qwen2 (the same decoder plus q/k/v biases) and phi3 (see above); tensor types
@@ -122,6 +123,8 @@ class TokenizerSpec:
     pad_id: int | None
     add_bos: bool
     chat_template: str
+    #: ``tokenizer.ggml.scores`` (SentencePiece: the merge order is derived from them); empty when absent.
+    scores: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -279,20 +282,26 @@ def _head_dim(path: Path, arch: str, default: int, key) -> int:
 
 
 def _tokenizer_spec(reader, path: Path) -> TokenizerSpec:
+    """The ``tokenizer.*`` keys. A byte-level BPE (``gpt2``) must list its merges; a SentencePiece vocabulary
+    (``llama``) usually has none but scores, and, like llama.cpp and transformers, adds BOS unless it says not to.
+    """
+    model = str(_field(reader, path, "tokenizer.ggml.model"))
     tokens = tuple(_field(reader, path, "tokenizer.ggml.tokens"))
     types = tuple(int(v) for v in _field(reader, path, "tokenizer.ggml.token_type", [1] * len(tokens)))
+    merges = _field(reader, path, "tokenizer.ggml.merges", KeyError if model == "gpt2" else ())
     return TokenizerSpec(
-        model=str(_field(reader, path, "tokenizer.ggml.model")),
+        model=model,
         pre=str(_field(reader, path, "tokenizer.ggml.pre", "default")),
         tokens=tokens,
         token_types=types,
-        merges=tuple(_field(reader, path, "tokenizer.ggml.merges")),
+        merges=tuple(merges),
         bos_id=int(_field(reader, path, "tokenizer.ggml.bos_token_id")),
         eos_id=int(_field(reader, path, "tokenizer.ggml.eos_token_id")),
         unk_id=_field(reader, path, "tokenizer.ggml.unknown_token_id", None),
         pad_id=_field(reader, path, "tokenizer.ggml.padding_token_id", None),
-        add_bos=bool(_field(reader, path, "tokenizer.ggml.add_bos_token", False)),
+        add_bos=bool(_field(reader, path, "tokenizer.ggml.add_bos_token", model == "llama")),
         chat_template=str(_field(reader, path, "tokenizer.chat_template", "")),
+        scores=tuple(float(v) for v in _field(reader, path, "tokenizer.ggml.scores", ())),
     )
 
 
@@ -453,7 +462,7 @@ def write_hf_folder(model: GgufModel, out_dir: Path) -> HfFolder:
         out_dir.mkdir(parents=True, exist_ok=True)
         safetensors_numpy.save_file(tensors, str(out_dir / "model.safetensors"), metadata={"format": "pt"})
         tok = model.tokenizer
-        build_tokenizer(tok).save(str(out_dir / "tokenizer.json"))
+        build_tokenizer(tok, model.llama.architecture).save(str(out_dir / "tokenizer.json"))
         _write_json(out_dir / "config.json", hf_config(model.llama, tok))
         _write_json(out_dir / "tokenizer_config.json", tokenizer_config(tok, model.llama.context_length))
         _write_json(

@@ -58,19 +58,24 @@ class ChatFormat:
         parts = (self.message_prefix, self.message_suffix, self.generation_prompt)
         return tuple(sorted({p.strip() for p in parts if p.strip()} - {""}))
 
-    def check_content(self, what: str, content: str) -> None:
+    def check_content(self, what: str, content: str, reserved: Sequence[str] = ()) -> None:
         """Refuse message content that would be read as structure, or that no tokenizer can take.
 
+        Args:
+            what: how the error names the content.
+            content: the message text.
+            reserved: the tokenizer's special tokens (a SentencePiece ``<s>``/``</s>`` is not ChatML-shaped).
+
         Raises:
-            InputError: the content holds a control token (``<|im_start|>``...) or the template's markers, or
-                a lone surrogate.
+            InputError: the content holds a control token (``<|im_start|>``...), a reserved token or the
+                template's markers, or a lone surrogate.
         """
         try:
             check_text(content, what)
         except PayloadError as exc:
             raise InputError(str(exc)) from None
         found = CONTROL_TOKEN.search(content)
-        hits = [(content.find(m), m) for m in self.markers() if m in content]
+        hits = [(content.find(m), m) for m in (*self.markers(), *reserved) if m and m in content]
         if found:
             hits.append((found.start(), found.group()))
         if hits:
@@ -84,12 +89,15 @@ class ChatFormat:
         """One formatted message."""
         return self.message_prefix + role + self.role_suffix + content + self.message_suffix
 
-    def render(self, messages: Sequence[Mapping[str, str]], add_generation_prompt: bool = True) -> str:
+    def render(
+        self, messages: Sequence[Mapping[str, str]], add_generation_prompt: bool = True, reserved: Sequence[str] = ()
+    ) -> str:
         """The prompt text for a conversation.
 
         Args:
             messages: ``[{"role": "user", "content": "..."}, ...]``; roles system, user or assistant.
             add_generation_prompt: end with the assistant's opening so the model replies.
+            reserved: text no message may hold (the tokenizer's special tokens), besides the template's markers.
 
         Raises:
             InputError: a message without a known role or with non-text content.
@@ -101,7 +109,7 @@ class ChatFormat:
                 raise InputError(f"messages[{i}].role = {role!r}; expected one of {', '.join(ROLES)}")
             if not isinstance(content, str):
                 raise InputError(f"messages[{i}].content = {content!r}; expected a string")
-            self.check_content(f"messages[{i}].content", content)
+            self.check_content(f"messages[{i}].content", content, reserved)
             if i == 0 and role != "system" and self.default_system is not None:
                 parts.append(self.message("system", self.default_system))
             parts.append(self.message(role, content))

@@ -11,6 +11,7 @@ Usage::
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -23,6 +24,36 @@ from edge.errors import InferenceError, InputError, require
 from edge.text.decoder import OnnxDecoder
 from edge.text.sampling import Sampler, SamplingConfig
 from edge.text.spec import GenerationSpec, load_spec
+
+#: A SentencePiece byte-fallback token (``<0xE2>``): one raw byte of text outside the vocabulary.
+BYTE_TOKEN = re.compile(r"<0x[0-9A-Fa-f]{2}>")
+
+
+def unsettled_ids(tokenizer: Any) -> frozenset[int]:
+    """Ids whose text may still change once later tokens arrive, in a SentencePiece tokenizer.
+
+    Its ``ByteFallback`` decoder turns a whole run of consecutive byte tokens into UTF-8 if the run is valid,
+    and into one U+FFFD per byte if not: ``<0x4E>`` alone reads "N", followed by ``<0xD6>`` both read as
+    U+FFFD. A run is settled only once a token of another kind follows (special tokens, skipped when
+    decoding, do not end a run). Byte-level BPE (gpt2) decodes byte by byte and needs none of this.
+
+    Args:
+        tokenizer: a ``tokenizers.Tokenizer``.
+
+    Returns:
+        The ids of byte tokens and special tokens.
+    """
+    ids = {index for token, index in tokenizer.get_vocab().items() if BYTE_TOKEN.fullmatch(token)}
+    ids |= {index for index, added in tokenizer.get_added_tokens_decoder().items() if added.special}
+    return frozenset(ids)
+
+
+def settled_count(ids: Sequence[int], unsettled: frozenset[int]) -> int:
+    """How many leading ``ids`` decode to text that no later token changes (all but a trailing unsettled run)."""
+    end = len(ids)
+    while end and ids[end - 1] in unsettled:
+        end -= 1
+    return end
 
 
 class Decoder(Protocol):
@@ -38,6 +69,7 @@ class Decoder(Protocol):
     ) -> tuple[np.ndarray, Any]:
         """One step: logits ``[batch, seq, vocab]`` and the updated cache."""
         ...
+
 
 Prompt = str | Sequence[Mapping[str, str]]
 
@@ -117,6 +149,10 @@ class TextGenerator:
             self.tokenizer = tokenizers.Tokenizer.from_file(str(tok_path))
         except Exception as exc:  # tokenizers raises a bare Exception for a malformed file
             raise InputError(f"{tok_path}: not a valid tokenizer.json ({exc})") from exc
+        spm = self.spec.tokenizer_model == "llama"
+        self._unsettled = unsettled_ids(self.tokenizer) if spm else frozenset()
+        added = self.tokenizer.get_added_tokens_decoder().values()
+        self._reserved = tuple(sorted({token.content for token in added if token.special}))
         self.context = self.spec.context_length
         if max_context is not None:
             if max_context < 2:
@@ -148,17 +184,18 @@ class TextGenerator:
         a list of messages through the chat template.
 
         Raises:
-            InputError: an empty prompt or conversation.
+            InputError: an empty prompt or conversation, or a message holding one of the tokenizer's special
+                tokens (``<|im_end|>``, a SentencePiece ``</s>``...), which would be read as structure.
         """
         if isinstance(prompt, str):
             if not prompt.strip():
                 raise InputError("prompt is empty; expected some text")
             if not chat:
                 return prompt
-            return self.spec.chat_format.render([{"role": "user", "content": prompt}])
+            return self.spec.chat_format.render([{"role": "user", "content": prompt}], reserved=self._reserved)
         if len(prompt) == 0:
             raise InputError("messages is empty; expected at least one message")
-        return self.spec.chat_format.render(prompt)
+        return self.spec.chat_format.render(prompt, reserved=self._reserved)
 
     def encode(self, text: str) -> list[int]:
         """Token ids of ``text`` (special tokens such as ``<|im_start|>`` are recognised)."""
@@ -207,7 +244,7 @@ class TextGenerator:
                 reason = "stop_token"
                 break
             new.append(token)
-            text = self.tokenizer.decode(new, skip_special_tokens=True)
+            text = self.tokenizer.decode(new[: settled_count(new, self._unsettled)], skip_special_tokens=True)
             if not text.endswith("\ufffd"):  # hold back half a UTF-8 character
                 piece, emitted = text[len(emitted) :], text
                 if piece:

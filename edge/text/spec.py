@@ -16,6 +16,9 @@ GENERATION_FILE = "generation.json"
 SCHEMA_VERSION = 1
 #: The runtimes a text model folder may name (``runtime``); files written before it existed run onnxruntime.
 RUNTIMES = ("onnxruntime", "litert")
+#: The GGUF tokenizer models (``tokenizer.ggml.model``) tokenizer.json may be rebuilt from: byte-level BPE
+#: ("gpt2") or SentencePiece ("llama"); files written before the key existed are byte-level BPE.
+TOKENIZER_MODELS = ("gpt2", "llama")
 
 
 @dataclass(frozen=True)
@@ -36,10 +39,15 @@ class GenerationSpec:
     runtime: str = "onnxruntime"
     #: The LiteRT twin of ``model_file`` (``convert slm --format tflite|both``), or None.
     litert_file: str | None = None
+    #: The GGUF's ``tokenizer.ggml.model`` that ``tokenizer_file`` was rebuilt from (one of TOKENIZER_MODELS).
+    tokenizer_model: str = "gpt2"
 
     def to_dict(self) -> dict:
-        """The JSON form (as written to ``generation.json``; ``runtime`` and ``litert_file`` only with a twin)."""
-        twin = {"runtime": self.runtime, "litert_file": self.litert_file} if self.litert_file else {}
+        """The JSON form (as written to ``generation.json``; ``runtime`` and ``litert_file`` only with a twin,
+        ``tokenizer_model`` only when it is not byte-level BPE)."""
+        extra = {"runtime": self.runtime, "litert_file": self.litert_file} if self.litert_file else {}
+        if self.tokenizer_model != "gpt2":  # a byte-level BPE folder reads as it did before the key existed
+            extra["tokenizer_model"] = self.tokenizer_model
         return {
             "schema_version": SCHEMA_VERSION,
             "model_file": self.model_file,
@@ -52,7 +60,7 @@ class GenerationSpec:
             "chat_format": self.chat_format.to_dict(),
             "chat_template": self.chat_template,
             "precision": self.precision,
-            **twin,
+            **extra,
         }
 
 
@@ -97,6 +105,11 @@ def load_spec(model_dir: Path) -> GenerationSpec:
         raise InputError(f"{where}: litert_file = {litert_file!r}; expected a file name or null")
     if runtime == "litert" and litert_file is None:
         raise InputError(f"{where}: runtime = 'litert' but no litert_file; expected the .tflite file's name")
+    tokenizer_model = data.get("tokenizer_model", "gpt2")
+    if tokenizer_model not in TOKENIZER_MODELS:
+        raise InputError(
+            f"{where}: tokenizer_model = {tokenizer_model!r}; expected one of {', '.join(TOKENIZER_MODELS)}"
+        )
     return GenerationSpec(
         model_file=_get(data, where, "model_file", str),
         tokenizer_file=_get(data, where, "tokenizer_file", str),
@@ -110,4 +123,5 @@ def load_spec(model_dir: Path) -> GenerationSpec:
         precision=_get(data, where, "precision", str),
         runtime=runtime,
         litert_file=litert_file,
+        tokenizer_model=tokenizer_model,
     )

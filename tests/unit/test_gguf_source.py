@@ -243,3 +243,20 @@ def test_chat_template_outside_the_pattern_is_refused() -> None:
     assert str(err.value) == (
         "tokenizer.chat_template: a system message does not render as prefix + role + content + suffix"
     )
+
+
+def test_chat_template_naming_eos_token() -> None:
+    """TinyLlama-Chat (Zephyr's shape) ends each message with ``eos_token``: the converter passes the GGUF's
+    special tokens, as transformers' apply_chat_template does; without them the template cannot render."""
+    template = (
+        "{% for message in messages %}\n{% if message['role'] == 'user' %}\n{{ '<|user|>\n' + message['content'] + "
+        "eos_token }}\n{% elif message['role'] == 'system' %}\n{{ '<|system|>\n' + message['content'] + eos_token }}\n"
+        "{% elif message['role'] == 'assistant' %}\n{{ '<|assistant|>\n'  + message['content'] + eos_token }}\n"
+        "{% endif %}\n{% if loop.last and add_generation_prompt %}\n{{ '<|assistant|>' }}\n{% endif %}\n{% endfor %}"
+    )
+    with pytest.raises(ConversionError) as err:
+        derive_chat_format(template)
+    assert str(err.value) == "tokenizer.chat_template: rendering failed ('eos_token' is undefined)"
+    fmt = derive_chat_format(template, {"bos_token": "<s>", "eos_token": "</s>"})
+    assert (fmt.message_prefix, fmt.role_suffix, fmt.message_suffix) == ("<|", "|>\n", "</s>\n")
+    assert fmt.render([{"role": "user", "content": "hi"}]) == "<|user|>\nhi</s>\n<|assistant|>\n"

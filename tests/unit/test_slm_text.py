@@ -105,6 +105,7 @@ def test_spec_round_trip_and_errors(tmp_path: Path) -> None:
         ({"runtime": "tflite"}, "runtime = 'tflite'; expected one of onnxruntime, litert"),
         ({"runtime": "litert"}, "runtime = 'litert' but no litert_file; expected the .tflite file's name"),
         ({"litert_file": 3}, "litert_file = 3; expected a file name or null"),
+        ({"tokenizer_model": "t5"}, "tokenizer_model = 't5'; expected one of gpt2, llama"),
     ],
 )
 def test_the_runtime_a_folder_names_is_checked(tmp_path: Path, extra: dict, message: str) -> None:
@@ -195,3 +196,41 @@ def test_content_that_would_be_read_as_structure_is_refused(content: str, messag
 def test_plain_angle_brackets_and_pipes_are_fine() -> None:
     text = CHATML.render([{"role": "user", "content": "a <b> | c || <| d |> e"}])
     assert "a <b> | c || <| d |> e" in text
+
+
+def test_a_sentencepiece_tokenizer_model_round_trips(tmp_path: Path) -> None:
+    """Written only when it is not byte-level BPE; a folder without the key is byte-level BPE."""
+    (tmp_path / "generation.json").write_text(json.dumps(spec_dict()))
+    assert load_spec(tmp_path).tokenizer_model == "gpt2"
+    spm = spec_dict() | {"tokenizer_model": "llama"}
+    (tmp_path / "generation.json").write_text(json.dumps(spm))
+    spec = load_spec(tmp_path)
+    assert spec.tokenizer_model == "llama" and spec.to_dict() == spm
+
+
+def test_a_trailing_run_of_byte_tokens_is_not_settled() -> None:
+    """SentencePiece's ByteFallback decodes a run of byte tokens as a whole: ``<0x4E>`` reads "N" alone and
+    U+FFFD once ``<0xD6>`` follows, so the streamer holds a run back until another token closes it."""
+    tokenizers = pytest.importorskip("tokenizers")
+    from edge.text.generator import settled_count, unsettled_ids
+
+    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2, "<0x4E>": 3, "<0xD6>": 4, "\u2581a": 5, "a": 6, "\u2581": 7}
+    tok = tokenizers.Tokenizer(tokenizers.models.BPE(vocab=vocab, merges=[("\u2581", "a")], byte_fallback=True))
+    tok.decoder = tokenizers.decoders.Sequence([tokenizers.decoders.ByteFallback(), tokenizers.decoders.Fuse()])
+    tok.add_special_tokens([tokenizers.AddedToken(t, special=True, normalized=False) for t in ("<unk>", "<s>", "</s>")])
+    assert (tok.decode([5, 3]), tok.decode([5, 3, 4])) == ("\u2581aN", "\u2581a\ufffd\ufffd")
+    unsettled = unsettled_ids(tok)
+    assert unsettled == {0, 1, 2, 3, 4}
+    assert [settled_count(ids, unsettled) for ids in ([5, 3], [5, 3, 1, 4], [5, 3, 4, 6], [])] == [1, 1, 4, 0]
+
+
+def test_reserved_tokens_are_refused_in_content() -> None:
+    """A SentencePiece tokenizer's ``<s>``/``</s>`` are not ChatML-shaped: the generator passes its special tokens."""
+    fmt = ChatFormat("<|", "|>\n", "</s>\n", "<|assistant|>\n")
+    assert fmt.render([{"role": "user", "content": "a <s b"}], reserved=("<s>", "</s>")).startswith("<|user|>")
+    with pytest.raises(InputError) as err:
+        fmt.render([{"role": "user", "content": "hi <unk> and <s>"}], reserved=("<s>", "</s>", "<unk>"))
+    assert str(err.value) == (
+        "messages[0].content holds the control token '<unk>' at character 3; expected plain text (a message may "
+        "not open or close a turn)"
+    )

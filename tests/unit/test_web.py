@@ -141,3 +141,17 @@ def test_nothing_to_build_is_refused(web_dir, tmp_path):
     with pytest.raises(InputError) as err:
         build_browser(load_profile("browser-wasm"), None, tmp_path / "site", web_dir=web_dir)
     assert str(err.value) == "browser build: no face models, text model or search folder; expected at least one"
+
+
+def test_a_sentencepiece_text_model_is_refused_before_anything_is_written(web_dir, tmp_path):
+    """web/text.js is byte-level BPE only: a text folder converted from a SentencePiece GGUF is refused."""
+    text = tmp_path / "slm"
+    text.mkdir()
+    (text / "generation.json").write_text(json.dumps({"model_file": "model.onnx", "tokenizer_model": "llama"}))
+    with pytest.raises(BundleError) as err:
+        build_browser(load_profile("browser-wasm"), None, tmp_path / "site", web_dir=web_dir, text=text)
+    assert str(err.value) == (
+        f"{text / 'generation.json'}: tokenizer_model = 'llama' (SentencePiece); the browser page's tokenizer "
+        "(web/text.js) supports 'gpt2' (byte-level BPE) only: build this model for a Pi or x86 target instead"
+    )
+    assert not (tmp_path / "site").exists()
