@@ -77,11 +77,11 @@ class Precision(enum.Enum):
 
 
 class ModelFormats(enum.Enum):
-    """Which files a build writes (``--format`` of ``convert face``, ``convert slm`` and ``convert model``;
-    ``runtime.face_formats`` in a profile): ONNX (and ORT) only, or also TFLite twins. For faces
-    (``converters/face/tflite_twins.py``) and user models ``tflite`` writes what ``both`` does: the ONNX files
-    are the twins' source and the gate's reference (and run MTCNN's PNet); for a language model ``tflite``
-    also makes the twin the device's default (generation.json ``runtime``)."""
+    """Which files a build writes (``--format`` of ``convert face``, ``convert slm``, ``convert model`` and
+    ``build``; ``runtime.face_formats`` and ``runtime.slm_formats`` in a profile): ONNX (and ORT) only, or also
+    TFLite twins. For faces (``converters/face/tflite_twins.py``) and user models ``tflite`` writes what
+    ``both`` does: the ONNX files are the twins' source and the gate's reference (and run MTCNN's PNet); for a
+    language model ``tflite`` also makes the twin the device's default (generation.json ``runtime``)."""
 
     ONNX = "onnx"
     TFLITE = "tflite"
@@ -158,6 +158,9 @@ class RuntimeSpec:
     threads: int
     face_formats: ModelFormats
     face_detector: Detector
+    #: The language model's files a bundle build writes: ONNX only, or also its LiteRT twin (``tflite``: the
+    #: device runs the twin by default; ``both``: the ONNX, the twin listed beside it).
+    slm_formats: ModelFormats = ModelFormats.ONNX
 
 
 @dataclass(frozen=True)
@@ -221,6 +224,7 @@ class TargetProfile:
                 "threads": self.runtime.threads,
                 "face_formats": self.runtime.face_formats.value,
                 "face_detector": self.runtime.face_detector.value,
+                "slm_formats": self.runtime.slm_formats.value,
             },
             "quant": {
                 "activations": self.quant.activations.value,
@@ -265,6 +269,8 @@ _SCHEMA: Schema = {
         "face_formats": Field(ModelFormats, ModelFormats.ONNX),
         # optional: the detector a face build puts in the folder and names in models.json (edge.face.models.Detector)
         "face_detector": Field(Detector, Detector.MTCNN),
+        # optional: the language model's LiteRT twin in a bundle (converters.slm.tflite); ONNX only without it
+        "slm_formats": Field(ModelFormats, ModelFormats.ONNX),
     },
     "quant": {
         "activations": Field(QuantType),
@@ -302,6 +308,11 @@ def _check_browser_runtime(where: str, p: TargetProfile) -> None:
     if p.cpu.arch is Arch.WASM32 and p.runtime.face_formats.tflite:
         raise ProfileError(
             f"{where}: runtime.face_formats = '{p.runtime.face_formats.value}' with cpu.arch = 'wasm32'; "
+            "expected 'onnx' (the browser runs onnxruntime-web)"
+        )
+    if p.cpu.arch is Arch.WASM32 and p.runtime.slm_formats.tflite:
+        raise ProfileError(
+            f"{where}: runtime.slm_formats = '{p.runtime.slm_formats.value}' with cpu.arch = 'wasm32'; "
             "expected 'onnx' (the browser runs onnxruntime-web)"
         )
     if p.cpu.arch is Arch.WASM32 and p.runtime.face_detector is not Detector.MTCNN:

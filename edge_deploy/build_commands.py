@@ -88,7 +88,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
         wheels=not args.no_wheels,
         archive=not args.no_archive,
         sign_key=Path(args.sign_key) if args.sign_key else None,
-        tflite=ModelFormats(args.format).tflite if args.format else None,
+        formats=ModelFormats(args.format) if args.format else None,
     )
     progress = StepProgress(stream=None if args.quiet else sys.stderr)
     if args.model not in MODEL_CHOICES:
@@ -226,8 +226,10 @@ def add_build(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--format",
         choices=[f.value for f in ModelFormats],
-        help="onnx, or the face models' TFLite twins too (as 'convert face --format'; needs "
-        "scripts/setup_onnx2tf.sh); the bundle's manifest lists them. Default: the profile's runtime.face_formats",
+        help="onnx, or the TFLite twins too, listed in the manifest: the face models' (as 'convert face --format'; "
+        "needs scripts/setup_onnx2tf.sh) and the language model's LiteRT twin (as 'convert slm --format': tflite "
+        "makes it the device's default, both ships it beside the ONNX; fp32 or int8; needs "
+        "scripts/setup_litert_torch.sh). Default: the profile's runtime.face_formats and runtime.slm_formats",
     )
     _add_search_options(p)
     p.add_argument("--cache", default=str(DEFAULT_CACHE), help=f"build cache (default: {DEFAULT_CACHE})")

@@ -19,7 +19,7 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 
 #: Session fixtures that convert a model (a minute or more the first time): a test using one is slow.
-SLOW_FIXTURES = frozenset({"face_fp32_models", "face_int8_rpi4", "slm_int4"})
+SLOW_FIXTURES = frozenset({"face_fp32_models", "face_int8_rpi4", "slm_int4", "slm_twin"})
 
 #: Integration modules whose own fixtures convert, build or start something heavy.
 SLOW_MODULES = frozenset(
@@ -128,3 +128,30 @@ def slm_int4(tmp_path_factory) -> dict:
         shutil.copyfile(result.out_dir / name, fp32_dir / name)
     os.link(result.fp32_model, fp32_dir / "model.onnx")
     return {"result": result, "profile": profile, "fp32_dir": fp32_dir, "root": root}
+
+
+#: The LiteRT twin of the shared ``slm_twin`` build: a KV buffer of 256 positions (production: 512), one
+#: ``prefill_32`` signature.
+TWIN_KV_LEN = 256
+TWIN_PREFILL = 32
+
+
+@pytest.fixture(scope="session")
+def slm_twin(slm_int4, tmp_path_factory) -> dict:
+    """``convert slm --format tflite`` at fp32 for rpi5, made ONCE per test session (~2.5 min for litert-torch,
+    plus the venv the first time), reusing ``slm_int4``'s fp32 export (its work folder): the ONNX fp32 build,
+    its LiteRT twin gated by greedy agreement with the fp32 ONNX, generation.json naming the twin the default.
+    ``{"hf_dir", "out": the folder, "result": SlmBuild, "tflite": its TfliteBuild}``. Read-only for the tests
+    that share it (test_slm_tflite, test_build_slm)."""
+    pytest.importorskip("ai_edge_litert")
+    from converters.slm.build import SlmOptions, TfliteTwin, convert_slm
+    from converters.slm.tflite import TfliteOptions
+    from edge.profiles import Precision, load_profile
+    from tests.integration.needs import LITERT_TORCH, install_on_first_use
+
+    install_on_first_use(LITERT_TORCH, "the language model's LiteRT twin tests (the slm_twin fixture)")
+    litert = TfliteOptions(kv_cache_max_len=TWIN_KV_LEN, prefill_lengths=(TWIN_PREFILL,), threads=2)
+    options = SlmOptions(work_dir=slm_int4["root"] / "work", tflite=TfliteTwin(default=True, options=litert))
+    out = tmp_path_factory.mktemp("slm-twin-shared") / "out"
+    result = convert_slm(load_profile("rpi5"), Precision.FP32, out, options=options)
+    return {"hf_dir": slm_int4["result"].hf_dir, "out": out, "result": result, "tflite": result.tflite}

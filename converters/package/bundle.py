@@ -70,8 +70,12 @@ class BuildOptions:
         golden: write the face golden set (``golden/``) that over-the-air updates check on the device.
         sign_key: an Ed25519 private key file (``edge-deploy keygen``): ``manifest.sig`` is written beside
             ``manifest.json``. The key itself never enters the bundle.
-        tflite: the face models also carry their TFLite twins (``build --format both``), listed in their
-            models.json and in the manifest; None: as the profile's ``runtime.face_formats`` says.
+        formats: ``build --format``, for every model kind: ``tflite``/``both`` add the face models' TFLite twins
+            (listed in their models.json) and the language model's LiteRT twin (``tflite``: the device runs
+            it, generation.json ``runtime = "litert"``; ``both``: listed beside the ONNX the device runs);
+            the manifest lists them. None: as the profile's ``runtime.face_formats`` and
+            ``runtime.slm_formats`` say.
+        litert_venv: the litert-torch environment of the language model's twin (None: ``.venv-litert-torch``).
     """
 
     precision: Precision | None = None
@@ -79,7 +83,8 @@ class BuildOptions:
     archive: bool = True
     sign_key: Path | None = None
     golden: bool = True
-    tflite: bool | None = None
+    formats: ModelFormats | None = None
+    litert_venv: Path | None = None
 
 
 @dataclass
@@ -163,12 +168,14 @@ def _run_stage(
     precision: Precision,
     cache_dir: Path,
     progress: ProgressFn,
-    tflite: bool = False,
+    formats: ModelFormats = ModelFormats.ONNX,
+    litert_venv: Path | None = None,
 ) -> tuple[Path, StageResult, str, bool]:
     """The stage's cached folder (built when missing); its result, cache key and whether it was a hit."""
-    tflite = tflite and stage.kind is ModelKind.FACE  # only the face models have TFLite twins
-    key = stage.cache_key(profile, precision, tflite)
-    prefix = f"{profile.name}-{stage.kind}{'-tflite' if tflite else ''}-{precision.value}-"
+    formats = stage.formats(formats)
+    key = stage.cache_key(profile, precision, formats)
+    twins = f"-{formats.value}" if formats.tflite else ""
+    prefix = f"{profile.name}-{stage.kind}{twins}-{precision.value}-"
     folder = cache_dir / "stages" / f"{prefix}{key}"
     record = folder / "stage.json"
     if record.is_file():
@@ -181,9 +188,10 @@ def _run_stage(
     progress(f"{stage.kind} models: converting for {profile.name} at {precision.value}")
 
     def fp32_folder() -> Path:
-        return _run_stage(stage, profile, Precision.FP32, cache_dir, progress, tflite)[0]
+        return _run_stage(stage, profile, Precision.FP32, cache_dir, progress, formats, litert_venv)[0]
 
-    ctx = StageContext(profile, precision, partial / "files", partial / "work", progress, fp32_folder, tflite)
+    work = partial / "work"
+    ctx = StageContext(profile, precision, partial / "files", work, progress, fp32_folder, formats, litert_venv)
     # On failure the .partial folder stays: the reports in it (named by the error) explain why.
     result = stage.run(ctx)
     shutil.rmtree(partial / "work")
@@ -194,6 +202,40 @@ def _run_stage(
         if stale != folder:
             shutil.rmtree(stale, ignore_errors=True)
     return folder / "files", result, key, False
+
+
+def stage_formats(
+    profile: TargetProfile, kinds: list[ModelKind], asked: ModelFormats | None
+) -> dict[ModelKind, ModelFormats]:
+    """Each kind's formats: ``build --format`` (``asked``) for all, else the profile's ``runtime.face_formats``
+    and ``runtime.slm_formats``."""
+    own = {ModelKind.FACE: profile.runtime.face_formats, ModelKind.SLM: profile.runtime.slm_formats}
+    return {kind: asked or own[kind] for kind in kinds}
+
+
+def check_twins(
+    profile: TargetProfile, precision: Precision, formats: dict[ModelKind, ModelFormats], opts: BuildOptions
+) -> None:
+    """Refuse, before any stage runs, twins that cannot be built here: the face twins' precision and onnx2tf's
+    venv; the language model's LiteRT twin at int4 and without litert-torch's venv.
+
+    Raises:
+        ConversionError: a precision the twins have no recipe for (naming ``--format`` or the profile key).
+        MissingDependencyError: a side venv is missing (naming its set-up script).
+    """
+    if formats.get(ModelKind.FACE, ModelFormats.ONNX).tflite:
+        from converters.face.build import check_formats
+        from converters.tflite.convert import onnx2tf_executable
+
+        check_formats(precision, False, ModelFormats.BOTH)
+        onnx2tf_executable()  # a missing venv names scripts/setup_onnx2tf.sh
+    slm = formats.get(ModelKind.SLM, ModelFormats.ONNX)
+    if slm.tflite:
+        from converters.package.stages import litert_options
+        from converters.slm.build import check_tflite_twin
+
+        asked_by = f"--format {slm.value}" if opts.formats else f"{profile.source}: runtime.slm_formats = '{slm.value}'"
+        check_tflite_twin(precision, litert_options(opts.litert_venv), asked_by)
 
 
 def _prepare_folder(folder: Path) -> None:
@@ -310,18 +352,15 @@ def build_bundle(
     if opts.sign_key is not None:
         load_private_key(opts.sign_key)  # a bad key or mode fails now, not after the conversions
     precision = opts.precision or profile.runtime.precision
-    tflite = profile.runtime.face_formats.tflite if opts.tflite is None else opts.tflite
-    if tflite and ModelKind.FACE in kinds:  # what cannot be built fails now, not after minutes of work
-        from converters.face.build import check_formats
-        from converters.tflite.convert import onnx2tf_executable
-
-        check_formats(precision, False, ModelFormats.BOTH)
-        onnx2tf_executable()  # a missing venv names scripts/setup_onnx2tf.sh
+    formats = stage_formats(profile, kinds, opts.formats)
+    check_twins(profile, precision, formats, opts)  # what cannot be built fails now, not after minutes of work
     folder = Path(out_dir) / f"{profile.name}-{'-'.join(kinds)}"
     bundle = Bundle(folder, None, {})
     stage_outputs = []
     for kind in kinds:
-        files, result, key, hit = _run_stage(STAGES[kind], profile, precision, Path(cache_dir), progress, tflite)
+        files, result, key, hit = _run_stage(
+            STAGES[kind], profile, precision, Path(cache_dir), progress, formats[kind], opts.litert_venv
+        )
         bundle.stage_cache_hits[kind] = hit
         stage_outputs.append((files, result, key))
     progress(f"assembling {folder}")

@@ -17,15 +17,19 @@ import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from converters.paths import REPO_ROOT
 from converters.sources import SMOLLM2, ModelSource
 from edge import __version__
 from edge.digest import file_sha256
 from edge.errors import ConversionError
-from edge.profiles import Precision, TargetProfile
+from edge.profiles import ModelFormats, Precision, TargetProfile
 from edge.progress import ProgressFn
+
+if TYPE_CHECKING:
+    from converters.slm.build import SlmBuild, TfliteTwin
+    from converters.slm.tflite import TfliteOptions
 
 #: Bump when a stage wrapper changes what it writes (its converters' code is hashed on top of this).
 STAGE_CODE_VERSION = 1
@@ -86,7 +90,11 @@ class StageContext:
         progress: called with a line per step.
         fp32_folder: returns this stage's fp32 output folder (from the cache, built when missing), for
             stages that quantize what the fp32 stage made; read it, never write to it.
-        tflite: also write the TFLite twins (face: ``converters.face.tflite_twins``; ``build --format``).
+        formats: ONNX only, or also the TFLite twins (``build --format``; the profile's ``runtime.face_formats``
+            / ``runtime.slm_formats``): the face models' (``converters.face.tflite_twins``; ``tflite`` writes
+            what ``both`` does), the language model's LiteRT twin (``converters.slm.tflite``; ``tflite`` makes
+            it the device's default in generation.json).
+        litert_venv: the litert-torch environment of the language model's twin (None: ``.venv-litert-torch``).
     """
 
     profile: TargetProfile
@@ -95,7 +103,13 @@ class StageContext:
     work_dir: Path
     progress: ProgressFn
     fp32_folder: Callable[[], Path]
-    tflite: bool = False
+    formats: ModelFormats = ModelFormats.ONNX
+    litert_venv: Path | None = None
+
+    @property
+    def tflite(self) -> bool:
+        """True when the stage also writes its TFLite twins."""
+        return self.formats.tflite
 
 
 StageFn = Callable[[StageContext], StageResult]
@@ -110,33 +124,47 @@ class ModelStage:
         sources: returns the pretrained weights it reads (their sha256s key the cache).
         code: the modules that do the work; their import closure within the repository keys the cache.
         run: fills a folder; see :data:`StageFn`.
+        twin_code: files outside ``converters``/``edge`` that make its TFLite twins (a script run in a side
+            venv); they key the cache of a build with twins only.
     """
 
     kind: ModelKind
     sources: Callable[[], tuple[ModelSource, ...]]
     code: tuple[str, ...]
     run: StageFn
+    twin_code: tuple[Path, ...] = ()
 
-    def cache_key(self, profile: TargetProfile, precision: Precision, tflite: bool = False) -> str:
-        """Hash of (source weights' sha256, profile file content, tool version, stage code, precision, TFLite).
+    def formats(self, asked: ModelFormats) -> ModelFormats:
+        """What this stage builds for ``asked``: the face twins are the same for ``tflite`` and ``both`` (the
+        ONNX files always ship), so both build (and cache) as ``tflite``; the language model's differ in
+        which runtime generation.json names."""
+        if self.kind is ModelKind.FACE and asked.tflite:
+            return ModelFormats.TFLITE
+        return asked
+
+    def cache_key(self, profile: TargetProfile, precision: Precision, formats: ModelFormats = ModelFormats.ONNX) -> str:
+        """Hash of (source weights' sha256, profile file content, tool version, stage code, precision, formats).
 
         Raises:
             InputError: a source package is not installed.
         """
         h = hashlib.sha256()
         h.update(f"{self.kind}\0{precision.value}\0{__version__}\0{STAGE_CODE_VERSION}\0".encode())
-        if tflite:
-            h.update(b"tflite\0")
+        formats = self.formats(formats)
+        if formats.tflite:
+            h.update(formats.value.encode() + b"\0")
         for source in self.sources():
             h.update(source.key.encode() + b"\0" + file_sha256(source.locate()).encode() + b"\0")
         h.update(Path(profile.source).read_bytes())
-        for path in self.code_files():
+        for path in self.code_files(formats.tflite):
             h.update(path.relative_to(REPO_ROOT).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
         return h.hexdigest()[:20]
 
-    def code_files(self) -> list[Path]:
-        """The repository source files that shape this stage's output: the import closure of its modules."""
-        return sorted({*import_closure(self.code), Path(__file__).resolve()})
+    def code_files(self, tflite: bool = False) -> list[Path]:
+        """The repository source files that shape this stage's output: the import closure of its modules (and,
+        with TFLite twins, ``twin_code``)."""
+        twin = self.twin_code if tflite else ()
+        return sorted({*import_closure(self.code), Path(__file__).resolve(), *twin})
 
 
 def _module_file(name: str) -> Path | None:
@@ -334,13 +362,38 @@ def face_result(
 
 
 def run_slm(ctx: StageContext) -> StageResult:
-    """SmolLM2-135M-Instruct as an ONNX decoder with KV cache, tokenizer and generation.json."""
+    """SmolLM2-135M-Instruct as an ONNX decoder with KV cache, tokenizer and generation.json; with
+    ``ctx.formats`` tflite or both, also its LiteRT twin, gated by greedy agreement with the fp32 ONNX."""
     from converters.slm.build import SlmOptions, convert_slm
 
-    options = SlmOptions(work_dir=ctx.work_dir)
+    options = SlmOptions(work_dir=ctx.work_dir, tflite=slm_twin(ctx.formats, ctx.litert_venv))
     build = convert_slm(ctx.profile, ctx.precision, ctx.out_dir, ctx.progress, options)
+    return slm_result(build, ctx.out_dir)
+
+
+def slm_twin(formats: ModelFormats, venv: Path | None = None) -> TfliteTwin | None:
+    """The LiteRT twin ``convert_slm`` writes for ``formats``: none for onnx; for tflite the device's default
+    (generation.json ``runtime = "litert"``), for both listed beside the ONNX the device runs."""
+    from converters.slm.build import TfliteTwin
+
+    if not formats.tflite:
+        return None
+    return TfliteTwin(default=formats is ModelFormats.TFLITE, options=litert_options(venv))
+
+
+def litert_options(venv: Path | None = None) -> TfliteOptions:
+    """litert-torch's settings for a bundle's twin: the defaults (KV buffer, prefill), in ``venv`` if given."""
+    from converters.slm.tflite import TfliteOptions
+
+    return TfliteOptions() if venv is None else TfliteOptions(venv=venv)
+
+
+def slm_result(build: SlmBuild, folder: Path) -> StageResult:
+    """The slm stage's StageResult for ``build`` (a passed ``convert_slm``) whose files are in ``folder``: the
+    perplexity gate in ``metrics`` and, with a LiteRT twin, the twin's file, recipe, size, whether it is the
+    default and its greedy agreement with the fp32 ONNX in ``metrics.tflite``; format ``onnx+tflite``."""
     gate = build.gate
-    metrics = {
+    metrics: dict[str, Any] = {
         "passed": gate.passed,
         "perplexity_fp32": gate.reference.perplexity,
         "perplexity": gate.candidate.perplexity,
@@ -348,13 +401,15 @@ def run_slm(ctx: StageContext) -> StageResult:
         "limit": gate.limit,
         "tokens_scored": gate.candidate.tokens_scored,
     }
+    if build.tflite is not None:
+        metrics["tflite"] = build.tflite.to_dict()
     quantization = {"method": build.method, "settings": build.settings, "op_counts": dict(build.op_counts)}
     return StageResult(
         ModelKind.SLM,
-        ctx.precision.value,
-        "onnx",
-        _files_of(ctx.out_dir),
-        (SMOLLM2.provenance(),),
+        build.precision.value,
+        "onnx+tflite" if build.tflite is not None else "onnx",
+        _files_of(folder),
+        (SMOLLM2.provenance(),),  # the twin is converted from the same GGUF: one source and licence
         quantization,
         metrics,
     )
@@ -374,8 +429,10 @@ def _slm_sources() -> tuple[ModelSource, ...]:
 #: The modules whose import closure (with this file) keys each stage's cache.
 _FACE_CODE = ("converters.face.build", "converters.face.quantize")
 _SLM_CODE = ("converters.slm.build",)
+#: The script litert-torch runs in its own venv (``converters.slm.tflite.EXPORT_SCRIPT``): it shapes the twin.
+_SLM_TWIN_CODE = (REPO_ROOT / "scripts" / "slm" / "litert_export.py",)
 
 STAGES: dict[ModelKind, ModelStage] = {
     ModelKind.FACE: ModelStage(ModelKind.FACE, _face_sources, _FACE_CODE, run_face),
-    ModelKind.SLM: ModelStage(ModelKind.SLM, _slm_sources, _SLM_CODE, run_slm),
+    ModelKind.SLM: ModelStage(ModelKind.SLM, _slm_sources, _SLM_CODE, run_slm, _SLM_TWIN_CODE),
 }

@@ -272,13 +272,29 @@ def _check_request(precision: Precision, opts: SlmOptions) -> None:
     if precision not in SUPPORTED:
         allowed = ", ".join(p.value for p in SUPPORTED)
         raise ConversionError(f"precision {precision.value!r} for the language model; expected one of {allowed}")
-    if opts.tflite is not None and precision not in TFLITE_QUANT:
+    if opts.tflite is not None:
+        check_tflite_twin(precision, opts.tflite.options)
+
+
+def check_tflite_twin(precision: Precision, options: TfliteOptions, asked_by: str = "--format tflite") -> None:
+    """Refuse, before any work, a LiteRT twin at a precision litert-torch has no recipe for here, or without a
+    ready litert-torch environment (``convert slm --format``, and ``build`` before its first stage).
+
+    Args:
+        precision: the language model's precision.
+        options: the twin's settings (their ``venv`` is checked).
+        asked_by: what asked for the twin, as the error names it (``--format tflite``, a profile key).
+
+    Raises:
+        ConversionError: int4 (no 4-bit recipe) or another precision without a recipe.
+        MissingDependencyError: no ready ``.venv-litert-torch`` (the error names scripts/setup_litert_torch.sh).
+    """
+    if precision not in TFLITE_QUANT:
         raise ConversionError(
-            f"--format tflite at {precision.value}: litert-torch offers no {precision.value} recipe here; "
+            f"{asked_by} at {precision.value}: litert-torch offers no {precision.value} recipe here; "
             f"expected {' or '.join(p.value for p in TFLITE_QUANT)} (ONNX is what int4 ships)"
         )
-    if opts.tflite is not None:
-        venv_python(opts.tflite.options.venv)  # a missing litert-torch venv is refused before any work
+    venv_python(options.venv)  # a missing litert-torch venv is refused before any work
 
 
 def convert_slm(

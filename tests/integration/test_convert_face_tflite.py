@@ -129,7 +129,7 @@ def test_build_carries_the_twins_and_the_manifest_lists_them(converted, tmp_path
     from converters.package.bundle import BuildOptions, build_bundle
     from converters.package.stages import STAGES, ModelKind, face_metrics, face_result
     from edge.bundle import verify_bundle
-    from edge.profiles import Precision, load_profile
+    from edge.profiles import ModelFormats, Precision, load_profile
 
     out, _, _ = converted
     profile, cache = load_profile("rpi4"), tmp_path / "cache"
@@ -139,11 +139,11 @@ def test_build_carries_the_twins_and_the_manifest_lists_them(converted, tmp_path
     result = face_result(Precision.FP32, seeded / "files", {"method": "none"}, metrics)
     (seeded / "stage.json").write_text(json.dumps(result.to_dict()))
     # the key hashes the stage's code: taken just before the build, as the build takes it
-    key = STAGES[ModelKind.FACE].cache_key(profile, Precision.FP32, tflite=True)
+    key = STAGES[ModelKind.FACE].cache_key(profile, Precision.FP32, ModelFormats.BOTH)
     assert key != STAGES[ModelKind.FACE].cache_key(profile, Precision.FP32)
     (cache / "stages").mkdir()
     seeded.rename(cache / "stages" / f"rpi4-face-tflite-fp32-{key}")
-    options = BuildOptions(precision=Precision.FP32, wheels=False, archive=False, tflite=True)
+    options = BuildOptions(precision=Precision.FP32, wheels=False, archive=False, formats=ModelFormats.BOTH)
     bundle = build_bundle(profile, ["face"], tmp_path / "dist", cache, options=options)
     assert bundle.stage_cache_hits == {"face": True}
     (record,) = bundle.manifest["models"]

@@ -1,7 +1,8 @@
 """SmolLM2-135M to TFLite through litert-torch (prefill + decode signatures), run with ai-edge-litert.
 
-Once per module, ``convert_slm(rpi5, fp32)`` with the LiteRT twin (what ``edge-deploy convert slm --format
-tflite`` runs), reusing the session conversion's fp32 export (``slm_int4`` in tests/conftest.py): the ONNX
+Once per session, ``convert_slm(rpi5, fp32)`` with the LiteRT twin (what ``edge-deploy convert slm --format
+tflite`` runs; ``slm_twin`` in tests/conftest.py, shared with test_build_slm), reusing the session conversion's
+fp32 export (``slm_int4``): the ONNX
 fp32 build, then the HF folder -> fp32 ``.tflite`` with litert-torch in ``.venv-litert-torch`` (created by
 ``scripts/setup_litert_torch.sh`` if missing: ~3.5 min and 2.1 GB the first time; the conversion itself
 ~3 min), gated by greedy agreement with the fp32 ONNX and named in generation.json. Then: greedy tokens of
@@ -19,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.integration.needs import LITERT_TORCH, install_on_first_use
+from tests.conftest import TWIN_KV_LEN, TWIN_PREFILL
 
 pytestmark = pytest.mark.integration
 
@@ -37,8 +38,8 @@ from edge.text import SamplingConfig, TextGenerator  # noqa: E402
 from edge.text.decoder import OnnxDecoder  # noqa: E402
 from edge.text.litert_decoder import LiteRtDecoder  # noqa: E402
 
-KV_LEN = 256
-PREFILL = 32
+KV_LEN = TWIN_KV_LEN
+PREFILL = TWIN_PREFILL
 NEW_TOKENS = 24
 PROMPTS = [
     ("Explain how a bicycle works.", True),
@@ -48,17 +49,10 @@ PROMPTS = [
 
 
 @pytest.fixture(scope="module")
-def build(slm_int4, tmp_path_factory):
-    """``convert slm --format tflite`` at fp32 for rpi5 (what the CLI runs), reusing the session conversion's
-    fp32 export (its work folder): the ONNX fp32 build, its LiteRT twin gated by greedy agreement, and
-    generation.json naming the twin the default."""
-    install_on_first_use(LITERT_TORCH, "the language-model TFLite tests (tests/integration/test_slm_tflite.py)")
-    twin = TfliteTwin(default=True, options=TfliteOptions(kv_cache_max_len=KV_LEN, prefill_lengths=(PREFILL,),
-                                                          threads=2))  # fmt: skip
-    options = SlmOptions(work_dir=slm_int4["root"] / "work", tflite=twin)
-    out = tmp_path_factory.mktemp("slm_tflite") / "out"
-    result = convert_slm(load_profile("rpi5"), Precision.FP32, out, options=options)
-    return {"hf_dir": slm_int4["result"].hf_dir, "out": out, "result": result, "tflite": result.tflite}
+def build(slm_twin):
+    """``convert slm --format tflite`` at fp32 for rpi5 (what the CLI runs): the session's shared conversion
+    (``slm_twin`` in tests/conftest.py, KV buffer ``KV_LEN``, ``prefill_{PREFILL}``)."""
+    return slm_twin
 
 
 @pytest.fixture(scope="module")

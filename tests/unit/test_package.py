@@ -203,3 +203,154 @@ def test_failed_stage_keeps_its_reports_and_is_not_cached(tmp_path: Path) -> Non
     assert calls == ["fp32", "fp32"]
     # The finished build replaced the failed one (older builds of a target/kind/precision are pruned).
     assert [p.name for p in (tmp_path / "stages").iterdir()] == [folder.parent.name]
+
+
+# --- the language model's LiteRT twin in a bundle (build --format tflite|both, runtime.slm_formats) ---------
+
+
+def _litert_venv_error(venv: Path) -> str:
+    return (
+        f"{venv}: no ready litert-torch environment (missing bin/python or .edge-deploy-setup); "
+        "create it with: bash scripts/setup_litert_torch.sh"
+    )
+
+
+def _twin_profile(tmp_path: Path, formats: str):
+    """rpi5 with ``runtime.slm_formats = formats`` (a copy in ``tmp_path``)."""
+    from edge.profiles import load_profile_file
+
+    source = Path(load_profile("rpi5").source)
+    copy = tmp_path / "rpi5.toml"
+    text = source.read_text(encoding="utf-8")
+    assert 'slm_formats = "onnx"' in text
+    copy.write_text(text.replace('slm_formats = "onnx"', f'slm_formats = "{formats}"'), encoding="utf-8")
+    return load_profile_file(copy)
+
+
+def test_build_refuses_a_twin_at_int4_before_any_work(tmp_path: Path) -> None:
+    from converters.package.bundle import BuildOptions
+    from edge.errors import ConversionError
+    from edge.profiles import ModelFormats, Precision
+
+    options = BuildOptions(precision=Precision.INT4, wheels=False, formats=ModelFormats.TFLITE)
+    with pytest.raises(ConversionError) as err:
+        build_bundle(load_profile("rpi5"), ["slm"], tmp_path / "dist", tmp_path / "cache", options=options)
+    assert str(err.value) == (
+        "--format tflite at int4: litert-torch offers no int4 recipe here; expected fp32 or int8 (ONNX is what "
+        "int4 ships)"
+    )
+    assert not (tmp_path / "dist").exists() and not (tmp_path / "cache").exists()
+
+
+def test_build_refuses_a_twin_without_the_litert_torch_venv_before_any_work(tmp_path: Path) -> None:
+    from converters.package.bundle import BuildOptions
+    from edge.errors import MissingDependencyError
+    from edge.profiles import ModelFormats, Precision
+
+    venv = tmp_path / "no-venv"
+    options = BuildOptions(precision=Precision.INT8, wheels=False, formats=ModelFormats.BOTH, litert_venv=venv)
+    with pytest.raises(MissingDependencyError) as err:
+        build_bundle(load_profile("rpi5"), ["slm"], tmp_path / "dist", tmp_path / "cache", options=options)
+    assert str(err.value) == _litert_venv_error(venv)
+    assert not (tmp_path / "dist").exists() and not (tmp_path / "cache").exists()
+
+
+@pytest.mark.parametrize("model", ["slm", "all"])
+def test_a_profile_asking_for_the_twin_is_refused_naming_its_key(tmp_path: Path, model: str) -> None:
+    from converters.package.bundle import BuildOptions
+    from edge.errors import ConversionError, MissingDependencyError
+    from edge.profiles import Precision
+
+    profile = _twin_profile(tmp_path, "tflite")
+    options = BuildOptions(precision=Precision.INT4, wheels=False)
+    with pytest.raises(ConversionError) as err:  # with --model all: before the face stage runs
+        build_bundle(profile, [model], tmp_path / "dist", tmp_path / "cache", options=options)
+    assert str(err.value) == (
+        f"{profile.source}: runtime.slm_formats = 'tflite' at int4: litert-torch offers no int4 recipe here; "
+        "expected fp32 or int8 (ONNX is what int4 ships)"
+    )
+    venv = tmp_path / "no-venv"
+    options = BuildOptions(precision=Precision.FP32, wheels=False, litert_venv=venv)
+    with pytest.raises(MissingDependencyError) as err:
+        build_bundle(profile, [model], tmp_path / "dist", tmp_path / "cache", options=options)
+    assert str(err.value) == _litert_venv_error(venv)
+    assert not (tmp_path / "dist").exists() and not (tmp_path / "cache").exists()
+
+
+def test_cli_build_names_the_int4_refusal(tmp_path: Path, capsys) -> None:
+    from edge_deploy.cli import main
+
+    argv = ["build", "--target", "rpi5", "--model", "slm", "--precision", "int4", "--format", "both",
+            "--no-wheels", "-o", str(tmp_path / "dist"), "--cache", str(tmp_path / "cache")]  # fmt: skip
+    assert main(argv) == 4
+    assert capsys.readouterr().err.endswith(
+        "Error: --format both at int4: litert-torch offers no int4 recipe here; expected fp32 or int8 (ONNX is "
+        "what int4 ships)\n"
+    )
+    assert not (tmp_path / "dist").exists()
+
+
+def test_each_kind_s_formats_come_from_format_or_the_profile(tmp_path: Path) -> None:
+    from converters.package.bundle import stage_formats
+    from converters.package.stages import ModelKind
+    from edge.profiles import ModelFormats
+
+    face, slm = ModelKind.FACE, ModelKind.SLM
+    rpi5 = load_profile("rpi5")
+    assert stage_formats(rpi5, [face, slm], None) == {face: ModelFormats.ONNX, slm: ModelFormats.ONNX}
+    assert stage_formats(rpi5, [slm], ModelFormats.BOTH) == {slm: ModelFormats.BOTH}
+    twin = _twin_profile(tmp_path, "both")
+    assert stage_formats(twin, [face, slm], None) == {face: ModelFormats.ONNX, slm: ModelFormats.BOTH}
+    assert stage_formats(twin, [face, slm], ModelFormats.ONNX) == {face: ModelFormats.ONNX, slm: ModelFormats.ONNX}
+
+
+def test_the_slm_stage_asks_convert_slm_for_the_twin_the_formats_name(tmp_path: Path) -> None:
+    from converters.package.stages import slm_twin
+    from converters.slm.tflite import VENV
+    from edge.profiles import ModelFormats
+
+    assert slm_twin(ModelFormats.ONNX) is None
+    tflite, both = slm_twin(ModelFormats.TFLITE), slm_twin(ModelFormats.BOTH, tmp_path)
+    assert tflite is not None and both is not None
+    assert (tflite.default, tflite.options.venv, tflite.options.kv_cache_max_len) == (True, VENV, 512)
+    assert (both.default, both.options.venv) == (False, tmp_path)
+
+
+def _twin_stage(kind, calls: list):
+    from converters.package.stages import ModelStage, StageContext, StageResult
+
+    def run(ctx: StageContext) -> StageResult:
+        calls.append(ctx.formats)
+        (ctx.out_dir / "model.txt").write_text(f"{ctx.formats.value}")
+        return StageResult(kind, ctx.precision.value, "txt", ("model.txt",), (), {}, {"passed": True})
+
+    return ModelStage(kind, lambda: (), (), run, (INSTALL_SH,))
+
+
+def test_twin_builds_have_their_own_cache_key_and_folder(tmp_path: Path) -> None:
+    from converters.package.bundle import _run_stage
+    from converters.package.stages import STAGES, ModelKind
+    from converters.slm.tflite import EXPORT_SCRIPT
+    from edge.profiles import ModelFormats, Precision
+
+    assert STAGES[ModelKind.SLM].twin_code == (EXPORT_SCRIPT,)  # litert-torch's script keys a twin build
+    assert EXPORT_SCRIPT in STAGES[ModelKind.SLM].code_files(tflite=True)
+    assert EXPORT_SCRIPT not in STAGES[ModelKind.SLM].code_files()
+    profile, calls = load_profile("rpi4"), []
+    slm = _twin_stage(ModelKind.SLM, calls)
+    built = {f: _run_stage(slm, profile, Precision.FP32, tmp_path, lambda _m: None, f) for f in ModelFormats}
+    assert len({b[2] for b in built.values()}) == 3 and calls == list(ModelFormats)
+    names = {f: b[0].parent.name for f, b in built.items()}
+    assert [names[f].rsplit("-", 1)[0] for f in ModelFormats] == [
+        "rpi4-slm-fp32",
+        "rpi4-slm-tflite-fp32",
+        "rpi4-slm-both-fp32",
+    ]
+    assert (built[ModelFormats.BOTH][0] / "model.txt").read_text() == "both"
+    # the face twins are the same files for tflite and both: one key, one cached folder
+    calls.clear()
+    face = _twin_stage(ModelKind.FACE, calls)
+    first = _run_stage(face, profile, Precision.FP32, tmp_path, lambda _m: None, ModelFormats.BOTH)
+    again = _run_stage(face, profile, Precision.FP32, tmp_path, lambda _m: None, ModelFormats.TFLITE)
+    assert first[0].parent.name.startswith("rpi4-face-tflite-fp32-") and first[2] == again[2]
+    assert again[3] and calls == [ModelFormats.TFLITE]

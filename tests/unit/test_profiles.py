@@ -174,6 +174,33 @@ def test_face_formats_default_onnx_and_no_tflite_for_the_browser(tmp_path):
     assert load_profile("rpi5", d).runtime.face_formats.tflite
 
 
+def test_slm_formats_default_onnx_absent_or_not_and_no_twin_for_the_browser(tmp_path):
+    from edge.profiles import ModelFormats
+
+    assert {p.runtime.slm_formats for p in load_all()} == {ModelFormats.ONNX}  # nothing measured favours LiteRT yet
+    assert load_profile("rpi5").to_dict()["runtime"]["slm_formats"] == "onnx"
+    d = _copy(tmp_path, "rpi5")
+    _edit(d, "rpi5", 'slm_formats = "onnx"', "")
+    assert load_profile("rpi5", d).runtime.slm_formats is ModelFormats.ONNX  # profiles written before the key
+    (tmp_path / "tf").mkdir()
+    d = _copy(tmp_path / "tf", "rpi5")
+    _edit(d, "rpi5", 'slm_formats = "onnx"', 'slm_formats = "tflite"')
+    assert load_profile("rpi5", d).runtime.slm_formats is ModelFormats.TFLITE
+    _edit(d, "rpi5", 'slm_formats = "tflite"', 'slm_formats = "litert"')
+    with pytest.raises(ProfileError) as exc:
+        load_profile("rpi5", d)
+    assert str(exc.value).endswith("rpi5.toml: runtime.slm_formats = 'litert'; expected one of onnx, tflite, both")
+    (tmp_path / "web").mkdir()
+    d = _copy(tmp_path / "web", "browser-wasm")
+    _edit(d, "browser-wasm", 'slm_formats = "onnx"', 'slm_formats = "tflite"')
+    with pytest.raises(ProfileError) as exc:
+        load_profile("browser-wasm", d)
+    assert str(exc.value).endswith(
+        "browser-wasm.toml: runtime.slm_formats = 'tflite' with cpu.arch = 'wasm32'; expected 'onnx' (the browser "
+        "runs onnxruntime-web)"
+    )
+
+
 def test_lm_head_is_fp32_on_the_pi4_only_and_checked(tmp_path):
     """quant.lm_head: the Pi 4 (no dot product) computes the 8-bit head in fp32, the Pi 5 keeps int8 (UDOT);
     absent means int8; anything else names the key and the choices."""
