@@ -177,15 +177,13 @@ def _cmd_convert_blazeface(args: argparse.Namespace) -> int:
 
 
 def _cmd_convert_slm(args: argparse.Namespace) -> int:
-    from converters.slm.build import SlmOptions, convert_slm
+    from converters.slm.build import SlmOptions, convert_slm, default_precision
     from edge.profiles import Precision
     from edge.progress import StepProgress
 
     profile = load_profile(args.target, Path(args.profiles))
     progress = StepProgress(stream=None if args.json else sys.stderr)
-    precision = Precision(args.precision) if args.precision else profile.runtime.precision
-    if precision is Precision.INT8 and not args.precision:
-        precision = Precision.INT4  # a profile's int8 is for CNNs; the LM's weight-only default is int4
+    precision = Precision(args.precision) if args.precision else default_precision(profile)
     twin = None
     if ModelFormats(args.format).tflite:
         from converters.slm.build import TfliteTwin

@@ -64,7 +64,8 @@ class BuildOptions:
     """Settings beyond the profile.
 
     Attributes:
-        precision: overrides the profile's ``runtime.precision`` for every model (None: the profile's).
+        precision: overrides the profile's ``runtime.precision`` for every model (None: the profile's, with the
+            language model at int4 where the profile says int8: ``stage_precision``).
         wheels: include the aarch64 wheelhouse (False for a models-only bundle).
         archive: also write ``<folder>.tar.gz``.
         golden: write the face golden set (``golden/``) that over-the-air updates check on the device.
@@ -213,8 +214,23 @@ def stage_formats(
     return {kind: asked or own[kind] for kind in kinds}
 
 
+def stage_precision(kind: ModelKind, profile: TargetProfile, asked: Precision | None) -> Precision:
+    """A stage's precision: ``--precision`` when given, else the profile's, except that the language model
+    takes int4 where the profile says int8 (``converters.slm.build.default_precision``, as ``convert slm``)."""
+    if asked is not None:
+        return asked
+    if kind is ModelKind.SLM:
+        from converters.slm.build import default_precision
+
+        return default_precision(profile)
+    return profile.runtime.precision
+
+
 def check_twins(
-    profile: TargetProfile, precision: Precision, formats: dict[ModelKind, ModelFormats], opts: BuildOptions
+    profile: TargetProfile,
+    precisions: dict[ModelKind, Precision],
+    formats: dict[ModelKind, ModelFormats],
+    opts: BuildOptions,
 ) -> None:
     """Refuse, before any stage runs, twins that cannot be built here: the face twins' precision and onnx2tf's
     venv; the language model's LiteRT twin at int4 and without litert-torch's venv.
@@ -227,7 +243,7 @@ def check_twins(
         from converters.face.build import check_formats
         from converters.tflite.convert import onnx2tf_executable
 
-        check_formats(precision, False, ModelFormats.BOTH)
+        check_formats(precisions[ModelKind.FACE], False, ModelFormats.BOTH)
         onnx2tf_executable()  # a missing venv names scripts/setup_onnx2tf.sh
     slm = formats.get(ModelKind.SLM, ModelFormats.ONNX)
     if slm.tflite:
@@ -235,7 +251,7 @@ def check_twins(
         from converters.slm.build import check_tflite_twin
 
         asked_by = f"--format {slm.value}" if opts.formats else f"{profile.source}: runtime.slm_formats = '{slm.value}'"
-        check_tflite_twin(precision, litert_options(opts.litert_venv), asked_by)
+        check_tflite_twin(precisions[ModelKind.SLM], litert_options(opts.litert_venv), asked_by)
 
 
 def _prepare_folder(folder: Path) -> None:
@@ -351,15 +367,15 @@ def build_bundle(
     kinds = model_kinds(models)
     if opts.sign_key is not None:
         load_private_key(opts.sign_key)  # a bad key or mode fails now, not after the conversions
-    precision = opts.precision or profile.runtime.precision
+    precisions = {kind: stage_precision(kind, profile, opts.precision) for kind in kinds}
     formats = stage_formats(profile, kinds, opts.formats)
-    check_twins(profile, precision, formats, opts)  # what cannot be built fails now, not after minutes of work
+    check_twins(profile, precisions, formats, opts)  # what cannot be built fails now, not after minutes of work
     folder = Path(out_dir) / f"{profile.name}-{'-'.join(kinds)}"
     bundle = Bundle(folder, None, {})
     stage_outputs = []
     for kind in kinds:
         files, result, key, hit = _run_stage(
-            STAGES[kind], profile, precision, Path(cache_dir), progress, formats[kind], opts.litert_venv
+            STAGES[kind], profile, precisions[kind], Path(cache_dir), progress, formats[kind], opts.litert_venv
         )
         bundle.stage_cache_hits[kind] = hit
         stage_outputs.append((files, result, key))

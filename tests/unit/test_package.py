@@ -354,3 +354,23 @@ def test_twin_builds_have_their_own_cache_key_and_folder(tmp_path: Path) -> None
     again = _run_stage(face, profile, Precision.FP32, tmp_path, lambda _m: None, ModelFormats.TFLITE)
     assert first[0].parent.name.startswith("rpi4-face-tflite-fp32-") and first[2] == again[2]
     assert again[3] and calls == [ModelFormats.TFLITE]
+
+
+def test_the_language_model_takes_int4_where_the_profile_says_int8(tmp_path: Path) -> None:
+    """A profile's int8 is for its CNNs: SmolLM2's 8-bit re-rounding misses the greedy gate (docs/slm.md), so
+    build's slm stage, like convert slm, takes int4 unless --precision says otherwise."""
+    from converters.package.bundle import BuildOptions, stage_precision
+    from converters.package.stages import ModelKind
+    from edge.errors import ConversionError
+    from edge.profiles import ModelFormats, Precision
+
+    rpi5 = load_profile("rpi5")
+    assert rpi5.runtime.precision is Precision.INT8
+    assert stage_precision(ModelKind.SLM, rpi5, None) is Precision.INT4
+    assert stage_precision(ModelKind.FACE, rpi5, None) is Precision.INT8
+    assert stage_precision(ModelKind.SLM, rpi5, Precision.INT8) is Precision.INT8
+    assert stage_precision(ModelKind.SLM, load_profile("browser-wasm"), None) is Precision.FP32
+    options = BuildOptions(wheels=False, formats=ModelFormats.TFLITE)  # no --precision: the twin meets int4
+    with pytest.raises(ConversionError) as err:
+        build_bundle(rpi5, ["slm"], tmp_path / "dist", tmp_path / "cache", options=options)
+    assert str(err.value).startswith("--format tflite at int4: litert-torch offers no int4 recipe here")
