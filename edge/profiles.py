@@ -188,6 +188,11 @@ class Thresholds:
     detect_max_lost: int
     slm_perplexity_ratio: float
     slm_greedy_tokens: int
+    #: ``convert model``'s gate for a user's model, by task (each flag of the same name overrides it)
+    model_min_cosine: float = 0.99
+    model_min_rank_agreement: float = 0.9
+    model_min_top1: float = 0.98
+    model_max_rel_error: float = 0.05
 
 
 @dataclass(frozen=True)
@@ -292,6 +297,10 @@ _SCHEMA: Schema = {
         "detect_max_lost": Field(int, low=0),
         "slm_perplexity_ratio": Field(float),
         "slm_greedy_tokens": Field(int),
+        "model_min_cosine": Field(float, 0.99, low=0.0, high=1.0, low_open=True),
+        "model_min_rank_agreement": Field(float, 0.9, low=0.0, high=1.0, low_open=True),
+        "model_min_top1": Field(float, 0.98, low=0.0, high=1.0, low_open=True),
+        "model_max_rel_error": Field(float, 0.05, low=0.0, low_open=True),
     },
 }
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
 
 from edge.profiles import DEFAULT_PROFILE_DIR, ModelFormats, load_profile
 from edge_deploy.common import print_json
@@ -66,7 +67,7 @@ scripts/setup_web.sh --page). Bundle a passed folder with: edge-deploy build --m
 
 def _cmd_convert_model(args: argparse.Namespace) -> int:
     from converters.byom.build import ModelJob, convert_model
-    from converters.byom.gate import GateThresholds, Task
+    from converters.byom.gate import Task, thresholds_for
     from converters.byom.images import ImageOptions, Layout, parse_channels
     from converters.byom.report import record, summary
     from converters.byom.source import parse_input_specs
@@ -74,14 +75,8 @@ def _cmd_convert_model(args: argparse.Namespace) -> int:
     from edge.progress import StepProgress
 
     profile = load_profile(args.target, Path(args.profiles))
-    thresholds = GateThresholds(
-        min_cosine=args.min_cosine,
-        min_rank_agreement=args.min_rank_agreement,
-        min_top1=args.min_top1,
-        max_abs_error=args.max_abs_error,
-        max_rel_error=args.max_rel_error,
-        fp32_max_abs=profile.thresholds.embed_max_abs_diff_fp32,
-    )
+    names = ("min_cosine", "min_rank_agreement", "min_top1", "max_abs_error", "max_rel_error")
+    thresholds = thresholds_for(profile, {name: getattr(args, name) for name in names})
     job = ModelJob(
         model=Path(args.model_file),
         out_dir=Path(args.output),
@@ -108,6 +103,23 @@ def _cmd_convert_model(args: argparse.Namespace) -> int:
     else:
         print(summary(build))
     return 0
+
+
+def _add_gate_flags(m: argparse.ArgumentParser, defaults: Any) -> None:
+    """The gate's flags; each defaults to the target profile's ``thresholds.model_*`` key."""
+    m.add_argument("--min-cosine", type=float, default=None,
+                   help=f"embedding: mean cosine (default: the profile's thresholds.model_min_cosine, "
+                   f"{defaults.min_cosine} in every shipped profile)")  # fmt: skip
+    m.add_argument("--min-rank-agreement", type=float, default=None,
+                   help="embedding: nearest-neighbour agreement (default: the profile's "
+                   f"thresholds.model_min_rank_agreement, {defaults.min_rank_agreement})")  # fmt: skip
+    m.add_argument("--min-top1", type=float, default=None,
+                   help=f"classification: top-1 agreement (default: the profile's thresholds.model_min_top1, "
+                   f"{defaults.min_top1})")  # fmt: skip
+    m.add_argument("--max-abs-error", type=float, default=None, help="raw: max abs difference (default: not gated)")
+    m.add_argument("--max-rel-error", type=float, default=None,
+                   help="raw: max abs difference / max abs source value, per output (default: the profile's "
+                   f"thresholds.model_max_rel_error, {defaults.max_rel_error})")  # fmt: skip
 
 
 def add_convert_model(csub: argparse._SubParsersAction) -> None:
@@ -152,14 +164,7 @@ def add_convert_model(csub: argparse._SubParsersAction) -> None:
     m.add_argument("--layout", choices=["nchw", "nhwc"], help="image folders: channel axis (default: from the shape)")
     m.add_argument("--task", choices=["embedding", "classification", "raw"], default="raw", help="what the gate checks")
     m.add_argument("--input", action="append", metavar="NAME=DIMS", help="fix an input's shape, e.g. x=1x3x224x224")
-    m.add_argument("--min-cosine", type=float, default=defaults.min_cosine, help="embedding: mean cosine (%(default)s)")
-    m.add_argument("--min-rank-agreement", type=float, default=defaults.min_rank_agreement,
-                   help="embedding: nearest-neighbour agreement (%(default)s)")  # fmt: skip
-    m.add_argument("--min-top1", type=float, default=defaults.min_top1,
-                   help="classification: top-1 agreement (%(default)s)")  # fmt: skip
-    m.add_argument("--max-abs-error", type=float, default=None, help="raw: max abs difference (default: not gated)")
-    m.add_argument("--max-rel-error", type=float, default=defaults.max_rel_error,
-                   help="raw: max abs difference / max abs source value, per output (%(default)s)")  # fmt: skip
+    _add_gate_flags(m, defaults)
     m.add_argument("--licence", help="the model's licence, recorded in models.json and bundles "
                    "(default: 'unknown (user model)')")  # fmt: skip
     m.add_argument(

@@ -9,19 +9,25 @@
   difference = max |candidate - source| / max |source| per output (``max_rel_error``).
 
 An fp32 copy is held to ``fp32_max_abs`` on every output whatever the task (it is the same graph).
+Thresholds come from the target profile's ``[thresholds] model_*`` keys, each overridden by its flag
+(``thresholds_for``).
 """
 
 from __future__ import annotations
 
 import enum
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from edge.cosine import row_cosines
 from edge.errors import InputError
+
+if TYPE_CHECKING:
+    from edge.profiles import TargetProfile
 
 
 class Task(enum.Enum):
@@ -40,6 +46,8 @@ class GateThresholds:
     max_abs_error: float | None = None
     max_rel_error: float = 0.05
     fp32_max_abs: float = 1e-4
+    #: Where each threshold came from (flag or profile key), for the report; empty: these defaults.
+    given_by: Mapping[str, str] = field(default_factory=dict)
 
     def check(self) -> GateThresholds:
         """Return self after checking every value is finite and in range.
@@ -60,7 +68,43 @@ class GateThresholds:
         return self
 
     def to_dict(self) -> dict:
-        return dict(self.__dict__)
+        return {**self.__dict__, "given_by": dict(self.given_by)}
+
+    def named(self, name: str) -> str:
+        """How a failure names threshold ``name``: its profile key when the profile set it, else its flag."""
+        given = self.given_by.get(name, "")
+        return given if given.endswith(PROFILE_KEYS[name][0]) else PROFILE_KEYS[name][1]
+
+
+#: The gate's thresholds a profile sets (``[thresholds] model_*``) and the flag that overrides each.
+PROFILE_KEYS = {
+    "min_cosine": ("model_min_cosine", "--min-cosine"),
+    "min_rank_agreement": ("model_min_rank_agreement", "--min-rank-agreement"),
+    "min_top1": ("model_min_top1", "--min-top1"),
+    "max_rel_error": ("model_max_rel_error", "--max-rel-error"),
+}
+
+
+def thresholds_for(profile: TargetProfile, flags: Mapping[str, float | None]) -> GateThresholds:
+    """The gate's thresholds for ``profile``: each flag that was given, else the profile's ``model_*`` key.
+
+    Args:
+        profile: the target; its ``thresholds.model_*`` keys (defaults 0.99, 0.9, 0.98, 0.05) and its
+            ``embed_max_abs_diff_fp32`` for the fp32 copy.
+        flags: ``min_cosine``, ``min_rank_agreement``, ``min_top1``, ``max_rel_error``, ``max_abs_error`` as
+            given on the command line (None: not given).
+
+    Returns:
+        The thresholds, with ``given_by`` naming the flag or the profile key of each.
+    """
+    values: dict[str, float | None] = {"max_abs_error": flags.get("max_abs_error")}
+    given_by = {"fp32_max_abs": f"{profile.source.name} thresholds.embed_max_abs_diff_fp32"}
+    given_by["max_abs_error"] = "--max-abs-error" if values["max_abs_error"] is not None else "not gated"
+    for name, (key, flag) in PROFILE_KEYS.items():
+        given = flags.get(name)
+        values[name] = given if given is not None else getattr(profile.thresholds, key)
+        given_by[name] = flag if given is not None else f"{profile.source.name} thresholds.{key}"
+    return GateThresholds(**values, fp32_max_abs=profile.thresholds.embed_max_abs_diff_fp32, given_by=given_by)
 
 
 def _nearest(vectors: np.ndarray) -> np.ndarray:
@@ -126,7 +170,8 @@ def _raw_failures(figures: dict, t: GateThresholds) -> list[str]:
             out.append(f"output {name!r}: max abs difference {f['max_abs']:.6g} > --max-abs-error {t.max_abs_error:g}")
         if f["max_rel"] > t.max_rel_error:
             out.append(
-                f"output {name!r}: max relative difference {f['max_rel']:.6g} > --max-rel-error {t.max_rel_error:g}"
+                f"output {name!r}: max relative difference {f['max_rel']:.6g} > {t.named('max_rel_error')} "
+                f"{t.max_rel_error:g}"
             )
     return out
 
@@ -140,20 +185,21 @@ def failures(task: Task, figures: dict, t: GateThresholds) -> list[str]:
         e = figures["embedding"]
         if e["cosine_mean"] < t.min_cosine:
             out.append(
-                f"embedding: mean cosine to the source {e['cosine_mean']:.5f} < --min-cosine {t.min_cosine:g} "
+                f"embedding: mean cosine to the source {e['cosine_mean']:.5f} < {t.named('min_cosine')} "
+                f"{t.min_cosine:g} "
                 f"({e['samples']} samples; min {e['cosine_min']:.5f})"
             )
         if e["rank_agreement"] < t.min_rank_agreement:
             out.append(
                 f"embedding: nearest-neighbour agreement {e['rank_agreement']:.4f} ({e['rank_agree']} of "
-                f"{e['samples']}) < --min-rank-agreement {t.min_rank_agreement:g}"
+                f"{e['samples']}) < {t.named('min_rank_agreement')} {t.min_rank_agreement:g}"
             )
     else:
         c = figures["classification"]
         if c["top1_agreement"] < t.min_top1:
             out.append(
                 f"classification: top-1 agreement with the source {c['top1_agreement']:.4f} ({c['top1_agree']} of "
-                f"{c['samples']}) < --min-top1 {t.min_top1:g}"
+                f"{c['samples']}) < {t.named('min_top1')} {t.min_top1:g}"
             )
     return out
 

@@ -25,7 +25,8 @@ def test_help_has_examples(capsys):
     assert "examples:\n  edge-deploy convert model net.onnx --target rpi4 --precision int8 --calib calib.npz" in out
     for flag in ("--input", "--task", "--min-cosine", "--min-rank-agreement", "--min-top1", "--max-rel-error"):
         assert flag in out
-    assert "(default: 0.99)" not in out and "mean cosine (0.99)" in out  # the defaults shown are the gate's
+    # the defaults shown are the profile's keys and their shipped values
+    assert "mean cosine (default: the profile's" in out and "thresholds.model_min_cosine, 0.99" in " ".join(out.split())
 
 
 def test_top_level_help_shows_the_byom_path(capsys):
@@ -59,7 +60,10 @@ def test_gate_failure_exits_5(files, tmp_path, capsys):
     printed = capsys.readouterr()
     err = printed.err
     assert err.startswith(f"Error: {files / 'emb.onnx'}: int8 model for rpi4 failed the embedding gate (")
-    assert "\n  embedding: mean cosine to the source " in err and "< --min-cosine 0.99 (32 samples; min " in err
+    assert (
+        "\n  embedding: mean cosine to the source " in err
+        and "< rpi4.toml thresholds.model_min_cosine 0.99 (32 samples; min " in err
+    )
     assert printed.out == ""
     assert sorted(p.name for p in (tmp_path / "bad").iterdir())[-2:] == ["report.json", "report.md"]
 
@@ -81,3 +85,27 @@ def test_bad_input_syntax_exits_3(files, tmp_path, capsys):
         "Error: --input 'x:2x3x16x16': expected NAME=DIMxDIM... with positive whole dimensions, e.g. "
         "input=1x3x224x224\n"
     )
+
+
+def test_the_profile_sets_the_gate_and_a_flag_overrides_it(files, tmp_path, capsys):
+    """``[thresholds] model_*`` of the target profile are the gate's defaults; each flag overrides its key."""
+    import shutil
+
+    from edge.profiles import DEFAULT_PROFILE_DIR
+
+    profiles = tmp_path / "profiles"
+    profiles.mkdir()
+    text = (DEFAULT_PROFILE_DIR / "rpi4.toml").read_text()
+    (profiles / "rpi4.toml").write_text(text.replace("model_min_cosine = 0.99\n", "model_min_cosine = 0.999999\n"))
+    argv = _argv(files, tmp_path / "strict", "--json", "--profiles", str(profiles))
+    assert main(argv) == 5
+    assert "< rpi4.toml thresholds.model_min_cosine 0.999999 (32 samples" in capsys.readouterr().err
+    record = json.loads((tmp_path / "strict" / "report.json").read_text())["gate"]["thresholds"]
+    assert (
+        record["min_cosine"] == 0.999999 and record["given_by"]["min_cosine"] == "rpi4.toml thresholds.model_min_cosine"
+    )
+    argv = _argv(files, tmp_path / "flag", "--json", "--profiles", str(profiles), "--min-cosine", "0.99")
+    assert main(argv) == 0
+    record = json.loads(capsys.readouterr().out)["gate"]["thresholds"]
+    assert record["min_cosine"] == 0.99 and record["given_by"]["min_cosine"] == "--min-cosine"
+    shutil.rmtree(profiles)

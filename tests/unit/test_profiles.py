@@ -237,3 +237,15 @@ def test_the_face_detector_key(tmp_path):
     _edit(d, "browser-wasm", 'face_detector = "mtcnn"', 'face_detector = "blazeface"')
     with pytest.raises(ProfileError, match="runtime.face_detector = 'blazeface' with cpu.arch = 'wasm32'; expected"):
         load_profile("browser-wasm", d)
+
+
+def test_the_user_model_gate_keys_are_checked(tmp_path):
+    d = _copy(tmp_path)
+    _edit(d, "rpi4", "model_min_top1 = 0.98", "model_min_top1 = 1.5")
+    with pytest.raises(ProfileError) as exc:
+        load_profile("rpi4", d)
+    assert "thresholds.model_min_top1 = 1.5; expected a number in (0, 1]" in str(exc.value)
+    (tmp_path / "b").mkdir()
+    d = _copy(tmp_path / "b")
+    _edit(d, "rpi4", "model_max_rel_error = 0.05\n", "")
+    assert load_profile("rpi4", d).thresholds.model_max_rel_error == 0.05  # optional: the default
