@@ -146,11 +146,11 @@ def main(argv: list[str] | None = None) -> int:
 HEAD = """## The INT8 embedder's layout on a core without dot product (emulated Cortex-A72)
 
 dlib's ResNet embedder quantized in every static QDQ layout onnxruntime offers, and dynamic INT8, each from
-the same fp32 export and calibration images (40, arm_cost.py's count; the shipped build takes 200), each gated by the rpi4 profile's thresholds (unfused: the
-target's arithmetic), each counted as the ORT-format file a bundle ships: steady-state instructions of one
-inference of a real aligned chip under the counting plugin. fp32 (`face_embedder.onnx`): {fp32}. Goal
-(issue #13): INT8 <= 0.6x fp32 on the A72. Machine: {machine} (instruction counts of the emulated cores:
-the host's CPU features do not enter them).
+the same fp32 export and calibration images (40, arm_cost.py's count; the shipped build takes 200), each gated
+by the rpi4 profile's thresholds (unfused: the target's arithmetic), each counted as the ORT-format file a
+bundle ships: steady-state instructions of one inference of a real aligned chip under the counting plugin.
+fp32 (`face_embedder.onnx`): {fp32}. Goal (issue #13): INT8 <= 0.6x fp32 on the A72. Machine: {machine}
+(instruction counts of the emulated cores: the host's CPU features do not enter them).
 """
 
 
