@@ -292,16 +292,16 @@ def _twin(
     (``calib`` given) must pass the task gate against the source, as the ONNX INT8 did."""
     from converters.byom.tflite_twin import TWIN_KEY, compare_twin, gate_twin, write_twin
 
-    job, name = build.job, build.inputs[0].name
+    job = build.job
     twin = write_twin(fp32, build.inputs, work, progress, calib)
     build.files[TWIN_KEY] = _file_info(twin)
-    samples = evaluation.arrays[name]
     progress(f"running {twin.name} (LiteRT) on {evaluation.count} samples of {evaluation.path.name}")
-    if calib is not None:
+    if calib is not None:  # an image model's (check_twin_inputs): its one input
+        samples = evaluation.arrays[build.inputs[0].name]
         build.figures[TWIN_KEY], missed = gate_twin(twin, samples, source, job.task, job.thresholds)
         build.failures += missed
         return
-    record = compare_twin(twin, fp32, name, samples)
+    record = compare_twin(twin, fp32, build.inputs, evaluation.arrays)
     limit = job.thresholds.fp32_max_abs
     record["passed"] = record["max_abs_diff"] <= limit
     build.figures[TWIN_KEY] = record

@@ -176,9 +176,17 @@ def _figure_lines(figures: dict) -> list[str]:
     elif twin:
         lines.append(
             f"- TFLite twin (LiteRT) vs fp32 copy on {twin['samples']} samples: max abs difference "
-            f"{twin['max_abs_diff']:.3g}, min cosine {twin['min_cosine']:.6f}"
+            f"{twin['max_abs_diff']:.3g}, min cosine {twin['min_cosine']:.6f}" + _twin_inputs(twin)
         )
     return lines
+
+
+def _twin_inputs(twin: dict) -> str:
+    """``; inputs as in the ONNX model: input_ids 1x64 int64, ...`` (older reports: nothing)."""
+    if "inputs" not in twin:
+        return ""
+    shapes = ", ".join(f"{t['name']} {'x'.join(map(str, t['shape']))} {t['dtype']}" for t in twin["inputs"])
+    return f"; {'NHWC input' if twin['layout'] == 'NHWC' else 'inputs as in the ONNX model'}: {shapes}"
 
 
 def _quantized(t: dict) -> str:

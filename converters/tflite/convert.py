@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import enum
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -126,6 +127,8 @@ class TfliteExport:
         seconds: wall time of the onnx2tf run.
         log_path: onnx2tf's full log.
         tool: converter name and version.
+        layout: ``"NHWC"`` (an image model: its one input transposed, 4-D outputs NHWC) or ``"ONNX"`` (every
+            input and output in the ONNX model's shape: ``converters.tflite.keep_layout``).
     """
 
     source: Path
@@ -138,6 +141,7 @@ class TfliteExport:
     seconds: float
     log_path: Path
     tool: str = f"onnx2tf {ONNX2TF_VERSION}"
+    layout: str = "NHWC"
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -148,7 +152,7 @@ class TfliteExport:
             "inputs": [t.to_dict() for t in self.inputs],
             "outputs": [t.to_dict() for t in self.outputs],
             "output_names": dict(self.output_names),
-            "layout": "NHWC",
+            "layout": self.layout,
             "seconds": round(self.seconds, 1),
             "log": str(self.log_path),
             "tool": self.tool,
@@ -197,13 +201,37 @@ def _check_calibration(calibration: np.ndarray | None, nchw: tuple[int, ...]) ->
     return arr.astype(np.float32)
 
 
+def failed_op(log_path: Path) -> str | None:
+    """The ONNX op onnx2tf failed on, ``"ReduceL2 'node_linalg_vector_norm'"``, from its log; None if it names none.
+
+    onnx2tf logs ``ERROR: onnx_op_name: NAME`` when converting an op raised, and the op's type on the
+    ``onnx_op_type: TYPE onnx_op_name: NAME`` line it printed before converting it.
+    """
+    try:
+        text = re.sub(r"\x1b\[[0-9;]*[A-Za-z]", "", log_path.read_text(encoding="utf-8", errors="replace"))
+    except OSError:
+        return None
+    failed = re.findall(r"^ERROR: onnx_op_name: (\S+)", text, flags=re.M)
+    if not failed:
+        return None
+    types = re.findall(rf"onnx_op_type: (\S+) +onnx_op_name: {re.escape(failed[-1])}\s*$", text, flags=re.M)
+    return f"{types[-1]} {failed[-1]!r}" if types else repr(failed[-1])
+
+
 def _run_onnx2tf(argv: list[str], work_dir: Path, log_path: Path, timeout_s: float, what: str) -> None:
-    """Run onnx2tf (the tool kills its whole group on timeout: onnx2tf spawns onnxsim)."""
+    """Run onnx2tf (the tool kills its whole group on timeout: onnx2tf spawns onnxsim); a failure names the
+    ONNX op it failed on when the log says."""
     env = dict(os.environ)
     env["PATH"] = f"{Path(argv[0]).parent}{os.pathsep}{env.get('PATH', '')}"
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
     env["CUDA_VISIBLE_DEVICES"] = ""
-    run_tool(argv, timeout_s, f"onnx2tf ({what})", ConversionError, cwd=work_dir, env=env, log=log_path)
+    try:
+        run_tool(argv, timeout_s, f"onnx2tf ({what})", ConversionError, cwd=work_dir, env=env, log=log_path)
+    except ConversionError as exc:
+        op = failed_op(log_path)
+        if op is None:
+            raise
+        raise ConversionError(f"{exc}\n  onnx2tf failed on the ONNX op {op}") from exc
 
 
 def _argv(exe: Path, model: Path, nchw: tuple[int, ...], input_name: str, int8: bool) -> list[str]:
@@ -221,6 +249,7 @@ def _signature(path: Path) -> tuple[Any, tuple[TensorInfo, ...], tuple[TensorInf
 
     try:
         interp = import_interpreter()(model_path=str(path), num_threads=1)
+        interp.allocate_tensors()  # where LiteRT refuses ops it lacks, e.g. TensorFlow's (Flex) ones
         runner = interp.get_signature_runner(SIGNATURE_KEY)
     except (RuntimeError, ValueError) as exc:
         raise ConversionError(f"{path}: LiteRT cannot load the converted model ({exc})") from exc

@@ -148,3 +148,97 @@ def test_build_ships_the_int8_twin(converted_int8, tmp_path, capsys):
     assert {"emb.int8.tflite", "emb.int8.ort", "emb.int8.onnx"} <= shipped, shipped
     (model,) = manifest["models"]
     assert model["metrics"]["figures"]["tflite"]["passed"] is True
+
+
+# --- models that are not images: inputs kept as the ONNX model has them (onnx2tf -kat) ------------------------
+
+
+def _write_id_pooler(path: Path, vocab: int = 50, tokens: int = 12, width: int = 16) -> Path:
+    """ids [1, tokens] int64 -> Gather from an embedding table [vocab, width] -> ReduceMean over tokens -> emb."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    table = np.random.default_rng(5).standard_normal((vocab, width)).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("Gather", ["table", "ids"], ["e"], axis=0),
+         helper.make_node("ReduceMean", ["e"], ["emb"], axes=[1], keepdims=0)],
+        "id_pooler",
+        [helper.make_tensor_value_info("ids", TensorProto.INT64, [1, tokens])],
+        [helper.make_tensor_value_info("emb", TensorProto.FLOAT, [1, width])],
+        [numpy_helper.from_array(table, "table")],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    onnx.checker.check_model(model)
+    onnx.save(model, str(path))
+    return path
+
+
+#: (model, its --input flags, the evaluation input's name, its ONNX shape and dtype)
+TENSOR_MODELS = {
+    "tok": (["--input", "x=1x8x64"], "x", (1, 8, 64), np.float32),  # tests/unit/byom_models.write_token_encoder
+    "ids": ([], "ids", (1, 12), np.int64),
+}
+
+
+@pytest.fixture(scope="module", params=sorted(TENSOR_MODELS))
+def converted_tensors(request, tmp_path_factory):
+    """``convert model --format tflite`` at fp32 of a model that is not an image, with every proxy pointing at a
+    closed port: onnx2tf must not download anything (it would fail)."""
+    from tests.unit.byom_models import write_npz, write_token_encoder
+
+    install_on_first_use(ONNX2TF, "the user-model TFLite twin test (tests/integration/test_byom_tflite_twin.py)")
+    name = request.param
+    extra, input_name, shape, dtype = TENSOR_MODELS[name]
+    d = tmp_path_factory.mktemp(f"byom-twin-{name}")
+    rng = np.random.default_rng(11)
+    if name == "tok":
+        write_token_encoder(d / "tok.onnx")
+        samples = rng.standard_normal((32, *shape[1:])).astype(np.float32)
+    else:
+        _write_id_pooler(d / "ids.onnx")
+        samples = rng.integers(0, 50, (32, *shape[1:])).astype(np.int64)
+    write_npz(d / "eval.npz", **{input_name: samples})
+    argv = ["convert", "model", str(d / f"{name}.onnx"), "--target", "rpi4", "--precision", "fp32", "--eval",
+            str(d / "eval.npz"), "--task", "embedding", *extra, "--format", "tflite", "-o", str(d / "net"), "--json"]  # fmt: skip
+    with pytest.MonkeyPatch.context() as env:
+        for var in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
+            env.setenv(var, "http://127.0.0.1:9")
+        env.delenv("NO_PROXY", raising=False)
+        env.delenv("no_proxy", raising=False)
+        assert main(argv) == 0
+    return name, d, TENSOR_MODELS[name]
+
+
+def test_a_tensor_model_twin_keeps_the_onnx_inputs_and_equals_the_fp32_copy(converted_tensors):
+    """The twin's input is the ONNX input (not transposed, same dtype), and on LiteRT, sample by sample, it gives
+    the fp32 copy's output on onnxruntime within 1e-4 (run here by hand, and as the report records)."""
+    from edge.runtime import open_model
+
+    name, d, (_, input_name, shape, dtype) = converted_tensors
+    net = d / "net"
+    twin = net / f"{name}.fp32.tflite"
+    report = json.loads((net / "report.json").read_text())
+    record = report["gate"]["figures"]["tflite"]
+    assert report["passed"] is True and report["files"]["tflite"]["file"] == twin.name and twin.is_file()
+    assert record["layout"] == "ONNX" and record["samples"] == 32 and record["max_abs_diff"] <= 1e-4, record
+    assert [(i["name"], tuple(i["shape"]), i["dtype"]) for i in record["inputs"]] == [
+        (input_name, shape, np.dtype(dtype).name)]  # fmt: skip
+    samples = np.load(d / "eval.npz")[input_name]
+    with open_model(twin, threads=1) as lite, open_model(net / f"{name}.fp32.onnx", threads=1) as ref:
+        (inp,), (out,) = lite.inputs, lite.outputs  # LiteRT's tensor names, not the signature's
+        assert (tuple(inp.shape), np.dtype(inp.dtype)) == (shape, np.dtype(dtype))
+        got = np.concatenate([lite.run({inp.name: s[None]})[out.name] for s in samples])
+        want = np.concatenate([ref.run({input_name: s[None]})["emb"] for s in samples])
+    print(f"{name}: twin vs fp32 copy, max |difference| {np.abs(got - want).max():.3g} on {len(samples)} samples")
+    assert got.shape == want.shape and np.abs(got - want).max() <= 1e-4
+    assert "inputs as in the ONNX model" in (net / "report.md").read_text()
+
+
+def test_build_ships_a_tensor_model_twin(converted_tensors, tmp_path, capsys):
+    name, d, _ = converted_tensors
+    capsys.readouterr()
+    assert main(["build", "--model", str(d / "net"), "-o", str(tmp_path), "--no-wheels", "--json"]) == 0
+    bundle = json.loads(capsys.readouterr().out)
+    manifest = json.loads((Path(bundle["folder"]) / "manifest.json").read_text())
+    assert any(f["path"].endswith(f"{name}.fp32.tflite") for f in manifest["files"])

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from edge_deploy.cli import main
-from tests.unit.byom_models import write_embedder, write_embedder_files
+from tests.unit.byom_models import write_embedder, write_embedder_files, write_token_encoder
 
 
 @pytest.fixture(scope="module")
@@ -17,6 +17,7 @@ def files(tmp_path_factory) -> Path:
     d = write_embedder_files(tmp_path_factory.mktemp("byom-twin-refusals"))
     write_embedder(d / "nhwc.onnx", nhwc=True)
     write_embedder(d / "u8.onnx", uint8=True)
+    write_token_encoder(d / "tok.onnx")
     return d
 
 
@@ -32,14 +33,24 @@ INT8 = ["--precision", "int8", "--calib", "CALIB"]
          "is full integer, calibrated on --calib (static INT8); drop --weight-only and give --calib, or drop "
          "--format tflite"),
         ("emb", [*INT8, "--input", "x=4x3x16x16"], "--format tflite: MODEL has inputs x=4x3x16x16 float32; the "
-         "TFLite twin (onnx2tf) takes one float32 NCHW image input of batch 1 (give --input NAME=1xCxHxW for a "
-         "dynamic batch)"),
+         "TFLite twin (onnx2tf) takes inputs of batch 1 and dtype float32, int64 or int32 (give --input NAME=1x... "
+         "for a dynamic batch)"),
         ("emb", ["--precision", "fp32", "--input", "x=4x3x16x16"], "--format tflite: MODEL has inputs x=4x3x16x16 "
-         "float32; the TFLite twin (onnx2tf) takes one float32 NCHW image input of batch 1 (give --input "
-         "NAME=1xCxHxW for a dynamic batch)"),
+         "float32; the TFLite twin (onnx2tf) takes inputs of batch 1 and dtype float32, int64 or int32 (give "
+         "--input NAME=1x... for a dynamic batch)"),
         ("u8", [*INT8, "--input", "x=1x3x16x16"], "--format tflite: MODEL has inputs x=1x3x16x16 uint8; the TFLite "
-         "twin (onnx2tf) takes one float32 NCHW image input of batch 1 (give --input NAME=1xCxHxW for a dynamic "
-         "batch)"),
+         "twin (onnx2tf) takes inputs of batch 1 and dtype float32, int64 or int32 (give --input NAME=1x... for a "
+         "dynamic batch)"),
+        ("u8", ["--precision", "fp32", "--input", "x=1x3x16x16"], "--format tflite: MODEL has inputs x=1x3x16x16 "
+         "uint8; the TFLite twin (onnx2tf) takes inputs of batch 1 and dtype float32, int64 or int32 (give --input "
+         "NAME=1x... for a dynamic batch)"),
+        ("tok", ["--precision", "fp32", "--input", "x=2x8x64"], "--format tflite: MODEL has inputs x=2x8x64 float32; "
+         "the TFLite twin (onnx2tf) takes inputs of batch 1 and dtype float32, int64 or int32 (give --input "
+         "NAME=1x... for a dynamic batch)"),
+        # the fp32 twin takes a token encoder; the INT8 twin stays image-only
+        ("tok", [*INT8, "--input", "x=1x8x64"], "--format tflite --precision int8: MODEL has inputs x=1x8x64 float32; "
+         "the INT8 TFLite twin (onnx2tf, full integer) takes one float32 NCHW image input of batch 1 with 3 channels "
+         "(onnx2tf calibrates 3-channel images only); use --precision fp32 for this model's TFLite twin"),
         ("nhwc", [*INT8, "--input", "x=1x16x16x3"], "--format tflite --precision int8: MODEL has inputs x=1x16x16x3 "
          "float32; the INT8 TFLite twin (onnx2tf, full integer) takes one float32 NCHW image input of batch 1 with "
          "3 channels (onnx2tf calibrates 3-channel images only); use --precision fp32 for this model's TFLite twin"),
