@@ -29,6 +29,11 @@ examples:
   edge-deploy convert model net.onnx --target rpi4 --precision fp32 --eval eval.npz --input x=1x3x224x224 \\
       --format tflite -o out/net
                        also the fp32 TFLite twin (onnx2tf), checked on LiteRT against the fp32 copy
+  edge-deploy convert model encoder.pt2 --target rpi4 --precision fp32 --eval tokens.npz --task embedding \\
+      --format tflite -o out/enc-tflite
+                       a text encoder's fp32 TFLite twin: input_ids / attention_mask [1, L] int64 kept as
+                       they are (onnx2tf -kat), when onnx2tf and LiteRT take its ops (all-MiniLM-L6-v2's
+                       they do not: docs/byom.md)
   edge-deploy convert model net.onnx --target rpi4 --precision int8 --calib calib.npz --eval eval.npz \\
       --task embedding --input x=1x3x224x224 --format both -o out/net8
                        also a full-integer INT8 TFLite (onnx2tf, calibrated on calib.npz), run on LiteRT
@@ -171,9 +176,11 @@ def add_convert_model(csub: argparse._SubParsersAction) -> None:
         "--format",
         choices=[f.value for f in ModelFormats],
         default=ModelFormats.ONNX.value,
-        help="onnx (default), or also the TFLite twin by onnx2tf (one float32 NCHW image input of batch 1): fp32, "
-        "checked against the fp32 copy; static int8: full integer, calibrated on --calib (3 channels) and gated "
-        "against the source like the ONNX; shipped by build --model (tflite = both: the ONNX is always kept)",
+        help="onnx (default), or also the TFLite twin by onnx2tf: fp32 (inputs of batch 1, float32/int64/int32; "
+        "one 4-D float input is read as an NCHW image and made NHWC, other inputs keep their ONNX shape), checked "
+        "against the fp32 copy; static int8 (one NCHW 3-channel image input): full integer, calibrated on --calib "
+        "and gated against the source like the ONNX; shipped by build --model (tflite = both: the ONNX is always "
+        "kept)",
     )
     m.add_argument("--json", action="store_true", help="print the build record as JSON")
     m.add_argument("--profiles", default=str(DEFAULT_PROFILE_DIR), help=argparse.SUPPRESS)
