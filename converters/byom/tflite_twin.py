@@ -52,8 +52,7 @@ TWIN_DTYPES = (np.dtype(np.float32), np.dtype(np.int64), np.dtype(np.int32))
 
 def is_image(inputs: Sequence[TensorSpec]) -> bool:
     """One float32 4-D input of batch 1: onnx2tf's image route (NCHW read, the twin NHWC in)."""
-    (spec, *rest) = inputs
-    return not rest and spec.dtype == np.float32 and len(spec.shape) == 4 and spec.shape[0] == 1
+    return len(inputs) == 1 and inputs[0].dtype == np.float32 and len(inputs[0].shape) == 4 and inputs[0].shape[0] == 1
 
 
 def check_twin_inputs(model: Path, inputs: Sequence[TensorSpec], precision: Precision) -> None:

@@ -8,6 +8,13 @@ right after it for a channels-last graph, and ``-kt`` is ``--keep_nwc_or_nhwc_or
 is what a token sequence [1, L, C] needs.) Inputs of any rank and of dtype float32, int64 or int32 (token ids)
 are converted; the TFLite inputs keep the dtype (int64 ids stay int64).
 
+Two onnx2tf 1.29.24 failures are worked around here: it turns Erf (in GELU: every BERT-style encoder) into
+TensorFlow's ``erf``, a "Flex" op LiteRT's interpreter does not run, so ``-rtpo Erf`` asks for its
+``replace_to_pseudo_operators`` form (an approximation by builtin ops: all-MiniLM-L6-v2's twin was then within
+2.2e-7 of the fp32 ONNX); and it fails on a ReduceL2 whose axes are an input (opset 18+), which
+``prep.reduce_l2_as_sum_square`` rewrites in the copy as ReduceSumSquare + Sqrt. The twin is compared with the
+ONNX model on every evaluation sample, so an approximation that is not close enough fails the build.
+
 What ``converters.tflite.convert`` handles for the image route holds here too: onnx2tf gets a copy (it
 overwrites its input), the sample-data file it would download is written first (it reads it when every
 input is 4-D with 3 channels last, which a kept input can be), its ``onnxsim`` is on PATH, and a failed run
@@ -44,7 +51,7 @@ from converters.tflite.convert import (
     _signature,
     onnx2tf_executable,
 )
-from converters.tflite.prep import write_sample_data
+from converters.tflite.prep import reduce_l2_as_sum_square, write_sample_data
 from edge.errors import ConversionError, InputError, ValidationError, require
 
 #: ``TfliteExport.layout`` of a model converted here.
@@ -125,8 +132,10 @@ def export_tflite_keep_layout(
         model_copy = work / onnx_path.name  # onnx2tf overwrites its input: give it a copy
         shutil.copyfile(onnx_path, model_copy)
         write_sample_data(work)  # never downloaded (see the module docstring)
+        reduce_l2_as_sum_square(model_copy)
         say(f"onnx2tf: {what}, inputs kept as in the ONNX model ({_text(inputs)})")
         argv = [str(exe), "-i", str(model_copy), "-o", "tf", "-kat", *(onnx2tf_name(n) for n in inputs)]
+        argv += ["-rtpo", "Erf"]  # else a Flex op LiteRT does not run (see the module docstring)
         start = time.perf_counter()
         _run_onnx2tf(argv, work, log_path, timeout_s, what)
         seconds = time.perf_counter() - start

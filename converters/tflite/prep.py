@@ -3,6 +3,7 @@
 * ``fixed_input_shape``: the NCHW shape, batch 1, to convert at.
 * ``explicit_maxpool_padding``: onnx2tf pads MaxPool with 0.0 under ``-oiqt``; we make padding explicit.
 * ``write_sample_data``: the file onnx2tf would otherwise download, written from real data.
+* ``reduce_l2_as_sum_square``: onnx2tf fails on a ReduceL2 with an ``axes`` input; we rewrite it.
 """
 
 from __future__ import annotations
@@ -148,4 +149,36 @@ def explicit_maxpool_padding(model_path: Path, input_name: str, nchw: tuple[int,
     del model.graph.node[:]
     model.graph.node.extend(nodes)
     onnx.save(model, str(model_path))
+    return rewritten
+
+
+def reduce_l2_as_sum_square(model_path: Path) -> int:
+    """Rewrite, in place, every ReduceL2 as ReduceSumSquare then Sqrt (the same function, the same inputs and
+    attributes: both take ``axes`` as an attribute before opset 18 and as an input from it).
+
+    onnx2tf 1.29.24 converts ReduceL2 to ``tf.norm`` and hands it the axis read from an ``axes`` input as a
+    numpy integer, which ``tf.norm`` refuses ("'axis' must be None, an integer, or a tuple of 2 unique
+    integers, got 1"): the L2 normalisation at the end of a sentence encoder (all-MiniLM-L6-v2). Only for a
+    copy of the model that onnx2tf is given.
+
+    Returns:
+        How many ReduceL2 nodes were rewritten.
+    """
+    onnx = require("onnx", "convert", "Preparing an ONNX model for onnx2tf")
+    model = onnx.load(str(model_path))
+    nodes, rewritten = [], 0
+    for node in model.graph.node:
+        if node.op_type != "ReduceL2" or node.domain not in ("", "ai.onnx"):
+            nodes.append(node)
+            continue
+        squares = f"{node.output[0]}__sum_square"
+        attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+        name = f"{node.name}__sum_square"
+        nodes.append(onnx.helper.make_node("ReduceSumSquare", list(node.input), [squares], name=name, **attrs))
+        nodes.append(onnx.helper.make_node("Sqrt", [squares], [node.output[0]], name=f"{node.name}__sqrt"))
+        rewritten += 1
+    if rewritten:
+        del model.graph.node[:]
+        model.graph.node.extend(nodes)
+        onnx.save(model, str(model_path))
     return rewritten

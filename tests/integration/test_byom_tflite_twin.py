@@ -154,20 +154,31 @@ def test_build_ships_the_int8_twin(converted_int8, tmp_path, capsys):
 
 
 def _write_id_pooler(path: Path, vocab: int = 50, tokens: int = 12, width: int = 16) -> Path:
-    """ids [1, tokens] int64 -> Gather from an embedding table [vocab, width] -> ReduceMean over tokens -> emb."""
+    """ids [1, tokens] int64 -> Gather from an embedding table [vocab, width] -> Erf -> ReduceMean over tokens ->
+    L2-normalised (x / ReduceL2(x)) -> emb [1, width], at opset 18 (axes as inputs): a sentence encoder's ends,
+    with the two ops onnx2tf 1.29.24 does not take as they are (Erf becomes a Flex op; ReduceL2 with an axes
+    input fails), which ``converters.tflite.keep_layout`` works around."""
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
     table = np.random.default_rng(5).standard_normal((vocab, width)).astype(np.float32)
+    nodes = [
+        helper.make_node("Gather", ["table", "ids"], ["e"], axis=0),
+        helper.make_node("Erf", ["e"], ["g"]),
+        helper.make_node("ReduceMean", ["g", "tok_axis"], ["m"], keepdims=0),
+        helper.make_node("ReduceL2", ["m", "feat_axis"], ["n"], keepdims=1),
+        helper.make_node("Div", ["m", "n"], ["emb"]),
+    ]
+    inits = [numpy_helper.from_array(table, "table"), numpy_helper.from_array(np.array([1], np.int64), "tok_axis"),
+             numpy_helper.from_array(np.array([-1], np.int64), "feat_axis")]  # fmt: skip
     graph = helper.make_graph(
-        [helper.make_node("Gather", ["table", "ids"], ["e"], axis=0),
-         helper.make_node("ReduceMean", ["e"], ["emb"], axes=[1], keepdims=0)],
+        nodes,
         "id_pooler",
         [helper.make_tensor_value_info("ids", TensorProto.INT64, [1, tokens])],
         [helper.make_tensor_value_info("emb", TensorProto.FLOAT, [1, width])],
-        [numpy_helper.from_array(table, "table")],
-    )  # fmt: skip
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
     model.ir_version = 9
     onnx.checker.check_model(model)
     onnx.save(model, str(path))

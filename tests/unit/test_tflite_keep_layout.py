@@ -60,3 +60,27 @@ def test_the_op_onnx2tf_failed_on_is_read_from_its_log(tmp_path):
     log.write_text("INFO: onnx_op_type: Div onnx_op_name: node_div\nTraceback (most recent call last):\n")
     assert failed_op(log) is None
     assert failed_op(tmp_path / "missing.log") is None
+
+
+@pytest.mark.parametrize("opset", [17, 18])  # axes an attribute, then an input
+def test_reduce_l2_is_rewritten_as_the_same_function(tmp_path, opset):
+    import numpy as np
+    import onnx
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+
+    from converters.tflite.prep import reduce_l2_as_sum_square
+
+    axes = {"axes": [1]} if opset == 17 else {}
+    node = helper.make_node("ReduceL2", ["x"] if opset == 17 else ["x", "axes"], ["n"], keepdims=1, **axes)
+    inits = [] if opset == 17 else [numpy_helper.from_array(np.array([1], np.int64), "axes")]
+    graph = helper.make_graph([node], "l2", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 5])],
+                              [helper.make_tensor_value_info("n", TensorProto.FLOAT, [2, 1])], inits)  # fmt: skip
+    path = tmp_path / "l2.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)]), str(path))
+    x = np.random.default_rng(0).standard_normal((2, 5)).astype(np.float32)
+    want = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    assert reduce_l2_as_sum_square(path) == 1
+    assert [n.op_type for n in onnx.load(str(path)).graph.node] == ["ReduceSumSquare", "Sqrt"]
+    got = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_allclose(got, want, rtol=1e-6)
