@@ -32,8 +32,7 @@ examples:
   edge-deploy convert model encoder.pt2 --target rpi4 --precision fp32 --eval tokens.npz --task embedding \\
       --format tflite -o out/enc-tflite
                        a text encoder's fp32 TFLite twin: input_ids / attention_mask [1, L] int64 kept as
-                       they are (onnx2tf -kat), when onnx2tf and LiteRT take its ops (all-MiniLM-L6-v2's
-                       they do not: docs/byom.md)
+                       they are (onnx2tf -kat), checked on LiteRT against the fp32 copy
   edge-deploy convert model net.onnx --target rpi4 --precision int8 --calib calib.npz --eval eval.npz \\
       --task embedding --input x=1x3x224x224 --format both -o out/net8
                        also a full-integer INT8 TFLite (onnx2tf, calibrated on calib.npz), run on LiteRT
