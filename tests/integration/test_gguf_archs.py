@@ -131,11 +131,12 @@ def _kquant(rng: np.random.Generator, shape: tuple[int, int], qtype: QT) -> np.n
     return raw.reshape(shape[0], -1)
 
 
-def write_gguf(path: Path, arch: str, qtype: QT, seed: int = 0, tied: bool = True) -> Path:
+def write_gguf(path: Path, arch: str, qtype: QT, seed: int = 0, tied: bool = True, wide: bool = False) -> Path:
     """A tiny ``arch`` GGUF whose 2-D weights are stored as ``qtype`` (norms and biases F32, as llama.cpp).
-    K-quant files get hidden and FFN sizes of 256 (a K-quant row holds whole 256-weight super-blocks)."""
+    K-quant files (and ``wide`` ones, e.g. an F32 file for llama.cpp to K-quantize) get hidden and FFN sizes
+    of 256 (a K-quant row holds whole 256-weight super-blocks)."""
     rng = np.random.default_rng(seed)
-    hidden, ffn = (256, 256) if qtype in K_TYPES else (HIDDEN, FFN)
+    hidden, ffn = (256, 256) if qtype in K_TYPES or wide else (HIDDEN, FFN)
     tensors = {"token_embd.weight": rng.normal(0, 1.0, (len(TOKENS), hidden))}
     tensors["output_norm.weight"] = rng.uniform(0.5, 1.5, hidden)
     if not tied:
