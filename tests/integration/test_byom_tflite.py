@@ -58,7 +58,7 @@ def test_int8_on_random_data_misses_the_raw_gate(files, tmp_path, capsys):
     argv = _argv(files, out, "--precision", "int8", "--calib", str(files / "calib.npz"))
     assert main(argv) == 5
     err = capsys.readouterr().err
-    assert "int8 model for rpi4 failed the raw gate" in err and "--max-rel-error 0.05" in err
+    assert "int8 model for rpi4 failed the raw gate" in err and "> rpi4.toml thresholds.model_max_rel_error 0.05" in err
     assert not (out / "models.json").exists() and (out / "report.md").is_file()
 
 
