@@ -209,3 +209,30 @@ def test_integral_image_sums_every_top_left_rectangle_and_switches_to_float64_wh
     window = (2, 11, 3, 16)
     assert np.array_equal(area_resize_window(large, window, 5, 7), area_resize_window(small, window, 5, 7))
     assert integral_image(img[:, :, :1]).shape == (14, 18, 1)  # one channel keeps its axis
+
+
+def test_the_resize_equals_the_previous_code_bit_for_bit():
+    """integral_image + area_resize_window give the very float32 values of the code they replaced (row-by-row
+    numpy cumulative sums and a float64 column cumsum, kept as the baseline of scripts/arm/run_detect_parts.py),
+    so the detectors' inputs did not move."""
+    import importlib.util
+    import sys
+
+    from skimage import data
+
+    arm = Path(__file__).resolve().parents[2] / "scripts" / "arm"
+    sys.path.insert(0, str(arm))  # the script imports its neighbour marks.py
+    try:
+        spec = importlib.util.spec_from_file_location("run_detect_parts", arm / "run_detect_parts.py")
+        before = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(before)
+    finally:
+        sys.path.remove(str(arm))
+    rng = np.random.default_rng(2)
+    for img in (data.astronaut(), rng.integers(0, 256, (301, 457, 3), dtype=np.uint8)):
+        old, new = before._baseline_integral(img), integral_image(img)
+        h, w = img.shape[:2]
+        for window in ((0, h, 0, w), (7, h - 3, 11, w - 5), (10, 40, 5, 60)):
+            for size in ((144, 192), (24, 24), (48, 48), (h // 3 + 1, w // 3 + 1), (2 * h // 3, w + 3)):
+                want = before._baseline_resize(old, window, *size)
+                assert np.array_equal(area_resize_window(new, window, *size), want), (window, size)
