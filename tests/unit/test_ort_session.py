@@ -102,3 +102,37 @@ def test_building_a_session_on_the_device_path_writes_no_telemetry(conv, tmp_pat
 def test_plain_onnxruntime_does_write_telemetry_so_the_check_above_can_fail(conv, tmp_path):
     written = _run_child("plain", conv, tmp_path)
     assert ".cache/Microsoft/DeveloperTools/.onnxruntime/onnxruntime.db" in written
+
+
+def _ort_and_a_different_onnx(folder: Path) -> Path:
+    """``m.ort`` made from the conv model, and beside it an ``m.onnx`` that is another model (x + y), so that the
+    output says which file a session read."""
+    from tests.unit.runtime_models import write_add
+
+    ort = import_onnxruntime()
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC  # portable, no NCHWc
+    options.optimized_model_filepath = str(folder / "m.ort")
+    options.add_session_config_entry("session.save_model_format", "ORT")
+    ort.InferenceSession(str(write_conv_relu(folder / "conv.onnx")), options, providers=["CPUExecutionProvider"])
+    write_add(folder / "m.onnx")
+    return folder / "m.ort"
+
+
+def _reads_the_conv(session) -> bool:
+    return [i.name for i in session.get_inputs()] == ["x"]
+
+
+def test_an_ort_file_loads_from_its_onnx_where_the_cpu_needs_the_int8_option(tmp_path, monkeypatch):
+    """session.x64quantprecision works by a graph transformer an ORT-format file never runs (module docstring):
+    on a CPU that needs it, the .onnx beside the .ort is read; elsewhere the .ort itself."""
+    path = _ort_and_a_different_onnx(tmp_path)
+    monkeypatch.setattr(ort_session, "int8_session_config", lambda: ())  # a VNNI x86 or an ARM core
+    assert _reads_the_conv(build_session(path, 1))
+    monkeypatch.setattr(ort_session, "int8_session_config", lambda: (("session.x64quantprecision", "1"),))
+    session = build_session(path, 1)
+    assert not _reads_the_conv(session)  # the x + y model: m.onnx
+    assert session.get_session_options().get_session_config_entry("session.x64quantprecision") == "1"
+    assert _reads_the_conv(build_session(path, 1, precise_int8=False))  # measuring the saturating kernels
+    (tmp_path / "m.onnx").unlink()
+    assert _reads_the_conv(build_session(path, 1))  # no .onnx beside it: the .ort as it is
