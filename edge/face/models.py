@@ -431,8 +431,8 @@ def open_face_pipeline(
     """The device pipeline over the models of a converted folder.
 
     MTCNN (or BlazeFace, if asked) finds the faces; dlib's 5-point landmark model (numpy) places the landmarks
-    on each box, as face_recognition does on its HOG boxes; the chip is cut exactly as dlib's ``get_face_chip``
-    (at the embedder's chip size); the ONNX ResNet (or a user's embedder) describes it. The pipeline's
+    on each box, as face_recognition does on its HOG boxes; the chip is cut as dlib's ``get_face_chip`` (at
+    the embedder's chip size; within ``edge.face.align.CHIP_TOLERANCE`` of it); the ONNX ResNet (or a user's embedder) describes it. The pipeline's
     ``threshold`` is the folder's same-person distance (``same_person_threshold``).
 
     Args:
