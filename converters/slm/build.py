@@ -361,7 +361,7 @@ def convert_slm(
         twin = _tflite_twin(folder, out_dir, fp32, precision, opts, profile, chat, say) if opts.tflite else None
         if twin is not None:
             lap("tflite")
-        write_generation(out_dir / GENERATION_FILE, _generation_spec(folder, chat, precision, twin))
+        write_generation(out_dir / GENERATION_FILE, _generation_spec(folder, chat, precision, twin, relevelled))
         settings = {**settings, "gate_arithmetic": quantize.GATE_ARITHMETIC if relevelled else "as shipped"}
         record = {"profile": profile, "precision": precision, "method": method, "settings": settings}
         record["greedy"] = greedy.to_dict() if greedy else None
@@ -427,10 +427,11 @@ def _tflite_twin(
 
 
 def _generation_spec(
-    folder: HfFolder, chat: ChatFormat, precision: Precision, twin: TfliteBuild | None
+    folder: HfFolder, chat: ChatFormat, precision: Precision, twin: TfliteBuild | None, level4: int = 0
 ) -> GenerationSpec:
-    """What generation.json says: the ONNX model, and the LiteRT twin only when it passed its greedy gate (a
-    failed twin stays in the folder, but the device is not told to run it)."""
+    """What generation.json says: the ONNX model (``level4``: its MatMulNBits at accuracy level 4), and the
+    LiteRT twin only when it passed its greedy gate (a failed twin stays in the folder, but the device is not
+    told to run it)."""
     tok = folder.tokenizer
     spec = GenerationSpec(
         model_file=MODEL_FILE,
@@ -444,6 +445,7 @@ def _generation_spec(
         chat_template=tok.chat_template,
         precision=precision.value,
         tokenizer_model=tok.model,
+        int8_activation_matmuls=level4,
     )
     if twin is None or not twin.greedy.passed:
         return spec

@@ -432,8 +432,9 @@ def open_face_pipeline(
 
     MTCNN (or BlazeFace, if asked) finds the faces; dlib's 5-point landmark model (numpy) places the landmarks
     on each box, as face_recognition does on its HOG boxes; the chip is cut as dlib's ``get_face_chip`` (at
-    the embedder's chip size; within ``edge.face.align.CHIP_TOLERANCE`` of it); the ONNX ResNet (or a user's embedder) describes it. The pipeline's
-    ``threshold`` is the folder's same-person distance (``same_person_threshold``).
+    the embedder's chip size; within ``edge.face.align.CHIP_TOLERANCE`` of it); the ONNX ResNet (or a user's
+    embedder) describes it. The pipeline's ``threshold`` is the folder's same-person distance
+    (``same_person_threshold``).
 
     Args:
         folder: a folder written by ``edge-deploy convert face`` (with models.json).

@@ -169,6 +169,12 @@ class TextGenerator:
         else:
             self.decoder = OnnxDecoder(path, threads)
 
+    @property
+    def host_caveat(self) -> str | None:
+        """Why this CPU may answer differently from the target the model was gated for, or None
+        (``host_caveat``)."""
+        return host_caveat(self.model_dir, self.spec, isinstance(self.decoder, OnnxDecoder))
+
     def close(self) -> None:
         """Release the runtime session."""
         self.decoder = None
@@ -264,3 +270,26 @@ class TextGenerator:
             yield text[len(emitted) :]
         rate = steps / (end - first) if steps and end > first else 0.0
         holder.append(GenerationResult(text, tuple(new), len(ids), reason, first - start, rate))
+
+
+def host_caveat(model_dir: Path, spec: GenerationSpec, on_onnxruntime: bool, kernels: Any = None) -> str | None:
+    """A sentence for the user when this CPU computes the model's level-4 projections differently from the
+    target it was gated for, else None.
+
+    Said of a model whose ``MatMulNBits`` run at accuracy level 4 (generation.json ``int8_activation_matmuls``:
+    the rpi4 and browser builds), run on onnxruntime on an x86 CPU without VNNI, where onnxruntime's
+    int8-activation kernels gave other answers than the Pi's (docs/slm.md). ``kernels``: an
+    ``edge.cpu.Int8Kernels`` (default: this CPU's).
+    """
+    from edge.cpu import int8_kernels
+
+    kernels = kernels or int8_kernels()
+    count = spec.int8_activation_matmuls
+    if not count or not on_onnxruntime or kernels.kind not in ("x86-avx2", "x86-sse"):
+        return None
+    return (
+        f"{model_dir}: {count} of this model's MatMulNBits run at accuracy level 4 (int8 activations), and on "
+        f"this x86 CPU without VNNI ({kernels.describe()}) onnxruntime's kernels for them answer differently "
+        "from the target the model was gated for (docs/slm.md: the rpi4 build answered the France prompt wrongly "
+        "on an AVX2-only PC); convert it for --target x86_64-host to run it here"
+    )

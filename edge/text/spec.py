@@ -41,13 +41,20 @@ class GenerationSpec:
     litert_file: str | None = None
     #: The GGUF's ``tokenizer.ggml.model`` that ``tokenizer_file`` was rebuilt from (one of TOKENIZER_MODELS).
     tokenizer_model: str = "gpt2"
+    #: How many ``MatMulNBits`` of ``model_file`` run at accuracy level 4 (int8 activations, computed by each
+    #: CPU family's own kernels; docs/slm.md). 0 in files written before the key existed.
+    int8_activation_matmuls: int = 0
 
     def to_dict(self) -> dict:
         """The JSON form (as written to ``generation.json``; ``runtime`` and ``litert_file`` only with a twin,
-        ``tokenizer_model`` only when it is not byte-level BPE)."""
-        extra = {"runtime": self.runtime, "litert_file": self.litert_file} if self.litert_file else {}
+        ``tokenizer_model`` only when it is not byte-level BPE, ``int8_activation_matmuls`` only when not 0)."""
+        extra: dict[str, str | int | None] = {}
+        if self.litert_file:
+            extra |= {"runtime": self.runtime, "litert_file": self.litert_file}
         if self.tokenizer_model != "gpt2":  # a byte-level BPE folder reads as it did before the key existed
             extra["tokenizer_model"] = self.tokenizer_model
+        if self.int8_activation_matmuls:
+            extra["int8_activation_matmuls"] = self.int8_activation_matmuls
         return {
             "schema_version": SCHEMA_VERSION,
             "model_file": self.model_file,
@@ -110,6 +117,9 @@ def load_spec(model_dir: Path) -> GenerationSpec:
         raise InputError(
             f"{where}: tokenizer_model = {tokenizer_model!r}; expected one of {', '.join(TOKENIZER_MODELS)}"
         )
+    level4 = data.get("int8_activation_matmuls", 0)
+    if isinstance(level4, bool) or not isinstance(level4, int) or level4 < 0:
+        raise InputError(f"{where}: int8_activation_matmuls = {level4!r}; expected a whole number >= 0")
     return GenerationSpec(
         model_file=_get(data, where, "model_file", str),
         tokenizer_file=_get(data, where, "tokenizer_file", str),
@@ -124,4 +134,5 @@ def load_spec(model_dir: Path) -> GenerationSpec:
         runtime=runtime,
         litert_file=litert_file,
         tokenizer_model=tokenizer_model,
+        int8_activation_matmuls=level4,
     )

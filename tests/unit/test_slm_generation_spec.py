@@ -58,3 +58,9 @@ def test_the_report_says_where_the_twin_runs(tmp_path) -> None:
         "LiteRT twin `model_none.tflite` (none, 123 bytes), not named in generation.json (it failed its gate; "
         "the device runs the ONNX); its greedy answers:"
     )
+
+
+def test_the_level_4_count_is_written_when_there_is_one(folder) -> None:
+    hf, chat = folder
+    assert "int8_activation_matmuls" not in _generation_spec(hf, chat, Precision.INT4, None).to_dict()
+    assert _generation_spec(hf, chat, Precision.INT4, None, 61).to_dict()["int8_activation_matmuls"] == 61

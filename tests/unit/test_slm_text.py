@@ -234,3 +234,38 @@ def test_reserved_tokens_are_refused_in_content() -> None:
         "messages[0].content holds the control token '<unk>' at character 3; expected plain text (a message may "
         "not open or close a turn)"
     )
+
+
+def test_the_level_4_count_round_trips_and_is_checked(tmp_path: Path) -> None:
+    """Written only when not 0; a folder without the key has none (files from before it existed)."""
+    (tmp_path / "generation.json").write_text(json.dumps(spec_dict()))
+    assert load_spec(tmp_path).int8_activation_matmuls == 0
+    level4 = spec_dict() | {"int8_activation_matmuls": 61}
+    (tmp_path / "generation.json").write_text(json.dumps(level4))
+    spec = load_spec(tmp_path)
+    assert spec.int8_activation_matmuls == 61 and spec.to_dict() == level4
+    for bad in (-1, True, "61"):
+        (tmp_path / "generation.json").write_text(json.dumps(spec_dict() | {"int8_activation_matmuls": bad}))
+        with pytest.raises(InputError) as err:
+            load_spec(tmp_path)
+        assert str(err.value) == (
+            f"{tmp_path / 'generation.json'}: int8_activation_matmuls = {bad!r}; expected a whole number >= 0"
+        )
+
+
+def test_a_level_4_model_on_onnxruntime_on_an_x86_without_vnni_gets_a_caveat(tmp_path: Path) -> None:
+    from edge.cpu import int8_kernels
+    from edge.text.generator import host_caveat
+
+    (tmp_path / "generation.json").write_text(json.dumps(spec_dict() | {"int8_activation_matmuls": 61}))
+    spec = load_spec(tmp_path)
+    avx2 = int8_kernels({"AVX2": True, "SSE41": True}, "x86_64")
+    vnni = int8_kernels({"AVX2": True, "AVX512VNNI": True}, "x86_64")
+    neon = int8_kernels({"ASIMD": True}, "aarch64")
+    caveat = host_caveat(tmp_path, spec, True, avx2)
+    assert caveat is not None and caveat.startswith(f"{tmp_path}: 61 of this model's MatMulNBits run at accuracy")
+    assert "x86-avx2 (AVX2, SSE41, no VNNI" in caveat and caveat.endswith("--target x86_64-host to run it here")
+    assert host_caveat(tmp_path, spec, True, vnni) is None and host_caveat(tmp_path, spec, True, neon) is None
+    assert host_caveat(tmp_path, spec, False, avx2) is None  # a LiteRT twin: not these kernels
+    (tmp_path / "generation.json").write_text(json.dumps(spec_dict()))
+    assert host_caveat(tmp_path, load_spec(tmp_path), True, avx2) is None  # level 0 everywhere (x86_64-host)
