@@ -20,8 +20,9 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     model_file = Path(args.model_file) if args.model_file else None
     threads = args.threads or default_threads()
     with TextGenerator(Path(args.model_dir), threads=threads, model_file=model_file) as generator:
-        if generator.host_caveat:
-            print(f"warning: {generator.host_caveat}", file=sys.stderr)
+        caveat = generator.host_caveat
+        if caveat:
+            print(f"warning: {caveat}", file=sys.stderr)
         stream = generator.stream(args.prompt, config, chat=not args.raw)
         for piece in stream:
             if not args.json:

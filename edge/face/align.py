@@ -320,7 +320,7 @@ def warp_chip(rgb: np.ndarray, chip_to_img: np.ndarray, size: int, exact: bool =
         src = pyramid_down_2(src)
         m = m / 2.0
         m[:, 2] -= (1.25, 0.75)  # dlib's pyramid_down<2>::point_down
-    if exact or src.shape[0] < 2 or src.shape[1] < 2 or not _surely_inside(m, size, src.shape[0], src.shape[1]):
+    if exact or not _surely_inside(m, size, src.shape[0], src.shape[1]):  # False for a source under 2x2
         return _bilinear(src, m, size)
     return _bilinear_opencv(src, m, size)
 
