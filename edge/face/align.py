@@ -8,8 +8,9 @@ corners), taking their template from the same mean face.
 
 The bilinear step has two implementations. ``exact=True`` is dlib's arithmetic in numpy, byte for byte
 equal to ``dlib.get_face_chip``. The default samples with OpenCV's ``warpAffine`` on float32 values and
-truncates as dlib does: about 6x fewer instructions on a Pi's core (docs/benchmarks.md, ``arm-frame``) and
-one grey level off dlib's chip in 26 of the 3.9 million values of the evaluation set's 58 faces
+truncates as dlib does: the alignment stage of a one-face frame on emulated Cortex-A72 went from 17.1 M to
+11.5 M instructions (docs/benchmarks.md, ``arm-frame``, counted at f479308 and 9bce2b0), and it is one grey
+level off dlib's chip in 26 of the 3.9 million values of the evaluation set's 58 faces
 (``CHIP_TOLERANCE``). A chip that leaves the image always takes the exact path: dlib blacks a pixel with
 any neighbour outside, a border rule OpenCV does not have.
 """
