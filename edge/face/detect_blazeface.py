@@ -214,9 +214,12 @@ def letterbox_window(
     scale = size / max(h, w)
     new_h, new_w = max(1, round(h * scale)), max(1, round(w * scale))
     top, left = (size - new_h) // 2, (size - new_w) // 2
-    square = np.full((size, size, 3), -1.0, np.float32)
-    resized = area_resize_window(integral, window, new_h, new_w)
-    square[top : top + new_h, left : left + new_w] = resized * np.float32(2.0 / 255.0) - np.float32(1.0)
+    square = np.empty((size, size, 3), np.float32)
+    for border in (square[:top], square[top + new_h :], square[:, :left], square[:, left + new_w :]):
+        border.fill(-1.0)
+    inner = square[top : top + new_h, left : left + new_w]  # the resized window, mapped to [-1, 1] in place
+    np.multiply(area_resize_window(integral, window, new_h, new_w), np.float32(2.0 / 255.0), out=inner)
+    inner -= np.float32(1.0)
     return square[None], Letterbox(new_w / w, float(left), float(top))
 
 

@@ -22,9 +22,11 @@ the box, which misaligns boxes and scores), and NMS breaks score ties by index (
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from enum import Enum
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -140,7 +142,10 @@ def area_resize_window(integral: np.ndarray, window: tuple[int, int, int, int], 
 
     This is torch's ``interpolate(mode="area")``: output pixel (i, j) is the plain mean of input rows
     ``floor(i*h/out_h) .. ceil((i+1)*h/out_h)`` and the same for columns (up- and downscaling). Each sum is
-    exact (integers from the integral image); the mean is the sum divided once, in float64.
+    exact (integers from the integral image); the mean is the float32 nearest to sum / count. While every sum
+    is below 2**24 that is one float32 division (its operands are exact, and a float32 quotient is correctly
+    rounded); beyond, the sum is divided in float64 and rounded to float32, which gives the same values (a
+    quotient rounded to 53 bits and then to 24 is rounded once: 53 >= 2 * 24 + 2).
 
     Args:
         integral: ``integral_image(image)``.
@@ -152,13 +157,40 @@ def area_resize_window(integral: np.ndarray, window: tuple[int, int, int, int], 
         float32 [out_h, out_w, C].
     """
     r0, r1, c0, c1 = (int(v) for v in window)
-    rs, re = _area_bounds(r1 - r0, out_h)
-    cs, ce = _area_bounds(c1 - c0, out_w)
-    # whole rows first (contiguous copies), then columns: far fewer instructions than 2-D fancy indexing
-    rows = integral[r0 + re, c0 : c1 + 1] - integral[r0 + rs, c0 : c1 + 1]
-    sums = np.take(rows, ce, axis=1) - np.take(rows, cs, axis=1)
-    counts = (re - rs)[:, None, None] * (ce - cs)[None, :, None]
-    return (sums.astype(np.float64) / counts.astype(np.float64)).astype(np.float32)
+    plan = _area_plan(r1 - r0, c1 - c0, out_h, out_w, integral.shape[2])
+    # whole rows first (contiguous copies), then single values of the rows flattened, and every array as large
+    # as the output: numpy's loops over a broadcast channel axis of 3 cost several times the instructions
+    rows = (integral[r0 + plan.row_end, c0 : c1 + 1] - integral[r0 + plan.row_start, c0 : c1 + 1]).reshape(out_h, -1)
+    sums = rows[:, plan.col_end] - rows[:, plan.col_start]
+    if plan.counts.dtype == np.float32:
+        means = sums.astype(np.float32) / plan.counts
+    else:
+        means = (sums.astype(np.float64) / plan.counts).astype(np.float32)
+    return means.reshape(out_h, out_w, -1)
+
+
+#: Below this many pixels a window's sum of uint8 values is below 2**24, exact in float32.
+_FLOAT32_EXACT_COUNT = (2**24 - 1) // 255
+
+
+class _AreaPlan(NamedTuple):
+    row_start: np.ndarray  # [out_h] first input row of each output row
+    row_end: np.ndarray  # [out_h] one past its last
+    col_start: np.ndarray  # [out_w * C] flat column-and-channel index of each output value's first column
+    col_end: np.ndarray  # [out_w * C] one past its last
+    counts: np.ndarray  # [out_h, out_w * C] pixels in each window: float32 when every sum fits in 24 bits
+
+
+@functools.lru_cache(maxsize=64)
+def _area_plan(h: int, w: int, out_h: int, out_w: int, channels: int) -> _AreaPlan:
+    """What ``area_resize_window`` needs of a window's size and the output's, computed once for each."""
+    rs, re = _area_bounds(h, out_h)
+    cs, ce = _area_bounds(w, out_w)
+    step = np.arange(channels)
+    counts = np.multiply.outer(re - rs, np.repeat(ce - cs, channels))
+    exact32 = int(counts.max()) <= _FLOAT32_EXACT_COUNT
+    flat_cs, flat_ce = ((c[:, None] * channels + step).ravel() for c in (cs, ce))
+    return _AreaPlan(rs, re, flat_cs, flat_ce, counts.astype(np.float32 if exact32 else np.float64))
 
 
 def area_resize(image: np.ndarray, out_h: int, out_w: int) -> np.ndarray:

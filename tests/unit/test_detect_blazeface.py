@@ -71,6 +71,11 @@ def test_letterbox_centres_the_image_on_black():
     assert (place.scale, place.pad_x, place.pad_y) == (1.28, 0.0, 32.0)
     assert np.all(tensor[0, :32] == -1.0) and np.all(tensor[0, 96:] == -1.0)
     assert np.allclose(tensor[0, 32:96], 1.0)
+    tall, place = letterbox(np.zeros((100, 50, 3), np.uint8), 128)  # black image: -1 inside the borders too
+    assert (place.pad_x, place.pad_y) == (32.0, 0.0) and np.all(tall == -1.0)
+    tensor, _ = letterbox(np.full((100, 50, 3), 255, np.uint8), 128)
+    assert np.all(tensor[0, :, :32] == -1.0) and np.all(tensor[0, :, 96:] == -1.0)
+    assert np.allclose(tensor[0, :, 32:96], 1.0)
 
 
 def test_five_points_orders_the_eyes_and_estimates_the_mouth_corners():

@@ -192,7 +192,8 @@ def test_detector_module_imports_only_device_dependencies():
             roots.update(alias.name.split(".")[0] for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module:
             roots.add(node.module.split(".")[0])
-    assert roots <= {"__future__", "collections", "enum", "pathlib", "typing", "numpy", "cv2", "edge"}, roots
+    stdlib = {"__future__", "collections", "enum", "functools", "pathlib", "typing"}
+    assert roots <= stdlib | {"numpy", "cv2", "edge"}, roots
 
 
 def test_integral_image_sums_every_top_left_rectangle_and_switches_to_float64_when_int32_could_overflow(monkeypatch):
@@ -236,3 +237,28 @@ def test_the_resize_equals_the_previous_code_bit_for_bit():
             for size in ((144, 192), (24, 24), (48, 48), (h // 3 + 1, w // 3 + 1), (2 * h // 3, w + 3)):
                 want = before._baseline_resize(old, window, *size)
                 assert np.array_equal(area_resize_window(new, window, *size), want), (window, size)
+
+
+def test_a_float32_division_of_a_window_sum_rounds_as_the_float64_division_it_replaced():
+    """area_resize_window divides in float32 while a window holds at most _FLOAT32_EXACT_COUNT pixels: every sum
+    of uint8 values is then exact in float32, and the quotient equals float32(float64 sum / count). Checked for
+    every sum of every count up to 256 and for sampled sums of larger counts up to the bound; beyond it the
+    plan keeps float64."""
+    import edge.face.detect_mtcnn as mtcnn
+
+    def both(sums: np.ndarray, count: int) -> tuple[np.ndarray, np.ndarray]:
+        return sums.astype(np.float32) / np.float32(count), (sums.astype(np.float64) / count).astype(np.float32)
+
+    for count in range(1, 257):
+        f32, f64 = both(np.arange(255 * count + 1), count)
+        assert np.array_equal(f32, f64), count
+    rng = np.random.default_rng(3)
+    for count in (*rng.integers(257, mtcnn._FLOAT32_EXACT_COUNT, 40), mtcnn._FLOAT32_EXACT_COUNT):
+        sums = np.concatenate([rng.integers(0, 255 * count + 1, 100_000), 255 * count - np.arange(1000)])
+        f32, f64 = both(sums, int(count))
+        assert np.array_equal(f32, f64), count
+    assert 255 * mtcnn._FLOAT32_EXACT_COUNT < 2**24 <= 255 * (mtcnn._FLOAT32_EXACT_COUNT + 1)
+    assert mtcnn._area_plan(480, 640, 144, 192, 3).counts.dtype == np.float32
+    assert mtcnn._area_plan(2000, 2000, 2, 2, 3).counts.dtype == np.float64  # 1000 x 1000 pixels a window
+    big = np.full((2000, 2000, 3), 255, np.uint8)
+    assert np.array_equal(area_resize(big, 2, 2), np.full((2, 2, 3), 255, np.float32))
