@@ -186,8 +186,12 @@ class ShapePredictor:
         feats = np.zeros((self.deltas.shape[1], _padded(faces)), np.int16)
         for level in range(self.split_idx.shape[0]):
             anchors = shape.transpose(0, 2, 1).take(self.anchor_idx[level], axis=2)
-            unit = self._similarity(shape) @ self._deltas_t[level] + anchors
-            pix = np.floor(origin + unit * extent + 0.5)  # float32 * float64: the float32 values, exactly
+            # in place, in float64 (the float32 values exactly): no mixed-type loops, no temporaries
+            pix = (self._similarity(shape) @ self._deltas_t[level] + anchors).astype(np.float64)
+            pix *= extent
+            pix += origin
+            pix += 0.5
+            np.floor(pix, out=pix)
             feats[:, :faces] = _intensities(pixels, size, pix).T
             leaf = self._walk(level, feats.take(self._pairs[level], axis=0))[:, :faces]
             # (mode: the rows are in range; any mode but "raise" lets take write into ``out`` unbuffered)
