@@ -15,7 +15,7 @@ def recognize_image(
     gallery,
     rgb: np.ndarray,
     threshold: float | None = None,
-    min_score: float = DEFAULT_MIN_SCORE,
+    min_score: float | None = None,
 ) -> list[dict]:
     """Every face in one image with the gallery's answer.
 
@@ -25,7 +25,8 @@ def recognize_image(
         rgb: uint8 [H, W, 3] RGB image.
         threshold: same-person descriptor distance; None: the pipeline's ``threshold`` (from models.json:
             dlib's 0.6, or the one calibrated for a user's embedder), else ``DLIB_SAME_PERSON_THRESHOLD``.
-        min_score: detections scoring lower are left out.
+        min_score: detections scoring lower are left out; None: only the pipeline's own cut-off applies (the one
+            ``open_face_pipeline`` sets for its detector: MTCNN ``DEFAULT_MIN_SCORE``, BlazeFace its own).
 
     Returns:
         One dict per face: box, score, landmarks, ``name`` (None for unknown) and ``distance``.
@@ -34,7 +35,7 @@ def recognize_image(
         threshold = float(getattr(pipeline, "threshold", DLIB_SAME_PERSON_THRESHOLD))
     faces = []
     for face in pipeline.analyze(rgb):
-        if face.detection.score < min_score:
+        if min_score is not None and face.detection.score < min_score:
             continue
         match = gallery.match(face.descriptor, threshold)
         row = face.detection.to_dict()
