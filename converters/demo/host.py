@@ -154,15 +154,22 @@ def _conversion_summary(models_dir: Path) -> str:
 
 
 def run_face_demo(
-    models_dir: Path, out_dir: Path, progress: ProgressFn = silent, threads: int | None = None
+    models_dir: Path,
+    out_dir: Path,
+    progress: ProgressFn = silent,
+    threads: int | None = None,
+    detector: str | None = None,
 ) -> DemoResult:
-    """Enroll and recognise with the models in ``models_dir``; writes gallery_photos/, gallery.npz, queries/."""
+    """Enroll and recognise with the models in ``models_dir``; writes gallery_photos/, gallery.npz, queries/.
+
+    ``detector``: one ``open_face_pipeline`` knows (the folder must hold its model); None: the folder's own.
+    """
     out_dir = Path(out_dir)
     photos = out_dir / "gallery_photos"
     _write_gallery_photos(photos)
     queries = out_dir / "queries"
     queries.mkdir(parents=True, exist_ok=True)
-    with open_face_pipeline(models_dir, threads or default_threads()) as pipeline:
+    with open_face_pipeline(models_dir, threads or default_threads(), detector=detector) as pipeline:
         progress(f"enrolling the gallery from {photos}")
         gallery = Gallery()
         report = gallery.enroll_folder(photos, pipeline)
