@@ -3,8 +3,10 @@
 Same models, same inputs, same thread count, interleaved blocks (browser block, native block, repeat) so
 that drift on a noisy machine hits both alike; the first run of each side is left out (steady state).
 Contenders: dlib's ResNet embedder on one 150x150 chip, the whole MTCNN cascade on insightface's t1.jpg
-(1280x886, the JS cascade around onnxruntime-web vs the numpy one around onnxruntime), and the embedder as
-INT8 QDQ in the browser (to check the profile's fp32 choice). Goal: browser / native <= 2.0.
+(1280x886, the JS cascade around onnxruntime-web vs the numpy one around onnxruntime), the whole frame
+(detect, align, describe every face: the page's FacePipeline.analyze vs open_face_pipeline's) on t1.jpg and
+on arm_frame's one-face 640x480 frame, and the embedder as INT8 QDQ in the browser (to check the profile's
+fp32 choice). Goal: browser / native <= 2.0.
 Also saves a screenshot of the page to docs/img/browser-demo.png.
 
     .venv/bin/python benchmarks/browser_vs_native.py [--models DIR] [--text SLM_DIR] [--threads 2] [--blocks 5]
@@ -129,6 +131,55 @@ def _detector_blocks(page: Chromium, models: Path, photo: Path, threads: int, ru
     return browser, native, det
 
 
+def _frame_blocks(page: Chromium, models: Path, photo: Path, threads: int, runs: int):
+    """The whole frame on ``photo``: the page's ``FacePipeline.analyze`` vs ``open_face_pipeline(...).analyze``
+    (detect, align and describe every face; the same fp32 models, MTCNN at its 0.9 cut-off in both)."""
+    from edge.face.models import open_face_pipeline
+
+    assert page.upload(photo) == "done", page.text("error")
+    rgb = load_image(photo)
+    pipeline = open_face_pipeline(models, threads)
+    faces = len(pipeline.analyze(rgb))
+
+    def native() -> list[float]:
+        out = []
+        for _ in range(runs):
+            t = time.perf_counter()
+            pipeline.analyze(rgb)
+            out.append((time.perf_counter() - t) * 1000)
+        return out
+
+    def browser() -> list[float]:
+        return page.driver.execute_async_script(
+            "const done = arguments[arguments.length - 1]; edgeBench.frame(arguments[0]).then(done);", runs
+        )
+
+    browser()  # first run apart
+    return browser, native, pipeline, faces
+
+
+def _frame_rows(page: Chromium, models: Path, frames: dict[str, Path], threads: int, blocks: int, runs: int):
+    rows = []
+    for label, photo in frames.items():
+        browser, native, pipeline, faces = _frame_blocks(page, models, photo, threads, runs)
+        rows.append((f"whole frame fp32 (MTCNN), {label}, {faces} face(s)", *_interleave(blocks, browser, native)))
+        pipeline.close()
+    return rows
+
+
+def _one_face_frame(work: Path) -> Path:
+    """arm_frame's frame: matplotlib's grace_hopper.jpg letterboxed to 640x480, as a PNG the page can open."""
+    import cv2
+
+    from benchmarks.arm_frame import letterbox
+    from converters.face.facedata import package_dir
+
+    frame = letterbox(load_image(package_dir("matplotlib") / "mpl-data" / "sample_data" / "grace_hopper.jpg"))
+    path = work / "grace_hopper_640x480.png"
+    cv2.imwrite(str(path), cv2.cvtColor(frame, cv2.COLOR_RGB2BGR))
+    return path
+
+
 def _gallery_view(page: Chromium, photo: Path) -> None:
     """Put the page in a state worth a screenshot: one person enrolled, then the photo recognised."""
     from selenium.webdriver.common.by import By
@@ -190,6 +241,8 @@ def measure(
             det_b, det_n, det = _detector_blocks(page, models, photo, threads, max(1, runs // 2))
             rows.append(("MTCNN cascade fp32, t1.jpg 1280x886", *_interleave(blocks, det_b, det_n)))
             det.close()
+            frames = {"t1.jpg 1280x886": photo, "grace_hopper 640x480": _one_face_frame(site.parent)}
+            rows += _frame_rows(page, models, frames, threads, blocks, max(1, runs // 2))
             q_b = _browser_model(page, "models/face_embedder_int8.onnx", "chip", chip, runs)
             q_n = _native_model(site / "models" / "face_embedder_int8.onnx", "chip", chip, threads, runs)
             rows.append(("embedder INT8 QDQ, 1 chip", *_interleave(blocks, q_b, q_n)))

@@ -320,6 +320,8 @@ window.edgeBench = {
   threads: () => ort.env.wasm.numThreads,
   // The MTCNN cascade on the last photo chosen in the page.
   detect: (n) => timeRuns(n, () => state.pipeline.mtcnn.detect(state.rgb, state.h, state.w)),
+  // The whole frame on that photo: detect, align and describe every face (FacePipeline.analyze).
+  frame: (n) => timeRuns(n, () => state.pipeline.analyze(state.rgb, state.h, state.w)),
   // One ONNX model from the site on a given float32 input (values from the caller, e.g. the native run's).
   async model(url, inputName, dims, values, n) {
     const session = await ort.InferenceSession.create(url, { executionProviders: ["wasm"] });
