@@ -66,8 +66,9 @@ BlazeFace full range on LiteRT (`face_detection_full_range_sparse.tflite`), grac
 the TCG plugin between region marks (`scripts/arm/run_detect_parts.py`), per frame = (3 frames - 1 frame) /
 2. "before" runs the previous integral image (numpy row-by-row cumulative sums), area resize (float64 column
 cumsum) and decoding (every anchor decoded, then the score cut), copied into that script; "now" is
-`edge/face`: OpenCV's `integral`, four-corner integer box sums (whole rows taken first), scores first and
-only the kept anchors decoded. Both give bit-identical network inputs
+`edge/face`: OpenCV's `integral`, four-corner integer box sums (whole rows taken first, then single values
+of them), one float32 division per value (the float64 quotient's float32, bit for bit), the [-1, 1] mapping
+in place, scores first and only the kept anchors decoded. Both give bit-identical network inputs
 (`tests/unit/test_mtcnn_nms.py::test_the_resize_equals_the_previous_code_bit_for_bit`: two images, 15
 windows and sizes each) and the same detections. Machine: {machine} (instruction counts
 of the emulated cores: the host's CPU features do not enter them).
