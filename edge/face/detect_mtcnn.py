@@ -157,7 +157,8 @@ def area_resize_window(integral: np.ndarray, window: tuple[int, int, int, int], 
         float32 [out_h, out_w, C].
     """
     r0, r1, c0, c1 = (int(v) for v in window)
-    plan = _area_plan(r1 - r0, c1 - c0, out_h, out_w, integral.shape[2])
+    size = (r1 - r0, c1 - c0, out_h, out_w, integral.shape[2])
+    plan = _cached_area_plan(*size) if out_h * out_w * size[4] <= _CACHED_PLAN_VALUES else _area_plan(*size)
     # whole rows first (contiguous copies), then single values of the rows flattened, and every array as large
     # as the output: numpy's loops over a broadcast channel axis of 3 cost several times the instructions
     rows = (integral[r0 + plan.row_end, c0 : c1 + 1] - integral[r0 + plan.row_start, c0 : c1 + 1]).reshape(out_h, -1)
@@ -181,7 +182,11 @@ class _AreaPlan(NamedTuple):
     counts: np.ndarray  # [out_h, out_w * C] pixels in each window: float32 when every sum fits in 24 bits
 
 
-@functools.lru_cache(maxsize=64)
+#: Plans of outputs up to this many values are kept (at most 32 of them, ~16 MB at worst): BlazeFace's input,
+#: MTCNN's crops. MTCNN's larger pyramid levels are planned anew each time, as they were before plans.
+_CACHED_PLAN_VALUES = 192 * 192 * 3
+
+
 def _area_plan(h: int, w: int, out_h: int, out_w: int, channels: int) -> _AreaPlan:
     """What ``area_resize_window`` needs of a window's size and the output's, computed once for each."""
     rs, re = _area_bounds(h, out_h)
@@ -191,6 +196,9 @@ def _area_plan(h: int, w: int, out_h: int, out_w: int, channels: int) -> _AreaPl
     exact32 = int(counts.max()) <= _FLOAT32_EXACT_COUNT
     flat_cs, flat_ce = ((c[:, None] * channels + step).ravel() for c in (cs, ce))
     return _AreaPlan(rs, re, flat_cs, flat_ce, counts.astype(np.float32 if exact32 else np.float64))
+
+
+_cached_area_plan = functools.lru_cache(maxsize=32)(_area_plan)
 
 
 def area_resize(image: np.ndarray, out_h: int, out_w: int) -> np.ndarray:
