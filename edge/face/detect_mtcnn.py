@@ -195,7 +195,10 @@ def _area_plan(h: int, w: int, out_h: int, out_w: int, channels: int) -> _AreaPl
     counts = np.multiply.outer(re - rs, np.repeat(ce - cs, channels))
     exact32 = int(counts.max()) <= _FLOAT32_EXACT_COUNT
     flat_cs, flat_ce = ((c[:, None] * channels + step).ravel() for c in (cs, ce))
-    return _AreaPlan(rs, re, flat_cs, flat_ce, counts.astype(np.float32 if exact32 else np.float64))
+    plan = _AreaPlan(rs, re, flat_cs, flat_ce, counts.astype(np.float32 if exact32 else np.float64))
+    for array in plan:
+        array.flags.writeable = False  # a cached plan is shared by every call
+    return plan
 
 
 _cached_area_plan = functools.lru_cache(maxsize=32)(_area_plan)

@@ -258,7 +258,8 @@ def test_a_float32_division_of_a_window_sum_rounds_as_the_float64_division_it_re
         f32, f64 = both(sums, int(count))
         assert np.array_equal(f32, f64), count
     assert 255 * mtcnn._FLOAT32_EXACT_COUNT < 2**24 <= 255 * (mtcnn._FLOAT32_EXACT_COUNT + 1)
-    assert mtcnn._cached_area_plan(480, 640, 144, 192, 3).counts.dtype == np.float32
+    plan = mtcnn._cached_area_plan(480, 640, 144, 192, 3)
+    assert plan.counts.dtype == np.float32 and not any(a.flags.writeable for a in plan)  # shared: read-only
     assert mtcnn._area_plan(2000, 2000, 2, 2, 3).counts.dtype == np.float64  # 1000 x 1000 pixels a window
     big = np.full((2000, 2000, 3), 255, np.uint8)
     assert np.array_equal(area_resize(big, 2, 2), np.full((2, 2, 3), 255, np.float32))
