@@ -23,6 +23,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -64,21 +65,22 @@ def _int8_embedder(models: Path, out: Path) -> Path:
     return quantize_model(models / "face_embedder.onnx", out, settings, [{"chip": c} for c in chips])
 
 
+def _timed(call: Callable[[], object], runs: int) -> list[float]:
+    """ms of each of ``runs`` calls."""
+    out = []
+    for _ in range(runs):
+        t = time.perf_counter()
+        call()
+        out.append((time.perf_counter() - t) * 1000)
+    return out
+
+
 def _native_model(path: Path, name: str, x: np.ndarray, threads: int, runs: int):
     from edge.runtime.ort_session import build_session
 
     session = build_session(path, threads)
     session.run(None, {name: x})
-
-    def block() -> list[float]:
-        out = []
-        for _ in range(runs):
-            t = time.perf_counter()
-            session.run(None, {name: x})
-            out.append((time.perf_counter() - t) * 1000)
-        return out
-
-    return block
+    return lambda: _timed(lambda: session.run(None, {name: x}), runs)
 
 
 def _browser_model(page: Chromium, url: str, name: str, x: np.ndarray, runs: int):
@@ -106,28 +108,27 @@ def _interleave(blocks: int, browser, native) -> tuple[list[float], list[float]]
     return b, n
 
 
-def _detector_blocks(page: Chromium, models: Path, photo: Path, threads: int, runs: int):
-    from edge.face.detect_mtcnn import MtcnnDetector
-
+def _photo_blocks(page: Chromium, photo: Path, hook: str, native_call: Callable[[np.ndarray], object], runs: int):
+    """Blocks of one photo's work: the page's ``edgeBench.<hook>`` on ``photo`` chosen in it vs
+    ``native_call(rgb)``, each run once apart first. Returns (browser, native, the native first run's result)."""
     assert page.upload(photo) == "done", page.text("error")
     rgb = load_image(photo)
-    det = MtcnnDetector(models, threads=threads)
-    det.detect(rgb)
-
-    def native() -> list[float]:
-        out = []
-        for _ in range(runs):
-            t = time.perf_counter()
-            det.detect(rgb)
-            out.append((time.perf_counter() - t) * 1000)
-        return out
+    first = native_call(rgb)
 
     def browser() -> list[float]:
         return page.driver.execute_async_script(
-            "const done = arguments[arguments.length - 1]; edgeBench.detect(arguments[0]).then(done);", runs
+            f"const done = arguments[arguments.length - 1]; edgeBench.{hook}(arguments[0]).then(done);", runs
         )
 
     browser()  # first run apart
+    return browser, lambda: _timed(lambda: native_call(rgb), runs), first
+
+
+def _detector_blocks(page: Chromium, models: Path, photo: Path, threads: int, runs: int):
+    from edge.face.detect_mtcnn import MtcnnDetector
+
+    det = MtcnnDetector(models, threads=threads)
+    browser, native, _ = _photo_blocks(page, photo, "detect", det.detect, runs)
     return browser, native, det
 
 
@@ -136,26 +137,9 @@ def _frame_blocks(page: Chromium, models: Path, photo: Path, threads: int, runs:
     (detect, align and describe every face; the same fp32 models, MTCNN at its 0.9 cut-off in both)."""
     from edge.face.models import open_face_pipeline
 
-    assert page.upload(photo) == "done", page.text("error")
-    rgb = load_image(photo)
     pipeline = open_face_pipeline(models, threads)
-    faces = len(pipeline.analyze(rgb))
-
-    def native() -> list[float]:
-        out = []
-        for _ in range(runs):
-            t = time.perf_counter()
-            pipeline.analyze(rgb)
-            out.append((time.perf_counter() - t) * 1000)
-        return out
-
-    def browser() -> list[float]:
-        return page.driver.execute_async_script(
-            "const done = arguments[arguments.length - 1]; edgeBench.frame(arguments[0]).then(done);", runs
-        )
-
-    browser()  # first run apart
-    return browser, native, pipeline, faces
+    browser, native, faces = _photo_blocks(page, photo, "frame", pipeline.analyze, runs)
+    return browser, native, pipeline, len(faces)
 
 
 def _frame_rows(page: Chromium, models: Path, frames: dict[str, Path], threads: int, blocks: int, runs: int):
