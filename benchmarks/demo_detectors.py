@@ -40,19 +40,18 @@ def ours(folder: Path, detector: str, work: Path) -> dict:
 
 def hog_counts() -> dict | None:
     """dlib's HOG (face_recognition's detector) on the demo's views: annotated faces it boxes, and the rest."""
-    try:
-        import dlib
-    except ImportError:
-        return None
+    from benchmarks.detector_quality import hog_contender
     from converters.demo.host import DEMO_SEED
     from converters.face.boxes import match_boxes
     from converters.face.facedata import make_eval_images
 
-    hog = dlib.get_frontal_face_detector()
+    hog = hog_contender()
+    if hog is None:
+        return None
     views = [im for im in make_eval_images(seed=DEMO_SEED) if not im.name.endswith("/original")]
     annotated = found = extra = 0
     for image in views:
-        boxes = [(r.left(), r.top(), r.right() + 1, r.bottom() + 1) for r in hog(image.rgb, 1)]
+        boxes = hog.detect(image.rgb)
         matched = len(match_boxes([f.box for f in image.faces], boxes))
         annotated, found, extra = annotated + len(image.faces), found + matched, extra + len(boxes) - matched
     return {"images": len(views), "annotated_faces": annotated, "found": found, "extra_detections": extra}

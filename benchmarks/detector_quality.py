@@ -74,7 +74,8 @@ def _ours(name: str, detector) -> Contender:
     return Contender(name, detect, detector.close)
 
 
-def _hog() -> Contender | None:
+def hog_contender() -> Contender | None:
+    """dlib's HOG with one upsample (face_recognition's detector), or None without dlib."""
     try:
         import dlib
     except ImportError:
@@ -101,7 +102,7 @@ def open_contenders() -> list[Contender]:
     for runtime, path in (("LiteRT", export.tflite), ("onnxruntime", export.onnx)):
         tiled = BlazeFaceDetector(path, threads=1, tiling=DEFAULT_TILING)
         contenders.append(_ours(f"BlazeFace full tiled ({runtime})", tiled))
-    hog = _hog()
+    hog = hog_contender()
     if hog is not None:
         contenders.append(hog)
     return contenders

@@ -182,7 +182,7 @@ class _AreaPlan(NamedTuple):
     counts: np.ndarray  # [out_h, out_w * C] pixels in each window: float32 when every sum fits in 24 bits
 
 
-#: Plans of outputs up to this many values are kept (at most 32 of them, ~16 MB at worst): BlazeFace's input,
+#: Plans of outputs up to this many values are kept (at most 32 of them, ~14 MB at worst): BlazeFace's input,
 #: MTCNN's crops. MTCNN's larger pyramid levels are planned anew each time, as they were before plans.
 _CACHED_PLAN_VALUES = 192 * 192 * 3
 
