@@ -201,6 +201,13 @@ def verdicts(rows: list[Row]) -> str:
     return "\n".join(lines)
 
 
+def _file_ratio(rows: list[Row]) -> str:
+    """The fp32 LiteRT twin's model file against the GGUF's, as the section words it."""
+    peer = next((r for r in rows if r.contender.startswith("llama.cpp") and r.model_mb), None)
+    twin = next((r for r in rows if r.contender.endswith("-litert") and r.model_mb), None)
+    return f"{twin.model_mb / peer.model_mb:.1f}×" if peer and twin else "several times"
+
+
 def section(rows: list[Row], command: str) -> str:
     tokens = rows[0].prompt_tokens if rows else (0, 0)
     return f"""## ARM race: SmolLM2 instructions per token, ours vs llama.cpp, emulated Cortex-A72 (Pi 4) and A76 (Pi 5)
@@ -227,6 +234,18 @@ the 4-bit projections themselves: levels 0 and 4 run the same fp32 code there (n
 without the dot product, equal counts for `rpi4-l0` in the previous run), so each 4-bit weight costs a
 dequantization and an fp32 multiply-add per token where llama.cpp's Q4_1 × Q8_1 NEON kernel multiplies
 8-bit integers.
+
+Why not cheaper kernels: every build that multiplies 8-bit integers quantizes the activations too, and each
+such build of ours measured so far misses the 16-token greedy gate against fp32 (the level-4 MLP on the A76
+above; XNNPACK's 4-bit and 8-bit kernels through LiteRT, section `slm-litert-recipes`). llama.cpp is not
+held to that gate, and would not pass it: its greedy tokens equal fp32's on 0 of 32 (short prompt) and 7 of
+32 (long) in section `slm-speed`. `-litert` is each profile's fp32 twin (`convert slm --precision fp32
+--format tflite`, gates passed), measured beside what ships: XNNPACK's fp32 kernels execute far fewer
+instructions a token than onnxruntime's 4-bit path, but over fp32 weights, a model file {_file_ratio(rows)}
+the GGUF's that decode reads in full every token; on a Pi, memory bandwidth rather than instructions would
+then bound the token rate (an estimate: not measured here), so no profile ships it for speed. What would
+close the gap on both cores: a 4-bit × fp32 kernel near llama.cpp's instructions a weight, or a greedy gate
+that admits int8 activations (docs/slm.md, "What the gates measure").
 
 {verdicts(rows)}
 
