@@ -216,7 +216,8 @@ Same GGUF (SmolLM2-135M-Instruct Q4_1), one thread, executed instructions counte
 (`scripts/arm/insncount.c`) under qemu-user. Decode: (count with {DECODE[1]} new tokens − with {DECODE[0]}) /
 {DECODE[1] - DECODE[0]}; prefill: (count after a {tokens[1]}-token prompt − after a {tokens[0]}-token one) /
 {tokens[1] - tokens[0]}. Ours: the device text generator (onnxruntime) on the INT4 build of the profile named
-(`ours rpi4` on the A72, `ours rpi5` on the A76: what each Pi ships); regions around `generate`. llama.cpp:
+(`ours rpi4` on the A72, `ours rpi5` on the A76: what each Pi ships), and on LiteRT for the profile's fp32
+twin (`-litert`); regions around `generate`. llama.cpp:
 static `llama-bench -t 1 -r 1 --no-warmup` from llama-cpp-python 0.3.36's vendored source
 (`scripts/arm/build_llama_cpp.sh`), whole runs; its decode starts from an empty context, ours after the
 prompt. Counts, not times; a Pi's IPC differs per kernel. Machine: {machine_line()} (the host's CPU
