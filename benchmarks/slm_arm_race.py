@@ -240,13 +240,14 @@ Why not cheaper kernels: every build that multiplies 8-bit integers quantizes th
 such build of ours measured so far misses the 16-token greedy gate against fp32 (the level-4 MLP on the A76
 above; XNNPACK's 4-bit and 8-bit kernels through LiteRT, section `slm-litert-recipes`). llama.cpp is not
 held to that gate, and would not pass it: its greedy tokens equal fp32's on 0 of 32 (short prompt) and 7 of
-32 (long) in section `slm-speed`. `-litert` is each profile's fp32 twin (`convert slm --precision fp32
---format tflite`, gates passed), measured beside what ships: XNNPACK's fp32 kernels execute far fewer
-instructions a token than onnxruntime's 4-bit path, but over fp32 weights, a model file {_file_ratio(rows)}
-the GGUF's that decode reads in full every token; on a Pi, memory bandwidth rather than instructions would
-then bound the token rate (an estimate: not measured here), so no profile ships it for speed. What would
-close the gap on both cores: a 4-bit × fp32 kernel near llama.cpp's instructions a weight, or a greedy gate
-that admits int8 activations (docs/slm.md, "What the gates measure").
+32 (long) on the x86 host of section `slm-speed` (its ARM kernels quantize activations the same way, Q8_1).
+`-litert` is each profile's fp32 twin (`convert slm --precision fp32 --format tflite`, gates passed),
+measured beside what ships: XNNPACK's fp32 kernels execute far fewer instructions a token than onnxruntime's
+4-bit path, but over fp32 weights, a model file {_file_ratio(rows)} the GGUF's that decode reads in full
+every token; on a Pi, memory bandwidth rather than instructions would then bound the token rate (an
+estimate: not measured here), so no profile ships it for speed. What would close the gap on both cores: a
+4-bit × fp32 kernel near llama.cpp's instructions a weight, or a greedy gate that admits int8 activations
+(docs/slm.md, "What the gates measure").
 
 {verdicts(rows)}
 
