@@ -13,6 +13,7 @@ from converters.arm.guest import (
     ROOTFS_STAMP,
     ArmGuest,
     CpuModel,
+    compile_site,
     cpu_model,
     cpuinfo_text,
 )
@@ -215,3 +216,14 @@ def test_run_model_feeds_every_input_from_an_npz(tmp_path):
     assert (
         done.returncode != 0 and f"{tmp_path / 'other.npz'}: no array 'x'; expected one per model input" in done.stderr
     )
+
+
+def test_the_guest_site_gets_byte_code_for_every_module_nested_packages_too(tmp_path):
+    # uncompiled modules would be compiled by the first guest run that imports them, inside its counts
+    nested = tmp_path / "pkg" / "aot" / "vendors"
+    nested.mkdir(parents=True)
+    for folder in (tmp_path / "pkg", nested):
+        (folder / "__init__.py").write_text("X = 1\n", encoding="utf-8")
+    compile_site(tmp_path)
+    for folder in (tmp_path / "pkg", nested):
+        assert list((folder / "__pycache__").glob("__init__.cpython-311*.pyc")), folder
