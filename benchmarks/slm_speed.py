@@ -29,6 +29,7 @@ import argparse
 import json
 import os
 import queue
+import signal
 import statistics
 import subprocess
 import sys
@@ -153,6 +154,30 @@ def summarize(series: Series) -> dict:
     return row
 
 
+#: llama.cpp's AMX kernels crash on some Xeons with AMX (ggml_backend_amx_mul_mat, ggml-org/llama.cpp#20824),
+#: and a native build of the bench extra turns them on there. Rebuilding without AMX, every other feature kept:
+NO_AMX_BUILD = (
+    'CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON '
+    "-DGGML_AVX_VNNI=ON -DGGML_AVX512=ON -DGGML_AVX512_VNNI=ON -DGGML_AVX512_VBMI=ON -DGGML_AVX512_BF16=ON "
+    '-DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF" .venv/bin/pip install --force-reinstall '
+    "--no-deps --no-cache-dir llama-cpp-python==0.3.36"
+)
+
+
+def worker_died(kind: str, threads: int, code: int) -> str:
+    """Why a worker is gone: its exit code or the signal that killed it, and for llama.cpp's segfault the fix."""
+    if code >= 0:
+        return f"{kind} ({threads} threads): the worker exited with code {code}"
+    name = signal.Signals(-code).name if -code in signal.valid_signals() else f"signal {-code}"
+    what = f"{kind} ({threads} threads): the worker was killed by {name}"
+    if kind == "llama.cpp" and -code == signal.SIGSEGV:
+        what += (
+            "; on a CPU with AMX (Sapphire Rapids and later), llama.cpp's AMX kernels are known to crash "
+            f"(ggml-org/llama.cpp#20824): rebuild llama-cpp-python without them: {NO_AMX_BUILD}"
+        )
+    return what
+
+
 class Worker:
     """A child process serving one contender at one thread count (see ``slm_speed_child.py``)."""
 
@@ -180,9 +205,7 @@ class Worker:
                 break
             except queue.Empty:
                 if self.proc.poll() is not None and self._lines.empty():
-                    raise InferenceError(
-                        f"{self.kind} ({self.threads} threads): the worker exited with code {self.proc.returncode}"
-                    ) from None
+                    raise InferenceError(worker_died(self.kind, self.threads, self.proc.returncode)) from None
                 if time.monotonic() > deadline:
                     raise InferenceError(
                         f"{self.kind} ({self.threads} threads): no answer in {timeout_s:.0f} s"

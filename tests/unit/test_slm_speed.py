@@ -171,3 +171,12 @@ def test_stale_folders_are_other_keys_of_this_race_only(tmp_path: Path) -> None:
         (tmp_path / name).mkdir()
     assert [p.name for p in stale_folders(tmp_path, "aaaa")] == ["slm-int4-bbbb"]
     assert stale_folders(tmp_path / "missing", "aaaa") == []
+
+
+def test_a_dead_worker_names_its_exit_code_or_signal_and_llama_cpp_segfaults_name_the_no_amx_rebuild() -> None:
+    assert slm_speed.worker_died("ours-int4", 2, 3) == "ours-int4 (2 threads): the worker exited with code 3"
+    killed = slm_speed.worker_died("transformers", 1, -9)
+    assert killed == "transformers (1 threads): the worker was killed by SIGKILL"
+    segv = slm_speed.worker_died("llama.cpp", 1, -11)
+    assert segv.startswith("llama.cpp (1 threads): the worker was killed by SIGSEGV; on a CPU with AMX")
+    assert "-DGGML_AMX_INT8=OFF" in segv and "llama-cpp-python==0.3.36" in segv
