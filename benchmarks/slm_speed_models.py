@@ -1,16 +1,20 @@
 """The models of the small-LM speed race, built once and cached under ``.cache/bench/``.
 
-    .cache/bench/slm-int4-<key>/   convert_slm(rpi4, INT4): model.onnx, tokenizer.json, generation.json
-    .cache/bench/slm-fp32-<key>/   convert_slm(rpi4, FP32)
+    .cache/bench/slm-int4-<key>/   convert_slm(x86_64-host, INT4): model.onnx, tokenizer.json, generation.json
+    .cache/bench/slm-fp32-<key>/   convert_slm(x86_64-host, FP32)
     .cache/bench/slm-hf-<key>/     the Hugging Face folder transformers loads (fp32, from the same GGUF)
 
-``key`` hashes the GGUF's sha256 with the sources of ``converters/slm``, so a change to either rebuilds.
+The race runs on an x86 host, so ours is what ``edge-deploy convert slm --target x86_64-host`` builds for one
+(a Pi profile's build runs its projections at accuracy level 4 there, which an x86 CPU without VNNI computes
+otherwise: docs/slm.md, "What the gates measure"). ``key`` hashes the GGUF's sha256, the sources of
+``converters/slm`` and the profile's settings, so a change to any of them rebuilds.
 Host side: imports converters.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import shutil
 import sys
 from collections.abc import Callable
@@ -21,13 +25,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from converters.slm.build import convert_slm  # noqa: E402
 from converters.slm.gguf_source import locate_smollm2_gguf, read_gguf, source_info, write_hf_folder  # noqa: E402
-from edge.profiles import Precision, load_profile  # noqa: E402
+from edge.profiles import Precision, TargetProfile, load_profile  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 CACHE = REPO / ".cache" / "bench"
 SLM_SOURCES = REPO / "converters" / "slm"
-#: The profile whose INT4 settings (block 32, accuracy level 4) the race builds with.
-PROFILE = "rpi4"
+#: The profile the race builds ours with: the x86 one (accuracy level 0, the fp32 LM head).
+PROFILE = "x86_64-host"
 
 
 @dataclass(frozen=True)
@@ -42,12 +46,14 @@ class SlmModels:
     key: str
 
 
-def cache_key(gguf_sha256: str, sources: Path = SLM_SOURCES) -> str:
-    """16 hex digits of sha256 over the GGUF digest and every ``*.py`` under ``sources`` (name + bytes).
+def cache_key(gguf_sha256: str, sources: Path = SLM_SOURCES, profile: TargetProfile | None = None) -> str:
+    """16 hex digits of sha256 over the GGUF digest, every ``*.py`` under ``sources`` (name + bytes) and, if
+    given, the profile's settings (``TargetProfile.to_dict``).
 
     Args:
         gguf_sha256: the GGUF's hex digest.
         sources: the converter package whose code decides what the builds contain.
+        profile: the target the builds are for; its settings decide them too.
 
     Returns:
         The key used in the cache folder names.
@@ -56,6 +62,8 @@ def cache_key(gguf_sha256: str, sources: Path = SLM_SOURCES) -> str:
     for path in sorted(sources.rglob("*.py")):
         digest.update(path.relative_to(sources).as_posix().encode("utf-8") + b"\0")
         digest.update(path.read_bytes())
+    if profile is not None:
+        digest.update(json.dumps(profile.to_dict(), sort_keys=True).encode("utf-8"))
     return digest.hexdigest()[:16]
 
 
@@ -88,8 +96,8 @@ def race_models(progress: Callable[[str], None] | None = None, cache: Path = CAC
     say = progress or (lambda _line: None)
     gguf = locate_smollm2_gguf()
     sha = source_info(gguf).sha256
-    key = cache_key(sha)
     profile = load_profile(PROFILE)
+    key = cache_key(sha, profile=profile)
 
     def build(precision: Precision) -> Callable[[Path], None]:
         return lambda out: convert_slm(profile, precision, out, say)

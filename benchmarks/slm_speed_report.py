@@ -106,6 +106,20 @@ def answers(rows: list[dict]) -> list[str]:
     return out
 
 
+def build_lines(profile: dict | None) -> list[str]:
+    """What ours was built for: the profile and, from its INT4 report, the accuracy level and the head."""
+    if not profile:
+        return []
+    settings = profile.get("settings", {})
+    level = settings.get("accuracy_level", "?")
+    head = "an fp32 Gemm over its 8-bit codes" if settings.get("fp32_head") else "8-bit MatMulNBits"
+    return [
+        f"Ours: `edge-deploy convert slm --target {profile['name']}` (INT4: 4-bit projections at accuracy level "
+        f"{level}, the LM head {head}; and its fp32 build), what the product builds for this kind of host.",
+        "",
+    ]
+
+
 def markdown(result: dict, command: str, machine: str, image: str) -> str:
     """The docs/benchmarks.md section."""
     sizes = result["sizes"]
@@ -122,6 +136,7 @@ def markdown(result: dict, command: str, machine: str, image: str) -> str:
         f'"Same tokens as transformers" = leading tokens equal to {LABELS[REFERENCE]} on the same prompt and '
         "threads (a low number means that model answers differently, not that it is slower).",
         "",
+        *build_lines(result.get("profile")),
         speed_table(result["rows"]),
         "",
         f"Load average during the race: {result['load_average'][0]:.1f} at the start, "

@@ -116,11 +116,12 @@ class Projection(enum.Enum):
 class LmHead(enum.Enum):
     """How an SLM's 8-bit (Q8_0) LM head is computed (``quant.lm_head``).
 
-    ``int8``: an 8-bit ``MatMulNBits`` with exact top-8 logits (fast with a dot product: Cortex-A76, x86
-    VNNI); ``fp32``: a ``Gemm`` over the fp32 table that onnxruntime makes from the same 8-bit codes at load
-    (file unchanged, exact logits; ~100 MB more resident, ~530 MB more at the load peak): onnxruntime 1.32
-    has no fast 8-bit kernel without a dot product, so on a Cortex-A72 the fp32 head costs 12.3 M
-    instructions a token against 458.7 M.
+    ``int8``: an 8-bit ``MatMulNBits`` with exact top-8 logits (fast at accuracy level 4 with a dot product:
+    Cortex-A76, x86 VNNI); ``fp32``: a ``Gemm`` over the fp32 table that onnxruntime makes from the same 8-bit
+    codes at load (file unchanged, exact logits; ~100 MB more resident, ~530 MB more at the load peak):
+    onnxruntime 1.32 has no fast 8-bit kernel without a dot product, nor any at accuracy level 0, so on a
+    Cortex-A72 the fp32 head costs 12.3 M instructions a token against 458.7 M, and the x86 profile (level 0)
+    takes it too.
     """
 
     INT8 = "int8"

@@ -201,13 +201,14 @@ def test_slm_formats_default_onnx_absent_or_not_and_no_twin_for_the_browser(tmp_
     )
 
 
-def test_lm_head_is_fp32_on_the_pi4_only_and_checked(tmp_path):
-    """quant.lm_head: the Pi 4 (no dot product) computes the 8-bit head in fp32, the Pi 5 keeps int8 (UDOT);
-    absent means int8; anything else names the key and the choices."""
+def test_lm_head_is_fp32_where_no_fast_8bit_kernel_runs_and_checked(tmp_path):
+    """quant.lm_head: the Pi 4 (no dot product) and the x86 host (accuracy level 0) compute the 8-bit head in
+    fp32, the Pi 5 keeps int8 (UDOT); absent means int8; anything else names the key and the choices."""
     from edge.profiles import LmHead
 
     heads = {p.name: p.quant.lm_head for p in load_all()}
     assert heads["rpi4"] is LmHead.FP32 and heads["rpi5"] is LmHead.INT8
+    assert heads["x86_64-host"] is LmHead.FP32
     assert load_profile("rpi4").to_dict()["quant"]["lm_head"] == "fp32"
     d = _copy(tmp_path)
     _edit(d, "rpi4", 'lm_head = "fp32"\n', "")

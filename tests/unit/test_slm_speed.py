@@ -180,3 +180,28 @@ def test_a_dead_worker_names_its_exit_code_or_signal_and_llama_cpp_segfaults_nam
     segv = slm_speed.worker_died("llama.cpp", 1, -11)
     assert segv.startswith("llama.cpp (1 threads): the worker was killed by SIGSEGV; on a CPU with AMX")
     assert "-DGGML_AMX_INT8=OFF" in segv and "llama-cpp-python==0.3.36" in segv
+
+
+def test_cache_key_follows_the_profile(tmp_path: Path) -> None:
+    """A profile change (quant.lm_head, say) rebuilds the race's models instead of reusing the old build."""
+    import dataclasses
+
+    from edge.profiles import LmHead, load_profile
+
+    (tmp_path / "a.py").write_text("x = 1\n")
+    host = load_profile("x86_64-host")
+    int8_head = dataclasses.replace(host, quant=dataclasses.replace(host.quant, lm_head=LmHead.INT8))
+    keys = {cache_key("ab" * 32, tmp_path, p) for p in (host, int8_head, load_profile("rpi4"))}
+    assert len(keys) == 3
+    assert cache_key("ab" * 32, tmp_path, host) == cache_key("ab" * 32, tmp_path, load_profile("x86_64-host"))
+
+
+def test_the_section_names_the_build_it_raced() -> None:
+    from benchmarks.slm_speed_report import build_lines
+
+    settings = {"accuracy_level": 0, "fp32_head": 1}
+    assert build_lines({"name": "x86_64-host", "settings": settings})[0] == (
+        "Ours: `edge-deploy convert slm --target x86_64-host` (INT4: 4-bit projections at accuracy level 0, the "
+        "LM head an fp32 Gemm over its 8-bit codes; and its fp32 build), what the product builds for this kind of host."
+    )
+    assert build_lines(None) == []
