@@ -86,7 +86,16 @@ CONTENDERS = {
 }
 #: Names of the contenders whose detector is for near faces only (left out of the goal verdicts).
 NEAR_ONLY = frozenset(c.name for c in CONTENDERS.values() if c.near_only)
-PRECISIONS = ("fp32", "int8")
+#: The build of a row whose INT8 embedder runs its TFLite twin on LiteRT (``_with_litert_embedder``).
+LITERT_EMBEDDER = "int8-litert-embedder"
+PRECISIONS = ("fp32", "int8", LITERT_EMBEDDER)
+
+
+def build_label(profile: str, precision: str) -> str:
+    """A row's build as the table names it: ``fp32``, ``rpi4 int8``, ``rpi5 int8, embedder on LiteRT``."""
+    if precision == "fp32":
+        return "fp32"
+    return f"{profile} int8, embedder on LiteRT" if precision == LITERT_EMBEDDER else f"{profile} {precision}"
 
 
 def say(message: str) -> None:
@@ -121,17 +130,49 @@ def frame_files(work: Path) -> tuple[Path, Path]:
 
 
 def folders(profile_name: str, progress) -> dict[str, Path]:
-    """The fp32 and the profile's INT8 face folders, each with BlazeFace full and short range added (cached)."""
-    from benchmarks.face_speed_models import build_fp32, build_int8
+    """The fp32 and the profile's INT8 face folders, each with BlazeFace full and short range added, and a copy
+    of the INT8 one whose embedder runs its TFLite twin on LiteRT (cached)."""
+    from benchmarks.face_speed_models import race_models
     from benchmarks.frame_speed import with_blazeface
     from converters.face.quantize import DEFAULT_CALIBRATION_COUNT
     from edge.profiles import load_profile
 
     CACHE.mkdir(parents=True, exist_ok=True)
-    fp32 = build_fp32(CACHE, progress)
-    int8, _ = build_int8(fp32, load_profile(profile_name), CACHE, DEFAULT_CALIBRATION_COUNT, progress)
-    return {"fp32": _with_short_range(with_blazeface(fp32, progress), progress),
-            "int8": _with_short_range(with_blazeface(int8, progress), progress)}  # fmt: skip
+    models = race_models(load_profile(profile_name), DEFAULT_CALIBRATION_COUNT, progress)
+    fp32 = _with_short_range(with_blazeface(models.fp32_dir, progress), progress)
+    int8 = _with_short_range(with_blazeface(models.int8_dir, progress), progress)
+    return {"fp32": fp32, "int8": int8, LITERT_EMBEDDER: _with_litert_embedder(int8, models.tflite["int8"], progress)}
+
+
+def _with_litert_embedder(int8: Path, twin: Path, progress) -> Path:
+    """A copy of the INT8 folder that runs its embedder's full-integer TFLite twin on LiteRT: the twin under
+    models.json role ``tflite.embedder`` and ``embedder_runtime = "litert"``, as ``convert face --format
+    tflite`` writes them. The twin is face_speed's (``build_tflite``: onnx2tf from the same fp32 ONNX, int8 in
+    and out, calibrated on that race's chips), not the build's own, which ``quantize_face_models`` does not
+    make; the same conversion ``converters.face.tflite_twins`` runs."""
+    import shutil
+
+    from converters.face.tflite_twins import run_embedder_twin
+    from edge.face import models as face_models
+
+    folder = int8.with_name(f"{int8.name}-{LITERT_EMBEDDER}")
+    if (folder / face_models.MODELS_FILE).is_file() and face_models.embedder_role(folder) != "embedder":
+        return folder
+    progress(f"copying {int8.name} to run its embedder's TFLite twin ({twin.name}) on LiteRT")
+    tmp = folder.with_name(folder.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(int8, tmp)
+    shutil.copyfile(twin, tmp / twin.name)
+    path = tmp / face_models.MODELS_FILE
+    data = json.loads(path.read_text(encoding="utf-8"))
+    source = face_models.read_models_file(tmp)[face_models.FaceModel.EMBEDDER.role].source
+    entry = face_models.describe(tmp / twin.name, face_models.TFLITE_EMBEDDER_ROLE, "tflite", "int8", source)
+    data["models"] = [m for m in data["models"] if m["role"] != entry.role] + [entry.to_dict()]
+    path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    run_embedder_twin(tmp)
+    shutil.rmtree(folder, ignore_errors=True)
+    tmp.rename(folder)
+    return folder
 
 
 def _with_short_range(folder: Path, progress) -> Path:
@@ -195,7 +236,7 @@ def table(rows: list[tuple[str, str, FrameCost]]) -> str:
         verdict = "met" if total <= goal else f"**missed** by {_m(total - goal)} M ({total / goal:.1f}x)"
         if name in NEAR_ONLY:
             verdict += " (near faces only)"
-        build = f"{profile} {precision}" if precision != "fp32" else "fp32"
+        build = build_label(profile, precision)
         split = " | ".join(_m(c.stages[s].total) for s in STAGES)
         lines.append(
             f"| {name} | {build} | {c.cpu} | {c.faces} | **{_m(total)}** | {split} | {_m(other)} | "
@@ -221,7 +262,7 @@ def goal_lines(rows: list[tuple[str, str, FrameCost]]) -> list[str]:
             verdict = "met"
         else:
             verdict = f"**missed** by {_m(best - goal)} M instructions ({best / goal:.2f}x the budget)"
-        build = f"{profile} {precision}" if precision != "fp32" else "fp32"
+        build = build_label(profile, precision)
         lines.append(
             f"- {cpu} (goal <= {_m(goal)} M a frame): cheapest is {name}, {build}, {_m(best)} M — {verdict}; "
             f"about {fast:.0f}-{slow:.0f} ms a frame on the Pi (estimate: {CLOCK_HZ[0] / 1e9:.1f}-"
@@ -231,7 +272,7 @@ def goal_lines(rows: list[tuple[str, str, FrameCost]]) -> list[str]:
             lines.append("  " + _where(cost, goal))
         if close:
             c_best, c_name, c_precision, _ = min(close, key=lambda m: m[0])
-            c_build = f"{profile} {c_precision}" if c_precision != "fp32" else "fp32"
+            c_build = build_label(profile, c_precision)
             c_verdict = "within" if c_best <= goal else f"{c_best / goal:.2f}x"
             lines.append(
                 f"  With a detector for near faces only ({c_name}, {c_build}; it misses most of the evaluation "
@@ -295,7 +336,10 @@ gallery of 100), on matplotlib's grace_hopper letterboxed to 640x480 (one face),
 so start-up, imports and model loading stay out. The stages are marked regions counted the same way; "other"
 is what the frame executes outside them (the loop and the marks' syscalls, ~{marks:.0f} k instructions a
 frame). NEON % and SDOT+UDOT are of the whole frame. The INT8 build is the rpi4 profile's on the A72 and the
-rpi5 profile's on the A76, as `quantize_face_models` ships it (static QDQ, ORT format; see below). BlazeFace
+rpi5 profile's on the A76, as `quantize_face_models` ships it (static QDQ, ORT format; see below); the
+"embedder on LiteRT" rows run that folder with its embedder's full-integer TFLite twin on LiteRT instead
+(models.json `embedder_runtime`, as `convert face --format tflite` ships it; the twin converted by onnx2tf
+from the same fp32 ONNX, calibrated on the same images). BlazeFace
 runs its ONNX translation (models.json's) on onnxruntime, or, in the LiteRT rows, the `.tflite` original that
 `convert blazeface` keeps beside it, on LiteRT (XNNPACK); the tiled rows tile this 640-pixel frame (its long
 side reaches `DEFAULT_TILING.min_side`, {tile_min}) on top of the whole-frame pass; the short-range rows run

@@ -111,7 +111,7 @@ def model_mb(folder: Path) -> float:
     """MB of the model file the device runs from ``folder`` (generation.json's; ONNX external data included)."""
     spec = json.loads((folder / "generation.json").read_text(encoding="utf-8"))
     name = spec.get("litert_file") if spec.get("runtime") == "litert" else spec["model_file"]
-    files = [folder / name, *folder.glob(f"{name}.data"), *folder.glob(f"{Path(name).stem}.onnx_data")]
+    files = [folder / name, folder / f"{name}.data"]  # the external data our exports write, when any
     return sum(f.stat().st_size for f in files if f.is_file()) / 1e6
 
 

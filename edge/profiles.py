@@ -79,9 +79,10 @@ class Precision(enum.Enum):
 class ModelFormats(enum.Enum):
     """Which files a build writes (``--format`` of ``convert face``, ``convert slm``, ``convert model`` and
     ``build``; ``runtime.face_formats`` and ``runtime.slm_formats`` in a profile): ONNX (and ORT) only, or also
-    TFLite twins. For faces (``converters/face/tflite_twins.py``) and user models ``tflite`` writes what
-    ``both`` does: the ONNX files are the twins' source and the gate's reference (and run MTCNN's PNet); for a
-    language model ``tflite`` also makes the twin the device's default (generation.json ``runtime``)."""
+    TFLite twins. Either way the ONNX files are written: the twins' source and the gate's reference (and
+    MTCNN's nets, which the device runs on onnxruntime). For faces (``converters/face/tflite_twins.py``)
+    ``tflite`` also makes the embedder's twin the one the device runs (models.json ``embedder_runtime``), as
+    for a language model (generation.json ``runtime``); for user models it writes what ``both`` does."""
 
     ONNX = "onnx"
     TFLITE = "tflite"

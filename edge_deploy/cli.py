@@ -251,8 +251,9 @@ def _add_convert_face(csub: argparse._SubParsersAction) -> None:
         "in .venv-onnx2tf from scripts/setup_onnx2tf.sh; here 8 s for RNet, 1.5 min for the embedder): "
         "fp32, and full-integer INT8 for what the int8 build quantizes, calibrated on the same samples; each "
         "compared with its ONNX source and behind the same gate; listed in models.json as tflite.<role>. "
-        "The ONNX files are written either way (the twins' source, the gate's reference, and PNet, which has "
-        "no fixed input size). With --embedder MODEL.onnx, your own face embedder replaces dlib's ResNet (MTCNN "
+        "With tflite the device runs the embedder's twin on LiteRT (models.json embedder_runtime); with both "
+        "it keeps the ONNX files. The ONNX files are written either way (the twins' source, the gate's "
+        "reference, and MTCNN's nets, which the device runs: PNet has no fixed input size). With --embedder MODEL.onnx, your own face embedder replaces dlib's ResNet (MTCNN "
         "and the 5-point alignment stay): one float32 RGB image input [N,3,S,S] or [N,S,S,3] (batch 1 or "
         "dynamic; S from the model, or --chip-size), one output [N,D] (D read from the model); chips are cut "
         "at S the way dlib's are and fed (pixel - --chip-mean) / --chip-std on the 0-255 scale (default: raw "
@@ -282,8 +283,8 @@ def _add_convert_face(csub: argparse._SubParsersAction) -> None:
     f.add_argument(
         "--format",
         choices=[f.value for f in ModelFormats],
-        help="onnx, or also the TFLite twins (tflite writes what both does: ONNX is always kept); default: the "
-        "profile's runtime.face_formats (onnx in every shipped profile)",
+        help="onnx, or also the TFLite twins: both keeps the device on the ONNX files, tflite makes it run the "
+        "embedder's twin on LiteRT (ONNX is always written); default: the profile's runtime.face_formats",
     )
     _add_user_face_models(f)
     f.add_argument("--json", action="store_true", help="print the build record as JSON")

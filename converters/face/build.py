@@ -431,7 +431,7 @@ def _build_face_models(
     embedder: EmbedderOptions | None,
     detector: UserDetector | None,
 ) -> FaceModels:
-    from converters.face.tflite_twins import raise_if_failed
+    from converters.face.tflite_twins import raise_if_failed, run_embedder_twin
 
     precision = precision or profile.runtime.precision
     output_format = output_format or profile.runtime.face_formats
@@ -455,6 +455,8 @@ def _build_face_models(
             return FaceModels(fp32, None, [])
         twins = add_tflite_twins(fp32.out_dir, fp32.out_dir, profile, progress=progress)
         raise_if_failed(twins)
+        if output_format is ModelFormats.TFLITE:
+            run_embedder_twin(fp32.out_dir)
         return FaceModels(fp32, None, [twins])
     from converters.face.quantize import DEFAULT_CALIBRATION_COUNT, quantize_face_models
     from converters.quantize import QuantMode
@@ -476,6 +478,8 @@ def _build_face_models(
     twins.append(add_tflite_twins(fp32.out_dir, quant.out_dir, profile, inputs, int8_nets, progress))
     for report in twins:
         raise_if_failed(report)
+    if output_format is ModelFormats.TFLITE:  # the device runs the embedder's twin (the fp32 folder stays the
+        run_embedder_twin(quant.out_dir)  # gate's reference, on ONNX)
     return FaceModels(fp32, quant, twins)
 
 

@@ -246,6 +246,22 @@ def write_tflite_twins(
     return report
 
 
+def run_embedder_twin(folder: Path) -> None:
+    """Make the device run the embedder's TFLite twin from ``folder`` on LiteRT: models.json
+    ``embedder_runtime = "litert"`` (``edge.face.models.EMBEDDER_RUNTIME_KEY``, read by ``open_face_pipeline``,
+    the daemon and a bundle's golden set). What ``--format tflite`` (or a profile's ``runtime.face_formats =
+    "tflite"``) asks beyond the twins ``both`` writes.
+
+    Raises:
+        InputError: the folder has no ``tflite.embedder`` twin (``write_tflite_twins`` makes it).
+    """
+    path = Path(folder) / face_models.MODELS_FILE
+    face_models.model_path(folder, face_models.TFLITE_EMBEDDER_ROLE)  # raises naming the role when absent
+    data = json.loads(path.read_text(encoding="utf-8"))
+    data[face_models.EMBEDDER_RUNTIME_KEY] = "litert"
+    path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+
+
 def raise_if_failed(report: TwinReport) -> None:
     """ValidationError listing every failure (the reports are already on disk)."""
     if report.failures:

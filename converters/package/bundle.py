@@ -173,7 +173,6 @@ def _run_stage(
     litert_venv: Path | None = None,
 ) -> tuple[Path, StageResult, str, bool]:
     """The stage's cached folder (built when missing); its result, cache key and whether it was a hit."""
-    formats = stage.formats(formats)
     key = stage.cache_key(profile, precision, formats)
     twins = f"-{formats.value}" if formats.tflite else ""
     prefix = f"{profile.name}-{stage.kind}{twins}-{precision.value}-"

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from edge.face.models import model_path, open_face_pipeline
+from edge.face.models import embedder_role, model_path, open_face_pipeline
 from edge.profiles import TargetProfile
 
 #: Chips in a bundle's golden set (67.5 kB each before compression).
@@ -60,10 +60,11 @@ def make_face_golden(models: Path, bundle: Path, profile: TargetProfile) -> dict
             raise ValidationError(f"{models}: the face models found no face in {', '.join(used)}; no golden set")
         batch = np.stack(chips)
         descriptors = pipeline.embedder.embed(batch)
-    embedder = model_path(models, "embedder")
+    role = embedder_role(models)  # the embedder the device runs: the pipeline above ran it too
+    embedder = model_path(models, role)
     source = f"first {len(chips)} faces of {', '.join(used)} (converters.face.facedata.EVAL_PHOTOS)"
     return write_face_golden(
-        bundle, batch, descriptors, profile.thresholds.embed_mean_cosine, file_sha256(embedder), source
+        bundle, batch, descriptors, profile.thresholds.embed_mean_cosine, file_sha256(embedder), source, role
     )
 
 

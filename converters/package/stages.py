@@ -91,9 +91,9 @@ class StageContext:
         fp32_folder: returns this stage's fp32 output folder (from the cache, built when missing), for
             stages that quantize what the fp32 stage made; read it, never write to it.
         formats: ONNX only, or also the TFLite twins (``build --format``; the profile's ``runtime.face_formats``
-            / ``runtime.slm_formats``): the face models' (``converters.face.tflite_twins``; ``tflite`` writes
-            what ``both`` does), the language model's LiteRT twin (``converters.slm.tflite``; ``tflite`` makes
-            it the device's default in generation.json).
+            / ``runtime.slm_formats``): the face models' (``converters.face.tflite_twins``; ``tflite`` makes the
+            embedder's twin the one the device runs, models.json ``embedder_runtime``), the language model's
+            LiteRT twin (``converters.slm.tflite``; ``tflite`` makes it the device's default in generation.json).
         litert_venv: the litert-torch environment of the language model's twin (None: ``.venv-litert-torch``).
     """
 
@@ -134,14 +134,6 @@ class ModelStage:
     run: StageFn
     twin_code: tuple[Path, ...] = ()
 
-    def formats(self, asked: ModelFormats) -> ModelFormats:
-        """What this stage builds for ``asked``: the face twins are the same for ``tflite`` and ``both`` (the
-        ONNX files always ship), so both build (and cache) as ``tflite``; the language model's differ in
-        which runtime generation.json names."""
-        if self.kind is ModelKind.FACE and asked.tflite:
-            return ModelFormats.TFLITE
-        return asked
-
     def cache_key(self, profile: TargetProfile, precision: Precision, formats: ModelFormats = ModelFormats.ONNX) -> str:
         """Hash of (source weights' sha256, profile file content, tool version, stage code, precision, formats).
 
@@ -150,7 +142,6 @@ class ModelStage:
         """
         h = hashlib.sha256()
         h.update(f"{self.kind}\0{precision.value}\0{__version__}\0{STAGE_CODE_VERSION}\0".encode())
-        formats = self.formats(formats)
         if formats.tflite:
             h.update(formats.value.encode() + b"\0")
         for source in self.sources():
@@ -328,6 +319,8 @@ def quantized_record(report: dict[str, Any], fp32_report: dict[str, Any], twins:
 def run_face(ctx: StageContext) -> StageResult:
     """dlib's ResNet-29 embedder, MTCNN and the 5-point landmarks at ``ctx.precision``: fp32 from
     ``convert_face``, int8/fp16 from ``quantize_face_models`` over the fp32 stage; each gated."""
+    from converters.face.tflite_twins import run_embedder_twin
+
     if ctx.precision is Precision.FP32:
         from converters.face.build import convert_face
 
@@ -344,6 +337,8 @@ def run_face(ctx: StageContext) -> StageResult:
             f"precision {ctx.precision.value!r} for the face models; expected one of fp32, fp16, int8 "
             f"(set runtime.precision in {ctx.profile.source} or pass --precision)"
         )
+    if ctx.formats is ModelFormats.TFLITE:  # the device runs the embedder's twin, as convert face --format tflite
+        run_embedder_twin(ctx.out_dir)
     from converters.face.blazeface import add_profile_detector
 
     add_profile_detector(ctx.out_dir, ctx.profile.runtime.face_detector, ctx.progress)

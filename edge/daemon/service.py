@@ -35,7 +35,7 @@ from edge.daemon.state import StateStore
 from edge.daemon.text_service import TextService
 from edge.daemon.updater import Updater
 from edge.errors import EdgeDeployError, InputError, TelemetryError
-from edge.face.models import FaceModel, read_models_file, running_of
+from edge.face.models import embedder_role, read_models_file, running_of
 from edge.imageio import DEFAULT_MAX_PIXELS
 from edge.telemetry.mqtt import TelemetryClient, TelemetryConfig
 from edge.telemetry.schema import BenchReport, Message, Result, Telemetry
@@ -440,7 +440,7 @@ class Daemon:
         runs = args.get("runs", cfg.bench_runs)
         if isinstance(runs, bool) or not isinstance(runs, int) or not 1 <= runs <= cfg.max_bench_runs:
             raise InputError(f"bench: runs = {runs!r}; expected a whole number in 1..{cfg.max_bench_runs}")
-        role = args.get("role", FaceModel.EMBEDDER.role)
+        role = args.get("role") or embedder_role(self.config.face.models)  # the embedder this folder runs
         entries = read_models_file(self.config.face.models)
         runnable = sorted(r for r, e in entries.items() if e.format in RUNTIME_FORMATS)
         if role not in runnable:

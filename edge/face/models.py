@@ -30,6 +30,14 @@ RECOGNITION_KEY = "recognition"
 #: ``edge-deploy convert blazeface --default-detector``, or by ``build`` for a profile's ``runtime.face_detector``).
 #: Absent: MTCNN.
 DETECTOR_KEY = "detector"
+#: models.json key naming the runtime the device runs the embedder on: ``"litert"`` runs its TFLite twin (role
+#: ``TFLITE_EMBEDDER_ROLE``; written by ``edge-deploy convert face --format tflite``, or by a profile's
+#: ``runtime.face_formats = "tflite"``). Absent: the ``embedder`` role's ONNX/ORT file on onnxruntime.
+EMBEDDER_RUNTIME_KEY = "embedder_runtime"
+#: The embedder's TFLite twin's role (``converters.face.tflite_twins.twin_role``).
+TFLITE_EMBEDDER_ROLE = "tflite.embedder"
+#: ``EMBEDDER_RUNTIME_KEY`` values, by the role each runs.
+EMBEDDER_RUNTIMES = {"onnxruntime": "embedder", "litert": TFLITE_EMBEDDER_ROLE}
 
 
 class FaceModel(enum.StrEnum):
@@ -243,11 +251,26 @@ def _threshold_of(table: dict | None) -> float:
     return float(table["threshold"]) if table else DLIB_SAME_PERSON_THRESHOLD
 
 
-def running_of(folder: Path, role: str = FaceModel.EMBEDDER.role) -> dict[str, str]:
+def embedder_role(folder: Path) -> str:
+    """The models.json role of the embedder the device runs: ``tflite.embedder`` where models.json says
+    ``embedder_runtime = "litert"`` (``EMBEDDER_RUNTIME_KEY``), else ``embedder``.
+
+    Raises:
+        InputError: models.json unreadable, or ``embedder_runtime`` not a runtime name.
+    """
+    value = _models_json(folder).get(EMBEDDER_RUNTIME_KEY, "onnxruntime")
+    if not isinstance(value, str) or value not in EMBEDDER_RUNTIMES:
+        known = ", ".join(repr(k) for k in EMBEDDER_RUNTIMES)
+        where = Path(folder) / MODELS_FILE
+        raise InputError(f"{where}: {EMBEDDER_RUNTIME_KEY} = {value!r:.80}; expected one of {known}")
+    return EMBEDDER_RUNTIMES[value]
+
+
+def running_of(folder: Path, role: str | None = None) -> dict[str, str]:
     """What a models folder runs, as the telemetry fields that name it (``edge.telemetry.schema.RUNNING_FIELDS``).
 
-    The model is the file playing ``role``; the bundle id is the first 16 hex digits of models.json's sha256
-    (any change to the set of models changes it).
+    The model is the file playing ``role`` (default: the embedder the device runs, ``embedder_role``); the
+    bundle id is the first 16 hex digits of models.json's sha256 (any change to the set of models changes it).
 
     Raises:
         InputError: as ``read_models_file``, or when no model plays ``role``.
@@ -255,6 +278,7 @@ def running_of(folder: Path, role: str = FaceModel.EMBEDDER.role) -> dict[str, s
     from edge.runtime import default_backend_name
     from edge.runtime.base import ModelFormat
 
+    role = embedder_role(folder) if role is None else role
     path = Path(folder) / MODELS_FILE
     entry = read_models_file(folder).get(role)
     if entry is None:
@@ -433,15 +457,16 @@ def open_face_pipeline(
     MTCNN (or BlazeFace, if asked) finds the faces; dlib's 5-point landmark model (numpy) places the landmarks
     on each box, as face_recognition does on its HOG boxes; the chip is cut as dlib's ``get_face_chip`` (at
     the embedder's chip size; within ``edge.face.align.CHIP_TOLERANCE`` of it); the ONNX ResNet (or a user's
-    embedder) describes it. The pipeline's ``threshold`` is the folder's same-person distance
-    (``same_person_threshold``).
+    embedder) describes it, or its TFLite twin on LiteRT where models.json says so (``embedder_role``). The
+    pipeline's ``threshold`` is the folder's same-person distance (``same_person_threshold``).
 
     Args:
         folder: a folder written by ``edge-deploy convert face`` (with models.json).
         threads: intra-op threads of each ONNX Runtime session.
         unfused: run the accuracy gate's arithmetic instead of the shipped files: each net's ``.onnx``
             (the ``.ort`` file's source, beside it) with onnxruntime's graph optimisations off, so that QDQ
-            runs as dequantize -> float op -> quantize whatever INT8 kernels this CPU has. The emulated-Pi
+            runs as dequantize -> float op -> quantize whatever INT8 kernels this CPU has (a TFLite embedder
+            twin runs as it is: its gate measured LiteRT's arithmetic). The emulated-Pi
             check compares the Pi's own results with these.
         min_score: detections scoring lower are left out; None: ``default_min_score`` of the detector
             (MTCNN: ``edge.face.recognize.DEFAULT_MIN_SCORE``, 0.9, as the daemon and the browser page; on
@@ -467,7 +492,6 @@ def open_face_pipeline(
         InputError: models.json is missing or lacks a role (BlazeFace's too, when asked for without
             ``detector_model``), or the detector name is unknown; InferenceError: a model does not load.
     """
-    from edge.face.embed import FaceEmbedder
     from edge.face.pipeline import FacePipeline
     from edge.face.shape5 import ShapePredictor
     from edge.runtime.ort_session import Optimization
@@ -482,6 +506,7 @@ def open_face_pipeline(
     if missing:
         model_path(folder, missing[0].role)  # raises naming the role
     paths = {model: Path(folder) / entries[model.role].file for model in FaceModel}
+    paths[FaceModel.EMBEDDER] = model_path(folder, embedder_role(folder))  # its TFLite twin, where the folder says
     optimization = Optimization.ALL
     if unfused:
         paths = {model: _onnx_source(path) if model in FACE_NETS else path for model, path in paths.items()}
@@ -489,7 +514,7 @@ def open_face_pipeline(
     found = _open_detector(folder, entries, paths, threads, optimization, kind, detector_model, min_face_size)
     embedder = None
     try:
-        embedder = FaceEmbedder(paths[FaceModel.EMBEDDER], threads=threads, optimization=optimization)
+        embedder = _open_embedder(paths[FaceModel.EMBEDDER], threads, optimization)
         shape = ShapePredictor(paths[FaceModel.SHAPE5])
         threshold = _threshold_for(folder, embedder)
     except BaseException:
@@ -500,6 +525,18 @@ def open_face_pipeline(
     score = default_min_score(kind) if min_score is None else min_score
     chip = embedder.chip_size
     return FacePipeline(found, embedder, shape_predictor=shape, chip_size=chip, min_score=score, threshold=threshold)
+
+
+def _open_embedder(path: Path, threads: int, optimization):
+    """The embedder on the runtime its file calls for; onnxruntime's optimisation concerns ONNX files only (a
+    ``.tflite`` twin runs on LiteRT as it is, its arithmetic the one its gate measured)."""
+    from edge.face.embed import FaceEmbedder
+    from edge.runtime import detect_format
+    from edge.runtime.base import ModelFormat
+
+    if detect_format(path) is ModelFormat.TFLITE:
+        return FaceEmbedder(path, threads=threads)
+    return FaceEmbedder(path, threads=threads, optimization=optimization)
 
 
 def _threshold_for(folder: Path, embedder) -> float:

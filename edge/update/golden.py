@@ -68,9 +68,18 @@ def _descriptors_shaped(shape: tuple[int, ...], n: int) -> bool:
 
 
 def write_face_golden(
-    bundle: Path, chips: np.ndarray, descriptors: np.ndarray, min_cosine: float, model_sha256: str, source: str
+    bundle: Path,
+    chips: np.ndarray,
+    descriptors: np.ndarray,
+    min_cosine: float,
+    model_sha256: str,
+    source: str,
+    role: str = "embedder",
 ) -> dict[str, Any]:
     """Write ``golden/face.npz`` and ``golden/golden.json`` into a bundle folder (before its manifest).
+
+    ``role`` is the models.json role of the embedder that computed the descriptors, the one the device runs
+    (``edge.face.models.embedder_role``: ``tflite.embedder`` for a folder that runs the TFLite twin).
 
     Returns:
         The ``face`` record of golden.json.
@@ -91,7 +100,7 @@ def write_face_golden(
     np.savez_compressed(bundle / FACE_GOLDEN, chips=chips, descriptors=descriptors)
     record = {
         "file": FACE_GOLDEN,
-        "role": "embedder",
+        "role": role,
         "model_sha256": model_sha256,
         "count": int(n),
         "min_cosine": float(min_cosine),

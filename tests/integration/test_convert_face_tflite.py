@@ -1,6 +1,7 @@
-"""``edge-deploy convert face --format both`` from the command line, run ONCE for the module: the fp32 face
+"""``edge-deploy convert face --format tflite`` from the command line, run ONCE for the module: the fp32 face
 models plus their TFLite twins (onnx2tf, its own venv), recorded in models.json and the report, each equal to
-its ONNX source.
+its ONNX source, and the embedder's twin the one the device runs (models.json ``embedder_runtime``; ``both``
+writes the same files without that key).
 
 One CLI run at fp32 (three onnx2tf conversions: embedder, RNet, ONet); the INT8 twins' conversion itself is
 covered by tests/integration/test_tflite.py. Tolerance: as test_tflite.py's FP32_TOLERANCE (1e-4; measured
@@ -34,7 +35,7 @@ def converted(tmp_path_factory):
     install_on_first_use(ONNX2TF, "the convert face --format test (tests/integration/test_convert_face_tflite.py)")
     out = tmp_path_factory.mktemp("face-tflite") / "face"
     argv = [sys.executable, "-m", "edge_deploy", "convert", "face", "--target", "rpi4", "--precision", "fp32"]
-    argv += ["--format", "both", "-o", str(out)]
+    argv += ["--format", "tflite", "-o", str(out)]
     done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=1200)
     assert done.returncode == 0, done.stderr[-3000:]
     return out, done.stdout, done.stderr
@@ -81,6 +82,38 @@ def test_report_and_json_record_the_twins(converted):
     assert f"TFLite twins in {out}:" in stdout and stdout.rstrip().endswith("PASSED")
 
 
+def test_format_tflite_makes_the_device_run_the_embedder_twin(converted, tmp_path):
+    """The pipeline, telemetry and the golden set take the embedder's twin (LiteRT) where models.json says
+    ``embedder_runtime = "litert"``; the same folder without the key (what ``both`` writes) runs the ONNX file;
+    its descriptors equal the twin's within the fp32 tolerance."""
+    import shutil
+
+    from converters.face import facedata
+    from converters.package.golden import make_face_golden
+    from edge.profiles import load_profile
+
+    out, _, _ = converted
+    data = json.loads((out / face_models.MODELS_FILE).read_text())
+    assert data[face_models.EMBEDDER_RUNTIME_KEY] == "litert"
+    onnx_folder = tmp_path / "onnx"
+    shutil.copytree(out, onnx_folder, ignore=shutil.ignore_patterns("onnx2tf"))
+    del data[face_models.EMBEDDER_RUNTIME_KEY]
+    (onnx_folder / face_models.MODELS_FILE).write_text(json.dumps(data))
+    rgb = facedata.make_eval_set(0).images[0].rgb
+    with face_models.open_face_pipeline(out) as twin, face_models.open_face_pipeline(onnx_folder) as onnx:
+        assert (twin.embedder.backend, onnx.embedder.backend) == ("litert", "onnxruntime")
+        assert twin.embedder.model_path.name == "face_embedder_fp32.tflite"
+        faces, want = twin.analyze(rgb), onnx.analyze(rgb)
+    assert len(faces) == len(want) >= 1
+    diffs = [float(np.abs(f.descriptor - w.descriptor).max()) for f, w in zip(faces, want, strict=True)]
+    assert max(diffs) < FP32_TOLERANCE
+    running = face_models.running_of(out)
+    assert (running["model"], running["runtime"]) == ("face_embedder_fp32", "litert")
+    record = make_face_golden(out, tmp_path / "bundle", load_profile("rpi4"))
+    assert record["role"] == "tflite.embedder"
+    assert record["model_sha256"] == file_sha256(out / "face_embedder_fp32.tflite")
+
+
 def test_fp32_twins_equal_onnx_on_the_device_runtimes(converted):
     """Independently of the build's own check: the device's embedder on both files, and the detector nets
     through ``edge.runtime`` (LiteRT for the twin: NHWC, batch 1) on real face crops."""
@@ -119,7 +152,8 @@ def test_fp32_twins_equal_onnx_on_the_device_runtimes(converted):
 
 
 def test_build_carries_the_twins_and_the_manifest_lists_them(converted, tmp_path):
-    """``build --format both``: the face stage's folder with twins goes into the bundle and its manifest.
+    """``build --format tflite``: the face stage's folder with twins goes into the bundle and its manifest, and
+    the golden set is the embedder twin's (the one the device runs).
 
     The stage's cache entry is seeded from the CLI's folder (what the fp32 stage writes: convert_face + the
     twins, onnx2tf's logs left out), so the bundle machinery runs without converting again; the stage's own
@@ -139,11 +173,11 @@ def test_build_carries_the_twins_and_the_manifest_lists_them(converted, tmp_path
     result = face_result(Precision.FP32, seeded / "files", {"method": "none"}, metrics)
     (seeded / "stage.json").write_text(json.dumps(result.to_dict()))
     # the key hashes the stage's code: taken just before the build, as the build takes it
-    key = STAGES[ModelKind.FACE].cache_key(profile, Precision.FP32, ModelFormats.BOTH)
+    key = STAGES[ModelKind.FACE].cache_key(profile, Precision.FP32, ModelFormats.TFLITE)
     assert key != STAGES[ModelKind.FACE].cache_key(profile, Precision.FP32)
     (cache / "stages").mkdir()
     seeded.rename(cache / "stages" / f"rpi4-face-tflite-fp32-{key}")
-    options = BuildOptions(precision=Precision.FP32, wheels=False, archive=False, formats=ModelFormats.BOTH)
+    options = BuildOptions(precision=Precision.FP32, wheels=False, archive=False, formats=ModelFormats.TFLITE)
     bundle = build_bundle(profile, ["face"], tmp_path / "dist", cache, options=options)
     assert bundle.stage_cache_hits == {"face": True}
     (record,) = bundle.manifest["models"]
@@ -156,6 +190,9 @@ def test_build_carries_the_twins_and_the_manifest_lists_them(converted, tmp_path
         assert listed[f"models/face/{name}"]["sha256"] == file_sha256(out / name)
     assert not any("onnx2tf" in path for path in listed)
     assert verify_bundle(bundle.folder).files == len(listed)
+    golden = json.loads((bundle.folder / "golden" / "golden.json").read_text())["face"]
+    assert golden["role"] == "tflite.embedder"
+    assert golden["model_sha256"] == file_sha256(out / "face_embedder_fp32.tflite")
 
 
 def test_a_twin_that_misses_its_threshold_fails_the_build_after_writing_the_report(converted, tmp_path):

@@ -124,3 +124,34 @@ def test_set_default_detector_needs_the_detector_s_model(tmp_path: Path) -> None
     assert folder_detector(tmp_path) is Detector.BLAZEFACE_FULL_TILED  # a refused change writes nothing
     set_default_detector(tmp_path, "mtcnn")
     assert "detector" not in json.loads(path.read_text()) and folder_detector(tmp_path) is Detector.MTCNN
+
+
+def test_the_embedder_role_follows_embedder_runtime(tmp_path: Path) -> None:
+    """models.json ``embedder_runtime``: absent or "onnxruntime" runs ``embedder``, "litert" its TFLite twin;
+    anything else names the key and the choices; run_embedder_twin refuses a folder without the twin."""
+    from converters.face.tflite_twins import run_embedder_twin
+    from edge.face.models import embedder_role
+
+    for name in ("m.onnx", "m.tflite"):
+        (tmp_path / name).write_bytes(b"weights")
+    path = _write(tmp_path, [_entry("m.onnx", b"weights")])
+    assert embedder_role(tmp_path) == "embedder"
+    with pytest.raises(InputError) as info:
+        run_embedder_twin(tmp_path)
+    assert str(info.value).replace(str(tmp_path), "DIR") == (
+        "DIR/models.json: no model with role 'tflite.embedder'; found embedder"
+    )
+    assert "embedder_runtime" not in json.loads(path.read_text())  # a refused change writes nothing
+    twin = _entry("m.tflite", b"weights", role="tflite.embedder", format="tflite")
+    _write(tmp_path, [_entry("m.onnx", b"weights"), twin])
+    run_embedder_twin(tmp_path)
+    assert json.loads(path.read_text())["embedder_runtime"] == "litert"
+    assert embedder_role(tmp_path) == "tflite.embedder"
+    for bad in ("tflite", 1, ["litert"]):
+        data = json.loads(path.read_text())
+        path.write_text(json.dumps({**data, "embedder_runtime": bad}))
+        with pytest.raises(InputError) as info:
+            embedder_role(tmp_path)
+        assert str(info.value).replace(str(tmp_path), "DIR") == (
+            f"DIR/models.json: embedder_runtime = {bad!r}; expected one of 'onnxruntime', 'litert'"
+        )

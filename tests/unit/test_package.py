@@ -347,13 +347,14 @@ def test_twin_builds_have_their_own_cache_key_and_folder(tmp_path: Path) -> None
         "rpi4-slm-both-fp32",
     ]
     assert (built[ModelFormats.BOTH][0] / "model.txt").read_text() == "both"
-    # the face twins are the same files for tflite and both: one key, one cached folder
+    # the face twins too: tflite makes the device run the embedder's (models.json embedder_runtime), both not
     calls.clear()
     face = _twin_stage(ModelKind.FACE, calls)
     first = _run_stage(face, profile, Precision.FP32, tmp_path, lambda _m: None, ModelFormats.BOTH)
     again = _run_stage(face, profile, Precision.FP32, tmp_path, lambda _m: None, ModelFormats.TFLITE)
-    assert first[0].parent.name.startswith("rpi4-face-tflite-fp32-") and first[2] == again[2]
-    assert again[3] and calls == [ModelFormats.TFLITE]
+    assert first[0].parent.name.startswith("rpi4-face-both-fp32-") and first[2] != again[2]
+    assert again[0].parent.name.startswith("rpi4-face-tflite-fp32-") and not again[3]
+    assert calls == [ModelFormats.BOTH, ModelFormats.TFLITE]
 
 
 def test_the_language_model_takes_int4_where_the_profile_says_int8(tmp_path: Path) -> None:
