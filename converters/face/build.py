@@ -421,6 +421,22 @@ def build_face_models(
     return built
 
 
+def face_output_format(
+    profile: TargetProfile, asked: ModelFormats | None, user_embedder: bool, progress: ProgressFn = silent
+) -> ModelFormats:
+    """What a face build writes: ``asked`` (``--format``), else the profile's ``runtime.face_formats``; with a
+    user's embedder, which gets no TFLite twin, a profile's tflite or both falls back to ONNX (said in
+    ``progress``) where an asked one is refused by the caller."""
+    if asked is not None:
+        return asked
+    own = profile.runtime.face_formats
+    if user_embedder and own.tflite:
+        progress(f"--embedder: your embedder gets no TFLite twin; ONNX only ({profile.name}'s runtime.face_formats "
+                 f"= '{own.value}' is for dlib's)")  # fmt: skip
+        return ModelFormats.ONNX
+    return own
+
+
 def _build_face_models(
     profile: TargetProfile,
     out_dir: Path,
@@ -434,7 +450,7 @@ def _build_face_models(
     from converters.face.tflite_twins import raise_if_failed, run_embedder_twin
 
     precision = precision or profile.runtime.precision
-    output_format = output_format or profile.runtime.face_formats
+    output_format = face_output_format(profile, output_format, embedder is not None, progress)
     if precision is Precision.INT4:  # a profile's default for LMs; CNN weights get INT8
         precision = Precision.INT8
     check_formats(precision, dynamic, output_format)

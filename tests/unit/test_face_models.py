@@ -155,3 +155,23 @@ def test_the_embedder_role_follows_embedder_runtime(tmp_path: Path) -> None:
         assert str(info.value).replace(str(tmp_path), "DIR") == (
             f"DIR/models.json: embedder_runtime = {bad!r}; expected one of 'onnxruntime', 'litert'"
         )
+
+
+def test_a_face_build_writes_what_is_asked_else_the_profile_s_formats() -> None:
+    """--format wins; without it the profile's runtime.face_formats, except that a user's embedder (no TFLite
+    twin for it) falls back to ONNX, saying so."""
+    import dataclasses
+
+    from converters.face.build import face_output_format
+    from edge.profiles import ModelFormats, load_profile
+
+    rpi4 = load_profile("rpi4")
+    litert = dataclasses.replace(rpi4, runtime=dataclasses.replace(rpi4.runtime, face_formats=ModelFormats.TFLITE))
+    said: list[str] = []
+    assert face_output_format(litert, None, False) is ModelFormats.TFLITE
+    assert face_output_format(litert, ModelFormats.BOTH, True) is ModelFormats.BOTH  # asked: the caller refuses
+    assert face_output_format(rpi4, None, True, said.append) is ModelFormats.ONNX and not said
+    assert face_output_format(litert, None, True, said.append) is ModelFormats.ONNX
+    assert said == [
+        "--embedder: your embedder gets no TFLite twin; ONNX only (rpi4's runtime.face_formats = 'tflite' is for dlib's)"
+    ]
