@@ -502,11 +502,12 @@ def open_face_pipeline(
         known = ", ".join(repr(d.value) for d in Detector)
         raise InputError(f"face detector {detector!r} is unknown; expected one of {known}") from None
     entries = read_models_file(folder)  # once: every file's sha256 is checked
-    missing = [model for model in FaceModel if model.role not in entries]
+    role = embedder_role(folder)  # its TFLite twin, where the folder says so
+    missing = [r for r in (*(model.role for model in FaceModel), role) if r not in entries]
     if missing:
-        model_path(folder, missing[0].role)  # raises naming the role
+        model_path(folder, missing[0])  # raises naming the role
     paths = {model: Path(folder) / entries[model.role].file for model in FaceModel}
-    paths[FaceModel.EMBEDDER] = model_path(folder, embedder_role(folder))  # its TFLite twin, where the folder says
+    paths[FaceModel.EMBEDDER] = Path(folder) / entries[role].file
     optimization = Optimization.ALL
     if unfused:
         paths = {model: _onnx_source(path) if model in FACE_NETS else path for model, path in paths.items()}
