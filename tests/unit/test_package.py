@@ -297,10 +297,10 @@ def test_each_kind_s_formats_come_from_format_or_the_profile(tmp_path: Path) -> 
 
     face, slm = ModelKind.FACE, ModelKind.SLM
     rpi5 = load_profile("rpi5")
-    assert stage_formats(rpi5, [face, slm], None) == {face: ModelFormats.ONNX, slm: ModelFormats.ONNX}
+    assert stage_formats(rpi5, [face, slm], None) == {face: ModelFormats.TFLITE, slm: ModelFormats.ONNX}
     assert stage_formats(rpi5, [slm], ModelFormats.BOTH) == {slm: ModelFormats.BOTH}
     twin = _twin_profile(tmp_path, "both")
-    assert stage_formats(twin, [face, slm], None) == {face: ModelFormats.ONNX, slm: ModelFormats.BOTH}
+    assert stage_formats(twin, [face, slm], None) == {face: ModelFormats.TFLITE, slm: ModelFormats.BOTH}
     assert stage_formats(twin, [face, slm], ModelFormats.ONNX) == {face: ModelFormats.ONNX, slm: ModelFormats.ONNX}
 
 
