@@ -440,7 +440,7 @@ class Daemon:
         runs = args.get("runs", cfg.bench_runs)
         if isinstance(runs, bool) or not isinstance(runs, int) or not 1 <= runs <= cfg.max_bench_runs:
             raise InputError(f"bench: runs = {runs!r}; expected a whole number in 1..{cfg.max_bench_runs}")
-        role = args.get("role") or embedder_role(self.config.face.models)  # the embedder this folder runs
+        role = args["role"] if "role" in args else embedder_role(self.config.face.models)  # the one it runs
         entries = read_models_file(self.config.face.models)
         runnable = sorted(r for r, e in entries.items() if e.format in RUNTIME_FORMATS)
         if role not in runnable:
