@@ -340,8 +340,10 @@ rpi5 profile's on the A76, as `quantize_face_models` ships it (static QDQ, ORT f
 "embedder on LiteRT" rows run that folder with its embedder's full-integer TFLite twin on LiteRT instead
 (models.json `embedder_runtime`, as `convert face --format tflite` ships it; the twin converted by onnx2tf
 from the same fp32 ONNX, calibrated on the same images). BlazeFace
-runs its ONNX translation (models.json's) on onnxruntime, or, in the LiteRT rows, the `.tflite` original that
-`convert blazeface` keeps beside it, on LiteRT (XNNPACK); the tiled rows tile this 640-pixel frame (its long
+runs its ONNX translation (models.json's `detector.blazeface*`) on onnxruntime, or, in the LiteRT rows, the
+`.tflite` original that `convert blazeface` lists beside it (`tflite.detector.blazeface*`), on LiteRT (XNNPACK):
+what a BlazeFace folder of the rpi4 and rpi5 profiles runs (`runtime.face_detector_runtime = "litert"`,
+models.json `detector_runtime`), by these rows; the tiled rows tile this 640-pixel frame (its long
 side reaches `DEFAULT_TILING.min_side`, {tile_min}) on top of the whole-frame pass; the short-range rows run
 MediaPipe's 128x128 BlazeFace, made for faces within about 2 m of the camera (it finds this frame's face, but
 few of the evaluation photos': section `detector-quality`), so the verdicts below leave them out. The time is an

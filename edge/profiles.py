@@ -160,6 +160,9 @@ class RuntimeSpec:
     threads: int
     face_formats: ModelFormats
     face_detector: Detector
+    #: The runtime a BlazeFace detector runs on (models.json ``detector_runtime``): LiteRT runs MediaPipe's
+    #: ``.tflite`` original, onnxruntime its ONNX translation. MTCNN runs on onnxruntime either way.
+    face_detector_runtime: Runtime = Runtime.ONNXRUNTIME
     #: The language model's files a bundle build writes: ONNX only, or also its LiteRT twin (``tflite``: the
     #: device runs the twin by default; ``both``: the ONNX, the twin listed beside it).
     slm_formats: ModelFormats = ModelFormats.ONNX
@@ -231,6 +234,7 @@ class TargetProfile:
                 "threads": self.runtime.threads,
                 "face_formats": self.runtime.face_formats.value,
                 "face_detector": self.runtime.face_detector.value,
+                "face_detector_runtime": self.runtime.face_detector_runtime.value,
                 "slm_formats": self.runtime.slm_formats.value,
             },
             "quant": {
@@ -276,6 +280,8 @@ _SCHEMA: Schema = {
         "face_formats": Field(ModelFormats, ModelFormats.ONNX),
         # optional: the detector a face build puts in the folder and names in models.json (edge.face.models.Detector)
         "face_detector": Field(Detector, Detector.MTCNN),
+        # optional: the runtime a BlazeFace detector runs on (onnxruntime or litert); onnxruntime without it
+        "face_detector_runtime": Field(Runtime, Runtime.ONNXRUNTIME),
         # optional: the language model's LiteRT twin in a bundle (converters.slm.tflite); ONNX only without it
         "slm_formats": Field(ModelFormats, ModelFormats.ONNX),
     },
@@ -330,6 +336,13 @@ def _check_browser_runtime(where: str, p: TargetProfile) -> None:
         raise ProfileError(
             f"{where}: runtime.face_detector = '{p.runtime.face_detector.value}' with cpu.arch = 'wasm32'; "
             "expected 'mtcnn' (the browser page's pipeline runs MTCNN)"
+        )
+    if p.runtime.face_detector_runtime is not Runtime.ONNXRUNTIME and (
+        p.cpu.arch is Arch.WASM32 or p.runtime.face_detector_runtime is not Runtime.LITERT
+    ):
+        raise ProfileError(
+            f"{where}: runtime.face_detector_runtime = '{p.runtime.face_detector_runtime.value}' with cpu.arch = "
+            f"'{p.cpu.arch.value}'; expected 'onnxruntime'" + ("" if p.cpu.arch is Arch.WASM32 else " or 'litert'")
         )
     if (p.cpu.arch is Arch.WASM32) != (p.runtime.default is Runtime.ONNXRUNTIME_WEB):
         raise ProfileError(

@@ -157,11 +157,19 @@ def _embedder_options(args: argparse.Namespace):
 
 
 def _cmd_convert_blazeface(args: argparse.Namespace) -> int:
-    from converters.face.blazeface import FULL_RANGE, SHORT_RANGE, add_blazeface, set_default_detector
+    from converters.face.blazeface import (
+        FULL_RANGE,
+        SHORT_RANGE,
+        add_blazeface,
+        set_default_detector,
+        set_detector_runtime,
+    )
 
     entry = add_blazeface(Path(args.models), FULL_RANGE if args.range == "full" else SHORT_RANGE)
     if args.default_detector:
         set_default_detector(Path(args.models), args.default_detector)
+    if args.runtime:
+        set_detector_runtime(Path(args.models), args.runtime)
     if args.json:
         print_json(entry.to_dict())  # the models.json entry; the default detector is models.json's "detector"
     else:
@@ -173,6 +181,8 @@ def _cmd_convert_blazeface(args: argparse.Namespace) -> int:
         )
         if args.default_detector:
             print(f"{args.models}: runs {args.default_detector} when no --detector is asked for (models.json)")
+        if args.runtime:
+            print(f"{args.models}: BlazeFace runs on {args.runtime} (models.json detector_runtime)")
     return 0
 
 
@@ -216,12 +226,15 @@ def _add_convert_blazeface(csub: argparse._SubParsersAction) -> None:
         help="add MediaPipe's BlazeFace detector to a converted face folder (an option to MTCNN)",
         description="Fetch MediaPipe's BlazeFace face detector (the mediapipe 0.10.21 wheel, Apache-2.0, "
         "downloaded once into the build cache, never installed), translate it to ONNX, prove the ONNX equal "
-        "to the TFLite file on real photos, and add it to MODELS/models.json (role detector.blazeface or "
-        "detector.blazeface_full). Then: edge-deploy face recognize MODELS ... --detector blazeface, or make "
-        "it the folder's detector with --default-detector (models.json 'detector': what 'face', the daemon and "
-        "a bundle built from the folder run when no detector is named).",
+        "to the TFLite file on real photos, and add both to MODELS/models.json (roles detector.blazeface or "
+        "detector.blazeface_full, and tflite.detector.blazeface[_full] for the original). Then: edge-deploy "
+        "face recognize MODELS ... --detector blazeface, or make it the folder's detector with "
+        "--default-detector (models.json 'detector': what 'face', the daemon and a bundle built from the folder "
+        "run when no detector is named). The ONNX runs on onnxruntime unless --runtime litert makes the device "
+        "run the .tflite on LiteRT (fewer instructions on the Pi's cores: docs/benchmarks.md, arm-frame).",
         epilog="examples:\n  edge-deploy convert blazeface out/face --range full\n"
         "  edge-deploy convert blazeface out/face --range full --default-detector blazeface-full-tiled\n"
+        "  edge-deploy convert blazeface out/face --range full --default-detector blazeface-full --runtime litert\n"
         "  (faces found and whole-frame speed of each detector: docs/benchmarks.md, frame-speed and\n"
         "   detector-quality)",
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -233,6 +246,12 @@ def _add_convert_blazeface(csub: argparse._SubParsersAction) -> None:
         choices=[d.value for d in Detector],
         help="also make this the folder's detector (mtcnn: back to MTCNN); its model must be in the folder "
         "(blazeface: --range short; blazeface-full, blazeface-full-tiled: --range full)",
+    )
+    b.add_argument(
+        "--runtime",
+        choices=["onnxruntime", "litert"],
+        help="the runtime the folder's BlazeFace runs on (models.json detector_runtime): onnxruntime, the ONNX "
+        "translation (the default), or litert, the .tflite original; unchanged when not given",
     )
     b.add_argument("--json", action="store_true", help="print the models.json entry as JSON")
     b.set_defaults(func=_cmd_convert_blazeface)

@@ -287,9 +287,11 @@ def add_blazeface(folder: Path, variant: BlazeFaceFile = SHORT_RANGE, cache_dir:
     """Put a BlazeFace detector into a face models folder (``convert face``'s) as an optional role.
 
     Writes the ``.tflite``, its ONNX translation (proven equal, ``export_blazeface_onnx``) and the licence into
-    ``folder``, and adds the ONNX file to models.json under ``edge.face.models.BLAZEFACE_ROLES[...]``
-    (replacing an earlier entry of that role); the other entries are kept as they are. The device then runs
-    it with ``open_face_pipeline(folder, detector="blazeface")``.
+    ``folder``, and adds the ONNX file to models.json under ``edge.face.models.BLAZEFACE_ROLES[...]`` and the
+    ``.tflite`` under ``TFLITE_BLAZEFACE_ROLES[...]`` (replacing earlier entries of those roles); the other
+    entries are kept as they are. The device then runs it with ``open_face_pipeline(folder,
+    detector="blazeface")``: the ONNX on onnxruntime, or the ``.tflite`` on LiteRT where models.json's
+    ``detector_runtime`` says so (``set_detector_runtime``).
 
     Returns:
         The new models.json entry (its source records the package, version, file, licence and the proof).
@@ -298,11 +300,19 @@ def add_blazeface(folder: Path, variant: BlazeFaceFile = SHORT_RANGE, cache_dir:
         InputError: ``folder`` has no valid models.json.
         ConversionError, ValidationError: as ``export_blazeface_onnx``.
     """
-    from edge.face.models import BLAZEFACE_ROLES, MODELS_FILE, Detector, describe, read_models_file
+    from edge.face.models import (
+        BLAZEFACE_ROLES,
+        MODELS_FILE,
+        TFLITE_BLAZEFACE_ROLES,
+        Detector,
+        describe,
+        read_models_file,
+    )
 
     read_models_file(folder)  # the folder must be a valid models folder before anything is written
     export = export_blazeface_onnx(folder, variant, cache_dir)
-    role = BLAZEFACE_ROLES[Detector.BLAZEFACE if variant is SHORT_RANGE else Detector.BLAZEFACE_FULL]
+    kind = Detector.BLAZEFACE if variant is SHORT_RANGE else Detector.BLAZEFACE_FULL
+    role, original_role = BLAZEFACE_ROLES[kind], TFLITE_BLAZEFACE_ROLES[kind]
     source = {
         **variant.provenance(),
         "converted_from": export.tflite.name,
@@ -311,9 +321,12 @@ def add_blazeface(folder: Path, variant: BlazeFaceFile = SHORT_RANGE, cache_dir:
         "proof_photos": list(export.photos),
     }
     entry = describe(export.onnx, role, "onnx", "fp32", source)
+    # MediaPipe's file as published: float16 weights, which LiteRT widens to float32 at load
+    original = describe(export.tflite, original_role, "tflite", "fp16", variant.provenance())
     path = Path(folder) / MODELS_FILE
     data = json.loads(path.read_text(encoding="utf-8"))
-    data["models"] = [m for m in data["models"] if m.get("role") != role] + [entry.to_dict()]
+    kept = [m for m in data["models"] if m.get("role") not in (role, original_role)]
+    data["models"] = [*kept, entry.to_dict(), original.to_dict()]
     path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
     return entry
 
@@ -349,24 +362,58 @@ def set_default_detector(folder: Path, detector: str) -> None:
     path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
 
 
-def add_profile_detector(folder: Path, detector, progress=lambda _line: None) -> ModelEntry | None:
+def set_detector_runtime(folder: Path, runtime: str) -> None:
+    """Run the folder's BlazeFace detector on ``runtime``: ``"litert"`` (MediaPipe's ``.tflite`` original,
+    XNNPACK) or ``"onnxruntime"`` (its ONNX translation; removes models.json's ``detector_runtime``, the
+    default). MTCNN runs on onnxruntime either way.
+
+    Raises:
+        InputError: ``folder`` has no valid models.json, or ``runtime`` is not one of
+            ``edge.face.models.DETECTOR_RUNTIMES``.
+    """
+    from edge.face.models import DETECTOR_RUNTIME_KEY, DETECTOR_RUNTIMES, MODELS_FILE, read_models_file
+
+    read_models_file(folder)
+    if runtime not in DETECTOR_RUNTIMES:
+        known = ", ".join(repr(r) for r in DETECTOR_RUNTIMES)
+        raise InputError(f"detector runtime {runtime!r:.80} is unknown; expected one of {known}")
+    path = Path(folder) / MODELS_FILE
+    data = json.loads(path.read_text(encoding="utf-8"))
+    data.pop(DETECTOR_RUNTIME_KEY, None)
+    if runtime != "onnxruntime":
+        data[DETECTOR_RUNTIME_KEY] = runtime
+    path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+
+
+def add_profile_detector(
+    folder: Path, detector, progress=lambda _line: None, runtime: str = "onnxruntime"
+) -> ModelEntry | None:
     """The detector a profile names (``runtime.face_detector``, an ``edge.face.models.Detector``) into a face
-    models folder: for a BlazeFace detector its model (``add_blazeface``, fp32, proven equal to the TFLite
-    source) and models.json ``detector`` (``set_default_detector``); MTCNN is already there (None). A folder
-    that already runs ``detector`` (its model and models.json's ``detector`` both there) is left as it is.
+    models folder: for a BlazeFace detector its model (``add_blazeface``: the ``.tflite`` original and its ONNX
+    translation, proven equal), models.json ``detector`` (``set_default_detector``) and ``detector_runtime``
+    (``runtime``, the profile's ``runtime.face_detector_runtime``: ``set_detector_runtime``); MTCNN is already
+    there (None). A folder that already runs ``detector`` (both its files and models.json's ``detector``
+    there) keeps its files.
+
+    Returns:
+        The models.json entry of the file the detector runs (the ``.tflite`` on LiteRT, else the ONNX).
 
     Raises:
         InputError, ConversionError, ValidationError: as ``add_blazeface``.
     """
-    from edge.face.models import BLAZEFACE_ROLES, Detector, folder_detector, read_models_file
+    from edge.face.models import BLAZEFACE_ROLES, TFLITE_BLAZEFACE_ROLES, Detector, folder_detector, read_models_file
 
     if detector is Detector.MTCNN:
         return None
+    roles = (BLAZEFACE_ROLES[detector], TFLITE_BLAZEFACE_ROLES[detector])
     entries = read_models_file(folder)
-    if folder_detector(folder) is detector and BLAZEFACE_ROLES[detector] in entries:
-        return entries[BLAZEFACE_ROLES[detector]]
-    variant = SHORT_RANGE if detector is Detector.BLAZEFACE else FULL_RANGE
-    progress(f"adding the profile's detector {detector.value} ({variant.name}, proven equal to its TFLite source)")
-    entry = add_blazeface(folder, variant)
-    set_default_detector(folder, detector.value)
-    return entry
+    if folder_detector(folder) is not detector or any(role not in entries for role in roles):
+        variant = SHORT_RANGE if detector is Detector.BLAZEFACE else FULL_RANGE
+        progress(
+            f"adding the profile's detector {detector.value} ({variant.name}, and its ONNX translation proven "
+            f"equal to it; runs on {runtime})"
+        )
+        add_blazeface(folder, variant)
+        set_default_detector(folder, detector.value)
+    set_detector_runtime(folder, runtime)
+    return read_models_file(folder)[roles[1] if runtime == "litert" else roles[0]]

@@ -528,7 +528,8 @@ def add_detector(folder: Path, profile: TargetProfile, detector: UserDetector | 
     if detector is None:
         from converters.face.blazeface import add_profile_detector
 
-        add_profile_detector(folder, profile.runtime.face_detector, progress)
+        runtime = profile.runtime
+        add_profile_detector(folder, runtime.face_detector, progress, runtime.face_detector_runtime.value)
         return
     from converters.face.user_detector import add_user_detector
 

@@ -341,7 +341,8 @@ def run_face(ctx: StageContext) -> StageResult:
         run_embedder_twin(ctx.out_dir)
     from converters.face.blazeface import add_profile_detector
 
-    add_profile_detector(ctx.out_dir, ctx.profile.runtime.face_detector, ctx.progress)
+    runtime = ctx.profile.runtime
+    add_profile_detector(ctx.out_dir, runtime.face_detector, ctx.progress, runtime.face_detector_runtime.value)
     return face_result(ctx.precision, ctx.out_dir, quantization, metrics)
 
 

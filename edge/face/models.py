@@ -38,6 +38,13 @@ EMBEDDER_RUNTIME_KEY = "embedder_runtime"
 TFLITE_EMBEDDER_ROLE = "tflite.embedder"
 #: ``EMBEDDER_RUNTIME_KEY`` values, by the role each runs.
 EMBEDDER_RUNTIMES = {"onnxruntime": "embedder", "litert": TFLITE_EMBEDDER_ROLE}
+#: models.json key naming the runtime a BlazeFace detector runs on: ``"litert"`` runs MediaPipe's ``.tflite``
+#: original (``TFLITE_BLAZEFACE_ROLES``; written by ``edge-deploy convert blazeface --runtime litert``, or by a
+#: profile's ``runtime.face_detector_runtime``). Absent: its ONNX translation on onnxruntime. MTCNN always runs
+#: on onnxruntime.
+DETECTOR_RUNTIME_KEY = "detector_runtime"
+#: ``DETECTOR_RUNTIME_KEY`` values.
+DETECTOR_RUNTIMES = ("onnxruntime", "litert")
 
 
 class FaceModel(enum.StrEnum):
@@ -370,6 +377,9 @@ BLAZEFACE_ROLES = {
     Detector.BLAZEFACE_FULL: "detector.blazeface_full",
     Detector.BLAZEFACE_FULL_TILED: "detector.blazeface_full",
 }
+#: models.json roles of the BlazeFace ``.tflite`` originals (listed beside their ONNX translations by
+#: ``add_blazeface``): what a folder whose ``detector_runtime`` is ``"litert"`` runs.
+TFLITE_BLAZEFACE_ROLES = {kind: f"tflite.{role}" for kind, role in BLAZEFACE_ROLES.items()}
 
 
 def folder_detector(folder: Path) -> Detector:
@@ -389,6 +399,21 @@ def folder_detector(folder: Path) -> Detector:
         raise InputError(f"{where}: {DETECTOR_KEY} = {value!r:.80}; expected one of {known}") from None
 
 
+def detector_runtime(folder: Path) -> str:
+    """The runtime a folder's BlazeFace detector runs on: models.json ``detector_runtime``
+    (``DETECTOR_RUNTIME_KEY``), else ``"onnxruntime"``.
+
+    Raises:
+        InputError: models.json unreadable, or ``detector_runtime`` not one of ``DETECTOR_RUNTIMES``.
+    """
+    value = _models_json(folder).get(DETECTOR_RUNTIME_KEY, "onnxruntime")
+    if not isinstance(value, str) or value not in DETECTOR_RUNTIMES:
+        known = ", ".join(repr(k) for k in DETECTOR_RUNTIMES)
+        where = Path(folder) / MODELS_FILE
+        raise InputError(f"{where}: {DETECTOR_RUNTIME_KEY} = {value!r:.80}; expected one of {known}")
+    return value
+
+
 def default_min_score(detector: Detector) -> float:
     """The detection score below which a face is not reported when no cut-off is asked for: MTCNN's
     ``edge.face.recognize.DEFAULT_MIN_SCORE`` (0.9; its last stage passes a fist at 0.87), 0 for BlazeFace (its
@@ -401,12 +426,14 @@ def default_min_score(detector: Detector) -> float:
 def _blazeface_path(folder: Path, entries: dict, detector: Detector, detector_model: Path | None) -> Path:
     if detector_model is not None:
         return Path(detector_model)
-    role = BLAZEFACE_ROLES[detector]
+    litert = detector_runtime(folder) == "litert"
+    role = (TFLITE_BLAZEFACE_ROLES if litert else BLAZEFACE_ROLES)[detector]
     if role not in entries:
         command = "edge-deploy convert blazeface MODELS" + ("" if detector is Detector.BLAZEFACE else " --range full")
+        runs = f" on {DETECTOR_RUNTIME_KEY} 'litert'" if litert else ""
         raise InputError(
-            f"{Path(folder) / MODELS_FILE}: no model with role {role!r} for detector {detector.value!r}; add it "
-            f"with '{command}' (converters.face.blazeface.add_blazeface), or pass detector_model"
+            f"{Path(folder) / MODELS_FILE}: no model with role {role!r} for detector {detector.value!r}{runs}; add "
+            f"it with '{command}' (converters.face.blazeface.add_blazeface), or pass detector_model"
         )
     return Path(folder) / entries[role].file
 
@@ -480,7 +507,8 @@ def open_face_pipeline(
             it finds the 80-120 pixel faces of a 1280-pixel group photo that the whole-frame pass misses, for
             about four more network runs).
         detector_model: the BlazeFace ``.onnx``/``.tflite`` to run; None: the file of its role in models.json
-            (``BLAZEFACE_ROLES``). MTCNN always comes from models.json.
+            (``BLAZEFACE_ROLES``; ``TFLITE_BLAZEFACE_ROLES``, the ``.tflite`` original on LiteRT, where
+            models.json's ``detector_runtime`` is ``"litert"``). MTCNN always comes from models.json.
         min_face_size: smallest face side MTCNN looks for, in pixels (None: MtcnnDetector's default, 20). The
             first level of its image pyramid is scaled by 12 / min_face_size, so doubling it cuts the
             detector's work about fourfold (benchmarks/frame_speed.py measures speed and faces found).

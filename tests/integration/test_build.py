@@ -260,8 +260,9 @@ def test_install_sh_system_dry_run_plans_the_user(bundle) -> None:
 def test_the_profile_s_detector_ships_in_the_bundle(tmp_path: Path) -> None:
     """A profile naming a BlazeFace detector (``runtime.face_detector``) gets a bundle whose face folder holds
     that model (its source and licence in models.json and the manifest) and names it in models.json
-    ``detector``; the bundle's pipeline runs it without being told (t1.jpg: all 6 people, at BlazeFace's
-    scores, which MTCNN's all exceed 0.95: test_face_pipeline)."""
+    ``detector``, on rpi4's ``runtime.face_detector_runtime`` (litert: the .tflite original, models.json
+    ``detector_runtime``); the bundle's pipeline runs it without being told (t1.jpg: all 6 people, at
+    BlazeFace's scores, which MTCNN's all exceed 0.95: test_face_pipeline)."""
     from converters.face.facedata import EVAL_PHOTOS
     from edge.face.models import Detector, folder_detector, open_face_pipeline
 
@@ -278,14 +279,17 @@ def test_the_profile_s_detector_ships_in_the_bundle(tmp_path: Path) -> None:
     assert folder_detector(folder) is Detector.BLAZEFACE_FULL_TILED
     (face,) = built.manifest["models"]
     licences = {s["package"]: s["licence"] for s in face["sources"]}
-    assert licences["mediapipe"] == "Apache-2.0" and "models/face/face_detection_full_range_sparse.onnx" in {
-        f["path"] for f in built.manifest["files"]
-    }
+    shipped = {f["path"] for f in built.manifest["files"]}
+    assert licences["mediapipe"] == "Apache-2.0" and {
+        "models/face/face_detection_full_range_sparse.onnx", "models/face/face_detection_full_range_sparse.tflite"
+    } <= shipped  # fmt: skip
+    assert json.loads((folder / "models.json").read_text())["detector_runtime"] == "litert"
     report = json.loads((folder / "report.json").read_text())  # the fp32 checks ran the shipped detector
     assert report["dlib_proof"]["chips_from"].startswith("our pipeline's chips (blazeface-full-tiled box")
     assert report["pipeline_agreement"]["decision_agreement"] >= 0.99 and face["metrics"]["passed"] is True
     t1 = next(p for p in EVAL_PHOTOS if p.name == "t1")
     with open_face_pipeline(folder) as pipeline:
+        assert pipeline.detector.backend == "litert"
         faces = pipeline.analyze(t1.load())
     assert len(faces) == len(t1.faces) == 6 and min(f.detection.score for f in faces) < 0.95
 

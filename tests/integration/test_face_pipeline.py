@@ -13,7 +13,7 @@ from converters.face.boxes import iou
 from converters.face.facedata import EVAL_PHOTOS, package_dir
 from edge.errors import InputError
 from edge.face.gallery import Gallery
-from edge.face.models import ModelEntry, open_face_pipeline, read_models_file
+from edge.face.models import Detector, ModelEntry, open_face_pipeline, read_models_file
 from edge_deploy.cli import main
 
 pytestmark = pytest.mark.integration
@@ -53,7 +53,11 @@ def test_blazeface_as_the_detector_describes_the_same_faces(face_fp32_models, tm
     assert main(["convert", "blazeface", str(folder), "--range", "full", "--json"]) == 0
     entry = ModelEntry(**json.loads(capsys.readouterr().out))
     after = read_models_file(folder)  # sizes and sha256 of every file checked again
-    assert set(after) == set(before) | {"detector.blazeface_full"}
+    assert set(after) == set(before) | {"detector.blazeface_full", "tflite.detector.blazeface_full"}
+    original = after["tflite.detector.blazeface_full"]  # MediaPipe's file as published, listed beside it
+    assert (original.file, original.format, original.precision, original.source["licence"]) == (
+        "face_detection_full_range_sparse.tflite", "tflite", "fp16", "Apache-2.0"
+    )  # fmt: skip
     assert (entry.file, entry.format, entry.source["package"], entry.source["licence"]) == (
         "face_detection_full_range_sparse.onnx", "onnx", "mediapipe", "Apache-2.0"
     )  # fmt: skip
@@ -90,7 +94,6 @@ def test_the_folder_s_default_detector_is_what_face_and_the_daemon_run(face_fp32
     detector's own: 0); ``face.detector`` in the daemon config overrides the folder."""
     from edge.daemon.config import FaceSettings
     from edge.daemon.face_service import FaceService
-    from edge.face.models import Detector
 
     folder = tmp_path / "face"
     shutil.copytree(face_fp32_models, folder)
@@ -115,6 +118,40 @@ def test_the_folder_s_default_detector_is_what_face_and_the_daemon_run(face_fp32
         assert len(faces) == 6 and min(f["score"] for f in faces) > 0.95  # MTCNN's (test_t1_gives_...)
     assert main(["convert", "blazeface", str(folder), "--range", "short", "--default-detector", "mtcnn"]) == 0
     assert "detector" not in json.loads((folder / "models.json").read_text())
+
+
+def test_runtime_litert_runs_the_tflite_original(face_fp32_models, tmp_path, capsys):
+    """``convert blazeface --runtime litert`` (models.json ``detector_runtime``) makes the folder's BlazeFace
+    run MediaPipe's .tflite on LiteRT, for ``face recognize`` and ``open_face_pipeline`` alike, unfused too (the
+    emulated-Pi check's reference); it finds the faces the ONNX translation finds (the translation is proven
+    equal to it within 1e-3 on the network's outputs); ``--runtime onnxruntime`` goes back."""
+    from edge.face.models import detector_file
+
+    folder = tmp_path / "face"
+    shutil.copytree(face_fp32_models, folder)
+    args = ["convert", "blazeface", str(folder), "--range", "full", "--default-detector", "blazeface-full"]
+    assert main([*args, "--runtime", "litert"]) == 0
+    assert "BlazeFace runs on litert (models.json detector_runtime)" in capsys.readouterr().out
+    assert json.loads((folder / "models.json").read_text())["detector_runtime"] == "litert"
+    assert detector_file(folder, Detector.BLAZEFACE_FULL) == folder / "face_detection_full_range_sparse.tflite"
+    t1 = package_dir("insightface") / "data" / "images" / "t1.jpg"
+    gallery = Gallery().save(tmp_path / "g.npz")
+    assert main(["face", "recognize", str(folder), str(t1), "-g", str(gallery), "--json"]) == 0
+    [result] = json.loads(capsys.readouterr().out)
+    rgb = next(p for p in EVAL_PHOTOS if p.name == "t1").load()
+    boxes = {}
+    for label, unfused in (("litert", False), ("litert unfused", True)):
+        with open_face_pipeline(folder, unfused=unfused) as pipeline:
+            assert pipeline.detector.backend == "litert", label
+            boxes[label] = np.array([f.detection.box for f in pipeline.analyze(rgb)])
+    assert main(["convert", "blazeface", str(folder), "--range", "full", "--runtime", "onnxruntime"]) == 0
+    assert "detector_runtime" not in json.loads((folder / "models.json").read_text())
+    with open_face_pipeline(folder) as pipeline:
+        assert pipeline.detector.backend == "onnxruntime"
+        boxes["onnxruntime"] = np.array([f.detection.box for f in pipeline.analyze(rgb)])
+    assert len(result["faces"]) == len(boxes["onnxruntime"]) == 5
+    for label in ("litert", "litert unfused"):
+        np.testing.assert_allclose(boxes[label], boxes["onnxruntime"], atol=1.0, err_msg=label)  # pixels
 
 
 @pytest.mark.parametrize(

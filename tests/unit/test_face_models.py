@@ -126,6 +126,47 @@ def test_set_default_detector_needs_the_detector_s_model(tmp_path: Path) -> None
     assert "detector" not in json.loads(path.read_text()) and folder_detector(tmp_path) is Detector.MTCNN
 
 
+def test_the_blazeface_file_follows_detector_runtime(tmp_path: Path) -> None:
+    """models.json ``detector_runtime``: absent or "onnxruntime" runs the ONNX translation's role, "litert" the
+    .tflite original's (``set_detector_runtime`` writes it); a folder without the original says which role and
+    how to add it; anything else names the key and the choices."""
+    from converters.face.blazeface import set_detector_runtime
+    from edge.face.models import Detector, detector_file, detector_runtime
+
+    path = _with_detector(tmp_path, detector="blazeface-full")
+    assert detector_runtime(tmp_path) == "onnxruntime"
+    assert detector_file(tmp_path, Detector.BLAZEFACE_FULL_TILED) == tmp_path / "bf.onnx"
+    set_detector_runtime(tmp_path, "litert")
+    assert json.loads(path.read_text())["detector_runtime"] == "litert"
+    with pytest.raises(InputError) as info:  # listed before the .tflite was: re-run convert blazeface
+        detector_file(tmp_path, Detector.BLAZEFACE_FULL)
+    assert str(info.value).replace(str(tmp_path), "DIR") == (
+        "DIR/models.json: no model with role 'tflite.detector.blazeface_full' for detector 'blazeface-full' on "
+        "detector_runtime 'litert'; add it with 'edge-deploy convert blazeface MODELS --range full' "
+        "(converters.face.blazeface.add_blazeface), or pass detector_model"
+    )
+    (tmp_path / "bf.tflite").write_bytes(b"original")
+    data = json.loads(path.read_text())
+    original = _entry("bf.tflite", b"original", role="tflite.detector.blazeface_full", format="tflite")
+    path.write_text(json.dumps({**data, "models": [*data["models"], original]}))
+    assert detector_file(tmp_path, Detector.BLAZEFACE_FULL) == tmp_path / "bf.tflite"
+    assert detector_file(tmp_path, Detector.MTCNN) is None  # MTCNN's nets are face roles, on onnxruntime
+    with pytest.raises(InputError, match="detector runtime 'tensorrt' is unknown; expected one of 'onnxruntime'"):
+        set_detector_runtime(tmp_path, "tensorrt")
+    assert detector_runtime(tmp_path) == "litert"  # a refused change writes nothing
+    set_detector_runtime(tmp_path, "onnxruntime")
+    assert "detector_runtime" not in json.loads(path.read_text())
+    assert detector_file(tmp_path, Detector.BLAZEFACE_FULL) == tmp_path / "bf.onnx"
+    for bad in ("tflite", 1, ["litert"]):
+        data = json.loads(path.read_text())
+        path.write_text(json.dumps({**data, "detector_runtime": bad}))
+        with pytest.raises(InputError) as info:
+            detector_file(tmp_path, Detector.BLAZEFACE_FULL)
+        assert str(info.value).replace(str(tmp_path), "DIR") == (
+            f"DIR/models.json: detector_runtime = {bad!r}; expected one of 'onnxruntime', 'litert'"
+        )
+
+
 def test_the_embedder_role_follows_embedder_runtime(tmp_path: Path) -> None:
     """models.json ``embedder_runtime``: absent or "onnxruntime" runs ``embedder``, "litert" its TFLite twin;
     anything else names the key and the choices; run_embedder_twin refuses a folder without the twin."""

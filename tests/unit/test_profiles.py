@@ -243,6 +243,37 @@ def test_the_face_detector_key(tmp_path):
         load_profile("browser-wasm", d)
 
 
+def test_the_face_detector_runtime_key(tmp_path):
+    """runtime.face_detector_runtime: optional (onnxruntime), litert on the Pis by measurement (arm-frame), and
+    neither onnxruntime-web nor litert accepted where they cannot run it."""
+    from edge.profiles import Runtime
+
+    chosen = {p.name: p.runtime.face_detector_runtime for p in load_all()}
+    assert {name for name, runtime in chosen.items() if runtime is Runtime.LITERT} == {"rpi4", "rpi5"}
+    assert load_profile("rpi5").to_dict()["runtime"]["face_detector_runtime"] == "litert"
+    d = _copy(tmp_path)
+    for name in ("rpi5", "browser-wasm"):
+        _copy(tmp_path, name)
+    _edit(d, "rpi4", 'face_detector_runtime = "litert"', "")
+    assert load_profile("rpi4", d).runtime.face_detector_runtime is Runtime.ONNXRUNTIME
+    _edit(d, "rpi5", 'face_detector_runtime = "litert"', 'face_detector_runtime = "onnxruntime-web"')
+    with pytest.raises(ProfileError) as exc:
+        load_profile("rpi5", d)
+    assert str(exc.value).endswith(
+        "rpi5.toml: runtime.face_detector_runtime = 'onnxruntime-web' with cpu.arch = 'aarch64'; expected "
+        "'onnxruntime' or 'litert'"
+    )
+    _edit(d, "rpi5", 'face_detector_runtime = "onnxruntime-web"', 'face_detector_runtime = "tvm"')
+    with pytest.raises(ProfileError, match="runtime.face_detector_runtime = 'tvm'; expected one of onnxruntime, "):
+        load_profile("rpi5", d)
+    _edit(d, "browser-wasm", 'face_detector = "mtcnn"', 'face_detector = "mtcnn"\nface_detector_runtime = "litert"')
+    with pytest.raises(ProfileError) as exc:
+        load_profile("browser-wasm", d)
+    assert str(exc.value).endswith(
+        "browser-wasm.toml: runtime.face_detector_runtime = 'litert' with cpu.arch = 'wasm32'; expected 'onnxruntime'"
+    )
+
+
 def test_the_user_model_gate_keys_are_checked(tmp_path):
     d = _copy(tmp_path)
     _edit(d, "rpi4", "model_min_top1 = 0.98", "model_min_top1 = 1.5")
