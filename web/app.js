@@ -2,11 +2,10 @@
 // frames; keep a small gallery in the page. Every failure ends up in #error, never a blank page.
 
 import * as ort from "./ort/ort.wasm.min.mjs";
-import { FacePipeline, distance, loadFile } from "./face.js";
+import { FacePipeline, MIN_SCORE, distance, loadFile } from "./face.js";
 import { TextGenerator, Tokenizer } from "./text.js";
 import { SentenceEncoder, WordPieceTokenizer, rank } from "./search.js";
 
-const MIN_SCORE = 0.9; // as edge/face/recognize.py DEFAULT_MIN_SCORE
 const $ = (id) => document.getElementById(id);
 const state = { pipeline: null, rgb: null, h: 0, w: 0, faces: [], gallery: [], threshold: 0.6 };
 

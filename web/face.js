@@ -5,7 +5,7 @@ import { Mtcnn } from "./mtcnn.js";
 import { ShapePredictor, alignChipDlib5, hogLikeRect } from "./align.js";
 
 const CHIP = 150;
-const MIN_SCORE = 0.9; // edge/face/recognize.py DEFAULT_MIN_SCORE
+export const MIN_SCORE = 0.9; // edge/face/recognize.py DEFAULT_MIN_SCORE (app.js imports it)
 const ROLE_FILES = ["detector.pnet", "detector.rnet", "detector.onet", "embedder"];
 
 async function fetchOk(url, what) {
