@@ -337,12 +337,11 @@ def _check_browser_runtime(where: str, p: TargetProfile) -> None:
             f"{where}: runtime.face_detector = '{p.runtime.face_detector.value}' with cpu.arch = 'wasm32'; "
             "expected 'mtcnn' (the browser page's pipeline runs MTCNN)"
         )
-    if p.runtime.face_detector_runtime is not Runtime.ONNXRUNTIME and (
-        p.cpu.arch is Arch.WASM32 or p.runtime.face_detector_runtime is not Runtime.LITERT
-    ):
+    detector_runtimes = (Runtime.ONNXRUNTIME,) if p.cpu.arch is Arch.WASM32 else (Runtime.ONNXRUNTIME, Runtime.LITERT)
+    if p.runtime.face_detector_runtime not in detector_runtimes:
         raise ProfileError(
             f"{where}: runtime.face_detector_runtime = '{p.runtime.face_detector_runtime.value}' with cpu.arch = "
-            f"'{p.cpu.arch.value}'; expected 'onnxruntime'" + ("" if p.cpu.arch is Arch.WASM32 else " or 'litert'")
+            f"'{p.cpu.arch.value}'; expected " + " or ".join(f"'{r.value}'" for r in detector_runtimes)
         )
     if (p.cpu.arch is Arch.WASM32) != (p.runtime.default is Runtime.ONNXRUNTIME_WEB):
         raise ProfileError(

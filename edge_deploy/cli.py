@@ -15,7 +15,7 @@ from pathlib import Path
 
 from edge import __version__
 from edge.errors import EdgeDeployError
-from edge.face.models import Detector
+from edge.face.models import DETECTOR_RUNTIMES, Detector
 from edge.profiles import DEFAULT_PROFILE_DIR, ModelFormats, available_targets, load_all, load_profile
 from edge_deploy.common import print_json, run
 
@@ -249,7 +249,7 @@ def _add_convert_blazeface(csub: argparse._SubParsersAction) -> None:
     )
     b.add_argument(
         "--runtime",
-        choices=["onnxruntime", "litert"],
+        choices=DETECTOR_RUNTIMES,
         help="the runtime the folder's BlazeFace runs on (models.json detector_runtime): onnxruntime, the ONNX "
         "translation (the default), or litert, the .tflite original; unchanged when not given",
     )

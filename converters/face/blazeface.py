@@ -355,11 +355,7 @@ def set_default_detector(folder: Path, detector: str) -> None:
             f"{path}: no model with role {BLAZEFACE_ROLES[kind]!r}, which detector {kind.value!r} runs; "
             f"add it first ('edge-deploy convert blazeface {folder}{flag}')"
         )
-    data = json.loads(path.read_text(encoding="utf-8"))
-    data.pop(DETECTOR_KEY, None)
-    if kind is not Detector.MTCNN:
-        data[DETECTOR_KEY] = kind.value
-    path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    _set_or_drop(path, DETECTOR_KEY, kind.value, Detector.MTCNN.value)
 
 
 def set_detector_runtime(folder: Path, runtime: str) -> None:
@@ -377,11 +373,15 @@ def set_detector_runtime(folder: Path, runtime: str) -> None:
     if runtime not in DETECTOR_RUNTIMES:
         known = ", ".join(repr(r) for r in DETECTOR_RUNTIMES)
         raise InputError(f"detector runtime {runtime!r:.80} is unknown; expected one of {known}")
-    path = Path(folder) / MODELS_FILE
+    _set_or_drop(Path(folder) / MODELS_FILE, DETECTOR_RUNTIME_KEY, runtime, "onnxruntime")
+
+
+def _set_or_drop(path: Path, key: str, value: str, default: str) -> None:
+    """Write models.json ``key = value``, or remove the key when ``value`` is what its absence means."""
     data = json.loads(path.read_text(encoding="utf-8"))
-    data.pop(DETECTOR_RUNTIME_KEY, None)
-    if runtime != "onnxruntime":
-        data[DETECTOR_RUNTIME_KEY] = runtime
+    data.pop(key, None)
+    if value != default:
+        data[key] = value
     path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import enum
 import json
 import stat
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -265,12 +266,17 @@ def embedder_role(folder: Path) -> str:
     Raises:
         InputError: models.json unreadable, or ``embedder_runtime`` not a runtime name.
     """
-    value = _models_json(folder).get(EMBEDDER_RUNTIME_KEY, "onnxruntime")
-    if not isinstance(value, str) or value not in EMBEDDER_RUNTIMES:
-        known = ", ".join(repr(k) for k in EMBEDDER_RUNTIMES)
-        where = Path(folder) / MODELS_FILE
-        raise InputError(f"{where}: {EMBEDDER_RUNTIME_KEY} = {value!r:.80}; expected one of {known}")
-    return EMBEDDER_RUNTIMES[value]
+    return EMBEDDER_RUNTIMES[_runtime_key(folder, EMBEDDER_RUNTIME_KEY, EMBEDDER_RUNTIMES)]
+
+
+def _runtime_key(folder: Path, key: str, runtimes: Collection[str]) -> str:
+    """models.json ``key`` (a runtime name, one of ``runtimes``), else ``"onnxruntime"``; InputError naming the
+    file, the key and the choices otherwise."""
+    value = _models_json(folder).get(key, "onnxruntime")
+    if not isinstance(value, str) or value not in runtimes:
+        known = ", ".join(repr(k) for k in runtimes)
+        raise InputError(f"{Path(folder) / MODELS_FILE}: {key} = {value!r:.80}; expected one of {known}")
+    return value
 
 
 def running_of(folder: Path, role: str | None = None) -> dict[str, str]:
@@ -406,12 +412,7 @@ def detector_runtime(folder: Path) -> str:
     Raises:
         InputError: models.json unreadable, or ``detector_runtime`` not one of ``DETECTOR_RUNTIMES``.
     """
-    value = _models_json(folder).get(DETECTOR_RUNTIME_KEY, "onnxruntime")
-    if not isinstance(value, str) or value not in DETECTOR_RUNTIMES:
-        known = ", ".join(repr(k) for k in DETECTOR_RUNTIMES)
-        where = Path(folder) / MODELS_FILE
-        raise InputError(f"{where}: {DETECTOR_RUNTIME_KEY} = {value!r:.80}; expected one of {known}")
-    return value
+    return _runtime_key(folder, DETECTOR_RUNTIME_KEY, DETECTOR_RUNTIMES)
 
 
 def default_min_score(detector: Detector) -> float:
