@@ -168,3 +168,23 @@ def test_bench_through_litert(model, tmp_path):
     assert data["inputs"][0]["fed_shape"] == [1, 128, 128, 3]
     png = result.plot_png(tmp_path / "blazeface.png")
     assert cv2.imread(str(png)).shape == (600, 1280, 3)
+
+
+def test_the_fp16_hint_is_metadata_litert_keeps_and_runs(blazeface, model, tmp_path):
+    """benchmarks/arm_frame_levers.py's fp16 lever: the same network, one more metadata entry (the model's own
+    kept), loadable by LiteRT with the same tensors. (Whether it runs in fp16 depends on the core: counted on
+    the emulated A76 by that benchmark, not asserted here.)"""
+    from ai_edge_litert import schema_py_generated as schema
+
+    from benchmarks.arm_frame_levers import FP16_KEY, FP16_VALUE, with_fp16_hint
+
+    hinted = with_fp16_hint(blazeface, tmp_path / "hinted.tflite")
+    before = schema.ModelT.InitFromPackedBuf(bytearray(blazeface.read_bytes()), 0)
+    after = schema.ModelT.InitFromPackedBuf(bytearray(hinted.read_bytes()), 0)
+    entries = {m.name.decode(): bytes(after.buffers[m.buffer].data).decode(errors="replace") for m in after.metadata}
+    assert entries[FP16_KEY] == FP16_VALUE
+    assert {m.name.decode() for m in before.metadata} | {FP16_KEY} == set(entries)
+    with open_model(hinted, threads=1) as m:
+        assert m.inputs == model.inputs and m.outputs == model.outputs
+        out = m.run({m.inputs[0].name: np.zeros(m.inputs[0].shape, np.float32)})
+        assert {k: v.shape for k, v in out.items()} == {o.name: tuple(o.shape) for o in m.outputs}
