@@ -85,25 +85,17 @@ def faces_found(model: Path) -> dict[str, tuple[int, int, int]]:
     """(found, missed, false) of BlazeFace full range on the whole evaluation photos with each resampler."""
     from converters.face.boxes import match_boxes
     from converters.face.facedata import make_eval_images
-    from edge.face.detect_blazeface import BlazeFaceDetector, decode, sigmoid_scores, weighted_nms
+    from edge.face.detect_blazeface import BlazeFaceDetector, weighted_nms
 
     images = make_eval_images(0)
     result = {}
     with BlazeFaceDetector(model, threads=1) as det:
-        size = det.spec.size
         for name, letterbox in RESAMPLERS.items():
             found = missed = false = 0
             for image in images:
                 h, w = image.rgb.shape[:2]
-                raw, logits = det.run_raw(letterbox(image.rgb, size))
-                keep = np.flatnonzero(sigmoid_scores(logits) >= det.min_score)
-                boxes, points, scores = decode(raw[keep], logits[keep], det.anchors[keep], size)
-                scale = size / max(h, w)  # undo the letterbox as BlazeFaceDetector does
-                new_h, new_w = max(1, round(h * scale)), max(1, round(w * scale))
-                shift = np.array([(size - new_w) // 2, (size - new_h) // 2], np.float32)
-                inv = np.float32(w / new_w)
-                boxes = ((boxes.reshape(-1, 2, 2) * np.float32(size) - shift) * inv).reshape(-1, 4)
-                boxes, _, _ = weighted_nms(boxes, points, scores, det.nms_iou)
+                tensor, place = letterbox(image.rgb, det.spec.size)
+                boxes, _, _ = weighted_nms(*det.decode_window(tensor, place, (0, h, 0, w)), det.nms_iou)
                 truth = [f.box for f in image.faces]
                 matched = match_boxes(truth, [tuple(map(float, b)) for b in boxes])
                 found += len(matched)
@@ -176,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
     model = fetch_blazeface(variant=FULL_RANGE)
     hinted = with_fp16_hint(model, work / f"{model.stem}.fp16-hint.tflite")
     tensor = work / "frame-letterboxed.npy"  # the network's input for the frame, as edge/face makes it
-    np.save(tensor, RESAMPLERS["area (edge/face today)"](np.load(frame), 192))
+    np.save(tensor, RESAMPLERS["area (edge/face today)"](np.load(frame), 192)[0])
     say("faces found with each resampler (host)")
     faces = faces_found(model)
     counts: dict[str, dict[str, float]] = {}

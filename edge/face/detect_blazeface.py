@@ -200,6 +200,13 @@ def letterbox(rgb: np.ndarray, size: int) -> tuple[np.ndarray, Letterbox]:
     return letterbox_window(integral_image(rgb), (0, rgb.shape[0], 0, rgb.shape[1]), size)
 
 
+def letterbox_fit(h: int, w: int, size: int) -> tuple[int, int, int, int]:
+    """(new_h, new_w, top, left): an ``h`` x ``w`` image scaled to fit a ``size`` square, aspect kept, centred."""
+    scale = size / max(h, w)
+    new_h, new_w = max(1, round(h * scale)), max(1, round(w * scale))
+    return new_h, new_w, (size - new_h) // 2, (size - new_w) // 2
+
+
 def letterbox_window(
     integral: np.ndarray, window: tuple[int, int, int, int], size: int
 ) -> tuple[np.ndarray, Letterbox]:
@@ -211,9 +218,7 @@ def letterbox_window(
     """
     r0, r1, c0, c1 = window
     h, w = r1 - r0, c1 - c0
-    scale = size / max(h, w)
-    new_h, new_w = max(1, round(h * scale)), max(1, round(w * scale))
-    top, left = (size - new_h) // 2, (size - new_w) // 2
+    new_h, new_w, top, left = letterbox_fit(h, w, size)
     square = np.empty((size, size, 3), np.float32)
     for border in (square[:top], square[top + new_h :], square[:, :left], square[:, left + new_w :]):
         border.fill(-1.0)
@@ -391,6 +396,12 @@ class BlazeFaceDetector:
         """One network pass over rows ``r0:r1``, columns ``c0:c1`` of the image: its decoded anchors scoring at
         least ``min_score`` (before NMS), boxes [n, 4] and keypoints [n, 6, 2] in image pixels, scores [n]."""
         tensor, place = letterbox_window(integral, window, self.spec.size)
+        return self.decode_window(tensor, place, window)
+
+    def decode_window(self, tensor: np.ndarray, place: Letterbox, window: tuple[int, int, int, int]) -> tuple:
+        """``_candidates`` from the letterboxed input ``tensor`` of rows ``r0:r1``, columns ``c0:c1`` (placed in the
+        square as ``place`` says): one network pass, its anchors scoring at least ``min_score`` decoded to image
+        pixels (before NMS)."""
         raw_boxes, logits = self.run_raw(tensor)
         keep = np.flatnonzero(sigmoid_scores(logits) >= self.min_score)  # decode only these (row-wise: the same)
         boxes, keypoints, scores = decode(raw_boxes[keep], logits[keep], self.anchors[keep], self.spec.size)

@@ -3,11 +3,11 @@
     python3 scripts/arm/run_letterbox.py --frame frame.npy --size 192 --frames N [--mark]
 
 Regions (summed over the N frames, after one unmarked warm-up call of each): 0 empty (the marks' own cost),
-then one per entry of ``RESAMPLERS`` in order, from 1: the whole letterbox, uint8 frame in, float32 [1, S, S, 3]
-in [-1, 1] out. ``area`` is what ``edge.face.detect_blazeface`` runs (adaptive average pooling through the
-integral image, computed here too); the others are alternatives measured by ``benchmarks/arm_frame_levers.py``,
-which also counts the faces each finds on the evaluation photos (importing ``RESAMPLERS`` from here). Device
-code only (edge.*, numpy, cv2).
+then one per entry of ``RESAMPLERS`` in order, from 1: the whole letterbox, uint8 frame in, float32
+[1, S, S, 3] in [-1, 1] out (with its placement, as edge/face's ``letterbox`` returns it). ``area`` is what
+``edge.face.detect_blazeface`` runs (adaptive average pooling through the integral image, computed here too);
+the others are alternatives measured by ``benchmarks/arm_frame_levers.py``, which also counts the faces each
+finds on the evaluation photos (importing ``RESAMPLERS`` from here). Device code only (edge.*, numpy, cv2).
 """
 
 from __future__ import annotations
@@ -18,39 +18,32 @@ from collections.abc import Callable
 
 import numpy as np
 
-
-def _fit(shape: tuple[int, ...], size: int) -> tuple[int, int, int, int]:
-    """(new_h, new_w, top, left) of an image of ``shape`` fitted into a ``size`` square, as letterbox_window."""
-    h, w = shape[:2]
-    scale = size / max(h, w)
-    new_h, new_w = max(1, round(h * scale)), max(1, round(w * scale))
-    return new_h, new_w, (size - new_h) // 2, (size - new_w) // 2
+from edge.face.detect_blazeface import Letterbox, letterbox_fit, letterbox_window
 
 
-def _place(resized: np.ndarray, rgb_shape: tuple[int, ...], size: int) -> np.ndarray:
-    """The uint8 ``resized`` image centred on black in the square, mapped to [-1, 1] in place."""
-    new_h, new_w, top, left = _fit(rgb_shape, size)
+def _place(resized: np.ndarray, rgb_shape: tuple[int, ...], size: int) -> tuple[np.ndarray, Letterbox]:
+    """The uint8 ``resized`` image centred on black in the square, mapped to [-1, 1] in place, and its placement."""
+    new_h, new_w, top, left = letterbox_fit(*rgb_shape[:2], size)
     square = np.full((size, size, 3), -1.0, np.float32)
     inner = square[top : top + new_h, left : left + new_w]
     np.multiply(resized, np.float32(2.0 / 255.0), out=inner)
     inner -= np.float32(1.0)
-    return square[None]
+    return square[None], Letterbox(new_w / rgb_shape[1], float(left), float(top))
 
 
-def area(rgb: np.ndarray, size: int) -> np.ndarray:
+def area(rgb: np.ndarray, size: int) -> tuple[np.ndarray, Letterbox]:
     """edge/face today: adaptive average pooling (integral image + box sums), float32 means."""
-    from edge.face.detect_blazeface import letterbox_window
     from edge.face.detect_mtcnn import integral_image
 
-    return letterbox_window(integral_image(rgb), (0, rgb.shape[0], 0, rgb.shape[1]), size)[0]
+    return letterbox_window(integral_image(rgb), (0, rgb.shape[0], 0, rgb.shape[1]), size)
 
 
-def halve_bilinear(rgb: np.ndarray, size: int) -> np.ndarray:
+def halve_bilinear(rgb: np.ndarray, size: int) -> tuple[np.ndarray, Letterbox]:
     """Halved by OpenCV's 2x2 area averaging (uint8, its integer fast path) while the frame is at least twice
     the target, then OpenCV's bilinear resize: an image pyramid's anti-aliasing at a fraction of the cost."""
     import cv2
 
-    new_h, new_w, _, _ = _fit(rgb.shape, size)
+    new_h, new_w, _, _ = letterbox_fit(*rgb.shape[:2], size)
     img = rgb
     while img.shape[0] >= 2 * new_h and img.shape[1] >= 2 * new_w:
         h, w = img.shape[0] // 2, img.shape[1] // 2
@@ -60,24 +53,25 @@ def halve_bilinear(rgb: np.ndarray, size: int) -> np.ndarray:
     return _place(img, rgb.shape, size)
 
 
-def bilinear(rgb: np.ndarray, size: int) -> np.ndarray:
+def bilinear(rgb: np.ndarray, size: int) -> tuple[np.ndarray, Letterbox]:
     """OpenCV's bilinear resize of the whole frame, as MediaPipe's ImageToTensorCalculator samples."""
     import cv2
 
-    new_h, new_w, _, _ = _fit(rgb.shape, size)
+    new_h, new_w, _, _ = letterbox_fit(*rgb.shape[:2], size)
     return _place(cv2.resize(rgb, (new_w, new_h), interpolation=cv2.INTER_LINEAR), rgb.shape, size)
 
 
-def opencv_area(rgb: np.ndarray, size: int) -> np.ndarray:
+def opencv_area(rgb: np.ndarray, size: int) -> tuple[np.ndarray, Letterbox]:
     """OpenCV's own INTER_AREA resize (fractional pixel weights; uint8 out)."""
     import cv2
 
-    new_h, new_w, _, _ = _fit(rgb.shape, size)
+    new_h, new_w, _, _ = letterbox_fit(*rgb.shape[:2], size)
     return _place(cv2.resize(rgb, (new_w, new_h), interpolation=cv2.INTER_AREA), rgb.shape, size)
 
 
-#: name -> letterbox function (uint8 [H, W, 3], size) -> float32 [1, size, size, 3]; region k + 1 is entry k.
-RESAMPLERS: dict[str, Callable[[np.ndarray, int], np.ndarray]] = {
+#: name -> letterbox function (uint8 [H, W, 3], size) -> (float32 [1, size, size, 3], placement), as
+#: edge/face's ``letterbox``; region k + 1 is entry k.
+RESAMPLERS: dict[str, Callable[[np.ndarray, int], tuple[np.ndarray, Letterbox]]] = {
     "area (edge/face today)": area,
     "halve + bilinear": halve_bilinear,
     "bilinear (MediaPipe's sampling)": bilinear,

@@ -14,7 +14,8 @@ TODAY, HALVE, BILINEAR, CV_AREA = levers.RESAMPLERS
 
 def test_the_first_resampler_is_what_edge_face_runs():
     rgb = np.random.default_rng(0).integers(0, 256, (480, 640, 3), dtype=np.uint8)
-    assert np.array_equal(levers.RESAMPLERS[TODAY](rgb, 192), letterbox(rgb, 192)[0])
+    tensor, place = levers.RESAMPLERS[TODAY](rgb, 192)
+    assert np.array_equal(tensor, letterbox(rgb, 192)[0]) and place == letterbox(rgb, 192)[1]
 
 
 @pytest.mark.parametrize("shape", [(480, 640), (886, 1280), (600, 512), (100, 90)])
@@ -22,10 +23,10 @@ def test_every_resampler_places_the_frame_as_the_letterbox_does(shape):
     """Same placement and border as edge/face's letterbox; a flat grey frame stays that grey (a resampler that
     dropped or shifted rows would show it at the border)."""
     grey = np.full((*shape, 3), 200, np.uint8)
-    expected = letterbox(grey, 192)[0]
+    expected, where = letterbox(grey, 192)
     for name, resample in levers.RESAMPLERS.items():
-        got = resample(grey, 192)
-        assert got.shape == (1, 192, 192, 3) and got.dtype == np.float32, name
+        got, place = resample(grey, 192)
+        assert got.shape == (1, 192, 192, 3) and got.dtype == np.float32 and place == where, name
         np.testing.assert_allclose(got, expected, atol=1e-6, err_msg=name)
 
 
@@ -35,9 +36,9 @@ def test_halving_runs_while_the_frame_is_at_least_twice_the_target():
     rng = np.random.default_rng(1)
     rgb = rng.integers(0, 256, (384, 384, 3), dtype=np.uint8)
     means = np.floor(rgb.reshape(192, 2, 192, 2, 3).astype(np.float64).mean(axis=(1, 3)) + 0.5)
-    np.testing.assert_allclose(levers.RESAMPLERS[HALVE](rgb, 192)[0], means * (2 / 255) - 1, atol=1e-6)
+    np.testing.assert_allclose(levers.RESAMPLERS[HALVE](rgb, 192)[0][0], means * (2 / 255) - 1, atol=1e-6)
     rgb = rgb[:383, :383]
-    assert np.array_equal(levers.RESAMPLERS[HALVE](rgb, 192), levers.RESAMPLERS[BILINEAR](rgb, 192))
+    assert np.array_equal(levers.RESAMPLERS[HALVE](rgb, 192)[0], levers.RESAMPLERS[BILINEAR](rgb, 192)[0])
 
 
 def test_the_decision_names_only_cheaper_resamplers_that_keep_every_face():
