@@ -83,6 +83,26 @@ def test_load_errors(tmp_path):
     )
 
 
+@pytest.mark.parametrize(
+    ("key", "value", "expected"),
+    [
+        ("anchor_idx", np.array([[0, 2]], np.int32), "holds indices 0..2; expected 0..1 (the model's 2 landmarks)"),
+        (
+            "split_idx",
+            np.array([[[[0, -1]]]], np.int32),
+            "holds indices -1..0; expected 0..1 (the model's 2 feature pixels)",
+        ),
+        ("anchor_idx", np.array([[0.0, 1.0]], np.float32), "is float32; expected integer indices"),
+    ],
+)
+def test_indices_out_of_range_are_refused_at_load(tmp_path, key, value, expected):
+    """predict_many gathers without bounds checks, so a model whose indices point outside is refused on loading."""
+    path = _save(tmp_path / "m.npz", _tiny_model() | {key: value})
+    with pytest.raises(InputError) as err:
+        ShapePredictor(path)
+    assert str(err.value) == f"{path}: key '{key}' {expected}"
+
+
 def test_predict_rejects_non_rgb(tmp_path):
     sp = ShapePredictor(_save(tmp_path / "m.npz", _tiny_model()))
     with pytest.raises(InputError) as err:
