@@ -16,7 +16,15 @@ import cv2
 import numpy as np
 import pytest
 
-from converters.face.blazeface import OUTPUTS, SHA256, download_wheel, fetch_blazeface, verify_blazeface
+from converters.face.blazeface import (
+    FULL_RANGE,
+    OUTPUTS,
+    SHA256,
+    SHORT_RANGE,
+    download_wheel,
+    fetch_blazeface,
+    verify_blazeface,
+)
 from edge.bench import make_inputs, run_bench
 from edge.errors import ConversionError, InferenceError, InputError
 from edge.profiles import load_profile
@@ -188,3 +196,35 @@ def test_the_fp16_hint_is_metadata_litert_keeps_and_runs(blazeface, model, tmp_p
         assert m.inputs == model.inputs and m.outputs == model.outputs
         out = m.run({m.inputs[0].name: np.zeros(m.inputs[0].shape, np.float32)})
         assert {k: v.shape for k, v in out.items()} == {o.name: tuple(o.shape) for o in m.outputs}
+
+
+@pytest.mark.parametrize("variant", [SHORT_RANGE, FULL_RANGE], ids=["short-range", "full-range-sparse"])
+def test_the_dense_copy_is_the_same_network_on_fp32_weights(cache, variant, tmp_path):
+    """benchmarks/blazeface_int8.py's ``dense_copy`` (what ai-edge-quantizer is given): no DENSIFY or DEQUANTIZE
+    left, every weight an fp32 constant, a ``serving_default`` signature, and on a real photo's letterbox the raw
+    outputs of the original within float rounding (``DENSE_TOLERANCE``)."""
+    from ai_edge_litert import schema_py_generated as schema
+    from ai_edge_litert.interpreter import Interpreter
+    from skimage import data
+
+    from benchmarks.blazeface_int8 import DENSE_TOLERANCE, SIGNATURE, SIGNATURE_INPUT, check_dense, dense_copy
+    from edge.face.detect_blazeface import letterbox
+
+    source = fetch_blazeface(cache, variant)
+    dense = dense_copy(source, tmp_path / "dense.tflite")
+    tree = schema.ModelT.InitFromPackedBuf(bytearray(dense.read_bytes()), 0)
+    codes = [max(c.builtinCode, c.deprecatedBuiltinCode) for c in tree.operatorCodes]
+    used = {codes[op.opcodeIndex] for op in tree.subgraphs[0].operators}
+    assert not used & {schema.BuiltinOperator.DENSIFY, schema.BuiltinOperator.DEQUANTIZE}
+    graph = tree.subgraphs[0]
+    convs = {schema.BuiltinOperator.CONV_2D, schema.BuiltinOperator.DEPTHWISE_CONV_2D}
+    weights = [graph.tensors[t] for op in graph.operators if codes[op.opcodeIndex] in convs for t in op.inputs[1:]]
+    assert weights and all(w.type == schema.TensorType.FLOAT32 and w.sparsity is None for w in weights)
+    assert Interpreter(model_path=str(dense)).get_signature_list() == {
+        SIGNATURE: {"inputs": [SIGNATURE_INPUT], "outputs": ["output_0", "output_1"]}
+    }
+    with open_model(source, threads=1) as original, open_model(dense, threads=1) as copy:
+        assert [(i.shape, i.dtype) for i in copy.inputs] == [(i.shape, i.dtype) for i in original.inputs]
+        assert sorted(o.shape for o in copy.outputs) == sorted(o.shape for o in original.outputs)
+        tensor, _ = letterbox(data.astronaut(), original.inputs[0].shape[1])
+    assert check_dense(source, dense, tensor) <= DENSE_TOLERANCE
