@@ -242,20 +242,21 @@ def check_dense(source: Path, dense: Path, tensor: np.ndarray) -> float:
 def litert_int8(dense: Path, out: Path, samples: list[np.ndarray]) -> Path:
     """ai-edge-quantizer's ``static_wi8_ai8`` of ``dense_copy``'s file, calibrated on ``samples`` with plain min-max.
 
-    (``Quantizer.calibrate`` has no way to pass the range update; its ``Calibrator`` has, and is given the
-    quantizer's recipe: ai-edge-quantizer is pinned in pyproject.toml's ``dev`` extra for that reason.)
+    (``Quantizer.calibrate`` has no way to pass the range update; its ``Calibrator`` has, given the recipe.)
     """
-    from ai_edge_quantizer import calibrator, quantizer, recipe
+    from ai_edge_quantizer import calibrator, quantizer, recipe, recipe_manager
 
     def widest(seen: dict, new: dict) -> dict:
         if not seen:
             return new
         return {"min": np.minimum(seen["min"], new["min"]), "max": np.maximum(seen["max"], new["max"])}
 
-    tool = quantizer.Quantizer(str(dense))
-    tool.load_quantization_recipe(recipe.static_wi8_ai8())
+    plan = recipe_manager.RecipeManager()
+    plan.load_quantization_recipe(recipe.static_wi8_ai8())
     ranges = calibrator.Calibrator(dense.read_bytes(), num_threads=2, qsv_update_func=widest)
-    ranges.calibrate({SIGNATURE: [{SIGNATURE_INPUT: s} for s in samples]}, tool._recipe_manager)
+    ranges.calibrate({SIGNATURE: [{SIGNATURE_INPUT: s} for s in samples]}, plan)
+    tool = quantizer.Quantizer(str(dense))
+    tool.load_quantization_recipe(plan.get_quantization_recipe())
     tool.quantize(ranges.get_model_qsvs()).export_model(str(out), overwrite=True)
     return out
 
