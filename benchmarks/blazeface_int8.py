@@ -65,6 +65,7 @@ LITERT_INT8 = "INT8 LiteRT (ai-edge-quantizer static_wi8_ai8, min-max)"
 SIGNATURE, SIGNATURE_INPUT = "serving_default", "input"
 #: Each core's profile: whose QDQ settings its onnxruntime INT8 row runs.
 CORE_PROFILES = {"cortex-a72": "rpi4", "cortex-a76": "rpi5"}
+DEFAULT_CPUS = ",".join(CORE_PROFILES)
 #: The dense copy's raw outputs may differ from the sparse file's by float rounding only (measured: 7e-5).
 DENSE_TOLERANCE = 1e-3
 
@@ -411,19 +412,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--calibration", type=int, default=200, help="calibration images (default 200)")
     parser.add_argument("--quick", action="store_true", help="50 calibration images, no ARM counts; writes no docs")
     parser.add_argument(
-        "--cpus", default="cortex-a72,cortex-a76", help="emulated cores to count on (default both; '' for none)"
+        "--cpus", default=DEFAULT_CPUS, help=f"emulated cores to count on (default {DEFAULT_CPUS}; '' none)"
     )
     args = parser.parse_args(argv)
     calibration = 50 if args.quick else args.calibration
     cpus = [] if args.quick else [c.strip() for c in args.cpus.split(",") if c.strip()]
+    unknown = sorted(set(cpus) - set(CORE_PROFILES))
+    if unknown:
+        parser.error(f"--cpus {','.join(unknown)}: expected some of {', '.join(CORE_PROFILES)}")
     result = measure(calibration)
     if cpus:
         result["arm"] = arm_costs(result["files"], cpus)
-    command = (
-        ".venv/bin/python benchmarks/blazeface_int8.py"
-        + (f" --calibration {calibration}" if calibration != 200 else "")
-        + (f" --cpus {','.join(cpus)}" if cpus and cpus != ["cortex-a72", "cortex-a76"] else "")
-    )
+    command = ".venv/bin/python benchmarks/blazeface_int8.py"
+    command += f" --calibration {calibration}" if calibration != 200 else ""
+    command += f" --cpus '{','.join(cpus)}'" if ",".join(cpus) != DEFAULT_CPUS else ""
     md = markdown(result, command)
     print(md)
     if not args.quick:
