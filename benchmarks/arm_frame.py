@@ -348,8 +348,10 @@ side reaches `DEFAULT_TILING.min_side`, {tile_min}) on top of the whole-frame pa
 MediaPipe's 128x128 BlazeFace, made for faces within about 2 m of the camera (it finds this frame's face, but
 few of the evaluation photos': section `detector-quality`), so the verdicts below leave them out. The time is an
 estimate at the Pi's clock ({c0:.1f}-{c1:.1f} GHz) for an IPC of {i0:.1f}-{i1:.1f}, not a measurement. Goals
-(issue #13): <= 150 M instructions a frame on the A72, <= 60 M on the A76. Machine: {machine} (instruction
-counts of the emulated cores: the host's CPU features do not enter them).
+(issue #13): <= 150 M instructions a frame on the A72, <= 60 M on the A76. Levers measured beyond what ships:
+section `arm-frame-levers` (cheaper letterbox resamplers, fp16 on the A76) and section `blazeface-int8` (INT8
+BlazeFace on onnxruntime and on LiteRT: faces kept, and instructions against the shipped file). Machine: {machine}
+(instruction counts of the emulated cores: the host's CPU features do not enter them).
 
 {builds}
 """
