@@ -3,8 +3,9 @@
 The whole-frame count (``benchmarks/arm_frame.py``, section ``arm-frame``) put BlazeFace full range's detect
 stage on LiteRT at 69.5 M instructions a 640x480 frame on emulated Cortex-A72, the network alone 44.6 M.
 This splits the stage (``scripts/arm/run_detect_parts.py``): integral image, letterbox (area resize),
-network, decoding, NMS, for the code before (``--baseline`` there) and now, on grace_hopper letterboxed to
-640x480 (arm_frame's frame), one thread, per frame = (run of 3 frames - run of 1 frame) / 2.
+network, decoding, NMS, for three codes of parts 1, 2 and 4 (``--code`` there): the first code, the integral
+image (what a tiled frame runs) and now, on grace_hopper letterboxed to 640x480 (arm_frame's frame), one
+thread, per frame = (run of 3 frames - run of 1 frame) / 2.
 
     .venv/bin/python benchmarks/arm_detect_parts.py [--cpus cortex-a72,cortex-a76] [--write]
 """
@@ -39,23 +40,31 @@ def say(message: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
-def per_frame(guest, model: Path, frame: Path, baseline: bool) -> dict[int, float]:
+#: run_detect_parts.py's ``--code`` of each column
+CODES = {"before": "before", "integral image": "integral", "now": "now"}
+
+
+def per_frame(guest, model: Path, frame: Path, code: str) -> dict[int, float]:
     """Instructions per frame of each region: (3 frames - 1 frame) / 2."""
     totals = []
     for n in (1, 3):
-        args = ["--model", str(model), "--frame", str(frame), "--frames", str(n), "--mark"]
-        run = count_instructions(guest, SCRIPT, args + (["--baseline"] if baseline else []), DEFAULT_PLUGIN)
+        args = ["--model", str(model), "--frame", str(frame), "--frames", str(n), "--mark", "--code", code]
+        run = count_instructions(guest, SCRIPT, args, DEFAULT_PLUGIN)
         totals.append({r: c.total for r, c in run.regions.items()})
     return {r: (totals[1][r] - totals[0][r]) / 2 for r in PARTS}
 
 
 def table(counts: dict[str, dict[str, dict[int, float]]]) -> str:
-    lines = ["| part | core | before (M instr.) | now (M instr.) | now / before |", "|---|---|---:|---:|---:|"]
+    lines = [
+        "| part | core | before (M instr.) | integral image (M instr.) | now (M instr.) | now / integral image |",
+        "|---|---|---:|---:|---:|---:|",
+    ]
     for cpu, by in counts.items():
         for r, name in PARTS.items():
-            b, n = by["before"][r] / 1e6, by["now"][r] / 1e6
-            lines.append(f"| {name} | {cpu} | {b:.2f} | {n:.2f} | {n / b:.2f}x |" if r != 7 else
-                         f"| {name} | {cpu} | | {n:.2f} | |")  # fmt: skip
+            b, i, n = (by[label][r] / 1e6 for label in CODES)
+            ratio = f"{n / i:.2f}x" if i > 0.005 else ""
+            lines.append(f"| {name} | {cpu} | {b:.2f} | {i:.2f} | {n:.2f} | {ratio} |" if r != 7 else
+                         f"| {name} | {cpu} | | | {n:.2f} | |")  # fmt: skip
     return "\n".join(lines)
 
 
@@ -64,14 +73,20 @@ HEAD = """## BlazeFace's detect stage in parts on emulated Cortex-A72 / A76
 BlazeFace full range on LiteRT (`face_detection_full_range_sparse.tflite`), grace_hopper letterboxed to
 640x480 (arm_frame's frame, one face), one thread; executed instructions per frame of each part, counted by
 the TCG plugin between region marks (`scripts/arm/run_detect_parts.py`), per frame = (3 frames - 1 frame) /
-2. "before" runs the previous integral image (numpy row-by-row cumulative sums), area resize (float64 column
-cumsum) and decoding (every anchor decoded, then the score cut), copied into that script; "now" is
-`edge/face`: OpenCV's `integral`, four-corner integer box sums (whole rows taken first, then single values
-of them), one float32 division per value (the float64 quotient's float32, bit for bit), the [-1, 1] mapping
-in place, scores first and only the kept anchors decoded. Both give bit-identical network inputs
-(`tests/unit/test_mtcnn_nms.py::test_the_resize_equals_the_previous_code_bit_for_bit`: two images, 15
-windows and sizes each) and the same detections. Machine: {machine} (instruction counts
-of the emulated cores: the host's CPU features do not enter them).
+2. "before" runs the first integral image (numpy row-by-row cumulative sums), area resize (float64 column
+cumsum) and decoding (every anchor decoded, then the score cut), copied into that script; "integral image"
+is OpenCV's `integral` and four-corner integer box sums (whole rows taken first, then single values of
+them), one float32 division per value (the float64 quotient's float32, bit for bit): what `detect` ran on
+every frame until now, and still runs on a tiled frame (one integral image for the frame and its tiles);
+"now" is what `edge/face` runs on a whole frame: no integral image; the frame widened to uint16, each
+output row the sum of its window's input rows (taken whole), the result transposed so that the columns'
+windows are whole rows too, summed the same way, transposed back and divided once (every sum exact: a
+window holds at most 16 pixels here, 257 at most on this path). Both newer codes put the [-1, 1] mapping in
+place and decode only the anchors that score. All three give bit-identical network inputs
+(`tests/unit/test_mtcnn_nms.py`: `test_the_resize_equals_the_previous_code_bit_for_bit` and
+`test_area_resize_of_a_whole_image_equals_the_integral_images_box_sums_bit_for_bit`) and the same
+detections. Machine: {machine} (instruction counts of the emulated cores: the host's CPU features do not
+enter them).
 """
 
 
@@ -89,9 +104,9 @@ def main(argv: list[str] | None = None) -> int:
     for cpu in [c.strip() for c in args.cpus.split(",") if c.strip()]:
         guest = prepare_guest(cpu, progress=say)
         counts[cpu] = {}
-        for label, baseline in (("before", True), ("now", False)):
+        for label, code in CODES.items():
             say(f"counting {label} on {cpu}")
-            counts[cpu][label] = per_frame(guest, model, frame, baseline)
+            counts[cpu][label] = per_frame(guest, model, frame, code)
     text = table(counts)
     print(text)
     if args.write:

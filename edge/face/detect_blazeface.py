@@ -43,7 +43,7 @@ import numpy as np
 
 from edge.errors import InferenceError, InputError
 from edge.face.align import template_points
-from edge.face.detect_mtcnn import area_resize_window, check_image, integral_image
+from edge.face.detect_mtcnn import area_resize, area_resize_window, check_image, integral_image
 from edge.face.models import open_net
 from edge.face.shape5 import BLAZEFACE_FULL_TO_HOG_BOX, BLAZEFACE_SHORT_TO_HOG_BOX
 from edge.face.tiles import Tiling, inside_tile, tile_grid
@@ -197,7 +197,9 @@ def letterbox(rgb: np.ndarray, size: int) -> tuple[np.ndarray, Letterbox]:
     Returns:
         (float32 [1, size, size, 3], the placement).
     """
-    return letterbox_window(integral_image(rgb), (0, rgb.shape[0], 0, rgb.shape[1]), size)
+    h, w = rgb.shape[:2]
+    new_h, new_w, _, _ = letterbox_fit(h, w, size)
+    return _square(area_resize(rgb, new_h, new_w), w, size)
 
 
 def letterbox_fit(h: int, w: int, size: int) -> tuple[int, int, int, int]:
@@ -217,13 +219,20 @@ def letterbox_window(
         (float32 [1, size, size, 3], the placement of the window, relative to its top-left corner).
     """
     r0, r1, c0, c1 = window
-    h, w = r1 - r0, c1 - c0
-    new_h, new_w, top, left = letterbox_fit(h, w, size)
+    new_h, new_w, _, _ = letterbox_fit(r1 - r0, c1 - c0, size)
+    return _square(area_resize_window(integral, window, new_h, new_w), c1 - c0, size)
+
+
+def _square(means: np.ndarray, w: int, size: int) -> tuple[np.ndarray, Letterbox]:
+    """The area-resized image (float32 means [new_h, new_w, 3] of an image ``w`` wide) centred in the square,
+    mapped to [-1, 1], and its placement."""
+    new_h, new_w = means.shape[:2]
+    top, left = (size - new_h) // 2, (size - new_w) // 2
     square = np.empty((size, size, 3), np.float32)
     for border in (square[:top], square[top + new_h :], square[:, :left], square[:, left + new_w :]):
         border.fill(-1.0)
-    inner = square[top : top + new_h, left : left + new_w]  # the resized window, mapped to [-1, 1] in place
-    np.multiply(area_resize_window(integral, window, new_h, new_w), np.float32(2.0 / 255.0), out=inner)
+    inner = square[top : top + new_h, left : left + new_w]  # mapped to [-1, 1] in place
+    np.multiply(means, np.float32(2.0 / 255.0), out=inner)
     inner -= np.float32(1.0)
     return square[None], Letterbox(new_w / w, float(left), float(top))
 
@@ -377,13 +386,17 @@ class BlazeFaceDetector:
         if self._model is None:
             raise InferenceError("BlazeFaceDetector is closed; create a new one to detect faces")
         height, width = image.shape[:2]
-        integral = integral_image(image)
-        parts = [self._candidates(integral, (0, height, 0, width))]
         tiles = tile_grid(width, height, self.spec.size, self.tiling) if self.tiling is not None else []
-        for tile in tiles:
-            boxes, keypoints, scores = self._candidates(integral, (tile.y0, tile.y1, tile.x0, tile.x1))
-            whole = inside_tile(boxes, tile, width, height)  # a face the tile cuts is whole elsewhere
-            parts.append((boxes[whole], keypoints[whole], scores[whole]))
+        frame = (0, height, 0, width)
+        if not tiles:  # the frame alone, resized without an integral image: cheaper, the same input
+            parts = [self.decode_window(*letterbox(image, self.spec.size), frame)]
+        else:  # one integral image for the frame and every tile
+            integral = integral_image(image)
+            parts = [self._candidates(integral, frame)]
+            for tile in tiles:
+                boxes, keypoints, scores = self._candidates(integral, (tile.y0, tile.y1, tile.x0, tile.x1))
+                whole = inside_tile(boxes, tile, width, height)  # a face the tile cuts is whole elsewhere
+                parts.append((boxes[whole], keypoints[whole], scores[whole]))
         boxes, keypoints, scores = (np.concatenate(p) for p in zip(*parts, strict=True))
         boxes, keypoints, scores = weighted_nms(boxes, keypoints, scores, self.nms_iou)
         points = five_points(keypoints)

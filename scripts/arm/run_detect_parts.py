@@ -1,14 +1,17 @@
 """Run BlazeFace's detect stage on one frame N times, split into its parts, each marked for the counting plugin.
 
-    python3 scripts/arm/run_detect_parts.py --model F.tflite --frame frame.npy --frames N [--baseline] [--mark]
+    python3 scripts/arm/run_detect_parts.py --model F.tflite --frame frame.npy --frames N [--code C] [--mark]
 
 Regions (summed over the N frames; ``benchmarks/arm_detect_parts.py`` turns two runs into per-frame counts):
 0 empty (the marks' own cost), 1 the integral image, 2 the letterbox (area resize to the input square),
 3 the network, 4 scores and box decoding, 5 weighted NMS and the five points, 6 the parts together,
-7 ``BlazeFaceDetector.detect`` itself (the code the pipeline runs). With ``--baseline``, parts 1, 2 and 4 run
-the code before commit 'BlazeFace detect: integral image by OpenCV...' (kept below, verbatim in substance:
-row-by-row numpy cumulative sums, a float64 column cumsum, every anchor decoded before the score cut), so
-both are counted in one run; region 7 is always the current code. Device code only (edge.*, numpy, cv2).
+7 ``BlazeFaceDetector.detect`` itself (the code the pipeline runs). ``--code`` picks parts 1, 2 and 4:
+``now`` (default) is edge/face's whole-frame path (no integral image: ``letterbox`` sums rows, then columns,
+in uint16); ``integral`` is OpenCV's integral image and its box sums (``letterbox_window``), what a tiled
+frame still runs and a whole frame ran before; ``before`` is the code before commit 'BlazeFace detect:
+integral image by OpenCV...' (kept below, verbatim in substance: row-by-row numpy cumulative sums, a float64
+column cumsum, every anchor decoded before the score cut). Region 7 is always the current code. Device code
+only (edge.*, numpy, cv2).
 """
 
 from __future__ import annotations
@@ -57,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", required=True, help="BlazeFace .tflite or .onnx")
     parser.add_argument("--frame", required=True, help="uint8 RGB frame [H, W, 3] as .npy")
     parser.add_argument("--frames", type=int, required=True)
-    parser.add_argument("--baseline", action="store_true", help="parts 1, 2 and 4 as the code before")
+    parser.add_argument("--code", choices=("now", "integral", "before"), default="now", help="parts 1, 2 and 4")
     parser.add_argument("--mark", action="store_true")
     args = parser.parse_args(argv)
     mark = marker(args.mark)
@@ -65,6 +68,7 @@ def main(argv: list[str] | None = None) -> int:
         BlazeFaceDetector,
         decode,
         five_points,
+        letterbox,
         letterbox_window,
         sigmoid_scores,
         weighted_nms,
@@ -80,17 +84,22 @@ def main(argv: list[str] | None = None) -> int:
         for _ in range(args.frames):
             mark(6, 0)
             mark(1, 0)
-            integral = _baseline_integral(rgb) if args.baseline else integral_image(rgb)
+            if args.code != "now":  # the whole-frame path needs no integral image
+                integral = _baseline_integral(rgb) if args.code == "before" else integral_image(rgb)
             mark(1, 1)
             mark(2, 0)
-            tensor = _baseline_letterbox(integral, (h, w), size) if args.baseline else letterbox_window(
-                integral, (0, h, 0, w), size)[0]  # fmt: skip
+            if args.code == "now":
+                tensor = letterbox(rgb, size)[0]
+            elif args.code == "integral":
+                tensor = letterbox_window(integral, (0, h, 0, w), size)[0]
+            else:
+                tensor = _baseline_letterbox(integral, (h, w), size)
             mark(2, 1)
             mark(3, 0)
             raw, logits = det.run_raw(tensor)
             mark(3, 1)
             mark(4, 0)
-            if args.baseline:
+            if args.code == "before":
                 boxes, points, scores = decode(raw, logits, det.anchors, size)
                 keep = scores >= det.min_score
                 boxes, points, scores = boxes[keep], points[keep], scores[keep]

@@ -5,8 +5,8 @@
 Regions (summed over the N frames, after one unmarked warm-up call of each): 0 empty (the marks' own cost),
 then one per entry of ``RESAMPLERS`` in order, from 1: the whole letterbox, uint8 frame in, float32
 [1, S, S, 3] in [-1, 1] out (with its placement, as edge/face's ``letterbox`` returns it). ``area`` is what
-``edge.face.detect_blazeface`` runs (adaptive average pooling through the integral image, computed here too);
-the others are alternatives measured by ``benchmarks/arm_frame_levers.py``, which also counts the faces each
+``edge.face.detect_blazeface`` runs on a whole frame (adaptive average pooling, rows then columns summed in
+uint16); the others are alternatives measured by ``benchmarks/arm_frame_levers.py``, which also counts the faces each
 finds on the evaluation photos (importing ``RESAMPLERS`` from here). Device code only (edge.*, numpy, cv2).
 """
 
@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from edge.face.detect_blazeface import Letterbox, letterbox_fit, letterbox_window
+from edge.face.detect_blazeface import Letterbox, letterbox, letterbox_fit
 
 
 def _place(resized: np.ndarray, rgb_shape: tuple[int, ...], size: int) -> tuple[np.ndarray, Letterbox]:
@@ -32,10 +32,8 @@ def _place(resized: np.ndarray, rgb_shape: tuple[int, ...], size: int) -> tuple[
 
 
 def area(rgb: np.ndarray, size: int) -> tuple[np.ndarray, Letterbox]:
-    """edge/face today: adaptive average pooling (integral image + box sums), float32 means."""
-    from edge.face.detect_mtcnn import integral_image
-
-    return letterbox_window(integral_image(rgb), (0, rgb.shape[0], 0, rgb.shape[1]), size)
+    """edge/face today: adaptive average pooling (window sums of rows, then of columns), float32 means."""
+    return letterbox(rgb, size)
 
 
 def halve_bilinear(rgb: np.ndarray, size: int) -> tuple[np.ndarray, Letterbox]:
@@ -95,11 +93,11 @@ def main(argv: list[str] | None = None) -> int:
     rgb = np.load(args.frame)
     mark(0, 0)
     mark(0, 1)
-    for region, letterbox in enumerate(RESAMPLERS.values(), start=1):
-        letterbox(rgb, args.size)
+    for region, resample in enumerate(RESAMPLERS.values(), start=1):
+        resample(rgb, args.size)
         mark(region, 0)
         for _ in range(args.frames):
-            letterbox(rgb, args.size)
+            resample(rgb, args.size)
         mark(region, 1)
     print(len(RESAMPLERS))
     return 0

@@ -12,9 +12,11 @@ from edge.face.detect_blazeface import (
     decode,
     five_points,
     letterbox,
+    letterbox_window,
     ssd_anchors,
     weighted_nms,
 )
+from edge.face.detect_mtcnn import integral_image
 from edge.face.models import Detector, open_face_pipeline
 
 
@@ -96,3 +98,14 @@ def test_an_unknown_detector_name_is_refused(tmp_path):
         "'blazeface-full-tiled'"
     )
     assert [d.value for d in Detector] == ["mtcnn", "blazeface", "blazeface-full", "blazeface-full-tiled"]
+
+
+def test_letterbox_of_a_whole_frame_equals_the_letterbox_of_its_integral_image():
+    """``letterbox`` (no integral image; what ``detect`` runs without tiles) and ``letterbox_window`` over the
+    integral image (what tiled detection runs) give the same network input, bit for bit, and placement."""
+    rng = np.random.default_rng(13)
+    for shape in ((480, 640, 3), (512, 600, 3), (93, 211, 3)):
+        rgb = rng.integers(0, 256, shape, dtype=np.uint8)
+        tensor, place = letterbox(rgb, 192)
+        want, where = letterbox_window(integral_image(rgb), (0, shape[0], 0, shape[1]), 192)
+        assert np.array_equal(tensor.view(np.uint32), want.view(np.uint32)) and place == where

@@ -263,3 +263,35 @@ def test_a_float32_division_of_a_window_sum_rounds_as_the_float64_division_it_re
     assert mtcnn._area_plan(2000, 2000, 2, 2, 3).counts.dtype == np.float64  # 1000 x 1000 pixels a window
     big = np.full((2000, 2000, 3), 255, np.uint8)
     assert np.array_equal(area_resize(big, 2, 2), np.full((2, 2, 3), 255, np.float32))
+
+
+@pytest.mark.parametrize("channels", [1, 3, 4])
+def test_area_resize_of_a_whole_image_equals_the_integral_images_box_sums_bit_for_bit(channels: int):
+    """area_resize sums rows then columns in uint16, without an integral image: the very float32 values of
+    area_resize_window over the integral image, down and up, for frames a camera gives and odd sizes, on
+    random and on all-white images (the largest sums)."""
+    rng = np.random.default_rng(channels)
+    sizes = [((480, 640), (144, 192)), ((720, 1280), (108, 192)), ((1080, 1920), (108, 192)), ((886, 1280), (133, 192))]
+    sizes += [((97, 203), (46, 96)), ((5, 7), (12, 3)), ((1, 1), (3, 2)), ((600, 512), (192, 164)), ((17, 17), (1, 1))]
+    for (h, w), out in sizes:
+        for img in (rng.integers(0, 256, (h, w, channels), dtype=np.uint8), np.full((h, w, channels), 255, np.uint8)):
+            want = area_resize_window(integral_image(img), (0, h, 0, w), *out)
+            got = area_resize(img, *out)
+            assert got.dtype == np.float32 and got.shape == want.shape
+            assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), ((h, w), out)
+
+
+def test_area_resize_takes_the_integral_image_where_a_uint16_sum_could_overflow():
+    """A window of more than 257 pixels (255 * 258 >= 2**16) or more than 4 channels (beyond OpenCV's transpose)
+    goes through the integral image: the plan says so, and the values are still right."""
+    import edge.face.detect_mtcnn as mtcnn
+
+    assert mtcnn._cached_pooling_plan(257, 1, 1, 1, 1) is not None  # 257 pixels: 255 * 257 < 2**16
+    assert mtcnn._cached_pooling_plan(258, 1, 1, 1, 1) is None
+    assert mtcnn._cached_pooling_plan(480, 640, 5, 144, 192) is None
+    plan = mtcnn._cached_pooling_plan(480, 640, 3, 144, 192)
+    assert plan is not None and not any(a.flags.writeable for a in plan)  # cached: read-only
+    white = np.full((258, 2, 3), 255, np.uint8)
+    assert np.array_equal(area_resize(white, 1, 1), np.full((1, 1, 3), 255, np.float32))
+    five = np.random.default_rng(5).integers(0, 256, (30, 40, 5), dtype=np.uint8)
+    assert np.array_equal(area_resize(five, 7, 9), area_resize_window(integral_image(five), (0, 30, 0, 40), 7, 9))
