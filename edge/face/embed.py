@@ -62,6 +62,18 @@ def check_chips(chips: object, size: int = CHIP_SIZE) -> np.ndarray:
     return chips  # type: ignore[return-value]
 
 
+def nchw_float32(chips: np.ndarray) -> np.ndarray:
+    """uint8 chips [N, S, S, C] -> float32 [N, C, S, S], the same values (a uint8 is exact in float32).
+
+    OpenCV's ``blobFromImages`` (scale 1, no mean, no resize) splits the channels plane by plane in C: on
+    emulated Cortex-A72 0.11 M instructions for a 150x150 chip, where numpy's transposed copy with the cast
+    took 0.55 M.
+    """
+    import cv2
+
+    return cv2.dnn.blobFromImages(chips, 1.0)
+
+
 def _quantize(x: np.ndarray, spec: TensorSpec) -> np.ndarray:
     """Float values -> the integer tensor ``spec`` takes: ``round(x / scale) + zero_point``, saturated."""
     scale, zero_point = spec.quantization  # type: ignore[misc]
@@ -181,8 +193,7 @@ class FaceEmbedder:
         """
         check_chips(chips, self.chip_size)
         model = self._live()
-        batch = chips if self._channels_last else chips.transpose(0, 3, 1, 2)
-        batch = np.ascontiguousarray(batch, dtype=np.float32)
+        batch = np.ascontiguousarray(chips, dtype=np.float32) if self._channels_last else nchw_float32(chips)
         if self._input.quantization is not None and self._input.dtype.kind in "iu":
             batch = _quantize(batch, self._input)
         parts = [batch[i : i + 1] for i in range(len(batch))] if self._one_at_a_time else [batch]

@@ -17,7 +17,7 @@ from converters.face.user_embedder import (
     write_shipped_copy,
 )
 from edge.errors import InputError
-from edge.face.embed import FaceEmbedder
+from edge.face.embed import FaceEmbedder, nchw_float32
 from edge_deploy.cli import main
 from tests.unit.byom_models import _save, write_embedder
 
@@ -195,3 +195,12 @@ def test_the_cli_refuses_bad_input_and_leaves_nothing(tmp_path, capsys):
         f"Error: --embedder {model} with --format both: the TFLite twins are made for dlib's embedder only; use "
         "--format onnx\n"
     )
+
+
+@pytest.mark.parametrize("shape", [(1, 150, 150, 3), (4, 16, 16, 3), (2, 112, 112, 3)])
+def test_chips_reach_an_nchw_embedder_as_the_same_values(shape):
+    """nchw_float32 (OpenCV's blobFromImages) gives what numpy's transposed float32 copy gave, value for value."""
+    chips = np.random.default_rng(sum(shape)).integers(0, 256, shape, dtype=np.uint8)
+    got = nchw_float32(chips)
+    assert got.dtype == np.float32 and got.flags.c_contiguous
+    assert np.array_equal(got, np.ascontiguousarray(chips.transpose(0, 3, 1, 2), dtype=np.float32))
