@@ -71,7 +71,7 @@ def nchw_float32(chips: np.ndarray) -> np.ndarray:
     """
     import cv2
 
-    return cv2.dnn.blobFromImages(chips, 1.0)
+    return np.asarray(cv2.dnn.blobFromImages(list(chips), 1.0))
 
 
 def _quantize(x: np.ndarray, spec: TensorSpec) -> np.ndarray:
