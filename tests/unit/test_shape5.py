@@ -9,6 +9,7 @@ import pytest
 
 from converters.face.dlib_shape import read_shape_predictor
 from edge.errors import ConversionError, InputError
+from edge.face import shape5
 from edge.face.shape5 import SHAPE5_SCHEMA_VERSION, ShapePredictor, hog_like_rect
 
 
@@ -110,10 +111,12 @@ def test_predict_rejects_non_rgb(tmp_path):
     assert str(err.value) == "shape predictor: image is uint8 (5, 5); expected uint8 array [H, W, 3] (RGB)"
 
 
-def _random_model(depth: int, seed: int, levels: int = 3, trees: int = 40, points: int = 5) -> dict[str, np.ndarray]:
+def _random_model(
+    depth: int, seed: int, levels: int = 3, trees: int = 40, points: int = 5, features: int = 60
+) -> dict[str, np.ndarray]:
     """A random cascade whose leaves span several orders of magnitude (float32 sums then depend on order)."""
     rng = np.random.default_rng(seed)
-    splits, features = 2**depth - 1, 60
+    splits = 2**depth - 1
     scale = 10.0 ** rng.integers(-7, -1, (levels, trees, 1, 1, 1))
     return {
         "schema_version": np.array(SHAPE5_SCHEMA_VERSION),
@@ -126,11 +129,15 @@ def _random_model(depth: int, seed: int, levels: int = 3, trees: int = 40, point
     }
 
 
+@pytest.mark.parametrize("by_opencv", [True, False], ids=["opencv", "numpy"])
 @pytest.mark.parametrize("depth", [1, 4, 5])  # 5: past the leaf table, walked node by node
-def test_vectorised_walk_equals_the_tree_by_tree_one(tmp_path, depth):
-    """predict_many against the previous implementation (tree by tree, leaves added in a Python loop)."""
+def test_vectorised_walk_equals_the_tree_by_tree_one(tmp_path, monkeypatch, depth, by_opencv):
+    """predict_many against the previous implementation (tree by tree, leaves added in a Python loop), with the
+    pixels read by OpenCV (any image up to 32767 pixels a side) and by numpy (larger ones)."""
     from benchmarks.align_reference import predict as previous_predict
 
+    if not by_opencv:
+        monkeypatch.setattr(shape5, "_REMAP_MAX_SIDE", 0)
     sp = ShapePredictor(_save(tmp_path / "m.npz", _random_model(depth, seed=depth)))
     assert (sp._leaf_of_code is None) == (depth == 5)
     img = np.random.default_rng(1).integers(0, 256, (90, 120, 3), dtype=np.uint8)
@@ -142,6 +149,34 @@ def test_vectorised_walk_equals_the_tree_by_tree_one(tmp_path, depth):
         assert np.array_equal(sp.predict(img, rect), points)
     crop = img[5:, 7:]  # a view, not C-contiguous
     assert np.array_equal(sp.predict_many(crop, rects), np.stack([previous_predict(sp, crop, r) for r in rects]))
+
+
+def test_opencvs_grey_level_is_dlibs_for_every_pixel():
+    """cv2.transform's rounded (r + g + b - 1) / 3 equals dlib's (r + g + b) // 3 for all 2**24 colours."""
+    import cv2
+
+    every = np.arange(2**24, dtype=np.uint32)
+    rgb = np.stack([every >> 16, (every >> 8) & 255, every & 255], axis=-1).astype(np.uint8).reshape(4096, 4096, 3)
+    expected = rgb.astype(np.int16).sum(axis=2) // 3
+    assert np.array_equal(cv2.transform(rgb, shape5._GREY_ROW), expected)
+
+
+def test_opencv_reads_the_same_intensities_and_differences_as_numpy(tmp_path):
+    """Far outside, on the border, and several faces at once: the same values by either route."""
+    rng = np.random.default_rng(3)
+    img = rng.integers(0, 256, (50, 70, 3), dtype=np.uint8)
+    pix = np.floor(rng.uniform(-20, 90, (3, 2, 400)))
+    pix[0, :, :6] = [[1e12, -1e12, 69, 70, -1, 0], [0, 0, 49, 50, 0, -1]]  # x, y: far off, last in, first out
+    size = np.array([[70], [50]], np.uintp)
+    grey = shape5._intensities_opencv(img, pix)
+    assert grey.dtype == np.uint8
+    assert np.array_equal(grey, shape5._intensities(img.reshape(-1, 3), size, pix))
+    assert grey[0, :6].tolist() == [0, 0, img[49, 69].astype(int).sum() // 3, 0, 0, 0]
+    sp = ShapePredictor(_save(tmp_path / "m.npz", _random_model(4, seed=2, features=400)))
+    for faces in (1, 3):
+        got = sp._differences_opencv(1, grey[:faces])
+        assert got.dtype == np.int16
+        assert np.array_equal(got, sp._differences(1, grey[:faces].astype(np.int16)))
 
 
 def test_leaves_are_added_in_dlibs_order(tmp_path):
