@@ -32,8 +32,8 @@ BLAZEFACE_SHORT_TO_HOG_BOX = (-0.033, -0.028, 1.004)
 BLAZEFACE_FULL_TO_HOG_BOX = (0.004, 0.016, 0.956)
 
 #: OpenCV's remap takes its nearest-pixel coordinates as int16: up to this many pixels a side of the image (and
-#: model features, and faces at once), the feature pixels and their pairs are read with it (``_intensities_opencv``,
-#: ``_differences_opencv``); beyond, with numpy (``_intensities``, ``_differences``).
+#: model features, and faces at once), the feature pixels are read with it (``_intensities_opencv``, and one
+#: face's split pairs with ``_differences_opencv``); beyond, with numpy.
 _REMAP_MAX_SIDE = 32767
 #: cv2.transform's row for dlib's grey level: round(r/3 + g/3 + b/3 - 1/3) is (r + g + b) // 3 for every pixel
 #: (the rounded value lies at least 1/6 from a half; tests/unit/test_shape5.py checks all 2**24 pixels).
@@ -202,10 +202,16 @@ class ShapePredictor:
         extent = box[:, 2:, None] - origin  # unit box -> rect corners, as dlib
         shape = np.repeat(self.initial[None], faces, axis=0)  # [face, point, 2], as the leaves
         rgb = np.ascontiguousarray(rgb)
-        # OpenCV reads the feature pixels and their pairs where its int16 coordinates reach; numpy elsewhere
+        # OpenCV reads the feature pixels where its int16 coordinates reach, numpy elsewhere
         by_opencv = max(*rgb.shape[:2], self.deltas.shape[1], faces) <= _REMAP_MAX_SIDE
         size = np.array([[rgb.shape[1]], [rgb.shape[0]]], np.uintp)  # (W, H) as a column, for _intensities
         steps = np.empty((trees + 1, shape.size), np.float32)  # row 0: the shape, then one row a tree
+        # One face's split pairs are read by OpenCV too; several faces' by numpy's take, from the intensities
+        # face-minor, [features, faces] padded to 1, 2, 4, 8 or 16 columns: the split nodes' pixels are then rows
+        # of 2 to 32 bytes, which take copies several times faster than other sizes (a remap map per face count
+        # would cost more to build than it saves).
+        pairs_by_opencv = by_opencv and faces == 1
+        feats = None if pairs_by_opencv else np.zeros((self.deltas.shape[1], _padded(faces)), np.int16)
         # Every take below gets indices in range (the model's, checked at load), so it runs in "wrap" mode, which
         # skips numpy's per-index bounds check.
         for level in range(self.split_idx.shape[0]):
@@ -216,10 +222,13 @@ class ShapePredictor:
             pix += origin
             pix += 0.5
             np.floor(pix, out=pix)
-            if by_opencv:
-                diffs = self._differences_opencv(level, _intensities_opencv(rgb, pix))
+            grey = _intensities_opencv(rgb, pix) if by_opencv else _intensities(rgb.reshape(-1, 3), size, pix)
+            if feats is None:
+                diffs = self._differences_opencv(level, grey)
             else:
-                diffs = self._differences(level, _intensities(rgb.reshape(-1, 3), size, pix))
+                feats[:, :faces] = grey.T
+                pairs = feats.take(self._pairs[level], axis=0, mode="wrap")
+                diffs = (pairs[0] - pairs[1])[..., :faces]
             leaf = self._walk(level, diffs)
             # (mode: the rows are in range; any mode but "raise" lets take write into ``out`` unbuffered)
             self._leaf_rows[level].take(leaf, axis=0, out=steps[1:].reshape(trees, faces, -1), mode="wrap")
@@ -249,25 +258,14 @@ class ShapePredictor:
         ab = shape.reshape(len(shape), -1).astype(np.float64) @ self._fit
         return (ab @ self._ab_to_matrix).astype(np.float32).reshape(-1, 2, 2)  # products by 0 and +-1: exact
 
-    def _differences(self, level: int, grey: np.ndarray) -> np.ndarray:
-        """Every split node's first pixel minus its second, int16 [splits, trees, F], from ``grey`` int16 [F, n]."""
-        pairs = np.ascontiguousarray(grey.T).take(self._pairs[level], axis=0, mode="wrap")
-        return pairs[0] - pairs[1]
-
     def _differences_opencv(self, level: int, grey: np.ndarray) -> np.ndarray:
-        """``_differences`` by OpenCV, the same values, from ``grey`` uint8 [F, n]: the pairs' pixels gathered
-        by ``remap`` (nearest; a whole number is itself), subtracted into int16 by ``subtract``. On emulated
-        Cortex-A72 the landmarks of arm_frame's face cost 7.48 M instructions with it, 7.65 M with numpy's take
-        and subtraction (``_differences``: 15 levels of 7,500 pairs)."""
-        faces, splits = len(grey), self._thresh.shape[1]
-        if faces == 1:
-            pair_map = self._pair_map[level]
-        else:  # face f's pixels lie in row f of ``grey``
-            pair_map = np.empty(self._pair_map.shape[1:3] + (faces, 2), np.int16)
-            pair_map[..., 0] = self._pair_map[level, ..., :1]
-            pair_map[..., 1] = np.arange(faces, dtype=np.int16)
-        pixels = cv2.remap(grey, pair_map.reshape(2 * splits, -1, 2), None, cv2.INTER_NEAREST)
-        return cv2.subtract(pixels[:splits], pixels[splits:], dtype=cv2.CV_16S).reshape(splits, -1, faces)
+        """Every split node's first pixel minus its second, int16 [splits, trees, 1], from one face's ``grey``
+        uint8 [1, n]: the pairs' pixels gathered by ``remap`` (nearest; a whole number is itself), subtracted into
+        int16 by ``subtract``. On emulated Cortex-A72 the landmarks of arm_frame's face cost 7.48 M instructions
+        with it, 7.65 M with numpy's take and subtraction (15 levels of 7,500 pairs)."""
+        splits = self._thresh.shape[1]
+        pixels = cv2.remap(grey, self._pair_map[level], None, cv2.INTER_NEAREST)
+        return cv2.subtract(pixels[:splits], pixels[splits:], dtype=cv2.CV_16S)[..., None]
 
     def _walk(self, level: int, diffs: np.ndarray) -> np.ndarray:
         """Row of ``_leaf_rows[level]`` [trees, F] that every tree of ``level`` reaches on each face.
@@ -285,6 +283,11 @@ class ShapePredictor:
         for _ in range(self.depth):
             node = 2 * node + 2 - np.take_along_axis(went_left, node[None], axis=0)[0].astype(np.intp)
         return self._leaf_base[:, None] + node - splits
+
+
+def _padded(faces: int) -> int:
+    """``faces`` rounded up to 1, 2, 4, 8 or 16 (beyond 16: itself)."""
+    return 1 << (faces - 1).bit_length() if faces <= 16 else faces
 
 
 def _leaf_table(depth: int) -> np.ndarray:
