@@ -1,4 +1,4 @@
-"""dlib's 5-point shape predictor in numpy: the landmarks face_recognition aligns its chips with.
+"""dlib's 5-point shape predictor in numpy and OpenCV: the landmarks face_recognition aligns its chips with.
 
 A cascade of regression-tree forests (Kazemi & Sullivan 2014, dlib/image_processing/shape_predictor.h):
 start from the mean shape placed in the face box; at every level, read the intensity of a few hundred
@@ -58,7 +58,7 @@ def hog_like_rect(
 
 
 class ShapePredictor:
-    """dlib's shape predictor run with numpy (CPU, no dlib)."""
+    """dlib's shape predictor run with numpy and OpenCV (CPU, no dlib)."""
 
     def __init__(self, model_path: str | Path) -> None:
         """Load the ``.npz``.
