@@ -32,6 +32,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+import cv2
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -139,6 +140,9 @@ def measure(rounds: int) -> dict:
         CACHE.mkdir(parents=True, exist_ok=True)
         export_shape_predictor(dlib_model_path("landmarks5"), model)
     machine = machine_line()  # its load is the one at the start
+    # One thread, OpenCV's too: its pool would split the chip's warpAffine and spin on the other core, CPU time
+    # that process_time counts.
+    cv2.setNumThreads(1)
     sp = ShapePredictor(model)
     _A94[sp] = a94.ShapePredictorA94(model)
     photos = [(p.name, p.load(), [_rect(f.box) for f in p.faces]) for p in EVAL_PHOTOS]
@@ -205,9 +209,8 @@ def markdown(result: dict) -> str:
             "",
             f"`.venv/bin/python benchmarks/align_speed.py --rounds {result['rounds']}` — the alignment `FacePipeline`",
             "runs per face (dlib's 5-point shape predictor in numpy and OpenCV, then the 150×150 chip as dlib's",
-            "`get_face_chip`),",
-            f"on the {result['faces']} annotated faces of the evaluation photos, 1 thread, CPU time, median of "
-            f"{result['rounds']} interleaved rounds.",
+            f"`get_face_chip`), on the {result['faces']} annotated faces of the evaluation photos, 1 thread (OpenCV's",
+            f"too), CPU time, median of {result['rounds']} interleaved rounds.",
             "`previous` is the code before vectorisation (`benchmarks/align_reference.py`), `a94bba3` the first",
             "vectorised code (`benchmarks/align_a94bba3.py`), `exact` the code in `edge/face` with `exact=True`",
             "(dlib's bilinear arithmetic), `now` the same code as the pipeline runs it (the chip by OpenCV's",
