@@ -482,7 +482,7 @@ def open_face_pipeline(
 ):
     """The device pipeline over the models of a converted folder.
 
-    MTCNN (or BlazeFace, if asked) finds the faces; dlib's 5-point landmark model (numpy) places the landmarks
+    MTCNN (or BlazeFace, if asked) finds the faces; dlib's 5-point landmark model (numpy, OpenCV) places the landmarks
     on each box, as face_recognition does on its HOG boxes; the chip is cut as dlib's ``get_face_chip`` (at
     the embedder's chip size; within ``edge.face.align.CHIP_TOLERANCE`` of it); the ONNX ResNet (or a user's
     embedder) describes it, or its TFLite twin on LiteRT where models.json says so (``embedder_role``). The
@@ -490,7 +490,10 @@ def open_face_pipeline(
 
     Args:
         folder: a folder written by ``edge-deploy convert face`` (with models.json).
-        threads: intra-op threads of each ONNX Runtime session.
+        threads: the pipeline's threads: each ONNX Runtime session's intra-op threads, and OpenCV's (set for
+            the whole process with ``cv2.setNumThreads``: left at its default, OpenCV's pool splits the chip's
+            warpAffine across every core and spins there after it, about 0.5 M instructions a one-face frame on
+            emulated Cortex-A72 that a one-thread figure would not own).
         unfused: run the accuracy gate's arithmetic instead of the shipped files: each net's ``.onnx``
             (the ``.ort`` file's source, beside it) with onnxruntime's graph optimisations off, so that QDQ
             runs as dequantize -> float op -> quantize whatever INT8 kernels this CPU has (a TFLite embedder
@@ -519,10 +522,14 @@ def open_face_pipeline(
 
     Raises:
         InputError: models.json is missing or lacks a role (BlazeFace's too, when asked for without
-            ``detector_model``), or the detector name is unknown; InferenceError: a model does not load.
+            ``detector_model``), or the detector name is unknown; InferenceError: a model does not load, or
+            ``threads`` is not a whole number >= 1.
     """
+    import cv2
+
     from edge.face.pipeline import FacePipeline
     from edge.face.shape5 import ShapePredictor
+    from edge.runtime.base import check_threads
     from edge.runtime.ort_session import Optimization
 
     try:
@@ -531,6 +538,7 @@ def open_face_pipeline(
         known = ", ".join(repr(d.value) for d in Detector)
         raise InputError(f"face detector {detector!r} is unknown; expected one of {known}") from None
     entries = read_models_file(folder)  # once: every file's sha256 is checked
+    cv2.setNumThreads(check_threads(threads))
     role = embedder_role(folder)  # its TFLite twin, where the folder says so
     missing = [r for r in (*(model.role for model in FaceModel), role) if r not in entries]
     if missing:

@@ -19,6 +19,25 @@ from edge_deploy.cli import main
 pytestmark = pytest.mark.integration
 
 
+def test_threads_reach_opencv_and_are_checked(face_fp32_models):
+    """The pipeline's threads are OpenCV's too (its pool would otherwise take every core for the chip's warp)."""
+    import cv2
+
+    from edge.errors import InferenceError
+
+    before = cv2.getNumThreads()
+    try:
+        for threads in (1, 2):
+            with open_face_pipeline(face_fp32_models, threads=threads) as pipeline:
+                assert cv2.getNumThreads() == threads
+                assert len(pipeline.analyze(next(p for p in EVAL_PHOTOS if p.name == "t1").load())) == 6
+        with pytest.raises(InferenceError) as err:
+            open_face_pipeline(face_fp32_models, threads=0)
+        assert str(err.value) == "threads = 0; expected a whole number >= 1"
+    finally:
+        cv2.setNumThreads(before)
+
+
 def test_t1_gives_one_face_per_person(face_fp32_models):
     """insightface's t1.jpg has 6 people. MTCNN (facenet-pytorch's thresholds) also passes two things that are
     not faces, a fist holding a poker chip and a metal bowl, at 0.87 and 0.86: not duplicates of a face (no NMS
