@@ -330,10 +330,11 @@ def network_lines(nets: dict[str, dict], rows: list[tuple[str, str, FrameCost]])
 
 SECTION_HEAD = """## The frame on ARM: instructions per 640x480 one-face frame, emulated Cortex-A72 / A76 (Pi 4 / 5)
 
-The whole device pipeline, Python included (`open_face_pipeline`, one thread: detect, align, embed, match a
-gallery of 100), on matplotlib's grace_hopper letterboxed to 640x480 (one face), counted by the TCG plugin
-(`scripts/arm/insncount.c`) under qemu-user: per frame = (whole run of {n1} frames - whole run of 1 frame) / {n},
-so start-up, imports and model loading stay out. The stages are marked regions counted the same way; "other"
+The whole device pipeline, Python included (`open_face_pipeline`, one thread, OpenCV's too since 1ecfe9a:
+detect, align, embed, match a gallery of 100), on matplotlib's grace_hopper letterboxed to 640x480 (one face),
+counted by the TCG plugin (`scripts/arm/insncount.c`) under qemu-user: per frame = (whole run of {n1} frames -
+whole run of 1 frame) / {n}, so start-up, imports and model loading stay out. The stages are marked regions
+counted the same way; "other"
 is what the frame executes outside them (the loop and the marks' syscalls, ~{marks:.0f} k instructions a
 frame). NEON % and SDOT+UDOT are of the whole frame. The INT8 build is the rpi4 profile's on the A72 and the
 rpi5 profile's on the A76, as `quantize_face_models` ships it (static QDQ, ORT format; see below); the
