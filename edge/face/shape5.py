@@ -31,9 +31,9 @@ MTCNN_TO_HOG_BOX = (-0.007, 0.055, 0.968)
 BLAZEFACE_SHORT_TO_HOG_BOX = (-0.033, -0.028, 1.004)
 BLAZEFACE_FULL_TO_HOG_BOX = (0.004, 0.016, 0.956)
 
-#: OpenCV's remap takes its nearest-pixel coordinates as int16: up to this many pixels a side of the image (and
-#: model features, and faces at once), the feature pixels are read with it (``_intensities_opencv``, and one
-#: face's split pairs with ``_differences_opencv``); beyond, with numpy.
+#: OpenCV's remap takes its nearest-pixel coordinates as int16: images up to this many pixels a side have their
+#: feature pixels read with it (``_intensities_opencv``), models of up to this many features one face's split
+#: pairs (``_differences_opencv``); beyond, numpy reads them.
 _REMAP_MAX_SIDE = 32767
 #: cv2.transform's row for dlib's grey level: round(r/3 + g/3 + b/3 - 1/3) is (r + g + b) // 3 for every pixel
 #: (the rounded value lies at least 1/6 from a half; tests/unit/test_shape5.py checks all 2**24 pixels).
@@ -99,8 +99,10 @@ class ShapePredictor:
         # both pixels of every split node of a level, node by node across the trees: [levels, 2, splits, trees]
         self._pairs = np.ascontiguousarray(self.split_idx.transpose(0, 3, 2, 1))
         # the same as remap's int16 (x, y) map over one face's row of intensities: [levels, 2 * splits, trees, 2]
-        self._pair_map = np.zeros((levels, 2 * splits, trees, 2), np.int16)
+        # (None when the feature indices do not fit in int16)
+        self._pair_map: np.ndarray | None = None
         if self.deltas.shape[1] <= _REMAP_MAX_SIDE:
+            self._pair_map = np.zeros((levels, 2 * splits, trees, 2), np.int16)
             self._pair_map[..., 0] = self._pairs.reshape(levels, 2 * splits, trees)
         # For a whole number d (a difference of two intensities), d > t exactly when d > floor(t); beyond
         # +-1024 every difference falls on the same side, and a NaN threshold is never passed, as in dlib.
@@ -203,15 +205,15 @@ class ShapePredictor:
         shape = np.repeat(self.initial[None], faces, axis=0)  # [face, point, 2], as the leaves
         rgb = np.ascontiguousarray(rgb)
         # OpenCV reads the feature pixels where its int16 coordinates reach, numpy elsewhere
-        by_opencv = max(*rgb.shape[:2], self.deltas.shape[1], faces) <= _REMAP_MAX_SIDE
+        by_opencv = max(rgb.shape[:2]) <= _REMAP_MAX_SIDE
         size = np.array([[rgb.shape[1]], [rgb.shape[0]]], np.uintp)  # (W, H) as a column, for _intensities
         steps = np.empty((trees + 1, shape.size), np.float32)  # row 0: the shape, then one row a tree
         # One face's split pairs are read by OpenCV too; several faces' by numpy's take, from the intensities
         # face-minor, [features, faces] padded to 1, 2, 4, 8 or 16 columns: the split nodes' pixels are then rows
         # of 2 to 32 bytes, which take copies several times faster than other sizes (a remap map per face count
         # would cost more to build than it saves).
-        pairs_by_opencv = by_opencv and faces == 1
-        feats = None if pairs_by_opencv else np.zeros((self.deltas.shape[1], _padded(faces)), np.int16)
+        pair_map = self._pair_map if faces == 1 else None
+        feats = np.zeros((self.deltas.shape[1], _padded(faces)), np.int16)
         # Every take below gets indices in range (the model's, checked at load), so it runs in "wrap" mode, which
         # skips numpy's per-index bounds check.
         for level in range(self.split_idx.shape[0]):
@@ -223,8 +225,8 @@ class ShapePredictor:
             pix += 0.5
             np.floor(pix, out=pix)
             grey = _intensities_opencv(rgb, pix) if by_opencv else _intensities(rgb.reshape(-1, 3), size, pix)
-            if feats is None:
-                diffs = self._differences_opencv(level, grey)
+            if pair_map is not None:
+                diffs = _differences_opencv(pair_map[level], grey)
             else:
                 feats[:, :faces] = grey.T
                 pairs = feats.take(self._pairs[level], axis=0, mode="wrap")
@@ -257,15 +259,6 @@ class ShapePredictor:
             return np.repeat(np.eye(2, dtype=np.float32)[None], len(shape), axis=0)
         ab = shape.reshape(len(shape), -1).astype(np.float64) @ self._fit
         return (ab @ self._ab_to_matrix).astype(np.float32).reshape(-1, 2, 2)  # products by 0 and +-1: exact
-
-    def _differences_opencv(self, level: int, grey: np.ndarray) -> np.ndarray:
-        """Every split node's first pixel minus its second, int16 [splits, trees, 1], from one face's ``grey``
-        uint8 [1, n]: the pairs' pixels gathered by ``remap`` (nearest; a whole number is itself), subtracted into
-        int16 by ``subtract``. On emulated Cortex-A72 the landmarks of arm_frame's face cost 7.48 M instructions
-        with it, 7.65 M with numpy's take and subtraction (15 levels of 7,500 pairs)."""
-        splits = self._thresh.shape[1]
-        pixels = cv2.remap(grey, self._pair_map[level], None, cv2.INTER_NEAREST)
-        return cv2.subtract(pixels[:splits], pixels[splits:], dtype=cv2.CV_16S)[..., None]
 
     def _walk(self, level: int, diffs: np.ndarray) -> np.ndarray:
         """Row of ``_leaf_rows[level]`` [trees, F] that every tree of ``level`` reaches on each face.
@@ -306,6 +299,16 @@ def _leaf_table(depth: int) -> np.ndarray:
     return node - splits
 
 
+def _differences_opencv(pair_map: np.ndarray, grey: np.ndarray) -> np.ndarray:
+    """Every split node's first pixel minus its second, int16 [splits, trees, 1], from one face's ``grey`` uint8
+    [1, n] and a level's ``ShapePredictor._pair_map``: the pairs' pixels gathered by ``remap`` (nearest; a whole
+    number is itself), subtracted into int16 by ``subtract``. On emulated Cortex-A72 the landmarks of arm_frame's
+    face cost 7.48 M instructions with it, 7.65 M with numpy's take and subtraction (15 levels of 7,500 pairs)."""
+    splits = len(pair_map) // 2
+    pixels = cv2.remap(grey, pair_map, None, cv2.INTER_NEAREST)
+    return cv2.subtract(pixels[:splits], pixels[splits:], dtype=cv2.CV_16S)[..., None]
+
+
 def _intensities_opencv(rgb: np.ndarray, pix: np.ndarray) -> np.ndarray:
     """``_intensities`` by OpenCV, the same values: the pixels read by ``remap`` (nearest, 0 outside the image),
     their grey level by ``transform``: 4 calls a cascade level where numpy makes 14. On emulated Cortex-A72 the
@@ -322,8 +325,8 @@ def _intensities_opencv(rgb: np.ndarray, pix: np.ndarray) -> np.ndarray:
     # (a whole number: itself) and saturates to int16, so a far-off pixel still reads as outside.
     # All faces in one row: OpenCV splits an image of several rows across its thread pool, whose workers then
     # spin on the other cores (twice the CPU time for no gain, measured on the host with 5 faces).
-    x, y = np.ascontiguousarray(pix.transpose(1, 0, 2), dtype=np.float32).reshape(2, 1, -1)
-    px = cv2.remap(rgb, x, y, cv2.INTER_NEAREST, borderMode=cv2.BORDER_CONSTANT, borderValue=0)
+    xy = pix.transpose(1, 0, 2).astype(np.float32, order="C").reshape(2, 1, -1)
+    px = cv2.remap(rgb, xy[0], xy[1], cv2.INTER_NEAREST, borderMode=cv2.BORDER_CONSTANT, borderValue=0)
     return cv2.transform(px, _GREY_ROW).reshape(len(pix), -1)
 
 

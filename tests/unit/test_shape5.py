@@ -152,6 +152,16 @@ def test_vectorised_walk_equals_the_tree_by_tree_one(tmp_path, monkeypatch, dept
     assert np.array_equal(sp.predict_many(crop, rects), np.stack([previous_predict(sp, crop, r) for r in rects]))
 
 
+def test_an_image_wider_than_remap_reaches_is_read_by_numpy(tmp_path):
+    """Beyond 32767 pixels a side the intensities come from numpy (int16); one face's pairs still by remap."""
+    from benchmarks.align_reference import predict as previous_predict
+
+    sp = ShapePredictor(_save(tmp_path / "m.npz", _random_model(4, seed=7)))
+    img = np.random.default_rng(2).integers(0, 256, (40, shape5._REMAP_MAX_SIDE + 60, 3), dtype=np.uint8)
+    for rect in [(32740, 0, 32790, 39), (5, 5, 35, 35)]:
+        assert np.array_equal(sp.predict(img, rect), previous_predict(sp, img, rect)), rect
+
+
 def test_opencvs_grey_level_is_dlibs_for_every_pixel():
     """cv2.transform's rounded (r + g + b - 1) / 3 equals dlib's (r + g + b) // 3 for all 2**24 colours."""
     import cv2
@@ -175,7 +185,7 @@ def test_opencv_reads_the_same_intensities_and_differences_as_numpy(tmp_path):
     assert np.array_equal(grey, shape5._intensities(img.reshape(-1, 3), size, pix))
     assert grey[0, :6].tolist() == [0, 0, img[49, 69].astype(int).sum() // 3, 0, 0, 0]
     sp = ShapePredictor(_save(tmp_path / "m.npz", _random_model(4, seed=2, features=400)))
-    got = sp._differences_opencv(1, grey[:1])
+    got = shape5._differences_opencv(sp._pair_map[1], grey[:1])
     first, second = sp._pairs[1]  # [splits, trees] feature indices
     assert got.dtype == np.int16
     assert np.array_equal(got[..., 0], grey[0].astype(np.int16)[first] - grey[0][second])
