@@ -7,7 +7,7 @@ from typing import Protocol
 
 import numpy as np
 
-from edge.errors import InferenceError
+from edge.errors import InferenceError, InputError
 from edge.face.align import align_chip, align_chip_dlib5
 from edge.face.shape5 import MTCNN_TO_HOG_BOX, ShapePredictor, hog_like_rect
 from edge.face.types import DLIB_DESCRIPTOR_SIZE, DLIB_SAME_PERSON_THRESHOLD, Detection
@@ -96,14 +96,53 @@ class FacePipeline:
         points5 = self.shape_predictor.predict(rgb, hog_like_rect(detection.box, self.box_map))
         return align_chip_dlib5(rgb, points5, self.chip_size, self.padding)
 
-    def chips(self, rgb: np.ndarray, detections: list[Detection]) -> np.ndarray:
-        """Aligned chips, uint8 [N, size, size, 3], one per detection (landmarks of all faces in one pass)."""
+    def points5(self, rgb: np.ndarray, boxes: list[tuple[float, float, float, float]]) -> np.ndarray:
+        """dlib's five landmarks of the face in each of the detector's boxes, in one pass: the shape predictor on
+        the box mapped to a HOG-like box (``box_map``). float64 [N, 5, 2] in dlib's 5-point order.
+
+        Raises:
+            InputError: if the pipeline has no shape predictor, or the image is not uint8 [H, W, 3].
+        """
+        if self.shape_predictor is None:
+            raise InputError("face pipeline: dlib's five landmarks need its shape predictor; this pipeline has none")
+        return self.shape_predictor.predict_many(rgb, [hog_like_rect(box, self.box_map) for box in boxes])
+
+    def chips(self, rgb: np.ndarray, detections: list[Detection], points: np.ndarray | None = None) -> np.ndarray:
+        """Aligned chips, uint8 [N, size, size, 3], one per detection (landmarks of all faces in one pass).
+
+        ``points``: dlib's five landmarks of each detection (``points5``), when they are known already.
+        """
         if not detections:
             return np.zeros((0, self.chip_size, self.chip_size, 3), np.uint8)
         if self.shape_predictor is None:
             return np.stack([self.chip(rgb, d) for d in detections])
-        points = self.shape_predictor.predict_many(rgb, [hog_like_rect(d.box, self.box_map) for d in detections])
+        if points is None:
+            points = self.points5(rgb, [d.box for d in detections])
         return np.stack([align_chip_dlib5(rgb, p, self.chip_size, self.padding) for p in points])
+
+    def detections(self, rgb: np.ndarray) -> list[Detection]:
+        """The detector's faces scoring at least ``min_score``, in its order.
+
+        Raises:
+            InputError: if the image is not uint8 [H, W, 3] (raised by the detector).
+        """
+        return [d for d in self.detector.detect(rgb) if d.score >= self.min_score]
+
+    def describe(self, rgb: np.ndarray, detections: list[Detection], points: np.ndarray | None = None) -> list[Face]:
+        """One Face per detection: its chip (from ``points`` when given, see ``chips``) described by the embedder.
+
+        Raises:
+            InferenceError: if the embedder fails or returns the wrong shape.
+        """
+        if not detections:
+            return []
+        descriptors = np.asarray(self.embedder.embed(self.chips(rgb, detections, points)), dtype=np.float32)
+        size = getattr(self.embedder, "descriptor_size", DLIB_DESCRIPTOR_SIZE)
+        if descriptors.shape != (len(detections), size):
+            raise InferenceError(
+                f"embedder returned descriptors of shape {descriptors.shape}; expected ({len(detections)}, {size})"
+            )
+        return [Face(d, v) for d, v in zip(detections, descriptors, strict=True)]
 
     def analyze(self, rgb: np.ndarray) -> list[Face]:
         """Find and describe every face in an image.
@@ -118,16 +157,7 @@ class FacePipeline:
             InputError: if the image is not uint8 [H, W, 3] (raised by the detector).
             InferenceError: if a runtime fails, or the embedder returns the wrong shape.
         """
-        detections = [d for d in self.detector.detect(rgb) if d.score >= self.min_score]
-        if not detections:
-            return []
-        descriptors = np.asarray(self.embedder.embed(self.chips(rgb, detections)), dtype=np.float32)
-        size = getattr(self.embedder, "descriptor_size", DLIB_DESCRIPTOR_SIZE)
-        if descriptors.shape != (len(detections), size):
-            raise InferenceError(
-                f"embedder returned descriptors of shape {descriptors.shape}; expected ({len(detections)}, {size})"
-            )
-        return [Face(d, v) for d, v in zip(detections, descriptors, strict=True)]
+        return self.describe(rgb, self.detections(rgb))
 
     def close(self) -> None:
         """Close the detector and the embedder (each only if it has ``close``)."""

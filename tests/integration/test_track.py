@@ -1,0 +1,90 @@
+"""edge.face.track on the converted fp32 face folder: faces followed between detector frames of a camera-like clip
+stay with the faces the detector finds on those same frames, and a cut to another photo is detected at once."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from converters.face.boxes import iou
+from converters.face.facedata import EVAL_PHOTOS, camera_clip
+from edge.errors import InputError
+from edge.face.models import open_face_pipeline
+from edge.face.pipeline import FacePipeline
+from edge.face.track import FaceTracker
+
+pytestmark = pytest.mark.integration
+
+HOLD = 6  # frames of each photo: the cut to the next one falls on a frame the tracker would follow
+
+
+@pytest.fixture(scope="module")
+def clip() -> list[np.ndarray]:
+    """astronaut (one face), then t1 (six), each filmed for ``HOLD`` frames by ``camera_clip``."""
+    photos = {p.name: p for p in EVAL_PHOTOS}
+    return camera_clip(photos["astronaut"].load(), HOLD) + camera_clip(photos["t1"].load(), HOLD)
+
+
+@pytest.fixture(scope="module")
+def pipeline(face_fp32_models):
+    with open_face_pipeline(face_fp32_models, threads=1) as pipeline:
+        yield pipeline
+
+
+def test_followed_faces_stay_with_the_faces_detected_on_the_same_frame(pipeline, clip):
+    tracker = FaceTracker(pipeline, detect_every=4)
+    followed, distances = [], []
+    for rgb in clip:
+        got, want = tracker.analyze(rgb), pipeline.analyze(rgb)
+        followed.append(tracker.last_followed)
+        assert len(got) == len(want)
+        for face in got:
+            nearest = max(want, key=lambda w: iou(w.detection.box, face.detection.box))
+            assert iou(nearest.detection.box, face.detection.box) > 0.7
+            if tracker.last_followed:
+                distances.append(float(np.linalg.norm(nearest.descriptor - face.descriptor)))
+    # frame 6 is t1's first: following the astronaut's box there loses the face, so the detector runs at once
+    assert followed == [False, True, True, True, False, True, False, True, True, True, False, True]
+    assert (tracker.frames, tracker.detector_frames) == (12, 4)
+    # a followed face is as far from the detected one as two detected frames of a moving face are from each
+    # other (0.05-0.26 on this clip), far inside dlib's same-person 0.6
+    assert len(distances) == 1 * 4 + 6 * 4 and max(distances) < 0.3 and np.median(distances) < 0.1, distances
+
+
+def test_detect_every_1_gives_the_pipeline_s_own_faces(pipeline, clip):
+    tracker = FaceTracker(pipeline, detect_every=1)
+    for rgb in clip[:3]:
+        got, want = tracker.analyze(rgb), pipeline.analyze(rgb)
+        assert [f.detection.box for f in got] == [f.detection.box for f in want]
+        assert all(np.array_equal(g.descriptor, w.descriptor) for g, w in zip(got, want, strict=True))
+        assert not tracker.last_followed
+    assert tracker.detector_frames == 3
+
+
+def test_reset_runs_the_detector_on_the_next_frame(pipeline, clip):
+    tracker = FaceTracker(pipeline, detect_every=8)
+    tracker.analyze(clip[0])
+    tracker.analyze(clip[1])
+    assert tracker.last_followed
+    tracker.reset()
+    tracker.analyze(clip[2])
+    assert not tracker.last_followed and tracker.detector_frames == 2
+
+
+def test_following_needs_the_shape_predictor_and_a_frame_count(pipeline):
+    bare = FacePipeline(pipeline.detector, pipeline.embedder)
+    with pytest.raises(InputError) as err:
+        FaceTracker(bare, detect_every=4)
+    assert str(err.value) == (
+        "detect_every = 4: following faces between detector frames needs the pipeline's shape predictor (dlib's "
+        "5-point model); this pipeline aligns from the detector's landmarks"
+    )
+    assert FaceTracker(bare, detect_every=1).detect_every == 1
+    with pytest.raises(InputError) as err:
+        FaceTracker(pipeline, detect_every=0)
+    assert str(err.value) == (
+        "detect_every = 0; expected a whole number of frames from 1 (the detector on every frame) to 1000"
+    )
+    with pytest.raises(InputError) as err:
+        FaceTracker(pipeline, detect_every=4, lost_distance=float("nan"))
+    assert str(err.value) == "lost_distance = nan; expected a positive descriptor distance"
