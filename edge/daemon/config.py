@@ -21,6 +21,7 @@ from typing import Any
 
 from edge.errors import InputError, TelemetryError
 from edge.face.models import Detector
+from edge.face.track import MAX_DETECT_EVERY
 from edge.filemode import check_private_mode
 from edge.telemetry.link import BrokerConfig
 from edge.telemetry.schema import check_name, check_prefix
@@ -58,6 +59,7 @@ class FaceSettings:
     min_score: float | None  # None: the detector's (edge.face.models.default_min_score: 0.9 MTCNN, 0 BlazeFace)
     detector: Detector | None  # None: the models folder's (models.json 'detector', else MTCNN)
     threads: int
+    detect_every: int = 1  # video, camera: the detector on every n-th frame, faces followed between (edge.face.track)
 
 
 @dataclass(frozen=True)
@@ -183,6 +185,7 @@ _SCHEMA: Schema = {
         "min_score": Field(float, None, low=0.0, high=1.0),
         "detector": Field(Detector, None),
         "threads": Field(int, 0, low=0, high=MAX_THREADS),
+        "detect_every": Field(int, 1, low=1, high=MAX_DETECT_EVERY),
     },
     "source": {
         "kind": Field(SourceKind, SourceKind.FOLDER),

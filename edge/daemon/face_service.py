@@ -22,6 +22,7 @@ from edge.errors import InputError
 from edge.face.gallery import Gallery
 from edge.face.models import default_min_score, folder_detector, open_face_pipeline
 from edge.face.recognize import recognize_image
+from edge.face.track import FaceTracker
 from edge.imageio import DEFAULT_MAX_PIXELS
 
 
@@ -63,6 +64,7 @@ class FaceService:
         self.max_pixels = max_pixels
         self.pipeline, self.detector, self.min_score = self._open_pipeline()
         try:
+            self.tracker = FaceTracker(self.pipeline, settings.detect_every)
             self.gallery, self.gallery_origin = self._initial_gallery()
         except BaseException:
             self.pipeline.close()
@@ -93,9 +95,18 @@ class FaceService:
         empty = "empty (no gallery file, no face.enroll_dir): every face is reported unknown"
         return Gallery(self._descriptor_size), empty
 
-    def recognize(self, rgb: np.ndarray) -> list[dict[str, Any]]:
-        """Every face of a frame: box, score, landmarks, ``name`` (None = unknown) and ``distance``."""
-        faces = recognize_image(self.pipeline, self.gallery, rgb, self.settings.threshold, self.min_score)
+    def recognize(self, rgb: np.ndarray, follow: bool = False) -> list[dict[str, Any]]:
+        """Every face of a frame: box, score, landmarks, ``name`` (None = unknown) and ``distance``.
+
+        ``follow``: the frame comes right after the one before in a video, so the faces of that frame may be
+        followed into this one (``face.detect_every``, ``edge.face.track``); False forgets them first.
+        """
+        if not follow:
+            self.tracker.reset()
+        faces = recognize_image(self.tracker, self.gallery, rgb, self.settings.threshold, self.min_score)
+        if self.tracker.detect_every > 1:
+            for face in faces:  # found by the detector on this frame, or followed from the frame before
+                face["followed"] = self.tracker.last_followed
         for face in faces:  # inf (empty gallery) is not JSON
             if not np.isfinite(face["distance"]):
                 face["distance"] = None
@@ -137,13 +148,14 @@ class FaceService:
         """
         pipeline, detector, min_score = self._open_pipeline()
         try:
+            tracker = FaceTracker(pipeline, self.settings.detect_every)
             path = self.settings.gallery
             size = pipeline.embedder.descriptor_size
             gallery = Gallery.load(path, size) if path.is_file() else self.gallery
         except BaseException:
             pipeline.close()
             raise
-        old, self.pipeline, self.gallery = self.pipeline, pipeline, gallery
+        old, self.pipeline, self.gallery, self.tracker = self.pipeline, pipeline, gallery, tracker
         self.detector, self.min_score = detector, min_score
         old.close()
         return {"people": len(gallery), "gallery": str(path) if path.is_file() else "kept (no gallery file)"}

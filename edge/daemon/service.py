@@ -27,7 +27,7 @@ import numpy as np
 from edge.board import detect_board, read_soc_state
 from edge.cpu import int8_kernels
 from edge.daemon.commands import Command, CommandRejected, load_secret, verify_command
-from edge.daemon.config import DaemonConfig
+from edge.daemon.config import DaemonConfig, SourceKind
 from edge.daemon.face_service import FaceService
 from edge.daemon.listener import Listener, command_topic, text_request_topic
 from edge.daemon.sources import Frame, open_source, receipt_key
@@ -138,6 +138,7 @@ class Daemon:
 
     def __init__(self, config: DaemonConfig, once: bool = False) -> None:
         self.config = config
+        self._last_read = False  # whether the frame before was read (a video's next frame may follow its faces)
         self.once = once
         self.summary = RunSummary()
         self._stop = threading.Event()
@@ -337,14 +338,19 @@ class Daemon:
         t0 = time.perf_counter()
         data: dict[str, Any] = {"frame_id": frame.frame_id, **frame.meta}
         task = TASK_FACES
+        # A video's or a camera's frames follow one another (face.detect_every); a folder's images do not, and
+        # after a frame that could not be read the next one is detected afresh.
+        follow = self.config.source.kind is not SourceKind.FOLDER and self._last_read
+        self._last_read = frame.rgb is not None
         if frame.rgb is None:
             task, data["error"] = TASK_FRAME_ERROR, frame.error
         else:
             try:
-                faces = self._face.recognize(frame.rgb)
+                faces = self._face.recognize(frame.rgb, follow=follow)
                 data.update(faces=faces, width=int(frame.rgb.shape[1]), height=int(frame.rgb.shape[0]))
             except EdgeDeployError as exc:  # one bad frame must not stop the daemon
                 task, data["error"] = TASK_FRAME_ERROR, str(exc)
+                self._last_read = False
         if task == TASK_FACES:
             self.summary.faces += len(data["faces"])
         else:

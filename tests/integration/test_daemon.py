@@ -364,3 +364,27 @@ def test_video_source_every_second_frame_resumed_after_a_stop(
     assert [m["data"]["frame_index"] for m in results] == [0, 2, 4, 6, 8]
     names = [[f["name"] for f in m["data"]["faces"]] for m in results]
     assert names == [[who] if who else [] for who in plan[::2]]
+
+
+def test_a_video_s_faces_are_followed_between_detector_frames(
+    tmp_path: Path, face_models: Path, photos: dict[str, np.ndarray], people: Path
+) -> None:
+    """``face.detect_every = 3`` on a camera-like clip: the detector on frames 0, 3 and 6, the face followed on
+    the others, named every time; each face says which it was (``followed``)."""
+    from converters.face.facedata import CLIP_SIZE, camera_clip
+
+    (tmp_path / "people").symlink_to(people)
+    work = tmp_path / "work"
+    work.mkdir()
+    writer = cv2.VideoWriter(str(work / "pan.avi"), cv2.VideoWriter_fourcc(*"MJPG"), 10.0, CLIP_SIZE)
+    for rgb in camera_clip(photos["astronaut_original"], 7):
+        writer.write(cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR))
+    writer.release()
+    config = write_config(work / "pan.toml", face_models, 'kind = "video"\npath = "pan.avi"')
+    config.write_text(config.read_text().replace("[source]", "detect_every = 3\n[source]"), encoding="utf-8")
+    run = DaemonProcess(config, tmp_path / "pan.log", "--once", "--json")
+    assert run.proc.wait(120) == 0, run.log()
+    results = by_task(outbox_results(work / "state" / "outbox.sqlite"), "face.identify")
+    faces = [m["data"]["faces"] for m in results]
+    assert [[f["name"] for f in frame] for frame in faces] == [["eileen_collins"]] * 7
+    assert [frame[0]["followed"] for frame in faces] == [False, True, True, False, True, True, False]

@@ -50,6 +50,7 @@ def test_a_minimal_config_gets_working_defaults(folder: Path) -> None:
     assert c.telemetry.prefix == "edge-deploy" and c.telemetry.interval_s == 30.0
     assert c.face.threshold is None  # None: the models folder's (dlib's 0.6)
     assert c.face.detector is None and c.face.min_score is None  # None: the folder's detector, and its cut-off
+    assert c.face.detect_every == 1  # the detector on every frame
     assert c.device_id  # the host name, as a valid topic level
 
 
@@ -331,6 +332,7 @@ def test_the_daemon_refuses_to_start_on_a_bundle_that_fails_verification(folder:
             "CFG: broker.keepalive_s = 100000; expected a whole number in 1..65535",
         ),
         ("[face]\nthreads = 100000\n", "CFG: face.threads = 100000; expected a whole number in 0..256"),
+        ("[face]\ndetect_every = 0\n", "CFG: face.detect_every = 0; expected a whole number in 1..1000"),
     ],
 )
 def test_non_finite_and_out_of_range_numbers_are_refused(folder: Path, extra: str, message: str) -> None:
