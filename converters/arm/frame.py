@@ -30,18 +30,23 @@ FRAME_REGION = 5
 
 @dataclass(frozen=True)
 class FrameSetup:
-    """What one counted pipeline runs: a face folder, its detector, MTCNN's smallest face (None: 20), and the
-    BlazeFace file (a name in the folder, e.g. the ``.tflite`` original to run on LiteRT; None: models.json's)."""
+    """What one counted pipeline runs: a face folder, its detector, MTCNN's smallest face (None: 20), the
+    BlazeFace file (a name in the folder, e.g. the ``.tflite`` original to run on LiteRT; None: models.json's),
+    and how often the detector runs (``edge.face.track``: 1, every frame; n, one frame in n, faces followed
+    between)."""
 
     models: Path
     detector: str = "mtcnn"
     min_face_size: int | None = None
     detector_model: str | None = None
+    detect_every: int = 1
 
     def args(self) -> list[str]:
         out = ["--models", str(Path(self.models).resolve()), "--detector", self.detector]
         if self.detector_model:
             out += ["--detector-model", str(Path(self.models).resolve() / self.detector_model)]
+        if self.detect_every > 1:
+            out += ["--detect-every", str(self.detect_every)]
         return out + (["--min-face-size", str(self.min_face_size)] if self.min_face_size else [])
 
 

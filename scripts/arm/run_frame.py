@@ -2,7 +2,7 @@
 
     python3 scripts/arm/run_frame.py --models DIR --frame frame.npy --gallery gallery.npz --frames N \
         [--detector mtcnn|blazeface-full|blazeface-full-tiled] [--detector-model F.tflite] [--min-face-size 40]
-        [--mark] [--out r.json]
+        [--detect-every 4] [--mark] [--out r.json]
 
 A frame is what ``benchmarks/frame_speed.py`` times: detect (``detector.detect`` and the pipeline's
 ``min_score``), align (``pipeline.chips``), embed (``embedder.embed``) and match every descriptor against a
@@ -10,6 +10,10 @@ gallery (``Gallery.match``), i.e. ``FacePipeline.analyze`` split into its stages
 (uint8 RGB [H, W, 3], .npy) and the gallery are read once, before the first frame. With ``--mark``, region 0
 is empty (the marks' own cost), regions 1-4 are the four stages and region 5 the whole frame, each summed
 over the N frames (scripts/arm/marks.py; ``converters.arm.frame`` turns two runs into a per-frame count).
+With ``--detect-every N`` > 1 the frames go through ``edge.face.track.FaceTracker`` as a video's do (the
+detector on the first frame and every N-th after it, the face followed by the shape predictor between); the
+stages are then the pipeline's own calls, marked where the tracker makes them (the detector's ``detect``;
+``points5`` and ``chips``; the embedder's ``embed``), and the tracker's bookkeeping between them is "other".
 Device code only (edge.*, numpy, onnxruntime, cv2).
 """
 
@@ -36,6 +40,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--detector-model", type=Path, default=None, help="BlazeFace file (default models.json's)")
     parser.add_argument("--min-face-size", type=int, default=None, help="MTCNN's smallest face (default 20)")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument(
+        "--detect-every", type=int, default=1, help="the detector on every N-th frame, faces followed between"
+    )
     parser.add_argument("--mark", action="store_true", help="mark regions for the counting plugin")
     parser.add_argument("--out", type=Path, default=None, help="JSON file to write (faces found, matches)")
     args = parser.parse_args(argv)
@@ -59,24 +66,10 @@ def main(argv: list[str] | None = None) -> int:
         ) as pipeline:
             mark(EMPTY, 0)
             mark(EMPTY, 1)
-            faces: list[dict] = []
-            matches: list = []
-            for _ in range(args.frames):
-                mark(FRAME, 0)
-                mark(DETECT, 0)
-                found = [d for d in pipeline.detector.detect(rgb) if d.score >= pipeline.min_score]
-                mark(DETECT, 1)
-                mark(ALIGN, 0)
-                chips = pipeline.chips(rgb, found)
-                mark(ALIGN, 1)
-                mark(EMBED, 0)
-                descriptors = pipeline.embedder.embed(chips) if found else np.zeros((0, 128), np.float32)
-                mark(EMBED, 1)
-                mark(MATCH, 0)
-                matches = [gallery.match(d) for d in descriptors]
-                mark(MATCH, 1)
-                mark(FRAME, 1)
-                faces = [{"box": [float(v) for v in d.box], "score": float(d.score)} for d in found]
+            if args.detect_every > 1:
+                faces, matches = _followed(pipeline, gallery, rgb, args, mark)
+            else:
+                faces, matches = _detected(pipeline, gallery, rgb, args.frames, mark)
     except EdgeDeployError as exc:
         print(f"Error: {exc}", file=sys.stderr)
         return exc.exit_code
@@ -85,6 +78,65 @@ def main(argv: list[str] | None = None) -> int:
         args.out.write_text(json.dumps(result) + "\n", encoding="utf-8")
     print(json.dumps(result))
     return 0
+
+
+def _detected(pipeline, gallery, rgb, frames: int, mark) -> tuple[list[dict], list]:
+    """``frames`` frames through ``FacePipeline.analyze``'s stages, each marked."""
+    import numpy as np
+
+    faces: list[dict] = []
+    matches: list = []
+    for _ in range(frames):
+        mark(FRAME, 0)
+        mark(DETECT, 0)
+        found = [d for d in pipeline.detector.detect(rgb) if d.score >= pipeline.min_score]
+        mark(DETECT, 1)
+        mark(ALIGN, 0)
+        chips = pipeline.chips(rgb, found)
+        mark(ALIGN, 1)
+        mark(EMBED, 0)
+        descriptors = pipeline.embedder.embed(chips) if found else np.zeros((0, 128), np.float32)
+        mark(EMBED, 1)
+        mark(MATCH, 0)
+        matches = [gallery.match(d) for d in descriptors]
+        mark(MATCH, 1)
+        mark(FRAME, 1)
+        faces = [{"box": [float(v) for v in d.box], "score": float(d.score)} for d in found]
+    return faces, matches
+
+
+def _followed(pipeline, gallery, rgb, args, mark) -> tuple[list[dict], list]:
+    """``args.frames`` frames through a ``FaceTracker``; the pipeline calls it makes marked as the stages."""
+    from edge.face.track import FaceTracker
+
+    def marked(call, region: int):
+        def run(*a, **k):
+            mark(region, 0)
+            try:
+                return call(*a, **k)
+            finally:
+                mark(region, 1)
+
+        return run
+
+    # Instance attributes shadow the methods: the tracker's calls reach the same code, between marks. (On the
+    # tracker's paths ``chips`` always gets its landmarks, so the align marks never nest.)
+    pipeline.detector.detect = marked(pipeline.detector.detect, DETECT)
+    pipeline.points5 = marked(pipeline.points5, ALIGN)
+    pipeline.chips = marked(pipeline.chips, ALIGN)
+    pipeline.embedder.embed = marked(pipeline.embedder.embed, EMBED)
+    tracker = FaceTracker(pipeline, args.detect_every)
+    found: list = []
+    matches: list = []
+    for _ in range(args.frames):
+        mark(FRAME, 0)
+        found = tracker.analyze(rgb)
+        mark(MATCH, 0)
+        matches = [gallery.match(f.descriptor) for f in found]
+        mark(MATCH, 1)
+        mark(FRAME, 1)
+    faces = [{"box": [float(v) for v in f.detection.box], "score": float(f.detection.score)} for f in found]
+    return faces, matches
 
 
 if __name__ == "__main__":
