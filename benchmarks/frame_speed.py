@@ -6,7 +6,7 @@ faces, each matched against the same gallery of 100 descriptors:
 * **face_recognition** (1.3's pipeline through dlib, ``converters.face.reference.ReferencePipeline``): HOG with
   one upsample, the 5-point model, the ResNet descriptor, ``compare_faces``-style nearest match;
 * **ours**: the device pipeline of a converted face folder (``edge.face.models.open_face_pipeline``: MTCNN,
-  dlib's 5-point model in numpy, the ONNX ResNet), fp32 and the profile's INT8, at 1 and 2 threads. Its
+  dlib's 5-point model in numpy and OpenCV, the ONNX ResNet), fp32 and the profile's INT8, at 1 and 2 threads. Its
   frame is timed per stage (detect / align / embed / match), which is exactly what ``analyze`` does.
 
 Speed: the original evaluation photos (converters.face.facedata.EVAL_PHOTOS), interleaved rounds (each round
@@ -358,8 +358,9 @@ def markdown(result: dict, command: str, machine: str) -> str:
         "Each contender takes the same RGB photo and returns its faces, each matched against the same gallery of "
         f"{GALLERY_SIZE}. face_recognition = 1.3's pipeline through dlib (HOG, one upsample; 5-point model; "
         "ResNet), one thread. Ours = the device pipeline of the converted face folder (MTCNN, the 5-point model "
-        "in numpy, the ONNX ResNet), MTCNN's smallest face 20 px unless the row says `min face N` (its image pyramid "
-        "then starts at 12/N instead of 12/20); `BlazeFace full range` rows detect with MediaPipe's 192×192 "
+        "in numpy and OpenCV, the ONNX ResNet; one thread, OpenCV's too), MTCNN's smallest face 20 px unless the "
+        "row says `min face N` (its image pyramid then starts at 12/N instead of 12/20); `BlazeFace full range` "
+        "rows detect with MediaPipe's 192×192 "
         "detector instead (`edge-deploy convert blazeface --range full`; its ONNX translation on onnxruntime, or, "
         "in the `LiteRT` rows, the `.tflite` original that command keeps beside it, on LiteRT with XNNPACK; the "
         "embedder is the folder's ONNX/ORT file on onnxruntime in every row), `tiled` "
