@@ -110,3 +110,23 @@ def test_the_frame_is_letterboxed_to_640x480_on_black():
     assert frame.shape == (480, 640, 3) and frame.dtype == np.uint8
     assert (frame[:, :115] == 0).all() and (frame[:, 115 + 410 :] == 0).all()
     assert (frame[:, 115 : 115 + 410] == 200).all()
+
+
+def test_a_followed_video_is_reported_apart_from_the_frame_verdict():
+    followed = arm_frame.CONTENDERS["blazeface-full-litert-every4"].name
+    plain = arm_frame.FOLLOWED[followed]
+    assert plain == arm_frame.CONTENDERS["blazeface-full-litert"].name
+    rows = [
+        (plain, arm_frame.LITERT_EMBEDDER, _cost("cortex-a76", 88_000_000)),
+        (followed, arm_frame.LITERT_EMBEDDER, _cost("cortex-a76", 52_000_000)),
+    ]
+    assert arm_frame.table(rows).splitlines()[3].endswith("| met (a video's average frame) |")
+    lines = arm_frame.goal_lines(rows)
+    assert "cheapest is BlazeFace full range, LiteRT, rpi5 int8, embedder on LiteRT, 88.0 M — **missed**" in lines[0]
+    assert lines[2] == (
+        "  On a video with `face.detect_every = 4` (the detector on one frame in 4, the face followed by the shape "
+        "predictor between: section `face-track`): BlazeFace full range, LiteRT, detector 1 frame in 4, rpi5 int8, "
+        "embedder on LiteRT, 52.0 M a frame on average, within the budget; the detector's frame is still 88.0 M "
+        "(row BlazeFace full range, LiteRT), a followed frame about 40.0 M ((4 x 52.0 - 88.0) / 3). Not a frame's "
+        "answer: a frame the detector runs on misses the budget as above."
+    )

@@ -1,0 +1,317 @@
+"""Faces followed between detector frames (``face.detect_every``): how close they stay, what the host saves.
+
+``serve`` on a video or a camera with ``face.detect_every = n`` runs the detector on one frame in n and follows
+each face on the frames between with dlib's 5-point shape predictor (``edge.face.track.FaceTracker``). This
+measures both sides of that trade on camera-like clips of the evaluation photos (``facedata.camera_clip``:
+each photo letterboxed to 640x480 and filmed for ``--frames`` frames while the view pans, zooms and turns;
+one clip after the other, so each cut is a scene change the tracker must catch):
+
+* against the same pipeline with the detector on every frame (n = 1), frame by frame: faces reported, faces
+  it has that the followed run misses (and extra ones), the descriptor distance between each followed face and
+  the face detected on that frame (boxes matched at IoU > 0.5), and whether the gallery names them alike (the
+  evaluation photos' people enrolled from the originals, among 100 random descriptors, dlib's 0.6);
+* CPU time a frame on this host (``time.process_time``, one thread, OpenCV's too), interleaved rounds, median,
+  as a ratio to n = 1. The emulated Pi cores' instructions: section ``arm-frame`` (its ``detector 1 frame in 4``
+  rows).
+
+    .venv/bin/python benchmarks/face_track.py            # docs/benchmarks.md, section face-track
+    .venv/bin/python benchmarks/face_track.py --quick    # 1 round, n = 1 and 4; prints, writes no docs
+
+Host side: imports converters (to build the folders and the clips).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks.face_speed_models import CACHE, build_fp32, build_int8  # noqa: E402
+from benchmarks.frame_speed import BLAZEFACE_FULL_TFLITE, CALIBRATION, make_gallery, with_blazeface  # noqa: E402
+
+EVERY = (1, 2, 4, 8)
+FRAMES = 16
+#: Boxes of the followed and the detected run are the same face above this IoU.
+SAME_BOX = 0.5
+
+
+def clips(frames: int) -> list[tuple[str, np.ndarray]]:
+    """Every evaluation photo as a camera-like clip of ``frames`` frames, one after the other."""
+    from converters.face.facedata import EVAL_PHOTOS, camera_clip
+
+    return [(p.name, rgb) for p in EVAL_PHOTOS for rgb in camera_clip(p.load(), frames)]
+
+
+def enrolled_gallery(pipeline):
+    """100 random descriptors (``frame_speed.make_gallery``) and every annotated person of the evaluation photos,
+    enrolled from the original photo by ``pipeline`` (the detected face that overlaps the annotation most)."""
+    from converters.face.boxes import iou
+    from converters.face.facedata import EVAL_PHOTOS
+
+    gallery = make_gallery()
+    for photo in EVAL_PHOTOS:
+        faces = pipeline.analyze(photo.load())
+        for person in photo.faces:
+            best = max(faces, key=lambda f: iou(f.detection.box, person.box), default=None)
+            if best is not None and iou(best.detection.box, person.box) > SAME_BOX:
+                gallery.add(person.identity, best.descriptor[None])
+    return gallery
+
+
+def follow(pipeline, every: int, frames: list[tuple[str, np.ndarray]]) -> tuple[list, float, int]:
+    """The clip through a FaceTracker: per frame (faces, followed), CPU seconds, detector frames."""
+    from edge.face.track import FaceTracker
+
+    tracker = FaceTracker(pipeline, every)
+    out = []
+    start = time.process_time()
+    for _, rgb in frames:
+        faces = tracker.analyze(rgb)
+        out.append((faces, tracker.last_followed))
+    return out, time.process_time() - start, tracker.detector_frames
+
+
+def compare(run: list, reference: list, gallery, threshold: float) -> dict:
+    """A followed run against the every-frame run: faces, misses, extras, distances, name agreement."""
+    from converters.face.boxes import iou
+
+    reported = missed = extra = same_name = matched = 0
+    distances: list[float] = []
+    for (faces, followed), (want, _) in zip(run, reference, strict=True):
+        reported += len(faces)
+        used: set[int] = set()
+        for face in faces:
+            scores = [(iou(face.detection.box, w.detection.box), j) for j, w in enumerate(want) if j not in used]
+            best = max(scores, default=(0.0, -1))
+            if best[0] <= SAME_BOX:
+                extra += 1
+                continue
+            used.add(best[1])
+            other = want[best[1]]
+            matched += 1
+            same_name += (
+                gallery.match(face.descriptor, threshold).name == gallery.match(other.descriptor, threshold).name
+            )
+            if followed:
+                distances.append(float(np.linalg.norm(face.descriptor - other.descriptor)))
+        missed += len(want) - len(used)
+    return {
+        "reported": reported,
+        "missed": missed,
+        "extra": extra,
+        "matched": matched,
+        "same_name": same_name,
+        "followed_faces": len(distances),
+        "distance": [float(np.median(distances)), float(np.percentile(distances, 95)), max(distances)]
+        if distances
+        else None,
+    }
+
+
+def jitter(reference: list, photos: list[str]) -> list[float]:
+    """Descriptor distances between the same face detected on two consecutive frames of one photo's clip (the
+    every-frame run): how far a detected face itself moves from frame to frame."""
+    from converters.face.boxes import iou
+
+    out = []
+    for i in range(1, len(reference)):
+        if photos[i] != photos[i - 1]:
+            continue
+        for face in reference[i][0]:
+            before = max(reference[i - 1][0], key=lambda f: iou(f.detection.box, face.detection.box), default=None)
+            if before is not None and iou(before.detection.box, face.detection.box) > SAME_BOX:
+                out.append(float(np.linalg.norm(face.descriptor - before.descriptor)))
+    return out
+
+
+def run(target: str, rounds: int, every: tuple[int, ...], frames: int, progress) -> dict:
+    from edge.face.models import open_face_pipeline
+    from edge.face.track import FaceTracker
+    from edge.profiles import load_profile
+
+    fp32 = build_fp32(CACHE, progress)
+    int8, _ = build_int8(fp32, load_profile(target), CACHE, CALIBRATION, progress)
+    int8_bf = with_blazeface(int8, progress)
+    setups = {
+        f"INT8 ({target}), BlazeFace full range, LiteRT": dict(detector="blazeface-full",
+                                                             detector_model=int8_bf / BLAZEFACE_FULL_TFLITE),
+        f"INT8 ({target}), MTCNN": dict(detector="mtcnn"),
+    }  # fmt: skip
+    clip = clips(frames)
+    progress(f"{len(clip)} frames ({frames} a photo), n = {', '.join(map(str, every))}, {rounds} round(s)")
+    pipelines = {name: open_face_pipeline(int8_bf, threads=1, **kw) for name, kw in setups.items()}
+    try:
+        gallery = enrolled_gallery(pipelines[f"INT8 ({target}), MTCNN"])
+        runs = [(name, n) for name in setups for n in every]
+        seconds: dict[tuple[str, int], list[float]] = {r: [] for r in runs}
+        first: dict[tuple[str, int], tuple[list, int]] = {}
+        for r in range(rounds):
+            shift = r % len(runs)
+            for name, n in runs[shift:] + runs[:shift]:
+                progress(f"round {r + 1}/{rounds}: {name}, n = {n}")
+                out, cpu, detector_frames = follow(pipelines[name], n, clip)
+                seconds[(name, n)].append(cpu)
+                first.setdefault((name, n), (out, detector_frames))
+        rows = []
+        photos = [name for name, _ in clip]
+        for name, n in runs:
+            out, detector_frames = first[(name, n)]
+            cpu = statistics.median(seconds[(name, n)])
+            rows.append(
+                {
+                    "pipeline": name,
+                    "every": n,
+                    "frames": len(clip),
+                    "detector_frames": detector_frames,
+                    "ms_per_frame": 1e3 * cpu / len(clip),
+                    "vs_every_frame": statistics.median(seconds[(name, 1)]) / cpu if 1 in every else None,
+                    **compare(out, first[(name, 1)][0], gallery, pipelines[name].threshold),
+                }
+            )
+            if n == 1:
+                moves = jitter(out, photos)
+                rows[-1]["jitter"] = [float(np.median(moves)), float(np.percentile(moves, 95)), max(moves)]
+                rows[-1]["flicker"] = sum(
+                    photos[i] == photos[i - 1] and len(out[i][0]) != len(out[i - 1][0]) for i in range(1, len(out))
+                )
+        lost = FaceTracker(pipelines[f"INT8 ({target}), MTCNN"], 2).lost_distance
+    finally:
+        for p in pipelines.values():
+            p.close()
+    people = len(gallery) - 100
+    return {
+        "target": target,
+        "rounds": rounds,
+        "frames_per_photo": frames,
+        "people": people,
+        "lost": lost,
+        "rows": rows,
+    }
+
+
+def markdown(result: dict, command: str, machine: str) -> str:
+    rows = result["rows"]
+    moves = "; ".join(
+        f"{r['pipeline']}: {' / '.join(f'{v:.3f}' for v in r['jitter'])}" for r in rows if r.get("jitter")
+    )
+    lines = [
+        "## Faces followed between detector frames (`face.detect_every`): how close they stay, what the host saves",
+        "",
+        f"`{command}` — {machine}",
+        "",
+        "`serve` on a video or camera with `face.detect_every = n` runs the detector on one frame in n and follows "
+        "each face between with dlib's 5-point shape predictor from its box of the frame before "
+        "(`edge.face.track.FaceTracker`; a face is re-detected on the same frame when its descriptor moves more "
+        f"than {result['lost']:.2f} from the frame before's, its box scales by more than 1.5x or leaves the frame). "
+        "The clip: each "
+        f"evaluation photo letterboxed to 640x480 and filmed for {result['frames_per_photo']} frames while the view "
+        "pans 2.5 px right and 1 px down, zooms in 0.6 % and turns 0.4° a frame (`facedata.camera_clip`), one "
+        "photo after the other (each cut a scene change). Every row is compared frame by frame with the same "
+        "pipeline at n = 1 (the detector on every frame): faces reported, faces n = 1 has that this run misses, "
+        f"extra ones (boxes matched at IoU > {SAME_BOX}); the descriptor distance between each followed face and "
+        "the face detected on that frame (median / 95th percentile / max; dlib's same-person threshold is 0.6; "
+        f"the same face detected on two consecutive frames moves by {moves}, median / p95 / max); the gallery's "
+        "name for both "
+        f"(the photos' {result['people']} people enrolled from the originals among 100 random descriptors). "
+        f"CPU ms a frame: `time.process_time`, one thread (OpenCV's too), median of {result['rounds']} interleaved "
+        "rounds; the ratio is what holds on a shared machine. The rpi4 INT8 folder; BlazeFace full range is "
+        "MediaPipe's `.tflite` on LiteRT.",
+        "",
+        "| pipeline | n | detector frames | faces reported | missed / extra vs n = 1 | followed faces "
+        "| distance to detected: median / p95 / max | same name as n = 1 | CPU ms a frame | × n = 1 |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        d = r["distance"]
+        dist = " / ".join(f"{v:.3f}" for v in d) if d else "-"
+        speed = f"{r['vs_every_frame']:.2f}×" if r["vs_every_frame"] else "-"
+        lines.append(
+            f"| {r['pipeline']} | {r['every']} | {r['detector_frames']} of {r['frames']} | {r['reported']} | "
+            f"{r['missed']} / {r['extra']} | {r['followed_faces']} | {dist} | {r['same_name']} of {r['matched']} | "
+            f"{r['ms_per_frame']:.1f} | {speed} |"
+        )
+    lines.append("")
+    for r in rows:
+        if r["every"] == 1:
+            if r.get("flicker"):
+                lines.append(
+                    f"- {r['pipeline']}, n = 1: on {r['flicker']} frames the detector finds more or fewer faces than "
+                    "on the frame before in the same clip (faces scoring near its cut); a followed run keeps what "
+                    "its last detector frame found, so those faces count as missed or extra below."
+                )
+            continue
+        agree = r["same_name"] / r["matched"] if r["matched"] else 0.0
+        d = r["distance"]
+        lines.append(
+            f"- {r['pipeline']}, n = {r['every']}: the detector on {r['detector_frames']} of {r['frames']} frames; "
+            f"{r['missed']} face(s) of n = 1 missed, {r['extra']} extra; names agree on {100 * agree:.1f} % of the "
+            f"faces; followed faces at most {d[2]:.3f} from the detected ones"
+            + (f"; {r['vs_every_frame']:.2f}× the frames a CPU second." if r["vs_every_frame"] else ".")
+            if d
+            else f"- {r['pipeline']}, n = {r['every']}: no face was followed."
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from benchmarks.report import machine_line, publish
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (default 3)")
+    parser.add_argument("--frames", type=int, default=FRAMES, help=f"frames a photo (default {FRAMES})")
+    parser.add_argument("--target", default="rpi4", help="profile of the INT8 build (default rpi4)")
+    parser.add_argument("--quick", action="store_true", help="1 round, n = 1 and 4; writes no docs")
+    args = parser.parse_args(argv)
+    if args.rounds < 1 or args.frames < 2:
+        parser.error("--rounds must be >= 1 and --frames >= 2")
+    start = time.perf_counter()
+
+    def progress(msg: str) -> None:
+        print(f"[{time.perf_counter() - start:6.1f} s] {msg}", file=sys.stderr, flush=True)
+
+    rounds, every = (1, (1, 4)) if args.quick else (args.rounds, EVERY)
+    result = run(args.target, rounds, every, args.frames, progress)
+    command = f".venv/bin/python benchmarks/face_track.py --rounds {rounds} --frames {args.frames}"
+    if args.target != "rpi4":
+        command += f" --target {args.target}"
+    md = markdown(result, command, machine_line())
+    publish("face_track", md, result, CACHE, None if args.quick else lambda png: plot(result, png))
+    return 0
+
+
+def plot(result: dict, png: Path) -> None:
+    """CPU ms a frame and the largest distance to the detected face, against n, per pipeline."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.6))
+    for name in dict.fromkeys(r["pipeline"] for r in result["rows"]):
+        mine = [r for r in result["rows"] if r["pipeline"] == name]
+        every = [r["every"] for r in mine]
+        left.plot(every, [r["ms_per_frame"] for r in mine], "o-", label=name)
+        right.plot(every, [r["distance"][2] if r["distance"] else 0.0 for r in mine], "o-", label=name)
+    left.set(xlabel="detector on 1 frame in n", ylabel="CPU ms a frame (host, 1 thread)", xscale="log", ylim=(0, None))
+    right.axhline(0.6, color="grey", linestyle="--", linewidth=1)
+    right.text(1, 0.57, "same-person threshold 0.6", color="grey", fontsize=8, va="top")
+    right.set(xlabel="detector on 1 frame in n", ylabel="largest distance, followed to detected", xscale="log",
+              ylim=(0, 0.65))  # fmt: skip
+    for ax in (left, right):
+        ax.set_xticks(EVERY, [str(n) for n in EVERY])
+        ax.grid(alpha=0.3)
+    left.legend(fontsize=8)
+    fig.tight_layout()
+    png.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(png, dpi=110)
+    plt.close(fig)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,38 @@
+"""benchmarks/face_track.py without models: a followed run compared with the every-frame run, on made-up faces."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from benchmarks import face_track
+from edge.face.gallery import Gallery
+from edge.face.pipeline import Face
+from edge.face.types import Detection
+
+
+def _face(x: float, descriptor) -> Face:
+    return Face(
+        Detection((x, 0.0, x + 50.0, 50.0), 0.9, np.zeros((5, 2), np.float32)), np.asarray(descriptor, np.float32)
+    )
+
+
+def test_a_followed_run_is_compared_face_by_face_with_the_every_frame_run():
+    gallery = Gallery(2)
+    gallery.add("ann", np.array([[1.0, 0.0]], np.float32))
+    gallery.add("bob", np.array([[0.0, 1.0]], np.float32))
+    reference = [
+        ([_face(0, [1.0, 0.0]), _face(100, [0.0, 1.0])], False),
+        ([_face(2, [1.0, 0.0]), _face(102, [0.0, 1.0])], False),
+        ([_face(4, [0.95, 0.0])], False),  # the detector lost bob on this frame
+    ]
+    run = [
+        reference[0],
+        ([_face(3, [0.9, 0.1]), _face(101, [0.0, 0.7])], True),  # bob's descriptor moved past the threshold
+        ([_face(5, [1.0, 0.0]), _face(103, [0.0, 1.0])], True),  # followed bob stays
+    ]
+    got = face_track.compare(run, reference, gallery, 0.25)
+    assert {k: got[k] for k in ("reported", "missed", "extra", "matched", "same_name", "followed_faces")} == {
+        "reported": 6, "missed": 0, "extra": 1, "matched": 5, "same_name": 4, "followed_faces": 3
+    }  # fmt: skip
+    np.testing.assert_allclose(got["distance"][2], 0.3)
+    assert face_track.jitter(reference, ["a", "a", "b"]) == [0.0, 0.0]
