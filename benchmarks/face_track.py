@@ -41,11 +41,28 @@ FRAMES = 16
 SAME_BOX = 0.5
 
 
-def clips(frames: int) -> list[tuple[str, np.ndarray]]:
-    """Every evaluation photo as a camera-like clip of ``frames`` frames, one after the other."""
-    from converters.face.facedata import EVAL_PHOTOS, camera_clip
+def clips(frames: int) -> list[tuple[str, np.ndarray, list]]:
+    """Every evaluation photo as a camera-like clip of ``frames`` frames, one after the other: (photo, frame,
+    the annotated face boxes in that frame)."""
+    from converters.face.facedata import EVAL_PHOTOS, camera_clip, camera_clip_faces
 
-    return [(p.name, rgb) for p in EVAL_PHOTOS for rgb in camera_clip(p.load(), frames)]
+    out = []
+    for p in EVAL_PHOTOS:
+        for rgb, faces in zip(camera_clip(p.load(), frames), camera_clip_faces(p, frames), strict=True):
+            out.append((p.name, rgb, [f.box for f in faces]))
+    return out
+
+
+def against_truth(run: list, truth: list[list]) -> dict:
+    """Faces of a run against the annotated faces of each frame (``match_boxes``, one to one, IoU >= 0.3, as
+    ``benchmarks/detector_quality.py``): found, missed, false."""
+    from converters.face.boxes import match_boxes
+
+    found = missed = false = 0
+    for (faces, _), boxes in zip(run, truth, strict=True):
+        pairs = len(match_boxes(boxes, [f.detection.box for f in faces]))
+        found, missed, false = found + pairs, missed + len(boxes) - pairs, false + len(faces) - pairs
+    return {"found": found, "missed_truth": missed, "false": false, "annotated": sum(len(b) for b in truth)}
 
 
 def enrolled_gallery(pipeline):
@@ -64,14 +81,14 @@ def enrolled_gallery(pipeline):
     return gallery
 
 
-def follow(pipeline, every: int, frames: list[tuple[str, np.ndarray]]) -> tuple[list, float, int]:
+def follow(pipeline, every: int, frames: list[tuple[str, np.ndarray, list]]) -> tuple[list, float, int]:
     """The clip through a FaceTracker: per frame (faces, followed), CPU seconds, detector frames."""
     from edge.face.track import FaceTracker
 
     tracker = FaceTracker(pipeline, every)
     out = []
     start = time.process_time()
-    for _, rgb in frames:
+    for _, rgb, _ in frames:
         faces = tracker.analyze(rgb)
         out.append((faces, tracker.last_followed))
     return out, time.process_time() - start, tracker.detector_frames
@@ -159,7 +176,8 @@ def run(target: str, rounds: int, every: tuple[int, ...], frames: int, progress)
                 seconds[(name, n)].append(cpu)
                 first.setdefault((name, n), (out, detector_frames))
         rows = []
-        photos = [name for name, _ in clip]
+        photos = [name for name, _, _ in clip]
+        truth = [boxes for _, _, boxes in clip]
         for name, n in runs:
             out, detector_frames = first[(name, n)]
             cpu = statistics.median(seconds[(name, n)])
@@ -172,6 +190,7 @@ def run(target: str, rounds: int, every: tuple[int, ...], frames: int, progress)
                     "ms_per_frame": 1e3 * cpu / len(clip),
                     "vs_every_frame": statistics.median(seconds[(name, 1)]) / cpu if 1 in every else None,
                     **compare(out, first[(name, 1)][0], gallery, pipelines[name].threshold),
+                    **against_truth(out, truth),
                 }
             )
             if n == 1:
@@ -214,7 +233,9 @@ def markdown(result: dict, command: str, machine: str) -> str:
         "pans 2.5 px right and 1 px down, zooms in 0.6 % and turns 0.4° a frame (`facedata.camera_clip`), one "
         "photo after the other (each cut a scene change). Every row is compared frame by frame with the same "
         "pipeline at n = 1 (the detector on every frame): faces reported, faces n = 1 has that this run misses, "
-        f"extra ones (boxes matched at IoU > {SAME_BOX}); the descriptor distance between each followed face and "
+        f"extra ones (boxes matched at IoU > {SAME_BOX}); against the photos' annotations moved with the clip "
+        "(`facedata.camera_clip_faces`; one to one at IoU >= 0.3, as section `detector-quality`), faces found, "
+        "missed and false; the descriptor distance between each followed face and "
         "the face detected on that frame (median / 95th percentile / max; dlib's same-person threshold is 0.6; "
         f"the same face detected on two consecutive frames moves by {moves}, median / p95 / max); the gallery's "
         "name for both "
@@ -223,9 +244,10 @@ def markdown(result: dict, command: str, machine: str) -> str:
         "rounds; the ratio is what holds on a shared machine. The rpi4 INT8 folder; BlazeFace full range is "
         "MediaPipe's `.tflite` on LiteRT.",
         "",
-        "| pipeline | n | detector frames | faces reported | missed / extra vs n = 1 | followed faces "
-        "| distance to detected: median / p95 / max | same name as n = 1 | CPU ms a frame | × n = 1 |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| pipeline | n | detector frames | faces reported | annotated faces found / missed / false "
+        "| missed / extra vs n = 1 | followed faces | distance to detected: median / p95 / max "
+        "| same name as n = 1 | CPU ms a frame | × n = 1 |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         d = r["distance"]
@@ -233,7 +255,8 @@ def markdown(result: dict, command: str, machine: str) -> str:
         speed = f"{r['vs_every_frame']:.2f}×" if r["vs_every_frame"] else "-"
         lines.append(
             f"| {r['pipeline']} | {r['every']} | {r['detector_frames']} of {r['frames']} | {r['reported']} | "
-            f"{r['missed']} / {r['extra']} | {r['followed_faces']} | {dist} | {r['same_name']} of {r['matched']} | "
+            f"{r['found']} / {r['missed_truth']} / {r['false']} of {r['annotated']} | {r['missed']} / {r['extra']} | "
+            f"{r['followed_faces']} | {dist} | {r['same_name']} of {r['matched']} | "
             f"{r['ms_per_frame']:.1f} | {speed} |"
         )
     lines.append("")
@@ -250,6 +273,7 @@ def markdown(result: dict, command: str, machine: str) -> str:
         d = r["distance"]
         lines.append(
             f"- {r['pipeline']}, n = {r['every']}: the detector on {r['detector_frames']} of {r['frames']} frames; "
+            f"{r['found']} of {r['annotated']} annotated faces found, {r['false']} false; "
             f"{r['missed']} face(s) of n = 1 missed, {r['extra']} extra; names agree on {100 * agree:.1f} % of the "
             f"faces; followed faces at most {d[2]:.3f} from the detected ones"
             + (f"; {r['vs_every_frame']:.2f}× the frames a CPU second." if r["vs_every_frame"] else ".")

@@ -38,21 +38,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.face_speed_models import CACHE, build_fp32, build_int8  # noqa: E402
 from benchmarks.frame_speed import CALIBRATION, make_gallery, with_blazeface  # noqa: E402
 from benchmarks.report import REPO, machine_line, write_section  # noqa: E402
+from converters.face.facedata import letterbox  # noqa: E402
 
 WIDTH, HEIGHT = 640, 480
 GOAL = 10.0
-
-
-def letterbox(rgb: np.ndarray, width: int = WIDTH, height: int = HEIGHT) -> np.ndarray:
-    """``rgb`` scaled to fit ``width`` x ``height`` (aspect kept), centred on grey."""
-    import cv2
-
-    scale = min(width / rgb.shape[1], height / rgb.shape[0])
-    w, h = max(1, round(rgb.shape[1] * scale)), max(1, round(rgb.shape[0] * scale))
-    out = np.full((height, width, 3), 128, np.uint8)
-    x, y = (width - w) // 2, (height - h) // 2
-    out[y : y + h, x : x + w] = cv2.resize(rgb, (w, h), interpolation=cv2.INTER_AREA)
-    return out
 
 
 def write_video(path: Path, frames: int) -> list[str]:

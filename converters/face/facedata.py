@@ -364,12 +364,29 @@ CLIP_SIZE = (640, 480)
 def letterbox(rgb: np.ndarray, size: tuple[int, int] = CLIP_SIZE, fill: int = 128) -> np.ndarray:
     """``rgb`` scaled to fit ``size`` (width, height) with INTER_AREA, aspect kept, centred on ``fill`` grey."""
     width, height = size
-    scale = min(width / rgb.shape[1], height / rgb.shape[0])
-    w, h = max(1, round(rgb.shape[1] * scale)), max(1, round(rgb.shape[0] * scale))
+    (w, h), (x, y) = _letterbox_fit(rgb.shape, size)
     out = np.full((height, width, 3), fill, np.uint8)
-    x, y = (width - w) // 2, (height - h) // 2
     out[y : y + h, x : x + w] = cv2.resize(rgb, (w, h), interpolation=cv2.INTER_AREA)
     return out
+
+
+def _letterbox_fit(shape: tuple[int, ...], size: tuple[int, int]) -> tuple[tuple[int, int], tuple[int, int]]:
+    """The scaled image's (width, height) and its top-left corner in the letterboxed frame."""
+    width, height = size
+    scale = min(width / shape[1], height / shape[0])
+    w, h = max(1, round(shape[1] * scale)), max(1, round(shape[0] * scale))
+    return (w, h), ((width - w) // 2, (height - h) // 2)
+
+
+def _camera_moves(frames: int, size: tuple[int, int]) -> list[np.ndarray]:
+    """The 2x3 affine of each clip frame, letterboxed frame -> filmed frame (see ``camera_clip``)."""
+    centre = (size[0] / 2.0, size[1] / 2.0)
+    moves = []
+    for i in range(frames):
+        m = cv2.getRotationMatrix2D(centre, 0.4 * i, 1.0 + 0.006 * i)
+        m[:, 2] += (2.5 * i, 1.0 * i)
+        moves.append(m)
+    return moves
 
 
 def camera_clip(rgb: np.ndarray, frames: int, size: tuple[int, int] = CLIP_SIZE) -> list[np.ndarray]:
@@ -377,10 +394,20 @@ def camera_clip(rgb: np.ndarray, frames: int, size: tuple[int, int] = CLIP_SIZE)
     2.5 px right and 1 px down, zoomed in 0.6 % and turned 0.4 degrees more (at frame 15: 37 px, 9 %,
     6 degrees), so the faces move, grow and turn as a followed face must (``edge.face.track``)."""
     base = letterbox(rgb, size)
-    centre = (size[0] / 2.0, size[1] / 2.0)
-    clip = []
-    for i in range(frames):
-        m = cv2.getRotationMatrix2D(centre, 0.4 * i, 1.0 + 0.006 * i)
-        m[:, 2] += (2.5 * i, 1.0 * i)
-        clip.append(cv2.warpAffine(base, m, size, flags=cv2.INTER_LINEAR, borderValue=(128, 128, 128)))
-    return clip
+    return [
+        cv2.warpAffine(base, m, size, flags=cv2.INTER_LINEAR, borderValue=(128, 128, 128))
+        for m in _camera_moves(frames, size)
+    ]
+
+
+def camera_clip_faces(photo: SourcePhoto, frames: int, size: tuple[int, int] = CLIP_SIZE) -> list[list[FaceAnnotation]]:
+    """The annotated faces of ``photo`` in each frame of its ``camera_clip`` (the box around each moved
+    annotation; a face that leaves the frame is left out, as for the augmented evaluation images)."""
+    (w, h), (x, y) = _letterbox_fit(photo.load().shape, size)
+    shape = photo.load().shape
+    fit = np.array([[w / shape[1], 0.0, x], [0.0, h / shape[0], y], [0.0, 0.0, 1.0]])
+    out = []
+    for m in _camera_moves(frames, size):
+        hom = np.vstack([m, [0.0, 0.0, 1.0]]) @ fit
+        out.append([a for a in (_warp_face(f, hom, (size[1], size[0])) for f in photo.faces) if a is not None])
+    return out

@@ -111,3 +111,22 @@ def test_missing_package_is_named():
     assert str(err.value) == (
         "package 'no_such_package_for_edge_deploy' is not installed; it ships the photos the evaluation needs"
     )
+
+
+def test_a_camera_clip_moves_its_annotations_with_the_picture():
+    from converters.face.facedata import camera_clip, camera_clip_faces
+
+    photo = next(p for p in EVAL_PHOTOS if p.name == "astronaut")  # 512x512: scaled by 480/512, 80 px left
+    frames, faces = camera_clip(photo.load(), 16), camera_clip_faces(photo, 16)
+    assert len(frames) == len(faces) == 16 and frames[0].shape == (480, 640, 3)
+    x1, y1, x2, y2 = photo.faces[0].box
+    s = 480 / 512
+    np.testing.assert_allclose(faces[0][0].box, (x1 * s + 80, y1 * s, x2 * s + 80, y2 * s))
+    # frame 15 is frame 0 turned 6 degrees, zoomed 9 % about the centre and shifted (37.5, 15): the box's centre
+    # goes where that affine takes it
+    centre = np.array([(x1 + x2) / 2 * s + 80, (y1 + y2) / 2 * s])
+    a, zoom = np.deg2rad(6.0), 1.09
+    turn = zoom * np.array([[np.cos(a), np.sin(a)], [-np.sin(a), np.cos(a)]])
+    want = turn @ (centre - (320, 240)) + (320, 240) + (37.5, 15.0)
+    box = faces[15][0].box
+    np.testing.assert_allclose(((box[0] + box[2]) / 2, (box[1] + box[3]) / 2), want, atol=1e-6)
