@@ -264,7 +264,8 @@ def markdown(result: dict, command: str, machine: str) -> str:
         if r["every"] == 1:
             if r.get("flicker"):
                 lines.append(
-                    f"- {r['pipeline']}, n = 1: on {r['flicker']} frames the detector finds more or fewer faces than "
+                    f"- {r['pipeline']}, n = 1: on {r['flicker']} frame{'s' * (r['flicker'] != 1)} the detector finds "
+                    "more or fewer faces than "
                     "on the frame before in the same clip (faces scoring near its cut); a followed run keeps what "
                     "its last detector frame found, so those faces count as missed or extra below."
                 )
@@ -274,7 +275,8 @@ def markdown(result: dict, command: str, machine: str) -> str:
         lines.append(
             f"- {r['pipeline']}, n = {r['every']}: the detector on {r['detector_frames']} of {r['frames']} frames; "
             f"{r['found']} of {r['annotated']} annotated faces found, {r['false']} false; "
-            f"{r['missed']} face(s) of n = 1 missed, {r['extra']} extra; names agree on {100 * agree:.1f} % of the "
+            f"of the faces n = 1 reports {r['missed']} missed, {r['extra']} extra; "
+            f"names agree on {100 * agree:.1f} % of the "
             f"faces; followed faces at most {d[2]:.3f} from the detected ones"
             + (f"; {r['vs_every_frame']:.2f}× the frames a CPU second." if r["vs_every_frame"] else ".")
             if d
@@ -329,6 +331,7 @@ def plot(result: dict, png: Path) -> None:
               ylim=(0, 0.65))  # fmt: skip
     for ax in (left, right):
         ax.set_xticks(EVERY, [str(n) for n in EVERY])
+        ax.minorticks_off()
         ax.grid(alpha=0.3)
     left.legend(fontsize=8)
     fig.tight_layout()
