@@ -166,39 +166,8 @@ def run(target: str, rounds: int, every: tuple[int, ...], frames: int, progress)
     try:
         gallery = enrolled_gallery(pipelines[f"INT8 ({target}), MTCNN"])
         runs = [(name, n) for name in setups for n in every]
-        seconds: dict[tuple[str, int], list[float]] = {r: [] for r in runs}
-        first: dict[tuple[str, int], tuple[list, int]] = {}
-        for r in range(rounds):
-            shift = r % len(runs)
-            for name, n in runs[shift:] + runs[:shift]:
-                progress(f"round {r + 1}/{rounds}: {name}, n = {n}")
-                out, cpu, detector_frames = follow(pipelines[name], n, clip)
-                seconds[(name, n)].append(cpu)
-                first.setdefault((name, n), (out, detector_frames))
-        rows = []
-        photos = [name for name, _, _ in clip]
-        truth = [boxes for _, _, boxes in clip]
-        for name, n in runs:
-            out, detector_frames = first[(name, n)]
-            cpu = statistics.median(seconds[(name, n)])
-            rows.append(
-                {
-                    "pipeline": name,
-                    "every": n,
-                    "frames": len(clip),
-                    "detector_frames": detector_frames,
-                    "ms_per_frame": 1e3 * cpu / len(clip),
-                    "vs_every_frame": statistics.median(seconds[(name, 1)]) / cpu if 1 in every else None,
-                    **compare(out, first[(name, 1)][0], gallery, pipelines[name].threshold),
-                    **against_truth(out, truth),
-                }
-            )
-            if n == 1:
-                moves = jitter(out, photos)
-                rows[-1]["jitter"] = [float(np.median(moves)), float(np.percentile(moves, 95)), max(moves)]
-                rows[-1]["flicker"] = sum(
-                    photos[i] == photos[i - 1] and len(out[i][0]) != len(out[i - 1][0]) for i in range(1, len(out))
-                )
+        seconds, first = race(pipelines, runs, clip, rounds, progress)
+        rows = [row(name, n, seconds, first, clip, gallery, pipelines[name].threshold) for name, n in runs]
         lost = FaceTracker(pipelines[f"INT8 ({target}), MTCNN"], 2).lost_distance
     finally:
         for p in pipelines.values():
@@ -212,6 +181,46 @@ def run(target: str, rounds: int, every: tuple[int, ...], frames: int, progress)
         "lost": lost,
         "rows": rows,
     }
+
+
+def race(pipelines: dict, runs: list[tuple[str, int]], clip: list, rounds: int, progress) -> tuple[dict, dict]:
+    """Every (pipeline, n) over the clip in interleaved rounds: CPU seconds of each round, and the first round's
+    faces and detector frames."""
+    seconds: dict[tuple[str, int], list[float]] = {r: [] for r in runs}
+    first: dict[tuple[str, int], tuple[list, int]] = {}
+    for r in range(rounds):
+        shift = r % len(runs)
+        for name, n in runs[shift:] + runs[:shift]:
+            progress(f"round {r + 1}/{rounds}: {name}, n = {n}")
+            out, cpu, detector_frames = follow(pipelines[name], n, clip)
+            seconds[(name, n)].append(cpu)
+            first.setdefault((name, n), (out, detector_frames))
+    return seconds, first
+
+
+def row(name: str, n: int, seconds: dict, first: dict, clip: list, gallery, threshold: float) -> dict:
+    """One table row: (pipeline ``name``, ``n``) against n = 1 and the annotations; n = 1's row also says how far a
+    detected face moves between frames and how often the detector's face count changes within a clip."""
+    out, detector_frames = first[(name, n)]
+    cpu = statistics.median(seconds[(name, n)])
+    photos = [photo for photo, _, _ in clip]
+    result = {
+        "pipeline": name,
+        "every": n,
+        "frames": len(clip),
+        "detector_frames": detector_frames,
+        "ms_per_frame": 1e3 * cpu / len(clip),
+        "vs_every_frame": statistics.median(seconds[(name, 1)]) / cpu if (name, 1) in seconds else None,
+        **compare(out, first[(name, 1)][0], gallery, threshold),
+        **against_truth(out, [boxes for _, _, boxes in clip]),
+    }
+    if n == 1:
+        moves = jitter(out, photos)
+        result["jitter"] = [float(np.median(moves)), float(np.percentile(moves, 95)), max(moves)]
+        result["flicker"] = sum(
+            photos[i] == photos[i - 1] and len(out[i][0]) != len(out[i - 1][0]) for i in range(1, len(out))
+        )
+    return result
 
 
 def markdown(result: dict, command: str, machine: str) -> str:
@@ -259,7 +268,12 @@ def markdown(result: dict, command: str, machine: str) -> str:
             f"{r['followed_faces']} | {dist} | {r['same_name']} of {r['matched']} | "
             f"{r['ms_per_frame']:.1f} | {speed} |"
         )
-    lines.append("")
+    return "\n".join([*lines, "", *summary_lines(rows)])
+
+
+def summary_lines(rows: list[dict]) -> list[str]:
+    """Per row in words: the detector's own flicker (n = 1), then what following cost and kept (n > 1)."""
+    lines = []
     for r in rows:
         if r["every"] == 1:
             if r.get("flicker"):
@@ -282,7 +296,7 @@ def markdown(result: dict, command: str, machine: str) -> str:
             if d
             else f"- {r['pipeline']}, n = {r['every']}: no face was followed."
         )
-    return "\n".join(lines)
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:
