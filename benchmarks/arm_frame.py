@@ -328,7 +328,9 @@ def _video_line(best: tuple, rows: list[tuple[str, str, FrameCost]], profile: st
             f"; the detector's frame is still {_m(detected[0])} M (row {FOLLOWED[name]}), a followed frame about "
             f"{_m(followed)} M (({every} x {_m(total)} - {_m(detected[0])}) / {every - 1})"
         )
-    return line + ". Not a frame's answer: a frame the detector runs on misses the budget as above."
+    if detected and detected[0] > goal:
+        return line + ". Not a frame's answer: a frame the detector runs on misses the budget as above."
+    return line + "."
 
 
 def _where(cost: FrameCost, goal: float) -> str:
