@@ -403,8 +403,8 @@ def camera_clip(rgb: np.ndarray, frames: int, size: tuple[int, int] = CLIP_SIZE)
 def camera_clip_faces(photo: SourcePhoto, frames: int, size: tuple[int, int] = CLIP_SIZE) -> list[list[FaceAnnotation]]:
     """The annotated faces of ``photo`` in each frame of its ``camera_clip`` (the box around each moved
     annotation; a face that leaves the frame is left out, as for the augmented evaluation images)."""
-    (w, h), (x, y) = _letterbox_fit(photo.load().shape, size)
     shape = photo.load().shape
+    (w, h), (x, y) = _letterbox_fit(shape, size)
     fit = np.array([[w / shape[1], 0.0, x], [0.0, h / shape[0], y], [0.0, 0.0, 1.0]])
     out = []
     for m in _camera_moves(frames, size):
