@@ -53,15 +53,15 @@ def clips(frames: int) -> list[tuple[str, np.ndarray, list]]:
     return out
 
 
-def against_truth(run: list, truth: list[list]) -> dict:
-    """Faces of a run against the annotated faces of each frame (``match_boxes``, one to one, IoU >= 0.3, as
-    ``benchmarks/detector_quality.py``): found, missed, false."""
+def against_truth(reported: list[list], truth: list[list]) -> dict:
+    """Face boxes reported on each frame against the annotated faces of each frame (``match_boxes``, one to one,
+    IoU >= 0.3, as ``benchmarks/detector_quality.py``): found, missed, false."""
     from converters.face.boxes import match_boxes
 
     found = missed = false = 0
-    for (faces, _), boxes in zip(run, truth, strict=True):
-        pairs = len(match_boxes(boxes, [f.detection.box for f in faces]))
-        found, missed, false = found + pairs, missed + len(boxes) - pairs, false + len(faces) - pairs
+    for boxes, annotated in zip(reported, truth, strict=True):
+        pairs = len(match_boxes(annotated, boxes))
+        found, missed, false = found + pairs, missed + len(annotated) - pairs, false + len(boxes) - pairs
     return {"found": found, "missed_truth": missed, "false": false, "annotated": sum(len(b) for b in truth)}
 
 
@@ -212,7 +212,7 @@ def row(name: str, n: int, seconds: dict, first: dict, clip: list, gallery, thre
         "ms_per_frame": 1e3 * cpu / len(clip),
         "vs_every_frame": statistics.median(seconds[(name, 1)]) / cpu if (name, 1) in seconds else None,
         **compare(out, first[(name, 1)][0], gallery, threshold),
-        **against_truth(out, [boxes for _, _, boxes in clip]),
+        **against_truth([[f.detection.box for f in faces] for faces, _ in out], [boxes for _, _, boxes in clip]),
     }
     if n == 1:
         moves = jitter(out, photos)

@@ -39,6 +39,6 @@ def test_a_followed_run_is_compared_face_by_face_with_the_every_frame_run():
 
 
 def test_a_run_is_counted_against_the_annotated_faces():
-    run = [([_face(0, [1.0, 0.0]), _face(300, [0.0, 1.0])], False), ([], True)]
+    reported = [[_face(0, [1.0, 0.0]).detection.box, _face(300, [0.0, 1.0]).detection.box], []]
     truth = [[(5.0, 5.0, 55.0, 55.0), (100.0, 0.0, 150.0, 50.0)], [(0.0, 0.0, 50.0, 50.0)]]
-    assert face_track.against_truth(run, truth) == {"found": 1, "missed_truth": 2, "false": 1, "annotated": 3}
+    assert face_track.against_truth(reported, truth) == {"found": 1, "missed_truth": 2, "false": 1, "annotated": 3}
