@@ -44,10 +44,9 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.face_speed_models import CACHE, build_fp32, build_int8  # noqa: E402
-from benchmarks.face_track import against_truth  # noqa: E402
+from benchmarks.face_track import against_truth, clips  # noqa: E402
 from benchmarks.frame_speed import CALIBRATION, make_gallery, with_blazeface  # noqa: E402
 from benchmarks.report import REPO, machine_line, write_section  # noqa: E402
-from converters.face.facedata import letterbox  # noqa: E402
 
 WIDTH, HEIGHT = 640, 480
 GOAL = 10.0
@@ -66,26 +65,16 @@ FOLLOW_EVERY = 4
 
 def video_frames(kind: str, frames: int) -> list[tuple[str, np.ndarray, list]]:
     """(photo, RGB frame, the annotated face boxes in that frame) of each of the ``frames`` frames of video
-    ``kind`` (``VIDEOS``)."""
-    from converters.face.facedata import EVAL_PHOTOS, camera_clip, camera_clip_faces
+    ``kind`` (``VIDEOS``), from ``face_track.clips`` (640x480 camera clips; a clip's first frame is the photo
+    letterboxed, unmoved)."""
+    from converters.face.facedata import EVAL_PHOTOS
 
-    size = (WIDTH, HEIGHT)
-    if kind == "cuts":  # a clip's first frame is the photo letterboxed, unmoved
-        boxed = [
-            (p.name, letterbox(p.load(), size), [f.box for f in camera_clip_faces(p, 1, size)[0]]) for p in EVAL_PHOTOS
-        ]
-        return [boxed[i % len(boxed)] for i in range(frames)]
+    if kind == "cuts":
+        stills = clips(1)
+        return [stills[i % len(stills)] for i in range(frames)]
     if kind != "clip":
         raise ValueError(f"video kind {kind!r}; expected one of {sorted(VIDEOS)}")
-    per_photo = -(-frames // len(EVAL_PHOTOS))
-    out = [
-        (p.name, rgb, [f.box for f in faces])
-        for p in EVAL_PHOTOS
-        for rgb, faces in zip(
-            camera_clip(p.load(), per_photo, size), camera_clip_faces(p, per_photo, size), strict=True
-        )
-    ]
-    return out[:frames]
+    return clips(-(-frames // len(EVAL_PHOTOS)))[:frames]
 
 
 def write_video(path: Path, kind: str, frames: int) -> list[tuple[str, list]]:

@@ -1,19 +1,21 @@
-"""benchmarks/serve_fps.py without running anything heavy: the video's frames and the write-up on made-up rows."""
+"""benchmarks/serve_fps.py without running anything heavy: the videos' frames and the write-up on made-up rows (and
+the letterbox both videos start from, facedata's)."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from benchmarks import serve_fps
+from converters.face.facedata import EVAL_PHOTOS, letterbox
 
 
 def test_letterbox_keeps_the_aspect_on_grey():
     tall = np.zeros((600, 300, 3), np.uint8)  # 1:2 into 640x480: 240x480, centred, 200 grey columns each side
-    out = serve_fps.letterbox(tall)
+    out = letterbox(tall)
     assert out.shape == (480, 640, 3)
     assert (out[:, :200] == 128).all() and (out[:, 440:] == 128).all() and (out[:, 200:440] == 0).all()
     wide = np.full((100, 1280, 3), 255, np.uint8)  # 1280x100 -> 640x50, rows 215..265
-    out = serve_fps.letterbox(wide)
+    out = letterbox(wide)
     assert (out[215:265] == 255).all() and (out[:215] == 128).all() and (out[265:] == 128).all()
 
 
@@ -64,4 +66,5 @@ def test_the_clip_video_is_each_photo_filmed_in_turn_and_the_cuts_video_changes_
     assert all(rgb.shape == (480, 640, 3) and boxes for _, rgb, boxes in clip)
     assert not np.array_equal(clip[0][1], clip[1][1])  # the camera moves between frames
     assert np.array_equal(clip[0][1], cuts[0][1]) and clip[0][2] == cuts[0][2]  # a clip's frame 0: the photo, unmoved
+    assert np.array_equal(cuts[0][1], letterbox(EVAL_PHOTOS[0].load()))  # ... letterboxed to 640x480
     assert clip[1][2][0][0] > clip[0][2][0][0]  # and its faces move right with the pan
