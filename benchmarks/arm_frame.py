@@ -265,6 +265,25 @@ def table(rows: list[tuple[str, str, FrameCost]]) -> str:
     return "\n".join(lines)
 
 
+def cheapest(rows: list[tuple[str, str, FrameCost]], cpu: str) -> tuple[float, str, str, FrameCost]:
+    """(instructions a frame, contender, build, cost) of the cheapest row on ``cpu`` that answers the frame goal:
+    neither a near-faces-only detector nor a followed video's average (unless only such rows were counted)."""
+    mine = [(c.per_frame.total, name, precision, c) for name, precision, c in rows if c.cpu == cpu]
+    frame = [m for m in mine if m[1] not in NEAR_ONLY and m[1] not in FOLLOWED] or mine
+    return min(frame, key=lambda m: m[0])
+
+
+def detector_network(contender_name: str) -> str | None:
+    """The file of a BlazeFace contender's network as the folder holds it (None for MTCNN's three nets)."""
+    contender = next(c for c in CONTENDERS.values() if c.name == contender_name)
+    if contender.detector_model:
+        return contender.detector_model
+    if contender.detector.startswith("blazeface"):
+        spec = FULL_RANGE if contender.detector.startswith("blazeface-full") else SHORT_RANGE
+        return str(Path(spec.name).with_suffix(".onnx"))
+    return None
+
+
 def goal_lines(rows: list[tuple[str, str, FrameCost]]) -> list[str]:
     """Per core: the cheapest contender against the goal (met, or missed by how much and where it goes), and
     MTCNN fp32 against the count the issue started from."""
@@ -275,8 +294,7 @@ def goal_lines(rows: list[tuple[str, str, FrameCost]]) -> list[str]:
             continue
         close = [m for m in mine if m[1] in NEAR_ONLY]
         video = [m for m in mine if m[1] in FOLLOWED]
-        mine = [m for m in mine if m[1] not in NEAR_ONLY and m[1] not in FOLLOWED] or mine
-        best, name, precision, cost = min(mine, key=lambda m: m[0])
+        best, name, precision, cost = cheapest(rows, cpu)
         fast, slow = estimate_ms(best)
         if best <= goal:
             verdict = "met"
@@ -345,21 +363,31 @@ def _where(cost: FrameCost, goal: float) -> str:
     return f"Where it goes: {split}; align + embed + match alone are {_m(rest)} M, {left}."
 
 
+def embedder_key(cpu: str, precision: str, file: str) -> str:
+    """Where ``nets`` keeps the embedder network of a build on a core (builds share file names)."""
+    return f"{cpu}/{precision}/{file}"
+
+
 def network_lines(nets: dict[str, dict], rows: list[tuple[str, str, FrameCost]]) -> list[str]:
-    """The BlazeFace network alone per core and backend, and how much of the detect stage it is."""
+    """The networks alone per core and backend: BlazeFace full range (how much of the detect stage it is), and
+    the two networks of each core's cheapest frame (what the frame costs before any Python runs)."""
     if not nets:
         return []
     lines = [
         "",
-        "The BlazeFace full-range network alone (`scripts/arm/run_model.py`, steady state, no pre- or "
-        "post-processing):",
+        "The networks alone (`scripts/arm/run_model.py`, steady state, seeded random input of the network's "
+        "shape and type, no pre- or post-processing): BlazeFace full range, and the embedder each core's "
+        "cheapest frame runs:",
         "",
-        "| file | backend | core | M instr. | NEON % |",
-        "|---|---|---|---:|---:|",
+        "| file | build | backend | core | M instr. | NEON % |",
+        "|---|---|---|---|---:|---:|",
     ]
     for n in nets.values():
         total, simd = n["steady"]["total"], n["steady"]["simd"]
-        lines.append(f"| `{n['model']}` | {n['backend']} | {n['cpu']} | {_m(total)} | {100 * simd / total:.1f} |")
+        build = build_label(CORES[n["cpu"]][0], n["build"]) if "build" in n else "fp32"
+        lines.append(
+            f"| `{n['model']}` | {build} | {n['backend']} | {n['cpu']} | {_m(total)} | {100 * simd / total:.1f} |"
+        )
     lines.append("")
     for name, precision, c in rows:
         net = nets.get(f"{c.cpu}/{FULL_RANGE_ONNX}")
@@ -370,6 +398,34 @@ def network_lines(nets: dict[str, dict], rows: list[tuple[str, str, FrameCost]])
                 f"{_m(inner)} M of it; the other {_m(detect - inner)} M is the Python and numpy around it "
                 "(letterbox, anchor decoding, weighted NMS)."
             )
+    lines += floor_lines(nets, rows)
+    return lines
+
+
+def floor_lines(nets: dict[str, dict], rows: list[tuple[str, str, FrameCost]]) -> list[str]:
+    """Per core, the cheapest frame's detector and embedder networks alone against the budget: the floor that
+    no work on the Python around them can go below."""
+    lines = []
+    for cpu, (profile, goal) in CORES.items():
+        if not any(c.cpu == cpu for _, _, c in rows):
+            continue
+        total, name, precision, _ = cheapest(rows, cpu)
+        detector = detector_network(name)
+        det = nets.get(f"{cpu}/{detector}") if detector else None
+        emb = next((n for k, n in nets.items() if k.startswith(f"{cpu}/{precision}/")), None)
+        if det is None or emb is None:
+            continue
+        a, b = det["steady"]["total"], emb["steady"]["total"]
+        if a + b > goal:
+            verdict = f"over the {_m(goal)} M budget by {_m(a + b - goal)} M before any Python or numpy runs"
+        else:
+            verdict = f"within the {_m(goal)} M budget, leaving {_m(goal - a - b)} M for the rest of the frame"
+        lines.append(
+            f"- {cpu}: the cheapest frame ({name}, {build_label(profile, precision)}, {_m(total)} M) runs two "
+            f"networks; alone they are {_m(a + b)} M (the detector `{det['model']}` {_m(a)} M + the embedder "
+            f"`{emb['model']}` {_m(b)} M): {verdict}; the Python and numpy around them (letterbox, decoding, "
+            f"alignment, matching, the loop) are the other {_m(total - a - b)} M."
+        )
     return lines
 
 
@@ -448,17 +504,32 @@ def section(rows: list[tuple[str, str, FrameCost]], nets: dict[str, dict], build
     return "\n".join([*body, "", f"`{command}`"])
 
 
-def count_networks(guest, folder: Path, nets: dict[str, dict], path: Path) -> None:
-    """The BlazeFace full-range network alone (ONNX on onnxruntime, the .tflite on LiteRT) on the guest's core,
-    unless ``nets`` has it; kept in ``path``."""
+def count_networks(
+    guest, dirs: dict[str, Path], rows: list[tuple[str, str, FrameCost]], nets: dict[str, dict], path: Path
+) -> None:
+    """On the guest's core, unless ``nets`` has them: the BlazeFace full-range network alone (ONNX on
+    onnxruntime, the .tflite on LiteRT), and the detector and embedder networks of the core's cheapest frame
+    (the embedder file its build's models.json says the device runs); kept in ``path``."""
     from converters.arm.cost import measure_model
+    from edge.face.models import embedder_role, model_path
+
+    cpu = guest.cpu.value
+
+    def count(key: str, model: Path, **extra: str) -> None:
+        if key not in nets:
+            say(f"counting the network {model.name} alone on {cpu}")
+            nets[key] = {**measure_model(guest, model, k=2).to_dict(), **extra}
+            path.write_text(json.dumps(nets, indent=2) + "\n", encoding="utf-8")
 
     for name in (FULL_RANGE_ONNX, FULL_RANGE_TFLITE):
-        key = f"{guest.cpu.value}/{name}"
-        if key not in nets:
-            say(f"counting the network {name} alone on {guest.cpu.value}")
-            nets[key] = measure_model(guest, folder / name, k=2).to_dict()
-            path.write_text(json.dumps(nets, indent=2) + "\n", encoding="utf-8")
+        count(f"{cpu}/{name}", dirs["fp32"] / name)
+    _, best, precision, _ = cheapest(rows, cpu)
+    detector = detector_network(best)
+    if detector is None:
+        return
+    count(f"{cpu}/{detector}", dirs["fp32"] / detector)
+    embedder = model_path(dirs[precision], embedder_role(dirs[precision]))
+    count(embedder_key(cpu, precision, embedder.name), embedder, build=precision)
 
 
 def count_core(
@@ -492,7 +563,7 @@ def count_core(
                 say(f"  {_m(done[k].per_frame.total)} M instructions a frame, {done[k].faces} face(s)")
             rows.append((contender.name, precision, done[k]))
     if args.networks:
-        count_networks(guest, dirs["fp32"], args.nets, nets_file(args.json))
+        count_networks(guest, dirs, rows, args.nets, nets_file(args.json))
     return rows
 
 

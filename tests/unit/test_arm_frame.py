@@ -88,13 +88,58 @@ def test_the_network_alone_is_taken_out_of_the_detect_stage():
     net = {"model": arm_frame.FULL_RANGE_ONNX, "backend": "onnxruntime", "cpu": "cortex-a72"}
     nets = {f"cortex-a72/{arm_frame.FULL_RANGE_ONNX}": {**net, "steady": {"total": 90_000_000, "simd": 45_000_000}}}
     lines = arm_frame.network_lines(nets, rows)
-    assert lines[5] == "| `face_detection_full_range_sparse.onnx` | onnxruntime | cortex-a72 | 90.0 | 50.0 |"
+    assert lines[5] == "| `face_detection_full_range_sparse.onnx` | fp32 | onnxruntime | cortex-a72 | 90.0 | 50.0 |"
     assert lines[6] == ""
     assert lines[7] == (
         "- cortex-a72: BlazeFace full range's detect stage is 120.0 M, the ONNX network 90.0 M of it; the other "
         "30.0 M is the Python and numpy around it (letterbox, anchor decoding, weighted NMS)."
     )
+    assert len(lines) == 8  # no embedder counted: no floor line
     assert arm_frame.network_lines({}, rows) == []
+
+
+def _net(model: str, cpu: str, backend: str, total: int, **extra: str) -> dict:
+    return {"model": model, "cpu": cpu, "backend": backend, "steady": {"total": total, "simd": total // 2}, **extra}
+
+
+def test_the_cheapest_frames_two_networks_alone_are_held_against_the_budget():
+    litert = arm_frame.CONTENDERS["blazeface-full-litert"].name
+    short = arm_frame.CONTENDERS["blazeface-short-litert"].name
+    emb = arm_frame.LITERT_EMBEDDER
+    rows = [
+        (litert, emb, _cost("cortex-a76", 88_000_000)),
+        (short, emb, _cost("cortex-a76", 62_000_000)),  # cheaper, but near faces only: not the frame's answer
+        (litert, "int8", _cost("cortex-a72", 149_000_000)),
+    ]
+    tflite = arm_frame.FULL_RANGE_TFLITE
+    nets = {
+        f"cortex-a76/{tflite}": _net(tflite, "cortex-a76", "litert", 44_600_000),
+        arm_frame.embedder_key("cortex-a76", emb, "e.tflite"): _net("e.tflite", "cortex-a76", "litert", 30_200_000,
+                                                                    build=emb),
+        arm_frame.embedder_key("cortex-a76", "int8", "e.ort"): _net("e.ort", "cortex-a76", "onnxruntime", 9, build="int8"),
+        f"cortex-a72/{tflite}": _net(tflite, "cortex-a72", "litert", 44_600_000),
+        arm_frame.embedder_key("cortex-a72", "int8", "e.ort"): _net("e.ort", "cortex-a72", "onnxruntime", 91_300_000,
+                                                                    build="int8"),
+    }  # fmt: skip
+    lines = arm_frame.network_lines(nets, rows)
+    assert "| `e.tflite` | rpi5 int8, embedder on LiteRT | litert | cortex-a76 | 30.2 | 50.0 |" in lines
+    assert lines[-2:] == [
+        "- cortex-a72: the cheapest frame (BlazeFace full range, LiteRT, rpi4 int8, 149.0 M) runs two networks; "
+        "alone they are 135.9 M (the detector `face_detection_full_range_sparse.tflite` 44.6 M + the embedder "
+        "`e.ort` 91.3 M): within the 150.0 M budget, leaving 14.1 M for the rest of the frame; the Python and "
+        "numpy around them (letterbox, decoding, alignment, matching, the loop) are the other 13.1 M.",
+        "- cortex-a76: the cheapest frame (BlazeFace full range, LiteRT, rpi5 int8, embedder on LiteRT, 88.0 M) "
+        "runs two networks; alone they are 74.8 M (the detector `face_detection_full_range_sparse.tflite` 44.6 M "
+        "+ the embedder `e.tflite` 30.2 M): over the 60.0 M budget by 14.8 M before any Python or numpy runs; the "
+        "Python and numpy around them (letterbox, decoding, alignment, matching, the loop) are the other 13.2 M.",
+    ]
+
+
+def test_the_detector_network_of_each_contender():
+    assert arm_frame.detector_network(arm_frame.CONTENDERS["blazeface-full-litert"].name) == arm_frame.FULL_RANGE_TFLITE
+    assert arm_frame.detector_network(arm_frame.CONTENDERS["blazeface-full"].name) == arm_frame.FULL_RANGE_ONNX
+    assert arm_frame.detector_network(arm_frame.CONTENDERS["blazeface-short"].name) == "face_detection_short_range.onnx"
+    assert arm_frame.detector_network(arm_frame.CONTENDERS["mtcnn"].name) is None
 
 
 def test_identical_int8_builds_share_one_line():
