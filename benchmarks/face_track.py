@@ -34,9 +34,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.face_speed_models import CACHE, build_fp32, build_int8  # noqa: E402
 from benchmarks.frame_speed import BLAZEFACE_FULL_TFLITE, CALIBRATION, make_gallery, with_blazeface  # noqa: E402
+from edge.face.track import KEEP_DESCRIPTOR_WITHIN  # noqa: E402
 
 EVERY = (1, 2, 4, 8)
 FRAMES = 16
+#: The extra run of each pipeline that describes every followed face again (``keep_descriptor_within = 0``).
+DESCRIBE_ALL_EVERY = 4
 #: Boxes of the followed and the detected run are the same face above this IoU.
 SAME_BOX = 0.5
 
@@ -81,17 +84,43 @@ def enrolled_gallery(pipeline):
     return gallery
 
 
-def follow(pipeline, every: int, frames: list[tuple[str, np.ndarray, list]]) -> tuple[list, float, int]:
-    """The clip through a FaceTracker: per frame (faces, followed), CPU seconds, detector frames."""
+def follow(pipeline, every: int, keep: float, frames: list[tuple[str, np.ndarray, list]]) -> tuple[list, float, dict]:
+    """The clip through a FaceTracker (``keep``: its ``keep_descriptor_within``): per frame (faces, followed), CPU
+    seconds, and the tracker's counts (detector frames, followed faces, kept descriptors, largest kept change)."""
     from edge.face.track import FaceTracker
 
-    tracker = FaceTracker(pipeline, every)
+    tracker = FaceTracker(pipeline, every, keep_descriptor_within=keep)
     out = []
     start = time.process_time()
     for _, rgb, _ in frames:
         faces = tracker.analyze(rgb)
         out.append((faces, tracker.last_followed))
-    return out, time.process_time() - start, tracker.detector_frames
+    seconds = time.process_time() - start
+    counts = {
+        "detector_frames": tracker.detector_frames,
+        "tracked_faces": tracker.followed_faces,
+        "kept": tracker.kept_descriptors,
+        "largest_kept_change": tracker.largest_kept_change,
+    }
+    return out, seconds, counts
+
+
+def different_people(pipeline) -> float:
+    """The smallest chip change (``edge.face.track.chip_change``) between the chips of two different annotated
+    people of the evaluation photos, as ``pipeline`` cuts them from the originals."""
+    from converters.face.boxes import iou
+    from converters.face.facedata import EVAL_PHOTOS
+    from edge.face.track import chip_change
+
+    chips = []
+    for photo in EVAL_PHOTOS:
+        rgb = photo.load()
+        found = pipeline.detections(rgb)
+        for person in photo.faces:
+            best = max(found, key=lambda d: iou(d.box, person.box), default=None)
+            if best is not None and iou(best.box, person.box) > SAME_BOX:
+                chips.append((person.identity, pipeline.chips(rgb, [best])[0]))
+    return min(chip_change(a, b) for i, (p, a) in enumerate(chips) for q, b in chips[i + 1 :] if p != q)
 
 
 def compare(run: list, reference: list, gallery, threshold: float) -> dict:
@@ -165,10 +194,12 @@ def run(target: str, rounds: int, every: tuple[int, ...], frames: int, progress)
     pipelines = {name: open_face_pipeline(int8_bf, threads=1, **kw) for name, kw in setups.items()}
     try:
         gallery = enrolled_gallery(pipelines[f"INT8 ({target}), MTCNN"])
-        runs = [(name, n) for name in setups for n in every]
+        runs = [(name, n, KEEP_DESCRIPTOR_WITHIN) for name in setups for n in every]
+        runs += [(name, DESCRIBE_ALL_EVERY, 0.0) for name in setups if DESCRIBE_ALL_EVERY in every]
         seconds, first = race(pipelines, runs, clip, rounds, progress)
-        rows = [row(name, n, seconds, first, clip, gallery, pipelines[name].threshold) for name, n in runs]
+        rows = [row(key, seconds, first, clip, gallery, pipelines[key[0]].threshold) for key in runs]
         lost = FaceTracker(pipelines[f"INT8 ({target}), MTCNN"], 2).lost_distance
+        apart = different_people(pipelines[f"INT8 ({target}), MTCNN"])
     finally:
         for p in pipelines.values():
             p.close()
@@ -179,39 +210,49 @@ def run(target: str, rounds: int, every: tuple[int, ...], frames: int, progress)
         "frames_per_photo": frames,
         "people": people,
         "lost": lost,
+        "keep": KEEP_DESCRIPTOR_WITHIN,
+        "different_people": apart,
         "rows": rows,
     }
 
 
-def race(pipelines: dict, runs: list[tuple[str, int]], clip: list, rounds: int, progress) -> tuple[dict, dict]:
-    """Every (pipeline, n) over the clip in interleaved rounds: CPU seconds of each round, and the first round's
-    faces and detector frames."""
-    seconds: dict[tuple[str, int], list[float]] = {r: [] for r in runs}
-    first: dict[tuple[str, int], tuple[list, int]] = {}
+Run = tuple[str, int, float]  # (pipeline, n, keep_descriptor_within)
+
+
+def race(pipelines: dict, runs: list[Run], clip: list, rounds: int, progress) -> tuple[dict, dict]:
+    """Every (pipeline, n, keep) over the clip in interleaved rounds: CPU seconds of each round, and the first
+    round's faces and tracker counts."""
+    seconds: dict[Run, list[float]] = {r: [] for r in runs}
+    first: dict[Run, tuple[list, dict]] = {}
     for r in range(rounds):
         shift = r % len(runs)
-        for name, n in runs[shift:] + runs[:shift]:
-            progress(f"round {r + 1}/{rounds}: {name}, n = {n}")
-            out, cpu, detector_frames = follow(pipelines[name], n, clip)
-            seconds[(name, n)].append(cpu)
-            first.setdefault((name, n), (out, detector_frames))
+        for key in runs[shift:] + runs[:shift]:
+            name, n, keep = key
+            progress(f"round {r + 1}/{rounds}: {name}, n = {n}, keep_descriptor_within = {keep:g}")
+            out, cpu, counts = follow(pipelines[name], n, keep, clip)
+            seconds[key].append(cpu)
+            first.setdefault(key, (out, counts))
     return seconds, first
 
 
-def row(name: str, n: int, seconds: dict, first: dict, clip: list, gallery, threshold: float) -> dict:
-    """One table row: (pipeline ``name``, ``n``) against n = 1 and the annotations; n = 1's row also says how far a
-    detected face moves between frames and how often the detector's face count changes within a clip."""
-    out, detector_frames = first[(name, n)]
-    cpu = statistics.median(seconds[(name, n)])
+def row(key: Run, seconds: dict, first: dict, clip: list, gallery, threshold: float) -> dict:
+    """One table row: the run ``key`` (pipeline, n, keep) against n = 1 and the annotations; n = 1's row also
+    says how far a detected face moves between frames and how often the detector's face count changes within a
+    clip."""
+    name, n, keep = key
+    out, counts = first[key]
+    cpu = statistics.median(seconds[key])
+    base = (name, 1, KEEP_DESCRIPTOR_WITHIN)
     photos = [photo for photo, _, _ in clip]
     result = {
         "pipeline": name,
         "every": n,
+        "keep": keep,
         "frames": len(clip),
-        "detector_frames": detector_frames,
+        **counts,
         "ms_per_frame": 1e3 * cpu / len(clip),
-        "vs_every_frame": statistics.median(seconds[(name, 1)]) / cpu if (name, 1) in seconds else None,
-        **compare(out, first[(name, 1)][0], gallery, threshold),
+        "vs_every_frame": statistics.median(seconds[base]) / cpu if base in seconds else None,
+        **compare(out, first[base][0], gallery, threshold),
         **against_truth([[f.detection.box for f in faces] for faces, _ in out], [boxes for _, _, boxes in clip]),
     }
     if n == 1:
@@ -236,7 +277,12 @@ def markdown(result: dict, command: str, machine: str) -> str:
         "`serve` on a video or camera with `face.detect_every = n` runs the detector on one frame in n and follows "
         "each face between with dlib's 5-point shape predictor from its box of the frame before "
         "(`edge.face.track.FaceTracker`; a face is re-detected on the same frame when its descriptor moves more "
-        f"than {result['lost']:.2f} from the frame before's, its box scales by more than 1.5x or leaves the frame). "
+        f"than {result['lost']:.2f} from the one it had, its box scales by more than 1.5x or leaves the frame). "
+        "A followed face keeps its descriptor, and the embedder does not run for it, while its aligned chip is "
+        f"within `face.keep_descriptor_within` = {result['keep']:g} grey levels (mean absolute difference) of the "
+        "chip that descriptor was computed from; else it is described again (the rows `every followed face "
+        "described` set it to 0). For scale: the chips of two different people of the evaluation photos differ "
+        f"by {result['different_people']:.1f} grey levels or more (MTCNN's detections on the originals). "
         "The clip: each "
         f"evaluation photo letterboxed to 640x480 and filmed for {result['frames_per_photo']} frames while the view "
         "pans 2.5 px right and 1 px down, zooms in 0.6 % and turns 0.4° a frame (`facedata.camera_clip`), one "
@@ -254,21 +300,28 @@ def markdown(result: dict, command: str, machine: str) -> str:
         "MediaPipe's `.tflite` on LiteRT.",
         "",
         "| pipeline | n | detector frames | faces reported | annotated faces found / missed / false "
-        "| missed / extra vs n = 1 | followed faces | distance to detected: median / p95 / max "
-        "| same name as n = 1 | CPU ms a frame | × n = 1 |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| missed / extra vs n = 1 | followed faces | descriptors kept (largest chip change kept) "
+        "| distance to detected: median / p95 / max | same name as n = 1 | CPU ms a frame | × n = 1 |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         d = r["distance"]
         dist = " / ".join(f"{v:.3f}" for v in d) if d else "-"
         speed = f"{r['vs_every_frame']:.2f}×" if r["vs_every_frame"] else "-"
+        largest = f"{r['largest_kept_change']:.1f}" if r["kept"] else "-"
+        kept = f"{r['kept']} of {r['tracked_faces']} ({largest})" if r["tracked_faces"] else "-"
         lines.append(
-            f"| {r['pipeline']} | {r['every']} | {r['detector_frames']} of {r['frames']} | {r['reported']} | "
+            f"| {label(r)} | {r['every']} | {r['detector_frames']} of {r['frames']} | {r['reported']} | "
             f"{r['found']} / {r['missed_truth']} / {r['false']} of {r['annotated']} | {r['missed']} / {r['extra']} | "
-            f"{r['followed_faces']} | {dist} | {r['same_name']} of {r['matched']} | "
+            f"{r['followed_faces']} | {kept} | {dist} | {r['same_name']} of {r['matched']} | "
             f"{r['ms_per_frame']:.1f} | {speed} |"
         )
     return "\n".join([*lines, "", *summary_lines(rows)])
+
+
+def label(r: dict) -> str:
+    """A row's pipeline, and whether it describes every followed face (``keep_descriptor_within = 0``)."""
+    return r["pipeline"] + (", every followed face described" if r["keep"] == 0 else "")
 
 
 def summary_lines(rows: list[dict]) -> list[str]:
@@ -287,14 +340,15 @@ def summary_lines(rows: list[dict]) -> list[str]:
         agree = r["same_name"] / r["matched"] if r["matched"] else 0.0
         d = r["distance"]
         lines.append(
-            f"- {r['pipeline']}, n = {r['every']}: the detector on {r['detector_frames']} of {r['frames']} frames; "
+            f"- {label(r)}, n = {r['every']}: the detector on {r['detector_frames']} of {r['frames']} frames; "
             f"{r['found']} of {r['annotated']} annotated faces found, {r['false']} false; "
             f"of the faces n = 1 reports {r['missed']} missed, {r['extra']} extra; "
             f"names agree on {100 * agree:.1f} % of the "
-            f"faces; followed faces at most {d[2]:.3f} from the detected ones"
+            f"faces; {r['kept']} of {r['tracked_faces']} followed faces kept their descriptor; followed faces at "
+            f"most {d[2]:.3f} from the detected ones"
             + (f"; {r['vs_every_frame']:.2f}× the frames a CPU second." if r["vs_every_frame"] else ".")
             if d
-            else f"- {r['pipeline']}, n = {r['every']}: no face was followed."
+            else f"- {label(r)}, n = {r['every']}: no face was followed."
         )
     return lines
 
@@ -334,7 +388,7 @@ def plot(result: dict, png: Path) -> None:
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.6))
     for name in dict.fromkeys(r["pipeline"] for r in result["rows"]):
-        mine = [r for r in result["rows"] if r["pipeline"] == name]
+        mine = [r for r in result["rows"] if r["pipeline"] == name and r["keep"] != 0]
         every = [r["every"] for r in mine]
         left.plot(every, [r["ms_per_frame"] for r in mine], "o-", label=name)
         right.plot(every, [r["distance"][2] if r["distance"] else 0.0 for r in mine], "o-", label=name)

@@ -33,13 +33,14 @@ class FrameSetup:
     """What one counted pipeline runs: a face folder, its detector, MTCNN's smallest face (None: 20), the
     BlazeFace file (a name in the folder, e.g. the ``.tflite`` original to run on LiteRT; None: models.json's),
     and how often the detector runs (``edge.face.track``: 1, every frame; n, one frame in n, faces followed
-    between)."""
+    between, keeping their descriptors as ``keep_descriptor_within`` says; None: the tracker's default)."""
 
     models: Path
     detector: str = "mtcnn"
     min_face_size: int | None = None
     detector_model: str | None = None
     detect_every: int = 1
+    keep_descriptor_within: float | None = None
 
     def args(self) -> list[str]:
         out = ["--models", str(Path(self.models).resolve()), "--detector", self.detector]
@@ -47,6 +48,8 @@ class FrameSetup:
             out += ["--detector-model", str(Path(self.models).resolve() / self.detector_model)]
         if self.detect_every > 1:
             out += ["--detect-every", str(self.detect_every)]
+            if self.keep_descriptor_within is not None:
+                out += ["--keep-descriptor-within", repr(float(self.keep_descriptor_within))]
         return out + (["--min-face-size", str(self.min_face_size)] if self.min_face_size else [])
 
 

@@ -21,7 +21,7 @@ from typing import Any
 
 from edge.errors import InputError, TelemetryError
 from edge.face.models import Detector
-from edge.face.track import MAX_DETECT_EVERY
+from edge.face.track import KEEP_DESCRIPTOR_WITHIN, MAX_DETECT_EVERY
 from edge.filemode import check_private_mode
 from edge.telemetry.link import BrokerConfig
 from edge.telemetry.schema import check_name, check_prefix
@@ -60,6 +60,8 @@ class FaceSettings:
     detector: Detector | None  # None: the models folder's (models.json 'detector', else MTCNN)
     threads: int
     detect_every: int = 1  # video, camera: the detector on every n-th frame, faces followed between (edge.face.track)
+    # a followed face keeps its descriptor while its chip is within this many grey levels of the chip it came from
+    keep_descriptor_within: float = KEEP_DESCRIPTOR_WITHIN
 
 
 @dataclass(frozen=True)
@@ -186,6 +188,7 @@ _SCHEMA: Schema = {
         "detector": Field(Detector, None),
         "threads": Field(int, 0, low=0, high=MAX_THREADS),
         "detect_every": Field(int, 1, low=1, high=MAX_DETECT_EVERY),
+        "keep_descriptor_within": Field(float, KEEP_DESCRIPTOR_WITHIN, low=0.0, high=255.0),
     },
     "source": {
         "kind": Field(SourceKind, SourceKind.FOLDER),

@@ -64,7 +64,9 @@ class FaceService:
         self.max_pixels = max_pixels
         self.pipeline, self.detector, self.min_score = self._open_pipeline()
         try:
-            self.tracker = FaceTracker(self.pipeline, settings.detect_every)
+            self.tracker = FaceTracker(
+                self.pipeline, settings.detect_every, keep_descriptor_within=settings.keep_descriptor_within
+            )
             self.gallery, self.gallery_origin = self._initial_gallery()
         except BaseException:
             self.pipeline.close()
@@ -148,7 +150,9 @@ class FaceService:
         """
         pipeline, detector, min_score = self._open_pipeline()
         try:
-            tracker = FaceTracker(pipeline, self.settings.detect_every)
+            tracker = FaceTracker(
+                pipeline, self.settings.detect_every, keep_descriptor_within=self.settings.keep_descriptor_within
+            )
             path = self.settings.gallery
             size = pipeline.embedder.descriptor_size
             gallery = Gallery.load(path, size) if path.is_file() else self.gallery

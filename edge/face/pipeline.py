@@ -136,13 +136,22 @@ class FacePipeline:
         """
         if not detections:
             return []
-        descriptors = np.asarray(self.embedder.embed(self.chips(rgb, detections, points)), dtype=np.float32)
-        size = getattr(self.embedder, "descriptor_size", DLIB_DESCRIPTOR_SIZE)
-        if descriptors.shape != (len(detections), size):
-            raise InferenceError(
-                f"embedder returned descriptors of shape {descriptors.shape}; expected ({len(detections)}, {size})"
-            )
+        descriptors = self.descriptors(self.chips(rgb, detections, points))
         return [Face(d, v) for d, v in zip(detections, descriptors, strict=True)]
+
+    def descriptors(self, chips: np.ndarray) -> np.ndarray:
+        """The embedder's descriptors of aligned chips (uint8 [N, size, size, 3], N >= 1), float32 [N, D].
+
+        Raises:
+            InferenceError: if the embedder fails or returns the wrong shape.
+        """
+        descriptors = np.asarray(self.embedder.embed(chips), dtype=np.float32)
+        size = getattr(self.embedder, "descriptor_size", DLIB_DESCRIPTOR_SIZE)
+        if descriptors.shape != (len(chips), size):
+            raise InferenceError(
+                f"embedder returned descriptors of shape {descriptors.shape}; expected ({len(chips)}, {size})"
+            )
+        return descriptors
 
     def analyze(self, rgb: np.ndarray) -> list[Face]:
         """Find and describe every face in an image.

@@ -2,7 +2,7 @@
 
     python3 scripts/arm/run_frame.py --models DIR --frame frame.npy --gallery gallery.npz --frames N \
         [--detector mtcnn|blazeface-full|blazeface-full-tiled] [--detector-model F.tflite] [--min-face-size 40]
-        [--detect-every 4] [--mark] [--out r.json]
+        [--detect-every 4 [--keep-descriptor-within 0]] [--mark] [--out r.json]
 
 A frame is what ``benchmarks/frame_speed.py`` times: detect (``detector.detect`` and the pipeline's
 ``min_score``), align (``pipeline.chips``), embed (``embedder.embed``) and match every descriptor against a
@@ -13,7 +13,8 @@ over the N frames (scripts/arm/marks.py; ``converters.arm.frame`` turns two runs
 With ``--detect-every N`` > 1 the frames go through ``edge.face.track.FaceTracker`` as a video's do (the
 detector on the first frame and every N-th after it, the face followed by the shape predictor between); the
 stages are then the pipeline's own calls, marked where the tracker makes them (the detector's ``detect``;
-``points5`` and ``chips``; the embedder's ``embed``), and the tracker's bookkeeping between them is "other".
+``points5`` and ``chips``; the embedder's ``embed``), and the tracker's bookkeeping between them is "other"
+(with the chip comparison that decides whether a followed face keeps its descriptor).
 Device code only (edge.*, numpy, onnxruntime, cv2).
 """
 
@@ -42,6 +43,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument(
         "--detect-every", type=int, default=1, help="the detector on every N-th frame, faces followed between"
+    )
+    parser.add_argument(
+        "--keep-descriptor-within",
+        type=float,
+        default=None,
+        help="grey levels a followed face's chip may change and keep its descriptor (default the tracker's)",
     )
     parser.add_argument("--mark", action="store_true", help="mark regions for the counting plugin")
     parser.add_argument("--out", type=Path, default=None, help="JSON file to write (faces found, matches)")
@@ -125,7 +132,8 @@ def _followed(pipeline, gallery, rgb, args, mark) -> tuple[list[dict], list]:
     pipeline.points5 = marked(pipeline.points5, ALIGN)
     pipeline.chips = marked(pipeline.chips, ALIGN)
     pipeline.embedder.embed = marked(pipeline.embedder.embed, EMBED)
-    tracker = FaceTracker(pipeline, args.detect_every)
+    keep = {} if args.keep_descriptor_within is None else {"keep_descriptor_within": args.keep_descriptor_within}
+    tracker = FaceTracker(pipeline, args.detect_every, **keep)
     found: list = []
     matches: list = []
     for _ in range(args.frames):

@@ -1,5 +1,6 @@
 """edge.face.track on the converted fp32 face folder: faces followed between detector frames of a camera-like clip
-stay with the faces the detector finds on those same frames, and a cut to another photo is detected at once."""
+stay with the faces the detector finds on those same frames (keeping their descriptors while their chips do not
+change), and a cut to another photo is detected at once."""
 
 from __future__ import annotations
 
@@ -31,8 +32,9 @@ def pipeline(face_fp32_models):
         yield pipeline
 
 
-def test_followed_faces_stay_with_the_faces_detected_on_the_same_frame(pipeline, clip):
-    tracker = FaceTracker(pipeline, detect_every=4)
+def _followed_distances(tracker: FaceTracker, pipeline, clip) -> tuple[list[bool], list[float]]:
+    """The clip through ``tracker``: whether each frame was followed, and each followed face's descriptor
+    distance to the face the pipeline detects on that frame (which it must be, by its box)."""
     followed, distances = [], []
     for rgb in clip:
         got, want = tracker.analyze(rgb), pipeline.analyze(rgb)
@@ -43,12 +45,46 @@ def test_followed_faces_stay_with_the_faces_detected_on_the_same_frame(pipeline,
             assert iou(nearest.detection.box, face.detection.box) > 0.7
             if tracker.last_followed:
                 distances.append(float(np.linalg.norm(nearest.descriptor - face.descriptor)))
-    # frame 6 is t1's first: following the astronaut's box there loses the face, so the detector runs at once
-    assert followed == [False, True, True, True, False, True, False, True, True, True, False, True]
+    return followed, distances
+
+
+@pytest.fixture(scope="module")
+def jitter(pipeline, clip) -> list[float]:
+    """Descriptor distances of each face detected on two consecutive frames of one photo's clip."""
+    faces = [pipeline.analyze(rgb) for rgb in clip]
+    out = []
+    for i in range(1, len(clip)):
+        if i % HOLD:  # not the first frame of a photo
+            for f in faces[i]:
+                before = max(faces[i - 1], key=lambda w: iou(w.detection.box, f.detection.box))
+                out.append(float(np.linalg.norm(before.descriptor - f.descriptor)))
+    return out
+
+
+# frame 6 is t1's first: following the astronaut's box there loses the face, so the detector runs at once
+FOLLOWED = [False, True, True, True, False, True, False, True, True, True, False, True]
+
+
+def test_followed_faces_keep_their_descriptors_and_stay_with_the_detected_faces(pipeline, clip, jitter):
+    tracker = FaceTracker(pipeline, detect_every=4)
+    followed, distances = _followed_distances(tracker, pipeline, clip)
+    assert followed == FOLLOWED
     assert (tracker.frames, tracker.detector_frames) == (12, 4)
-    # a followed face is as far from the detected one as two detected frames of a moving face are from each
-    # other (0.05-0.26 on this clip), far inside dlib's same-person 0.6
-    assert len(distances) == 1 * 4 + 6 * 4 and max(distances) < 0.3 and np.median(distances) < 0.1, distances
+    # the camera's motion is aligned out of the chips: every followed face kept its detector frame's descriptor,
+    # which is as far from the face detected on the followed frame as two detected frames are from each other
+    assert tracker.followed_faces == len(distances) == 1 * 4 + 6 * 4
+    assert tracker.kept_descriptors == tracker.followed_faces
+    assert max(distances) <= max(jitter) + 1e-6 < 0.3, (distances, jitter)
+    assert np.median(distances) <= 1.1 * np.median(jitter), (distances, jitter)
+
+
+def test_with_nothing_kept_every_followed_face_is_described_again(pipeline, clip):
+    tracker = FaceTracker(pipeline, detect_every=4, keep_descriptor_within=0)
+    followed, distances = _followed_distances(tracker, pipeline, clip)
+    assert followed == FOLLOWED
+    assert tracker.followed_faces == 28 and tracker.kept_descriptors == 0
+    # described on its own frame, a followed face is closer still to the detected one
+    assert max(distances) < 0.3 and np.median(distances) < 0.1, distances
 
 
 def test_detect_every_1_gives_the_pipeline_s_own_faces(pipeline, clip):
@@ -88,3 +124,9 @@ def test_following_needs_the_shape_predictor_and_a_frame_count(pipeline):
     with pytest.raises(InputError) as err:
         FaceTracker(pipeline, detect_every=4, lost_distance=float("nan"))
     assert str(err.value) == "lost_distance = nan; expected a positive descriptor distance"
+    for bad in (-1.0, 256.0, float("nan")):
+        with pytest.raises(InputError) as err:
+            FaceTracker(pipeline, detect_every=4, keep_descriptor_within=bad)
+        assert str(err.value) == (
+            f"keep_descriptor_within = {bad!r}; expected grey levels from 0 (describe every followed face) to 255"
+        )

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -159,19 +161,40 @@ def test_the_frame_is_letterboxed_to_640x480_on_black():
 
 def test_a_followed_video_is_reported_apart_from_the_frame_verdict():
     followed = arm_frame.CONTENDERS["blazeface-full-litert-every4"].name
+    described = arm_frame.CONTENDERS["blazeface-full-litert-every4-described"].name
     plain = arm_frame.FOLLOWED[followed]
-    assert plain == arm_frame.CONTENDERS["blazeface-full-litert"].name
+    assert plain == arm_frame.FOLLOWED[described] == arm_frame.CONTENDERS["blazeface-full-litert"].name
     rows = [
         (plain, arm_frame.LITERT_EMBEDDER, _cost("cortex-a76", 88_000_000)),
-        (followed, arm_frame.LITERT_EMBEDDER, _cost("cortex-a76", 52_000_000)),
+        (followed, arm_frame.LITERT_EMBEDDER, _cost("cortex-a76", 32_000_000)),
+        (described, arm_frame.LITERT_EMBEDDER, _cost("cortex-a76", 52_000_000)),
     ]
     assert arm_frame.table(rows).splitlines()[3].endswith("| met (a video's average frame) |")
     lines = arm_frame.goal_lines(rows)
     assert "cheapest is BlazeFace full range, LiteRT, rpi5 int8, embedder on LiteRT, 88.0 M — **missed**" in lines[0]
     assert lines[2] == (
         "  On a video with `face.detect_every = 4` (the detector on one frame in 4, the face followed by the shape "
-        "predictor between: section `face-track`): BlazeFace full range, LiteRT, detector 1 frame in 4, rpi5 int8, "
-        "embedder on LiteRT, 52.0 M a frame on average, within the budget; the detector's frame is still 88.0 M "
-        "(row BlazeFace full range, LiteRT), a followed frame about 40.0 M ((4 x 52.0 - 88.0) / 3). Not a frame's "
+        "predictor between, a followed face keeping its descriptor while its chip holds, as on this still frame it "
+        "does: section `face-track`): BlazeFace full range, LiteRT, detector 1 frame in 4, rpi5 int8, "
+        "embedder on LiteRT, 32.0 M a frame on average, within the budget; the detector's frame is still 88.0 M "
+        "(row BlazeFace full range, LiteRT), a followed frame about 13.3 M ((4 x 32.0 - 88.0) / 3). Not a frame's "
         "answer: a frame the detector runs on misses the budget as above."
     )
+    assert lines[3].startswith(
+        "  On a video with `face.detect_every = 4` (the detector on one frame in 4, the face followed by the shape "
+        "predictor between, every followed face described again by the embedder, as a face whose chip changes is: "
+        "section `face-track`): BlazeFace full range, LiteRT, detector 1 frame in 4, every followed face described, "
+        "rpi5 int8, embedder on LiteRT, 52.0 M a frame on average, within the budget; the detector's frame is still "
+        "88.0 M (row BlazeFace full range, LiteRT), a followed frame about 40.0 M ((4 x 52.0 - 88.0) / 3)."
+    )
+
+
+def test_a_followed_contender_passes_its_descriptor_setting_to_the_guest():
+    from converters.arm.frame import FrameSetup
+
+    described = arm_frame.CONTENDERS["blazeface-full-litert-every4-described"]
+    setup = FrameSetup(
+        Path("m"), described.detector, None, described.detector_model, 4, described.keep_descriptor_within
+    )
+    assert setup.args()[-4:] == ["--detect-every", "4", "--keep-descriptor-within", "0.0"]
+    assert "--keep-descriptor-within" not in FrameSetup(Path("m"), "blazeface-full", detect_every=4).args()

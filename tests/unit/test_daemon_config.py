@@ -51,6 +51,7 @@ def test_a_minimal_config_gets_working_defaults(folder: Path) -> None:
     assert c.face.threshold is None  # None: the models folder's (dlib's 0.6)
     assert c.face.detector is None and c.face.min_score is None  # None: the folder's detector, and its cut-off
     assert c.face.detect_every == 1  # the detector on every frame
+    assert c.face.keep_descriptor_within == 10.0  # a followed face's descriptor kept while its chip holds
     assert c.device_id  # the host name, as a valid topic level
 
 
@@ -333,6 +334,10 @@ def test_the_daemon_refuses_to_start_on_a_bundle_that_fails_verification(folder:
         ),
         ("[face]\nthreads = 100000\n", "CFG: face.threads = 100000; expected a whole number in 0..256"),
         ("[face]\ndetect_every = 0\n", "CFG: face.detect_every = 0; expected a whole number in 1..1000"),
+        (
+            "[face]\nkeep_descriptor_within = 300\n",
+            "CFG: face.keep_descriptor_within = 300.0; expected a number in [0, 255]",
+        ),
     ],
 )
 def test_non_finite_and_out_of_range_numbers_are_refused(folder: Path, extra: str, message: str) -> None:

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from edge.errors import InputError
-from edge.face.track import MAX_SCALE_STEP, _moved, check_detect_every
+from edge.face.track import MAX_SCALE_STEP, _moved, check_detect_every, chip_change
 from edge.face.types import Detection
 
 POINTS = np.array([[120.0, 100.0], [108.0, 100.0], [80.0, 100.0], [92.0, 100.0], [100.0, 125.0]])
@@ -61,3 +61,11 @@ def test_detect_every_is_a_whole_number_of_frames(value):
 
 def test_detect_every_accepts_numpy_integers():
     assert check_detect_every(np.int64(4)) == 4 and type(check_detect_every(np.int64(4))) is int
+
+
+def test_chip_change_is_the_mean_absolute_grey_level_difference_without_wrapping():
+    a = np.zeros((150, 150, 3), np.uint8)
+    b = a.copy()
+    b[:75] = 255  # half the values 255 apart: uint8 arithmetic would wrap to 1
+    assert chip_change(a, b) == chip_change(b, a) == 127.5
+    assert chip_change(a, a) == 0.0
