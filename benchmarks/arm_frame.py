@@ -12,7 +12,10 @@ Contenders: MTCNN (its default smallest face, 20 px, and 40 px), BlazeFace full 
 on tiles too (``blazeface-full-tiled``), as ONNX on onnxruntime and as the ``.tflite`` on LiteRT, and BlazeFace
 short range (128x128, made for near faces: counted, but not taken as the answer to the goal), each with the
 fp32 folder and the profile's INT8 folder (the face nets static INT8 QDQ in ORT format; BlazeFace stays fp32 in
-both: ``benchmarks/blazeface_int8.py``). Folders come from the benchmark caches
+both: ``benchmarks/blazeface_int8.py``), and BlazeFace full range on LiteRT on a still video with the detector
+on one frame in 4 (``face.detect_every = 4``), the followed face keeping its descriptor or described again on
+every frame. Each core's cheapest frame also has its two networks counted alone: the floor of the frame.
+Folders come from the benchmark caches
 (``benchmarks.face_speed_models.build_fp32`` / ``build_int8`` with the default 200 calibration images;
 BlazeFace added as ``edge-deploy convert blazeface MODELS --range full`` does, ``frame_speed.with_blazeface``).
 
@@ -21,8 +24,8 @@ BlazeFace added as ``edge-deploy convert blazeface MODELS --range full`` does, `
 
 Resumable: every counted row is kept in ``.cache/bench/arm_frame.json`` and not counted again unless
 ``--fresh``. Instruction counts, not times: they do not depend on the host's load. A row (four guest runs:
-a warm-up, the 1-frame run twice, the N+1-frame run) took 25-60 s of emulation on 2 shared cores at load ~6;
-all 20 rows and the 4 network counts about 15 min.
+a warm-up, the 1-frame run twice, the N+1-frame run) took 15-60 s of emulation on 2 shared cores; all 54 rows
+and the 6 network counts about 30 min at load ~1 (2026-12-06), after the folders are built.
 """
 
 from __future__ import annotations
