@@ -108,6 +108,8 @@ CONTENDERS = {
         keep_descriptor_within=0.0,
     ),
 }
+#: Each contender by its name (the rows carry names).
+BY_NAME = {c.name: c for c in CONTENDERS.values()}
 #: Names of the contenders whose detector is for near faces only (left out of the goal verdicts).
 NEAR_ONLY = frozenset(c.name for c in CONTENDERS.values() if c.near_only)
 #: Names of the contenders that follow faces between detector frames, and the contender each is without it.
@@ -289,7 +291,7 @@ def cheapest(rows: list[tuple[str, str, FrameCost]], cpu: str) -> tuple[float, s
 
 def detector_network(contender_name: str) -> str | None:
     """The file of a BlazeFace contender's network as the folder holds it (None for MTCNN's three nets)."""
-    contender = next(c for c in CONTENDERS.values() if c.name == contender_name)
+    contender = BY_NAME[contender_name]
     if contender.detector_model:
         return contender.detector_model
     if contender.detector.startswith("blazeface"):
@@ -347,7 +349,7 @@ def _video_line(best: tuple, rows: list[tuple[str, str, FrameCost]], profile: st
     """The cheapest row that follows faces: a video's average frame against the budget, and what its two kinds
     of frame cost (the detector's frame from the same contender's row without following)."""
     total, name, precision, cost = best
-    contender = next(c for c in CONTENDERS.values() if c.name == name)
+    contender = BY_NAME[name]
     every = contender.detect_every
     verdict = "within the budget" if total <= goal else f"{total / goal:.2f}x the budget"
     if contender.keep_descriptor_within == 0:

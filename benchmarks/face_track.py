@@ -68,19 +68,27 @@ def against_truth(reported: list[list], truth: list[list]) -> dict:
     return {"found": found, "missed_truth": missed, "false": false, "annotated": sum(len(b) for b in truth)}
 
 
+def best_overlap(boxes: list, box) -> int | None:
+    """Index of the box of ``boxes`` that overlaps ``box`` most, if that IoU is above ``SAME_BOX``; else None."""
+    from converters.face.boxes import iou
+
+    overlaps = [iou(b, box) for b in boxes]
+    best = int(np.argmax(overlaps)) if overlaps else None
+    return best if best is not None and overlaps[best] > SAME_BOX else None
+
+
 def enrolled_gallery(pipeline):
     """100 random descriptors (``frame_speed.make_gallery``) and every annotated person of the evaluation photos,
     enrolled from the original photo by ``pipeline`` (the detected face that overlaps the annotation most)."""
-    from converters.face.boxes import iou
     from converters.face.facedata import EVAL_PHOTOS
 
     gallery = make_gallery()
     for photo in EVAL_PHOTOS:
         faces = pipeline.analyze(photo.load())
         for person in photo.faces:
-            best = max(faces, key=lambda f: iou(f.detection.box, person.box), default=None)
-            if best is not None and iou(best.detection.box, person.box) > SAME_BOX:
-                gallery.add(person.identity, best.descriptor[None])
+            best = best_overlap([f.detection.box for f in faces], person.box)
+            if best is not None:
+                gallery.add(person.identity, faces[best].descriptor[None])
     return gallery
 
 
@@ -108,7 +116,6 @@ def follow(pipeline, every: int, keep: float, frames: list[tuple[str, np.ndarray
 def different_people(pipeline) -> float:
     """The smallest chip change (``edge.face.track.chip_change``) between the chips of two different annotated
     people of the evaluation photos, as ``pipeline`` cuts them from the originals."""
-    from converters.face.boxes import iou
     from converters.face.facedata import EVAL_PHOTOS
     from edge.face.track import chip_change
 
@@ -117,9 +124,9 @@ def different_people(pipeline) -> float:
         rgb = photo.load()
         found = pipeline.detections(rgb)
         for person in photo.faces:
-            best = max(found, key=lambda d: iou(d.box, person.box), default=None)
-            if best is not None and iou(best.box, person.box) > SAME_BOX:
-                chips.append((person.identity, pipeline.chips(rgb, [best])[0]))
+            best = best_overlap([d.box for d in found], person.box)
+            if best is not None:
+                chips.append((person.identity, pipeline.chips(rgb, [found[best]])[0]))
     return min(chip_change(a, b) for i, (p, a) in enumerate(chips) for q, b in chips[i + 1 :] if p != q)
 
 

@@ -180,6 +180,7 @@ class FaceTracker:
         detections = [d for d in moved if d is not None]
         chips = self.pipeline.chips(rgb, detections, points)
         change = [chip_change(c, t.chip) for c, t in zip(chips, self._tracks, strict=True)]
+        kept = [c for c in change if c < self.keep_descriptor_within]
         again = [i for i, c in enumerate(change) if c >= self.keep_descriptor_within]
         descriptors = [t.descriptor for t in self._tracks]
         described = [t.chip for t in self._tracks]
@@ -191,8 +192,7 @@ class FaceTracker:
                 descriptors[i], described[i] = v, chips[i]
         self._tracks = [_Track(*t) for t in zip(detections, points, descriptors, described, strict=True)]
         self.followed_faces += len(detections)
-        self.kept_descriptors += len(detections) - len(again)
-        kept = [c for c in change if c < self.keep_descriptor_within]
+        self.kept_descriptors += len(kept)
         self.largest_kept_change = max([self.largest_kept_change, *kept])
         return [Face(d, v) for d, v in zip(detections, descriptors, strict=True)]
 
