@@ -401,14 +401,15 @@ def network_lines(nets: dict[str, dict], rows: list[tuple[str, str, FrameCost]])
         "shape and type, no pre- or post-processing): BlazeFace full range, and the embedder each core's "
         "cheapest frame runs:",
         "",
-        "| file | build | backend | core | M instr. | NEON % |",
-        "|---|---|---|---|---:|---:|",
+        "| file | build | backend | core | M instr. | NEON % | SDOT+UDOT |",
+        "|---|---|---|---|---:|---:|---:|",
     ]
     for n in nets.values():
         total, simd = n["steady"]["total"], n["steady"]["simd"]
         build = build_label(CORES[n["cpu"]][0], n["build"]) if "build" in n else "fp32"
         lines.append(
-            f"| `{n['model']}` | {build} | {n['backend']} | {n['cpu']} | {_m(total)} | {100 * simd / total:.1f} |"
+            f"| `{n['model']}` | {build} | {n['backend']} | {n['cpu']} | {_m(total)} | {100 * simd / total:.1f} | "
+            f"{_dots(n):,} |"
         )
     lines.append("")
     for name, precision, c in rows:
@@ -422,6 +423,11 @@ def network_lines(nets: dict[str, dict], rows: list[tuple[str, str, FrameCost]])
             )
     lines += floor_lines(nets, rows)
     return lines
+
+
+def _dots(net: dict) -> int:
+    """The dot-product instructions (SDOT + UDOT) of one inference of a network counted alone."""
+    return int(net["steady"].get("sdot", 0) + net["steady"].get("udot", 0))
 
 
 def floor_lines(nets: dict[str, dict], rows: list[tuple[str, str, FrameCost]]) -> list[str]:
@@ -448,6 +454,12 @@ def floor_lines(nets: dict[str, dict], rows: list[tuple[str, str, FrameCost]]) -
             f"`{emb['model']}` {_m(b)} M): {verdict}; the Python and numpy around them (letterbox, decoding, "
             f"alignment, matching, the loop) are the other {_m(total - a - b)} M."
         )
+        if dots := _dots(emb):
+            lines.append(
+                f"  Of the embedder's {_m(b)} M, {_m(dots)} M are SDOT/UDOT, each 16 int8 multiply-adds, the most one "
+                f"instruction does on {cpu} (Armv8.2: no I8MM): that network cannot run on fewer than {_m(dots)} M "
+                "instructions on this core; only a network of fewer multiply-adds could."
+            )
     return lines
 
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import cv2
 import numpy as np
 
 from edge.errors import InputError
@@ -53,8 +54,14 @@ class _Track:
 
 
 def chip_change(a: np.ndarray, b: np.ndarray) -> float:
-    """Mean absolute difference of two uint8 chips of one shape, in grey levels (0 to 255)."""
-    return float(np.abs(a.astype(np.int16) - b.astype(np.int16)).mean())
+    """Mean absolute difference of two uint8 chips of one shape, in grey levels (0 to 255).
+
+    OpenCV's L1 norm sums the differences without wrapping, exactly (a chip's sum is far below 2**53), in one
+    pass: the same value as numpy's ``abs(int16 difference).mean()`` without its three temporary arrays.
+    """
+    if a.shape != b.shape:
+        raise InputError(f"chips of shapes {a.shape} and {b.shape}; expected two chips of one shape")
+    return float(cv2.norm(a, b, cv2.NORM_L1)) / a.size
 
 
 def check_detect_every(value: object, where: str = "detect_every") -> int:

@@ -90,7 +90,7 @@ def test_the_network_alone_is_taken_out_of_the_detect_stage():
     net = {"model": arm_frame.FULL_RANGE_ONNX, "backend": "onnxruntime", "cpu": "cortex-a72"}
     nets = {f"cortex-a72/{arm_frame.FULL_RANGE_ONNX}": {**net, "steady": {"total": 90_000_000, "simd": 45_000_000}}}
     lines = arm_frame.network_lines(nets, rows)
-    assert lines[5] == "| `face_detection_full_range_sparse.onnx` | fp32 | onnxruntime | cortex-a72 | 90.0 | 50.0 |"
+    assert lines[5] == "| `face_detection_full_range_sparse.onnx` | fp32 | onnxruntime | cortex-a72 | 90.0 | 50.0 | 0 |"
     assert lines[6] == ""
     assert lines[7] == (
         "- cortex-a72: BlazeFace full range's detect stage is 120.0 M, the ONNX network 90.0 M of it; the other "
@@ -100,8 +100,9 @@ def test_the_network_alone_is_taken_out_of_the_detect_stage():
     assert arm_frame.network_lines({}, rows) == []
 
 
-def _net(model: str, cpu: str, backend: str, total: int, **extra: str) -> dict:
-    return {"model": model, "cpu": cpu, "backend": backend, "steady": {"total": total, "simd": total // 2}, **extra}
+def _net(model: str, cpu: str, backend: str, total: int, sdot: int = 0, **extra: str) -> dict:
+    steady = {"total": total, "simd": total // 2, "sdot": sdot, "udot": 0}
+    return {"model": model, "cpu": cpu, "backend": backend, "steady": steady, **extra}
 
 
 def test_the_cheapest_frames_two_networks_alone_are_held_against_the_budget():
@@ -117,15 +118,15 @@ def test_the_cheapest_frames_two_networks_alone_are_held_against_the_budget():
     nets = {
         f"cortex-a76/{tflite}": _net(tflite, "cortex-a76", "litert", 44_600_000),
         arm_frame.embedder_key("cortex-a76", emb, "e.tflite"): _net("e.tflite", "cortex-a76", "litert", 30_200_000,
-                                                                    build=emb),
+                                                                    17_650_000, build=emb),
         arm_frame.embedder_key("cortex-a76", "int8", "e.ort"): _net("e.ort", "cortex-a76", "onnxruntime", 9, build="int8"),
         f"cortex-a72/{tflite}": _net(tflite, "cortex-a72", "litert", 44_600_000),
         arm_frame.embedder_key("cortex-a72", "int8", "e.ort"): _net("e.ort", "cortex-a72", "onnxruntime", 91_300_000,
                                                                     build="int8"),
     }  # fmt: skip
     lines = arm_frame.network_lines(nets, rows)
-    assert "| `e.tflite` | rpi5 int8, embedder on LiteRT | litert | cortex-a76 | 30.2 | 50.0 |" in lines
-    assert lines[-2:] == [
+    assert "| `e.tflite` | rpi5 int8, embedder on LiteRT | litert | cortex-a76 | 30.2 | 50.0 | 17,650,000 |" in lines
+    assert lines[-3:] == [
         "- cortex-a72: the cheapest frame (BlazeFace full range, LiteRT, rpi4 int8, 149.0 M) runs two networks; "
         "alone they are 135.9 M (the detector `face_detection_full_range_sparse.tflite` 44.6 M + the embedder "
         "`e.ort` 91.3 M): within the 150.0 M budget, leaving 14.1 M for the rest of the frame; the Python and "
@@ -134,6 +135,9 @@ def test_the_cheapest_frames_two_networks_alone_are_held_against_the_budget():
         "runs two networks; alone they are 74.8 M (the detector `face_detection_full_range_sparse.tflite` 44.6 M "
         "+ the embedder `e.tflite` 30.2 M): over the 60.0 M budget by 14.8 M before any Python or numpy runs; the "
         "Python and numpy around them (letterbox, decoding, alignment, matching, the loop) are the other 13.2 M.",
+        "  Of the embedder's 30.2 M, 17.6 M are SDOT/UDOT, each 16 int8 multiply-adds, the most one instruction "
+        "does on cortex-a76 (Armv8.2: no I8MM): that network cannot run on fewer than 17.6 M instructions on this "
+        "core; only a network of fewer multiply-adds could.",
     ]
 
 

@@ -69,3 +69,15 @@ def test_chip_change_is_the_mean_absolute_grey_level_difference_without_wrapping
     b[:75] = 255  # half the values 255 apart: uint8 arithmetic would wrap to 1
     assert chip_change(a, b) == chip_change(b, a) == 127.5
     assert chip_change(a, a) == 0.0
+
+
+def test_chip_change_equals_numpys_int16_mean_bit_for_bit():
+    rng = np.random.default_rng(7)
+    for _ in range(20):
+        a, b = (rng.integers(0, 256, (150, 150, 3), dtype=np.uint8) for _ in range(2))
+        assert chip_change(a, b) == float(np.abs(a.astype(np.int16) - b.astype(np.int16)).mean())
+
+
+def test_chip_change_refuses_chips_of_two_shapes():
+    with pytest.raises(InputError, match=r"\(150, 150, 3\) and \(112, 112, 3\)"):
+        chip_change(np.zeros((150, 150, 3), np.uint8), np.zeros((112, 112, 3), np.uint8))
