@@ -7,7 +7,8 @@ KIND is ``baseline`` (the pipeline's imports: numpy, onnxruntime, edge.face; pho
 ``--detector``, + shape5 + embedder, as a Pi runs it),
 ``embedder`` (only ``edge.face.embed.FaceEmbedder(MODEL)`` on the aligned chips in PHOTOS.npz, one by one)
 or ``dlib`` (face_recognition's pipeline through dlib: HOG, 5-point model, ResNet). Prints one JSON line:
-the faces found, peak RSS from ``/proc/self/status`` (VmHWM) and ``getrusage`` (ru_maxrss), both in KiB.
+the faces found, peak RSS from ``/proc/self/status`` (VmHWM) and ``getrusage`` (ru_maxrss), and at the end the
+resident pages of mapped files (RssFile) and anonymous ones (RssAnon) and the files with the most, all in KiB.
 
 Imports only numpy, onnxruntime and ``edge`` (or dlib), so nothing of the host-side converters inflates
 the number.
@@ -25,7 +26,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.procstat import vm_hwm_kib  # noqa: E402
+from benchmarks.procstat import proc_status, resident_files, vm_hwm_kib  # noqa: E402
 
 KINDS = ("baseline", "pipeline", "embedder", "dlib")
 
@@ -78,6 +79,10 @@ def main(argv: list[str] | None = None) -> int:
         "photos": len(photos),
         "vmhwm_kib": vm_hwm_kib(),
         "ru_maxrss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+        # at the end: pages of mapped files (the libraries' code the run touched) and anonymous ones (heap, arenas)
+        "rss_file_kib": proc_status("RssFile"),
+        "rss_anon_kib": proc_status("RssAnon"),
+        "resident_files_kib": resident_files(),
     }
     print(json.dumps(peak))
     return 0
