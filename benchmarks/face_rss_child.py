@@ -7,8 +7,9 @@ KIND is ``baseline`` (the pipeline's imports: numpy, onnxruntime, edge.face; pho
 ``--detector``, + shape5 + embedder, as a Pi runs it),
 ``embedder`` (only ``edge.face.embed.FaceEmbedder(MODEL)`` on the aligned chips in PHOTOS.npz, one by one)
 or ``dlib`` (face_recognition's pipeline through dlib: HOG, 5-point model, ResNet). Prints one JSON line:
-the faces found, peak RSS from ``/proc/self/status`` (VmHWM) and ``getrusage`` (ru_maxrss), and at the end the
-resident pages of mapped files (RssFile) and anonymous ones (RssAnon) and the files with the most, all in KiB.
+the faces found, the CPU seconds (user + system) of loading and running the pipeline, peak RSS from
+``/proc/self/status`` (VmHWM) and ``getrusage`` (ru_maxrss), and at the end the resident pages of mapped files
+(RssFile) and anonymous ones (RssAnon) and the files with the most, all in KiB.
 
 Imports only numpy, onnxruntime and ``edge`` (or dlib), so nothing of the host-side converters inflates
 the number.
@@ -20,6 +21,7 @@ import argparse
 import json
 import resource
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -72,13 +74,16 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     with np.load(args.photos) as data:
         photos = [data[k] for k in sorted(data.files)]
+    start = time.process_time()
     faces = run(args.kind, photos, args.model if args.kind == "embedder" else args.folder, args.threads, args.detector)
+    cpu_s = time.process_time() - start  # loading and running, user + system (page faults included)
     peak = {
         "kind": args.kind,
         "faces": faces,
         "photos": len(photos),
         "vmhwm_kib": vm_hwm_kib(),
         "ru_maxrss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+        "run_cpu_s": round(cpu_s, 3),
         # at the end: pages of mapped files (the libraries' code the run touched) and anonymous ones (heap, arenas)
         "rss_file_kib": proc_status("RssFile"),
         "rss_anon_kib": proc_status("RssAnon"),

@@ -271,10 +271,12 @@ def sizes(models: RaceModels, dlib_model: Path) -> dict:
     }
 
 
-def rss_child(args: list[str], npz: Path, threads: int) -> dict:
-    """One fresh ``face_rss_child.py`` process: its JSON line (faces, VmHWM and ru_maxrss in KiB)."""
+def rss_child(args: list[str], npz: Path, threads: int, env: dict[str, str] | None = None) -> dict:
+    """One fresh ``face_rss_child.py`` process: its JSON line (faces, VmHWM and ru_maxrss in KiB). ``env``: variables
+    set for it on top of this process's environment."""
     argv = [sys.executable, str(CHILD), args[0], str(npz), *args[1:], "--threads", str(threads)]
-    done = run_tool(argv, RSS_TIMEOUT_S, f"{CHILD.name} {' '.join(args)}", InferenceError)
+    whole = {**os.environ, **env} if env else None
+    done = run_tool(argv, RSS_TIMEOUT_S, f"{CHILD.name} {' '.join(args)}", InferenceError, env=whole)
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
