@@ -15,6 +15,7 @@ wrong layout or padding moves descriptors by 1e-2 or more).
 from __future__ import annotations
 
 import hashlib
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -268,6 +269,14 @@ def test_rnet_and_pnet_fp32_equal_onnx(onnx_models, onnx2tf_venv, chips, tmp_pat
         "mtcnn_rnet_fp32.onnx2tf.log",
         "mtcnn_rnet_fp32.tflite",
     ]
+
+
+def test_a_relative_output_folder_converts(onnx_models, onnx2tf_venv, tmp_path, monkeypatch):
+    # as `edge-deploy convert face -o out/face` gives it: onnx2tf runs inside its scratch folder, so a relative
+    # path handed to it would be looked for in there (a new user's first rpi5 build failed so)
+    monkeypatch.chdir(tmp_path)
+    rnet = export_tflite(onnx_models["rnet"], Path("out/rel"), int8=False, calibration=None, input_name="input")
+    assert rnet.path == Path("out/rel/mtcnn_rnet_fp32.tflite") and (tmp_path / rnet.path).is_file()
 
 
 # --- errors users see ----------------------------------------------------------------------------------------
