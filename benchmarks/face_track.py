@@ -113,11 +113,10 @@ def follow(pipeline, every: int, keep: float, frames: list[tuple[str, np.ndarray
     return out, seconds, counts
 
 
-def different_people(pipeline) -> float:
-    """The smallest chip change (``edge.face.track.chip_change``) between the chips of two different annotated
-    people of the evaluation photos, as ``pipeline`` cuts them from the originals."""
+def eval_chips(pipeline) -> list[tuple[str, np.ndarray]]:
+    """(identity, aligned chip) of every annotated face of the evaluation photos ``pipeline`` detects, cut from
+    the originals."""
     from converters.face.facedata import EVAL_PHOTOS
-    from edge.face.track import chip_change
 
     chips = []
     for photo in EVAL_PHOTOS:
@@ -127,7 +126,45 @@ def different_people(pipeline) -> float:
             best = best_overlap([d.box for d in found], person.box)
             if best is not None:
                 chips.append((person.identity, pipeline.chips(rgb, [found[best]])[0]))
+    return chips
+
+
+def different_people(chips: list[tuple[str, np.ndarray]]) -> float:
+    """The smallest chip change (``edge.face.track.chip_change``) between the chips of two different people."""
+    from edge.face.track import chip_change
+
     return min(chip_change(a, b) for i, (p, a) in enumerate(chips) for q, b in chips[i + 1 :] if p != q)
+
+
+#: Lighting changes of a chip, each scaled to move it by a given chip change (mean absolute grey levels).
+RELIGHTS = ("brighter", "darker", "less contrast", "light from one side")
+
+
+def relit(chip: np.ndarray, level: float) -> dict[str, np.ndarray]:
+    """``chip`` under each of ``RELIGHTS``, each about ``level`` grey levels (``chip_change``) from it: every value
+    raised or lowered by ``level``, the values pulled toward their mean, a left-to-right ramp from -2 to +2
+    ``level`` (clipped to 0..255, so a chip near black or white moves a little less)."""
+    f = chip.astype(np.float64)
+    mean = f.mean()
+    spread = max(float(np.abs(f - mean).mean()), level)
+    ramp = np.linspace(-2 * level, 2 * level, chip.shape[1])[None, :, None]
+    out = (f + level, f - level, mean + (f - mean) * (1 - level / spread), f + ramp)
+    return {name: np.clip(np.rint(v), 0, 255).astype(np.uint8) for name, v in zip(RELIGHTS, out, strict=True)}
+
+
+def lighting(pipeline, chips: list[tuple[str, np.ndarray]], level: float) -> dict[str, dict[str, float]]:
+    """Per lighting change of ``relit``: the chip changes it made and the farthest it moved a descriptor."""
+    from edge.face.track import chip_change
+
+    plain = np.stack([c for _, c in chips])
+    base = pipeline.descriptors(plain)
+    result = {}
+    for name in RELIGHTS:
+        changed = np.stack([relit(c, level)[name] for c in plain])
+        moved = np.linalg.norm(pipeline.descriptors(changed) - base, axis=1)
+        steps = [chip_change(a, b) for a, b in zip(plain, changed, strict=True)]
+        result[name] = {"change_min": min(steps), "change_max": max(steps), "distance_max": float(moved.max())}
+    return result
 
 
 def compare(run: list, reference: list, gallery, threshold: float) -> dict:
@@ -206,7 +243,9 @@ def run(target: str, rounds: int, every: tuple[int, ...], frames: int, progress)
         seconds, first = race(pipelines, runs, clip, rounds, progress)
         rows = [row(key, seconds, first, clip, gallery, pipelines[key[0]].threshold) for key in runs]
         lost = FaceTracker(pipelines[f"INT8 ({target}), MTCNN"], 2).lost_distance
-        apart = different_people(pipelines[f"INT8 ({target}), MTCNN"])
+        chips = eval_chips(pipelines[f"INT8 ({target}), MTCNN"])
+        apart = different_people(chips)
+        relighting = lighting(pipelines[f"INT8 ({target}), MTCNN"], chips, KEEP_DESCRIPTOR_WITHIN)
     finally:
         for p in pipelines.values():
             p.close()
@@ -219,6 +258,7 @@ def run(target: str, rounds: int, every: tuple[int, ...], frames: int, progress)
         "lost": lost,
         "keep": KEEP_DESCRIPTOR_WITHIN,
         "different_people": apart,
+        "lighting": relighting,
         "rows": rows,
     }
 
@@ -289,7 +329,8 @@ def markdown(result: dict, command: str, machine: str) -> str:
         f"within `face.keep_descriptor_within` = {result['keep']:g} grey levels (mean absolute difference) of the "
         "chip that descriptor was computed from; else it is described again (the rows `every followed face "
         "described` set it to 0). For scale: the chips of two different people of the evaluation photos differ "
-        f"by {result['different_people']:.1f} grey levels or more (MTCNN's detections on the originals). "
+        f"by {result['different_people']:.1f} grey levels or more (MTCNN's detections on the originals)"
+        f"{lighting_text(result)}. "
         "The clip: each "
         f"evaluation photo letterboxed to 640x480 and filmed for {result['frames_per_photo']} frames while the view "
         "pans 2.5 px right and 1 px down, zooms in 0.6 % and turns 0.4° a frame (`facedata.camera_clip`), one "
@@ -324,6 +365,23 @@ def markdown(result: dict, command: str, machine: str) -> str:
             f"{r['ms_per_frame']:.1f} | {speed} |"
         )
     return "\n".join([*lines, "", *summary_lines(rows)])
+
+
+def lighting_text(result: dict) -> str:
+    """The lighting check in words: how far a lighting change of the default's size moved a descriptor."""
+    light = result.get("lighting")
+    if not light:
+        return ""
+    parts = ", ".join(
+        f"{name} {v['distance_max']:.3f} (chip change {v['change_min']:.1f}-{v['change_max']:.1f})"
+        for name, v in light.items()
+    )
+    worst = max(v["distance_max"] for v in light.values())
+    return (
+        f"; a lighting change of the default's size on those chips ({result['keep']:g} grey levels, "
+        f"`face_track.relit`) moves a descriptor by at most {worst:.3f} (a kept descriptor is that close to the "
+        f"one the changed chip would give): {parts}"
+    )
 
 
 def label(r: dict) -> str:

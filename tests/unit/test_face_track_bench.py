@@ -42,3 +42,27 @@ def test_a_run_is_counted_against_the_annotated_faces():
     reported = [[_face(0, [1.0, 0.0]).detection.box, _face(300, [0.0, 1.0]).detection.box], []]
     truth = [[(5.0, 5.0, 55.0, 55.0), (100.0, 0.0, 150.0, 50.0)], [(0.0, 0.0, 50.0, 50.0)]]
     assert face_track.against_truth(reported, truth) == {"found": 1, "missed_truth": 2, "false": 1, "annotated": 3}
+
+
+def test_each_lighting_change_moves_a_chip_by_the_level_asked():
+    from edge.face.track import chip_change
+
+    rng = np.random.default_rng(3)
+    chip = rng.integers(40, 216, (150, 150, 3), dtype=np.uint8)  # away from 0 and 255: nothing clipped
+    changed = face_track.relit(chip, 10.0)
+    assert list(changed) == list(face_track.RELIGHTS)
+    for name, c in changed.items():
+        assert c.dtype == np.uint8 and c.shape == chip.shape
+        assert 9.5 <= chip_change(chip, c) <= 10.5, name
+    assert (changed["brighter"].astype(int) - chip == 10).all()
+    ramp = changed["light from one side"].astype(int) - chip
+    assert (ramp[:, 0] == -20).all() and (ramp[:, -1] == 20).all()
+
+
+def test_a_lighting_change_is_said_with_its_farthest_move():
+    light = {name: {"change_min": 9.5, "change_max": 10.0, "distance_max": d}
+             for name, d in zip(face_track.RELIGHTS, (0.05, 0.04, 0.09, 0.08), strict=True)}  # fmt: skip
+    text = face_track.lighting_text({"keep": 10.0, "lighting": light})
+    assert "(10 grey levels, `face_track.relit`) moves a descriptor by at most 0.090" in text
+    assert text.endswith("light from one side 0.080 (chip change 9.5-10.0)")
+    assert face_track.lighting_text({"keep": 10.0}) == ""
