@@ -13,8 +13,9 @@ absolute difference over the chip) of the chip that descriptor was computed from
 camera's pan, zoom and turn out of the chip, so the chip of a face that is merely carried along barely changes,
 and the embedder would give it back a descriptor about as far from the kept one as two detector frames of the
 same face are from each other. On a hand-held clip of the evaluation photos nearly every followed face keeps its
-descriptor, while the chips of two different people there differ by about three times the default
-(docs/benchmarks.md, section ``face-track``). A chip that changed more is described again.
+descriptor, while the chips of two different people there differ by about three times the default, and a
+lighting change of the default's size (brighter, darker, less contrast, light from one side) moves a descriptor by
+less than 0.1 (docs/benchmarks.md, section ``face-track``). A chip that changed more is described again.
 
 A face is lost, and the detector runs on that same frame instead, when its new descriptor moves farther than
 ``lost_distance`` from the one it had (a cut to another scene, another person walking in front: the chip changes,
