@@ -26,7 +26,7 @@ def _result(int8_peak: float) -> dict:
         rows[f"INT8 (rpi4), {label}"] = _row(int8_peak, 100)
     rows[f"fp32, MTCNN, {face_rss.MMAP_LABEL}"] = _row(150, 100, 3.0)
     rows[f"INT8 (rpi4), MTCNN, {face_rss.MMAP_LABEL}"] = _row(120, 100, 3.0)
-    return {"target": "rpi4", "photos": 2, "repeats": 1, "rows": rows}
+    return {"target": "rpi4", "photos": 2, "repeats": 1, "rows": rows, "fp32_model_kib": 32 * 1024}
 
 
 def test_the_goal_line_names_the_libraries_pages_and_the_floor_they_set():
@@ -37,6 +37,10 @@ def test_the_goal_line_names_the_libraries_pages_and_the_floor_they_set():
     assert "they take 80.0 MiB, 30.0 MiB of it the libraries' pages the run touched" in line
     # (100 + 30) / 200: more than 0.6 before any model memory
     assert line.endswith("would still be 0.650× fp32's peak: the goal is out of reach with these libraries.")
+    most = next(s for s in text if s.startswith("- What INT8 weights can save at most"))
+    assert "is 32.0 MiB; held once, in a quarter of the bytes, they would save 24.0 MiB" in most
+    # (200 - 24) / 200 for every detector: the fp32 peaks are made up equal
+    assert "stays at or above MTCNN 0.880×, BlazeFace full range tiled 0.880×, BlazeFace full range 0.880×" in most
     lever = next(s for s in text if s.startswith("- A lever measured, not taken"))
     assert "MTCNN's peak goes fp32 200.0 → 150.0 MiB at 1.50× the CPU time; INT8 (rpi4) 180.0 → 120.0 MiB" in lever
     assert lever.endswith("INT8 / fp32 0.800×. No profile sets it.")
@@ -59,3 +63,10 @@ def test_resident_files_are_this_processs_mapped_files_largest_first():
     assert all("/" not in name and kib > 0 for name, kib in files)
     assert any(name.startswith("_multiarray_umath") for name, _ in files)
     assert sum(kib for _, kib in files) <= proc_status("RssFile")
+
+
+def test_model_kib_counts_the_weight_files_only(tmp_path):
+    (tmp_path / "a.onnx").write_bytes(b"x" * 4096)
+    (tmp_path / "b.npz").write_bytes(b"x" * 2048)
+    (tmp_path / "report.md").write_bytes(b"x" * 8192)
+    assert face_rss.model_kib(tmp_path) == 6
