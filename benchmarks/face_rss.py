@@ -103,7 +103,8 @@ def markdown(result: dict, command: str, machine: str) -> str:
         f"of {result['repeats']} processes. INT8 = the {target} build (embedder INT8; MTCNN's nets as that "
         'build ships them; BlazeFace fp32, as `convert blazeface` adds it). "Files": the pages of mapped files '
         "resident at the process's end (RssFile: the libraries' code and read-only data it touched, which no "
-        "smaller model removes), a part of the peak.",
+        "smaller model removes), a part of the peak; the kernel maps a faulting page's neighbours too when they are "
+        "cached, so these move by several MiB between runs (not between the rows of one run).",
         "",
         "| pipeline | faces found | peak RSS MiB | above baseline MiB | files MiB | files above baseline MiB | CPU s |",
         "|---|---:|---:|---:|---:|---:|---:|",
