@@ -1,13 +1,14 @@
 """Peak memory of the whole face pipeline per detector: INT8 against fp32, MTCNN against BlazeFace.
 
 Issue #13's goal: the INT8 pipeline's peak RSS at most 0.6x the fp32 pipeline's. The face speed race
-(``benchmarks/face_speed.py``) measures it with MTCNN, whose onnxruntime arena grows with every pyramid shape;
-this measures the same thing for each detector a folder can run, so the goal is read per detector. One fresh
-process per row (``benchmarks/face_rss_child.py``: imports only numpy, onnxruntime and ``edge``) loads the
-pipeline and runs it on the same photos, 1 thread; VmHWM from /proc/self/status, median of ``--repeats``
-processes. "Above baseline" subtracts a process with the same imports and photos but no model; the libraries'
-resident pages set a floor no smaller model goes below. Two more rows run MTCNN with glibc's mmap threshold
-fixed (``MMAP_LEVER``), a lever measured against its CPU time, not a default.
+(``benchmarks/face_speed.py``) measures it with MTCNN, whose memory grows with every pyramid shape (its sessions
+run without onnxruntime's arena; glibc's heap keeps the big levels' blocks: ``MMAP_LEVER``); this measures the
+same thing for each detector a folder can run, so the goal is read per detector. One fresh process per row
+(``benchmarks/face_rss_child.py``: imports only numpy, onnxruntime and ``edge``) loads the pipeline and runs it
+on the same photos, 1 thread; VmHWM from /proc/self/status, median of ``--repeats`` processes. "Above baseline"
+subtracts a process with the same imports and photos but no model; the libraries' resident pages set a floor no
+smaller model goes below, and the folder's model files bound what INT8 weights can save. Two more rows run MTCNN
+with glibc's mmap threshold fixed (``MMAP_LEVER``), a lever measured against its CPU time, not a default.
 
     .venv/bin/python benchmarks/face_rss.py            # docs/benchmarks.md, section face-rss
     .venv/bin/python benchmarks/face_rss.py --quick    # 1 process per row, 3 photos; prints, writes no docs
