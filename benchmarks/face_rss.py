@@ -93,7 +93,7 @@ def model_kib(folder: Path) -> int:
 
 def markdown(result: dict, command: str, machine: str) -> str:
     rows, target = result["rows"], result["target"]
-    base = rows["baseline"]["vmhwm_kib"]
+    base, base_files = rows["baseline"]["vmhwm_kib"], rows["baseline"]["rss_file_kib"]
     lines = [
         "## Peak RSS of the face pipeline per detector: INT8 vs fp32",
         "",
@@ -110,7 +110,6 @@ def markdown(result: dict, command: str, machine: str) -> str:
         "| pipeline | faces found | peak RSS MiB | above baseline MiB | files MiB | files above baseline MiB | CPU s |",
         "|---|---:|---:|---:|---:|---:|---:|",
     ]
-    base_files = rows["baseline"]["rss_file_kib"]
     for name, row in rows.items():
         lines.append(
             f"| {name} | {row['faces']} | {row['vmhwm_kib'] / 1024:.1f} | {(row['vmhwm_kib'] - base) / 1024:.1f} | "
@@ -118,6 +117,17 @@ def markdown(result: dict, command: str, machine: str) -> str:
             f"{row['run_cpu_s']:.2f} |"
         )
     lines += ["", f"Goal (issue #13): INT8 pipeline peak RSS ≤ {RSS_RATIO_GOAL}× fp32's."]
+    lines += goal_lines(rows, target)
+    lines += weight_bound_lines(rows, result.get("fp32_model_kib"))
+    lines += lever_lines(rows, target)
+    lines += resident_file_lines(rows, target)
+    return "\n".join(lines)
+
+
+def goal_lines(rows: dict, target: str) -> list[str]:
+    """Per detector: INT8 against fp32 and the goal, and the floor the imports and the libraries' pages set."""
+    base, base_files = rows["baseline"]["vmhwm_kib"], rows["baseline"]["rss_file_kib"]
+    lines = []
     for label in DETECTORS:
         fp32, int8 = rows[f"fp32, {label}"]["vmhwm_kib"], rows[f"INT8 ({target}), {label}"]["vmhwm_kib"]
         ratio, above = int8 / fp32, (int8 - base) / max(fp32 - base, 1)
@@ -134,17 +144,27 @@ def markdown(result: dict, command: str, machine: str) -> str:
             f"the libraries' pages the run touched. With no memory at all for its models and their arenas, the INT8 "
             f"pipeline would still be {floor:.3f}× fp32's peak: the goal is {reach}."
         )
-    if weights := result.get("fp32_model_kib"):
-        saved = 0.75 * weights  # int8 weights take a quarter of fp32's bytes
-        peaks = {label: rows[f"fp32, {label}"]["vmhwm_kib"] for label in DETECTORS}
-        best = ", ".join(f"{label} {(peak - saved) / peak:.3f}×" for label, peak in peaks.items())
-        lines.append(
-            f"- What INT8 weights can save at most: every model file of the fp32 folder together is "
-            f"{weights / 1024:.1f} MiB; held once, in a quarter of the bytes, they would save {saved / 1024:.1f} MiB, "
-            f"so even with every network INT8 a pipeline stays at or above {best} of its fp32 peak (the goal: "
-            f"{RSS_RATIO_GOAL}×). The rest of the peak (Python, numpy, OpenCV, the runtimes, the photos, the "
-            "activations) is the same at either precision."
-        )
+    return lines
+
+
+def weight_bound_lines(rows: dict, weights: int | None) -> list[str]:
+    """The most INT8 weights could save: the folder's model files in a quarter of the bytes, against each peak."""
+    if not weights:
+        return []
+    saved = 0.75 * weights  # int8 weights take a quarter of fp32's bytes
+    peaks = {label: rows[f"fp32, {label}"]["vmhwm_kib"] for label in DETECTORS}
+    best = ", ".join(f"{label} {(peak - saved) / peak:.3f}×" for label, peak in peaks.items())
+    return [
+        f"- What INT8 weights can save at most: every model file of the fp32 folder together is "
+        f"{weights / 1024:.1f} MiB; held once, in a quarter of the bytes, they would save {saved / 1024:.1f} MiB, "
+        f"so even with every network INT8 a pipeline stays at or above {best} of its fp32 peak (the goal: "
+        f"{RSS_RATIO_GOAL}×). The rest of the peak (Python, numpy, OpenCV, the runtimes, the photos, the "
+        "activations) is the same at either precision."
+    ]
+
+
+def lever_lines(rows: dict, target: str) -> list[str]:
+    """MTCNN with glibc's mmap threshold fixed: the memory it saves and the CPU time it costs."""
     lever = []
     for precision in ("fp32", f"INT8 ({target})"):
         plain, fixed = rows[f"{precision}, MTCNN"], rows[f"{precision}, MTCNN, {MMAP_LABEL}"]
@@ -153,20 +173,25 @@ def markdown(result: dict, command: str, machine: str) -> str:
             f"{fixed['run_cpu_s'] / max(plain['run_cpu_s'], 1e-9):.2f}× the CPU time"
         )
     ratio = rows[f"INT8 ({target}), MTCNN, {MMAP_LABEL}"]["vmhwm_kib"] / rows[f"fp32, MTCNN, {MMAP_LABEL}"]["vmhwm_kib"]
-    lines.append(
+    return [
         f"- A lever measured, not taken: with {MMAP_LABEL} (`{' '.join(f'{k}={v}' for k, v in MMAP_LEVER.items())}`; "
         "glibc's dynamic threshold otherwise rises to the largest block freed, and MTCNN's big pyramid levels are "
         f"then served from a heap that keeps them), MTCNN's peak goes {'; '.join(lever)} (every large block "
         f"mapped and faulted in afresh); INT8 / fp32 {ratio:.3f}×. No profile sets it."
-    )
-    biggest = rows[f"INT8 ({target}), {next(reversed(DETECTORS))}"]["resident_files_kib"]
-    if biggest:
-        named = ", ".join(f"`{name}` {kib / 1024:.1f}" for name, kib in biggest)
-        lines.append(
-            f"- The files with the most resident pages at the end of the INT8 {next(reversed(DETECTORS))} process "
-            f"(MiB, baseline's share included): {named}."
-        )
-    return "\n".join(lines)
+    ]
+
+
+def resident_file_lines(rows: dict, target: str) -> list[str]:
+    """The files with the most resident pages in the INT8 process of the last detector."""
+    label = next(reversed(DETECTORS))
+    biggest = rows[f"INT8 ({target}), {label}"]["resident_files_kib"]
+    if not biggest:
+        return []
+    named = ", ".join(f"`{name}` {kib / 1024:.1f}" for name, kib in biggest)
+    return [
+        f"- The files with the most resident pages at the end of the INT8 {label} process "
+        f"(MiB, baseline's share included): {named}."
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:
