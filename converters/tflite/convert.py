@@ -221,13 +221,15 @@ def failed_op(log_path: Path) -> str | None:
 def _run_onnx2tf(argv: list[str], work_dir: Path, log_path: Path, timeout_s: float, what: str) -> None:
     """Run onnx2tf (the tool kills its whole group on timeout: onnx2tf spawns onnxsim); a failure names the
     ONNX op it failed on when the log says."""
+    # onnx2tf runs in work_dir: the tool and its input go by absolute paths, or a relative output folder's
+    # paths would be looked for under work_dir again
+    argv = list(argv)
+    model = argv.index("-i") + 1
+    argv[0], argv[model] = str(Path(argv[0]).absolute()), str(Path(argv[model]).absolute())
     env = dict(os.environ)
     env["PATH"] = f"{Path(argv[0]).parent}{os.pathsep}{env.get('PATH', '')}"
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
     env["CUDA_VISIBLE_DEVICES"] = ""
-    model = Path(argv[argv.index("-i") + 1])
-    if not model.is_absolute():  # onnx2tf runs in work_dir and would look for it there
-        raise ValueError(f"onnx2tf's input {model} must be an absolute path")
     try:
         run_tool(argv, timeout_s, f"onnx2tf ({what})", ConversionError, cwd=work_dir, env=env, log=log_path)
     except ConversionError as exc:
@@ -364,7 +366,7 @@ def export_tflite(
     out_dir = make_output_dir(out_dir)
     log_path = out_dir / f"{stem}_{variant.value}.onnx2tf.log"
     with tempfile.TemporaryDirectory(prefix="onnx2tf-", dir=out_dir) as tmp:
-        work = Path(tmp).resolve()  # onnx2tf runs in it: a relative path would be taken from there
+        work = Path(tmp)
         model_copy = work / onnx_path.name  # onnx2tf overwrites its input: give it a copy
         shutil.copyfile(onnx_path, model_copy)
         explicit_maxpool_padding(model_copy, input_name, nchw)

@@ -128,7 +128,7 @@ def export_tflite_keep_layout(
     out_dir = make_output_dir(out_dir)
     log_path = out_dir / f"{stem}_fp32.onnx2tf.log"
     with tempfile.TemporaryDirectory(prefix="onnx2tf-", dir=out_dir) as tmp:
-        work = Path(tmp).resolve()  # onnx2tf runs in it: a relative path would be taken from there
+        work = Path(tmp)
         model_copy = work / onnx_path.name  # onnx2tf overwrites its input: give it a copy
         shutil.copyfile(onnx_path, model_copy)
         write_sample_data(work)  # never downloaded (see the module docstring)
