@@ -158,9 +158,10 @@ def lighting(pipeline, chips: list[tuple[str, np.ndarray]], level: float) -> dic
 
     plain = np.stack([c for _, c in chips])
     base = pipeline.descriptors(plain)
+    variants = [relit(c, level) for c in plain]
     result = {}
     for name in RELIGHTS:
-        changed = np.stack([relit(c, level)[name] for c in plain])
+        changed = np.stack([v[name] for v in variants])
         moved = np.linalg.norm(pipeline.descriptors(changed) - base, axis=1)
         steps = [chip_change(a, b) for a, b in zip(plain, changed, strict=True)]
         result[name] = {"change_min": min(steps), "change_max": max(steps), "distance_max": float(moved.max())}
