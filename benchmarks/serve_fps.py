@@ -299,8 +299,25 @@ def markdown(result: dict, command: str, machine: str) -> str:
         f"run the detector on every frame. On `clip`, 1 frame in {FOLLOW_EVERY} runs the detector and the faces "
         "are followed on the others (`edge.face.track`): faces found counts followed faces too; how far "
         "their descriptors stay from detected ones is section `face-track`.",
+        "",
+        tiled_passes(),
     ]
     return "\n".join(lines)
+
+
+def tiled_passes() -> str:
+    """Why the tiled rows cost what they do: how many detector passes a frame of this size takes."""
+    from edge.face.detect_blazeface import FULL_RANGE
+    from edge.face.tiles import DEFAULT_TILING, tile_grid
+
+    tiles = tile_grid(WIDTH, HEIGHT, FULL_RANGE.size, DEFAULT_TILING)
+    sides = sorted({(t.x1 - t.x0, t.y1 - t.y0) for t in tiles})
+    shown = ", ".join(f"{w}x{h}" for w, h in sides)
+    return (
+        f"A {WIDTH}x{HEIGHT} frame is long enough to tile (long side ≥ {DEFAULT_TILING.min_side}), so the `tiled` "
+        f"rows run BlazeFace {1 + len(tiles)} times a frame: the whole frame and {len(tiles)} overlapping tiles "
+        f"of {shown} pixels (`edge.face.tiles`)."
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
