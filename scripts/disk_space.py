@@ -10,10 +10,12 @@ installs (venvs, the emulated Pi's rootfs, the browser's packages) is counted on
 the temporary folders are counted on the disk that holds ``TMPDIR`` (or /tmp), where pytest puts them.
 ``--subset`` (scripts/test.sh passes it when given pytest arguments) leaves the full run's peak out.
 
-Sizes were measured on 2026-12-07 at commit 953accc (x86-64, Python 3.11): each folder with ``du`` after a
-demo and a full test run from a fresh clone, the peak with ``du`` of the temporary folders every 20 s during
-the run (1,384 tests). Debian packages (qemu, Chromium; about 1 GB, README "Set-up") go to the system disk and
-are not counted. Stdlib only: it runs before the venv exists.
+Sizes were measured on 2026-12-07 at commit 953accc (x86-64, Python 3.11) in a new checkout: each folder
+with ``du -sm FOLDER`` after ``bash scripts/demo.sh`` and ``bash scripts/test.sh``; the peak as the largest
+of ``du -sm /tmp/pytest-of-$USER``, taken every 20 s while ``bash scripts/test.sh`` ran (1,384 tests), and
+the same 8,853 MB again in a fresh clone's ``bash .ci/run`` at 751b317 (1,389 tests). Debian packages
+(qemu, Chromium; about 1 GB, README "Set-up") go to the system disk and are not counted. Stdlib only: it
+runs before the venv exists.
 """
 
 from __future__ import annotations
@@ -108,18 +110,18 @@ def shortfalls(wanted: list[Need], free=lambda p: shutil.disk_usage(p).free) -> 
 
 
 def main(argv: list[str]) -> int:
-    args = [a for a in argv if a != "--subset"]
+    args, subset = [a for a in argv if a != "--subset"], "--subset" in argv
     if len(args) != 1 or args[0] not in JOBS:
         print(f"usage: python3 scripts/disk_space.py {'|'.join(JOBS)} [--subset]", file=sys.stderr)
         return 2
     repo = Path(__file__).resolve().parent.parent
-    reports = shortfalls(needs(args[0], repo, Path(tempfile.gettempdir()), subset="--subset" in argv))
+    reports = shortfalls(needs(args[0], repo, Path(tempfile.gettempdir()), subset=subset))
     if not reports:
         return 0
     print(f"not enough free disk for the {args[0]}:", file=sys.stderr)
     print("\n".join(reports), file=sys.stderr)
     advice = "Free some space, or clone the project onto a disk with room"
-    if args[0] == "tests" and "--subset" not in argv:
+    if args[0] == "tests" and not subset:
         advice += ", or set TMPDIR to a folder on a disk with room (pytest's temporary folders go there)"
     print(advice + ".", file=sys.stderr)
     return 1
