@@ -1,4 +1,4 @@
-"""Device-side subcommands: ``bench`` and ``monitor`` (argv adapters over edge.bench and edge.fleet)."""
+"""Device-side subcommands: ``bench`` and ``monitor`` (argv adapters over edge.bench and fleet)."""
 
 from __future__ import annotations
 
@@ -171,8 +171,8 @@ def add_bench(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_monitor(args: argparse.Namespace) -> int:
-    from edge.fleet import MonitorConfig, open_store, run_monitor
-    from edge.fleet.run import serve_dashboard
+    from fleet import MonitorConfig, open_store, run_monitor
+    from fleet.run import serve_dashboard
 
     out = Path(args.output)
     store = args.store or str(out / "monitor.db")

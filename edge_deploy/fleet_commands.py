@@ -9,7 +9,7 @@ from edge_deploy.common import print_json
 
 
 def _cmd_provision(args: argparse.Namespace) -> int:
-    from edge.fleet.credentials import Role, mosquitto_lines, provision
+    from fleet.credentials import Role, mosquitto_lines, provision
 
     out = Path(args.output) if args.output else Path(args.ca) / "issued"
     issued = provision(args.identity, Path(args.ca), out, Role(args.role), args.prefix, args.days)
@@ -37,7 +37,7 @@ def _cmd_provision(args: argparse.Namespace) -> int:
 
 
 def _cmd_revoke(args: argparse.Namespace) -> int:
-    from edge.fleet.credentials import revoke
+    from fleet.credentials import revoke
 
     crl = revoke(args.identity, Path(args.ca))
     print(f"revoked {args.identity}: {crl} and the ACL rewritten; reload mosquitto (kill -HUP) to apply")
@@ -120,8 +120,8 @@ def _cmd_rollout(args: argparse.Namespace) -> int:
     import sys
 
     from edge.errors import ValidationError
-    from edge.fleet import open_store
-    from edge.fleet.rollout import RolloutPlan, run_rollout
+    from fleet import open_store
+    from fleet.rollout import RolloutPlan, run_rollout
 
     plan = RolloutPlan(args.url, args.sha256.lower(), args.group, _canary(args.canary), args.abort_after, args.timeout)
     send = _sender(args)
