@@ -165,11 +165,11 @@ class Result(_Message):
 
 Message = Status | Telemetry | BenchReport | Result
 
-#: String fields allowed more than ``MAX_TEXT`` characters: a model name is a file's stem (a file name has at
-#: most 255 bytes); a bench report's model is ``role:file name``. These bounds keep the fleet store's key of
-#: what a device runs (device id + ``RUNNING_FIELDS``) within PostgreSQL's index row limit (2,704 bytes) even
-#: in 4-byte characters.
-TEXT_BOUNDS: dict[type, dict[str, int]] = {Telemetry: {"model": 255}, BenchReport: {"model": 320}}
+#: String fields whose bound is not ``MAX_TEXT`` characters: a model name is a file's stem (a file name has at
+#: most 255 bytes), a bench report's model ``role:file name``; a precision is a word (``int8``). These bounds
+#: keep the fleet store's key of what a device runs (device id + ``RUNNING_FIELDS``) within PostgreSQL's index
+#: row limit (2,704 bytes) even in 4-byte characters.
+TEXT_BOUNDS: dict[type, dict[str, int]] = {Telemetry: {"model": 255, "precision": 32}, BenchReport: {"model": 320}}
 
 _CLASSES: dict[MessageKind, type[_Message]] = {
     MessageKind.STATUS: Status,

@@ -5,20 +5,31 @@ and rejects every bad one."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
+import random
+import string
 import time
+import unicodedata
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from edge.telemetry.link import BrokerConfig
 from fleet import Monitor, MonitorConfig, open_store
+from tests import fuzz_strategies as fs
 from tests.integration.broker import Broker
 from tests.integration.postgres import Postgres, postgres_missing, wait_until
 
 pytestmark = pytest.mark.integration
+#: Fuzz cases per store, and through the broker (each case: 1-6 reports).
+FUZZ_CASES = 150
+BROKER_CASES = 12
 
 
 @pytest.fixture(scope="module")
@@ -73,7 +84,7 @@ def test_a_report_postgres_refused_no_longer_stops_ingest(tmp_path: Path, pg_url
             assert monitor.start(timeout=10)
             publish(broker.port, [
                 ("edge-deploy/pi-1/telemetry", wire(body("pi-1", 1, now))),
-                ("edge-deploy/pi-1/telemetry", wire(body("pi-1", 2, now, model="x" * 8000))),
+                ("edge-deploy/pi-1/telemetry", wire(body("pi-1", 2, now, model=letters(8000)))),
                 ("edge-deploy/pi-1/telemetry", wire(body("pi-1", 3, now))),
                 ("edge-deploy/pi-1/telemetry", wire(body("pi-1", 4, now + 3600))),  # from the future
                 ("edge-deploy/pi-2/telemetry", wire(body("pi-2", 1, now))),
@@ -126,3 +137,210 @@ def test_a_report_from_the_future_is_rejected(backend: str, tmp_path: Path, requ
             "(is the device's clock set?)"
         )
         assert (store.seqs("pi-1"), store.rejected) == ([1], 1)
+
+
+def commit(store, reports: list[dict], received: float):
+    """The monitor's path (``commit_messages``) for telemetry reports received at ``received``."""
+    from fleet.ingest import commit_messages
+
+    items = [(f"edge-deploy/{r['device_id']}/telemetry", wire(r), received, False) for r in reports]
+    return commit_messages(store, "edge-deploy", items)
+
+
+def letters(n: int, seed: int = 0) -> str:
+    """``n`` random ASCII letters (incompressible enough that PostgreSQL can't shrink them into an index row)."""
+    return "".join(random.Random(seed).choices(string.ascii_letters, k=n))
+
+
+def wide(n: int, seed: int) -> str:
+    """``n`` random 4-byte characters: the longest UTF-8 and, unlike one character repeated, incompressible."""
+    rng = random.Random(seed)
+    return "".join(chr(rng.randrange(0x10000, 0x10FFFE)) for _ in range(n))
+
+
+#: Every string field of a telemetry report at its bound, in 4-byte characters (the widest key in bytes).
+WIDEST = {"model": wide(255, 0), "precision": wide(32, 1), **{k: wide(64, i) for i, k in enumerate(("model_version",
+          "model_sha256", "bundle_id", "profile", "runtime", "int8_kernels"), 2)}}  # fmt: skip
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_every_string_at_its_bound_is_stored_and_one_more_character_is_rejected(
+    backend: str, tmp_path: Path, request
+) -> None:
+    """No key is built from unbounded fields: the widest report fits PostgreSQL's index row limit."""
+    target = tmp_path / "fleet.db" if backend == "sqlite" else request.getfixturevalue("pg_url")
+    device = "d" * 64
+    longer = {**WIDEST, "model": WIDEST["model"] + "x"}
+    with open_store(target) as store:
+        result = commit(store, [body(device, 1, 100.0, **WIDEST), body(device, 2, 100.0, **longer)], 100.0)
+        assert (result.stored, result.rejected, store.seqs(device)) == (1, 1, [1])
+        assert store.running()[0].model == WIDEST["model"]
+        assert store.last_rejection == (
+            f"topic edge-deploy/{device}/telemetry: field 'model' = {WIDEST['model'][:24]!r}... (256 characters); "
+            "expected at most 255"
+        )
+
+
+def refuse_device(url: str, device: str, sqlstate: str) -> None:
+    """Make PostgreSQL refuse every report of ``device`` with ``sqlstate`` (a trigger on ``messages``)."""
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(
+            "CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+            f"IF NEW.device_id = '{device}' THEN RAISE EXCEPTION 'refused by the test' USING ERRCODE = '{sqlstate}'; "
+            "END IF; RETURN NEW; END $$; "
+            "CREATE TRIGGER refuse BEFORE INSERT ON messages FOR EACH ROW EXECUTE FUNCTION refuse()"
+        )
+
+
+def drop_refusal(url: str) -> None:
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("DROP TRIGGER refuse ON messages")
+
+
+MIXED = [("pi-1", 1), ("pi-bad", 1), ("pi-1", 2), ("pi-2", 1), ("pi-bad", 2), ("pi-2", 2), ("pi-1", 3)]
+
+
+@pytest.mark.parametrize("sqlstate", ["22001", "22003", "23514", "54000", "54001"])
+def test_a_refusal_of_the_data_rejects_only_the_refused_messages(pg_url: str, sqlstate: str) -> None:
+    """Classes 22 (data exception), 23 (integrity) and 54 (program limit) refuse a row: resending can't help."""
+    with open_store(pg_url) as store:
+        refuse_device(pg_url, "pi-bad", sqlstate)
+        result = commit(store, [body(d, s, 100.0) for d, s in MIXED], 100.0)
+        assert (result.stored, result.rejected, store.count(), store.rejected) == (5, 2, 5, 2)
+        assert (store.seqs("pi-1"), store.seqs("pi-2"), store.seqs("pi-bad")) == ([1, 2, 3], [1, 2], [])
+        assert store.last_rejection == (
+            f"topic edge-deploy/pi-bad/telemetry: fleet store {store.location}: refuses the message "
+            f"(SQLSTATE {sqlstate}: refused by the test)"
+        )
+
+
+@pytest.mark.parametrize("sqlstate", ["08006", "40001", "53100", "57014", "57P01", "42501", "XX000"])
+def test_any_other_error_is_an_outage_retried_without_rejecting(pg_url: str, sqlstate: str) -> None:
+    """Connection (08), rollback (40), resources (53), operator (57), privilege (42), internal (XX): retry."""
+    from fleet import StoreUnavailable
+
+    reports = [body(d, s, 100.0) for d, s in MIXED]
+    with open_store(pg_url) as store:
+        refuse_device(pg_url, "pi-bad", sqlstate)
+        with pytest.raises(StoreUnavailable) as info:
+            commit(store, reports, 100.0)
+        assert (
+            str(info.value)
+            == f"fleet store {store.location}: cannot write now (SQLSTATE {sqlstate}: refused by the test)"
+        )
+        assert (store.count(), store.rejected) == (0, 0)
+        drop_refusal(pg_url)
+        result = commit(store, reports, 100.0)  # the retry stores all of it
+        assert (result.stored, result.rejected, store.count(), store.rejected) == (7, 0, 7, 0)
+
+
+def test_a_row_too_large_for_the_key_is_isolated_and_rejected(pg_url: str) -> None:
+    """Finding 1's refusal itself (SQLSTATE 54000 on ``running_pkey``), met past the schema's bounds."""
+    from edge.telemetry.schema import MessageKind, Telemetry
+    from fleet.records import Incoming
+
+    def report(seq: int, model: str) -> Incoming:
+        message = Telemetry(device_id="pi-1", seq=seq, timestamp=100.0, latency_p50_ms=1.0, latency_p90_ms=2.0,
+                            fps=3.0, model=model)  # fmt: skip
+        return Incoming(
+            "pi-1", MessageKind.TELEMETRY, message, wire(body("pi-1", seq, 100.0, model=model)).decode(), 100.0
+        )
+
+    batch = [report(1, "m"), report(2, letters(8000)), report(3, "m"), report(4, "n")]
+    with open_store(pg_url) as store:
+        result = store.commit(batch)
+        assert (result.stored, result.rejected, store.seqs("pi-1"), store.rejected) == (3, 1, [1, 3, 4], 1)
+        assert store.last_rejection.startswith(
+            f"topic edge-deploy/pi-1/telemetry: fleet store {store.location}: refuses the message (SQLSTATE 54000: "
+            "index row size "
+        )
+        assert store.last_rejection.endswith(' exceeds btree version 4 maximum 2704 for index "running_pkey")')
+
+
+# --- the fuzz pass over telemetry fields (lengths, control characters, types, timestamps) ------------------
+
+DEVICE = "pi-f"
+RECEIVED = 1_700_000_000.0
+#: The documented bounds (docs/fleet.md, "What ingest refuses"); every other string field: 64 characters.
+BOUNDS = {"model": 255, "precision": 32}
+
+
+def acceptable(report: dict, received: float) -> bool:
+    """Whether ingest must store ``report`` (topic ``edge-deploy/pi-f/telemetry``), stated apart from the code."""
+    for name in fs.TELEMETRY_TEXT_FIELDS:
+        value = report.get(name, "")
+        if not isinstance(value, str) or len(value) > BOUNDS.get(name, 64):
+            return False
+        if any(unicodedata.category(c) == "Cc" for c in value):
+            return False
+    for name in fs.TELEMETRY_NUMBER_FIELDS:
+        value = report.get(name, 0.0)
+        if value is None and name == "temperature_c":
+            continue
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            return False
+        if isinstance(value, int) and abs(value) > 2**53 - 1:  # JSON integers beyond that are refused
+            return False
+    return report["device_id"] == DEVICE and report["timestamp"] - received <= 300.0
+
+
+def reports_of(cases: list[tuple[dict, float]], seqs: Iterator[int], received: float) -> list[dict]:
+    return [body(DEVICE, next(seqs), received + ahead, **fields) for fields, ahead in cases]
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_fuzzed_telemetry_fields_every_good_report_stored_every_bad_one_rejected(
+    backend: str, tmp_path: Path, request
+) -> None:
+    from fleet.ingest import commit_messages
+
+    target = tmp_path / "fleet.db" if backend == "sqlite" else request.getfixturevalue("pg_url")
+    seqs = itertools.count(1)
+    seen = {"good": 0, "bad": 0}
+    with open_store(target) as store:
+
+        @settings(max_examples=FUZZ_CASES, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+        @given(st.lists(fs.telemetry_overrides(), min_size=1, max_size=6))
+        def prop(cases: list[tuple[dict, float]]) -> None:
+            reports = reports_of(cases, seqs, RECEIVED)
+            good = [r["seq"] for r in reports if acceptable(r, RECEIVED)]
+            bad = len(reports) - len(good)
+            before = store.rejected
+            items = [(f"edge-deploy/{DEVICE}/telemetry", wire(r), RECEIVED, False) for r in reports]
+            result = commit_messages(store, "edge-deploy", items)  # the monitor's path: decode, then commit
+            stored = set(store.seqs(DEVICE))
+            assert [r["seq"] for r in reports if r["seq"] in stored] == good, store.last_rejection
+            assert (result.stored, result.rejected, store.rejected - before) == (len(good), bad, bad)
+            seen["good"] += len(good)
+            seen["bad"] += bad
+
+        prop()
+    print(f"\n{backend}: {seen['good']} reports stored, {seen['bad']} rejected")
+
+
+def test_fuzzed_telemetry_through_the_broker_leaves_the_monitor_alive(tmp_path: Path, pg_url: str) -> None:
+    seqs = itertools.count(1)
+    expected = {"good": 0, "bad": 0}
+    with Broker(tmp_path / "broker") as broker, Monitor(MonitorConfig(fast(broker.port), pg_url)) as monitor:
+        assert monitor.start(timeout=10)
+        store = monitor.store
+
+        @settings(max_examples=BROKER_CASES, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+        @given(st.lists(fs.telemetry_overrides(skew_edges=False), min_size=1, max_size=5))
+        def prop(cases: list[tuple[dict, float]]) -> None:
+            now = time.time()
+            reports = reports_of(cases, seqs, now)
+            good = sum(acceptable(r, now) for r in reports)
+            expected["good"] += good
+            expected["bad"] += len(reports) - good
+            publish(broker.port, [(f"edge-deploy/{DEVICE}/telemetry", wire(r)) for r in reports])
+            want = (expected["good"], expected["bad"])
+            wait_until(lambda: (store.count(), store.rejected) == want, 20, f"(stored, rejected) = {want}")
+            assert monitor.connected and monitor.store_error is None
+
+        prop()
+    print(f"\nthrough the broker: {expected['good']} reports stored, {expected['bad']} rejected")
