@@ -34,6 +34,9 @@ def test_monitor_config_topics_and_checks(tmp_path: Path) -> None:
     with pytest.raises(TelemetryError) as info:
         MonitorConfig(BROKER, tmp_path / "m.db", flush_s=float("nan"))
     assert str(info.value) == "monitor flush_s = nan; expected a number in (0, 10]"
+    with pytest.raises(TelemetryError) as info:
+        MonitorConfig(BROKER, tmp_path / "m.db", max_skew_s=float("inf"))
+    assert str(info.value) == "monitor max_skew_s = inf; expected a number in (0, 86400]"
 
 
 def test_postgres_store_names_the_extra_when_psycopg_is_missing(monkeypatch) -> None:
