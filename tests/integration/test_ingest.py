@@ -9,6 +9,7 @@ import itertools
 import json
 import logging
 import random
+import re
 import string
 import time
 import unicodedata
@@ -21,7 +22,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from edge.telemetry.link import BrokerConfig
-from fleet import Monitor, MonitorConfig, open_store
+from edge.telemetry.schema import MessageKind, Telemetry
+from fleet import FleetStore, Monitor, MonitorConfig, StoreUnavailable, open_store
+from fleet.ingest import commit_messages
+from fleet.records import Incoming, WriteResult
 from tests import fuzz_strategies as fs
 from tests.integration.broker import Broker
 from tests.integration.postgres import Postgres, postgres_missing, wait_until
@@ -42,16 +46,12 @@ def pg():
     server.close()
 
 
-def new_database(pg: Postgres) -> str:
+@pytest.fixture()
+def pg_url(pg: Postgres) -> str:
     """A fresh database on the module's cluster, so tests don't see each other's rows."""
     name = f"t_{uuid.uuid4().hex[:12]}"
     pg.psql(f"CREATE DATABASE {name}")
     return pg.url.rsplit("/", 1)[0] + f"/{name}"
-
-
-@pytest.fixture()
-def pg_url(pg: Postgres) -> str:
-    return new_database(pg)
 
 
 def fast(port: int) -> BrokerConfig:
@@ -74,8 +74,56 @@ def publish(port: int, messages: list[tuple[str, bytes]]) -> None:
     mqtt_publish.multiple([{"topic": t, "payload": p, "qos": 1} for t, p in messages], hostname="127.0.0.1", port=port)
 
 
-def test_a_report_postgres_refused_no_longer_stops_ingest(tmp_path: Path, pg_url: str) -> None:
+def commit(store: FleetStore, reports: list[dict], received: float) -> WriteResult:
+    """The monitor's path (``commit_messages``) for telemetry reports received at ``received``."""
+    items = [(f"edge-deploy/{r['device_id']}/telemetry", wire(r), received, False) for r in reports]
+    return commit_messages(store, "edge-deploy", items)
+
+
+def letters(n: int, seed: int = 0) -> str:
+    """``n`` random ASCII letters (incompressible enough that PostgreSQL can't shrink them into an index row)."""
+    return "".join(random.Random(seed).choices(string.ascii_letters, k=n))
+
+
+def wide(n: int, seed: int) -> str:
+    """``n`` random 4-byte characters: the longest UTF-8 and, unlike one character repeated, incompressible."""
+    rng = random.Random(seed)
+    return "".join(chr(rng.randrange(0x10000, 0x10FFFE)) for _ in range(n))
+
+
+#: Every string field of a telemetry report at its bound, in 4-byte characters (the widest key in bytes).
+WIDEST = {"model": wide(255, 0), "precision": wide(32, 1), **{k: wide(64, i) for i, k in enumerate(("model_version",
+          "model_sha256", "bundle_id", "profile", "runtime", "int8_kernels"), 2)}}  # fmt: skip
+
+
+def refuse_device(url: str, device: str, sqlstate: str) -> None:
+    """Make PostgreSQL refuse every report of ``device`` with ``sqlstate`` (a trigger on ``messages``)."""
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(
+            "CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+            f"IF NEW.device_id = '{device}' THEN RAISE EXCEPTION 'refused by the test' USING ERRCODE = '{sqlstate}'; "
+            "END IF; RETURN NEW; END $$; "
+            "CREATE TRIGGER refuse BEFORE INSERT ON messages FOR EACH ROW EXECUTE FUNCTION refuse()"
+        )
+
+
+def drop_refusal(url: str) -> None:
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("DROP TRIGGER refuse ON messages")
+
+
+MIXED = [("pi-1", 1), ("pi-bad", 1), ("pi-1", 2), ("pi-2", 1), ("pi-bad", 2), ("pi-2", 2), ("pi-1", 3)]
+
+
+def test_a_report_postgres_refused_no_longer_stops_ingest(
+    tmp_path: Path, pg_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
     """Finding 1: an 8,000-character model stopped every PostgreSQL write for good, silently."""
+    caplog.set_level(logging.WARNING, logger="fleet.ingest")
     now = time.time()
     good = [("pi-1", 1), ("pi-1", 3), ("pi-2", 1)]
     with Broker(tmp_path / "broker") as broker:
@@ -98,6 +146,9 @@ def test_a_report_postgres_refused_no_longer_stops_ingest(tmp_path: Path, pg_url
             assert again.start(timeout=10)
             time.sleep(1.0)
             assert (again.store.count(), again.store.rejected) == (4, 2)
+    logged = [r.getMessage() for r in caplog.records if "rejected" in r.getMessage()]
+    assert len(logged) == 1, logged  # the first rejection at once, the next within the minute folded into it
+    assert re.match(r"monitor: [12] message\(s\) rejected \(the last: topic edge-deploy/pi-1/telemetry: ", logged[0])
 
 
 def test_a_store_outage_is_retried_logged_once_and_loses_nothing(
@@ -139,30 +190,6 @@ def test_a_report_from_the_future_is_rejected(backend: str, tmp_path: Path, requ
         assert (store.seqs("pi-1"), store.rejected) == ([1], 1)
 
 
-def commit(store, reports: list[dict], received: float):
-    """The monitor's path (``commit_messages``) for telemetry reports received at ``received``."""
-    from fleet.ingest import commit_messages
-
-    items = [(f"edge-deploy/{r['device_id']}/telemetry", wire(r), received, False) for r in reports]
-    return commit_messages(store, "edge-deploy", items)
-
-
-def letters(n: int, seed: int = 0) -> str:
-    """``n`` random ASCII letters (incompressible enough that PostgreSQL can't shrink them into an index row)."""
-    return "".join(random.Random(seed).choices(string.ascii_letters, k=n))
-
-
-def wide(n: int, seed: int) -> str:
-    """``n`` random 4-byte characters: the longest UTF-8 and, unlike one character repeated, incompressible."""
-    rng = random.Random(seed)
-    return "".join(chr(rng.randrange(0x10000, 0x10FFFE)) for _ in range(n))
-
-
-#: Every string field of a telemetry report at its bound, in 4-byte characters (the widest key in bytes).
-WIDEST = {"model": wide(255, 0), "precision": wide(32, 1), **{k: wide(64, i) for i, k in enumerate(("model_version",
-          "model_sha256", "bundle_id", "profile", "runtime", "int8_kernels"), 2)}}  # fmt: skip
-
-
 @pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
 def test_every_string_at_its_bound_is_stored_and_one_more_character_is_rejected(
     backend: str, tmp_path: Path, request
@@ -179,29 +206,6 @@ def test_every_string_at_its_bound_is_stored_and_one_more_character_is_rejected(
             f"topic edge-deploy/{device}/telemetry: field 'model' = {WIDEST['model'][:24]!r}... (256 characters); "
             "expected at most 255"
         )
-
-
-def refuse_device(url: str, device: str, sqlstate: str) -> None:
-    """Make PostgreSQL refuse every report of ``device`` with ``sqlstate`` (a trigger on ``messages``)."""
-    import psycopg
-
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute(
-            "CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
-            f"IF NEW.device_id = '{device}' THEN RAISE EXCEPTION 'refused by the test' USING ERRCODE = '{sqlstate}'; "
-            "END IF; RETURN NEW; END $$; "
-            "CREATE TRIGGER refuse BEFORE INSERT ON messages FOR EACH ROW EXECUTE FUNCTION refuse()"
-        )
-
-
-def drop_refusal(url: str) -> None:
-    import psycopg
-
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("DROP TRIGGER refuse ON messages")
-
-
-MIXED = [("pi-1", 1), ("pi-bad", 1), ("pi-1", 2), ("pi-2", 1), ("pi-bad", 2), ("pi-2", 2), ("pi-1", 3)]
 
 
 @pytest.mark.parametrize("sqlstate", ["22001", "22003", "23514", "54000", "54001"])
@@ -221,8 +225,6 @@ def test_a_refusal_of_the_data_rejects_only_the_refused_messages(pg_url: str, sq
 @pytest.mark.parametrize("sqlstate", ["08006", "40001", "53100", "57014", "57P01", "42501", "XX000"])
 def test_any_other_error_is_an_outage_retried_without_rejecting(pg_url: str, sqlstate: str) -> None:
     """Connection (08), rollback (40), resources (53), operator (57), privilege (42), internal (XX): retry."""
-    from fleet import StoreUnavailable
-
     reports = [body(d, s, 100.0) for d, s in MIXED]
     with open_store(pg_url) as store:
         refuse_device(pg_url, "pi-bad", sqlstate)
@@ -240,8 +242,6 @@ def test_any_other_error_is_an_outage_retried_without_rejecting(pg_url: str, sql
 
 def test_a_row_too_large_for_the_key_is_isolated_and_rejected(pg_url: str) -> None:
     """Finding 1's refusal itself (SQLSTATE 54000 on ``running_pkey``), met past the schema's bounds."""
-    from edge.telemetry.schema import MessageKind, Telemetry
-    from fleet.records import Incoming
 
     def report(seq: int, model: str) -> Incoming:
         message = Telemetry(device_id="pi-1", seq=seq, timestamp=100.0, latency_p50_ms=1.0, latency_p90_ms=2.0,
@@ -296,8 +296,6 @@ def reports_of(cases: list[tuple[dict, float]], seqs: Iterator[int], received: f
 def test_fuzzed_telemetry_fields_every_good_report_stored_every_bad_one_rejected(
     backend: str, tmp_path: Path, request
 ) -> None:
-    from fleet.ingest import commit_messages
-
     target = tmp_path / "fleet.db" if backend == "sqlite" else request.getfixturevalue("pg_url")
     seqs = itertools.count(1)
     seen = {"good": 0, "bad": 0}
