@@ -12,7 +12,7 @@
 from fleet.ingest import Monitor, MonitorConfig
 from fleet.records import CSV_COLUMNS, DeviceRow, Running
 from fleet.run import MonitorSummary, format_table, run_monitor
-from fleet.store import FleetStore, StoreUnavailable, open_store
+from fleet.store import DataRefused, FleetStore, StoreUnavailable, open_store
 from fleet.store_sqlite import SqliteStore
 
 #: The SQLite store under its former name (``edge.monitor.MonitorStore``).
@@ -20,6 +20,7 @@ MonitorStore = SqliteStore
 
 __all__ = [
     "CSV_COLUMNS",
+    "DataRefused",
     "DeviceRow",
     "FleetStore",
     "Monitor",

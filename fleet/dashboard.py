@@ -100,6 +100,7 @@ def fleet_data(store: FleetStore, window_s: float = 900.0, now: float | None = N
             "devices": len(rows),
             "online": sum(r.online is True for r in rows),
             "offline": sum(r.online is False for r in rows),
+            "rejected": store.rejected,
         },
     }
 
@@ -110,7 +111,7 @@ def render_page(data: dict, refresh_s: int = 5) -> str:
     c = data["counts"]
     cards = "".join(
         f'<div class="card" id="count-{k}">{e(label)}<b>{c[k]}</b></div>'
-        for k, label in (("devices", "devices"), ("online", "online"), ("offline", "offline"))
+        for k, label in (("devices", "devices"), ("online", "online"), ("offline", "offline"), ("rejected", "rejected"))
     )
     models = "".join(f"<li>{e(k)}: {n} device(s)</li>" for k, n in data["models"].items()) or "<li>none reported</li>"
     body = "".join(_device_row(DeviceRow(**d), data) for d in data["devices"])

@@ -41,6 +41,11 @@ class StoreUnavailable(TelemetryError):
     """The store can't commit right now (database down or restarting); the batch is to be retried."""
 
 
+class DataRefused(TelemetryError):
+    """The database refuses a batch's data (a value out of its range, a row too large for an index): a message
+    in the batch can never be stored; ``FleetStore.commit`` finds it and rejects it."""
+
+
 class FleetStore:
     """Base of the store backends: the query API and the single-message path over ``write``.
 
@@ -69,8 +74,38 @@ class FleetStore:
 
         Raises:
             StoreUnavailable: the database can't be reached; nothing was committed, retry the batch.
+            DataRefused: the database refuses a message of the batch; nothing was committed (see ``commit``).
         """
         raise NotImplementedError
+
+    def commit(self, batch: list[Incoming], rejected: int = 0) -> WriteResult:
+        """Commit a batch; messages the database refuses are found by halving the batch, rejected and counted.
+
+        The halves are committed in arrival order, each in its own transaction: one bad message in a batch of
+        n costs about 2 log2(n) more transactions, and the good messages around it are stored.
+
+        Args:
+            batch: decoded messages, in arrival order.
+            rejected: messages of the same delivery that ``decode`` refused.
+
+        Returns:
+            What was committed; its ``rejected`` includes the messages the database refused.
+
+        Raises:
+            StoreUnavailable: the database can't be reached; retry the batch (a message already committed is
+                then counted as a duplicate).
+        """
+        try:
+            return self.write(batch, rejected)
+        except DataRefused as exc:
+            if not batch:  # only the counters were written: the server, not a message, is the problem
+                raise StoreUnavailable(str(exc)) from exc
+            if len(batch) == 1:
+                item = batch[0]
+                self.last_rejection = f"topic {self.prefix}/{item.device_id}/{item.kind.value}: {exc}"
+                return self.commit([], rejected + 1)
+        half = len(batch) // 2
+        return self.commit(batch[:half], rejected) + self.commit(batch[half:])
 
     def handle(self, topic: str, payload: bytes | str, received: float | None = None, retained: bool = False) -> str:
         """Validate and store one incoming message (a batch of one).
@@ -99,7 +134,7 @@ class FleetStore:
         self.write([], rejected=1)
 
     def write_one(self, item: Incoming) -> str:
-        """Commit one decoded message; one the database refuses (e.g. a number beyond its range) is rejected.
+        """Commit one decoded message; one the database refuses (e.g. a row too large) is rejected.
 
         Returns:
             ``"stored"``, ``"duplicate"``, ``"status"`` or ``"rejected"`` (see ``last_rejection``).
@@ -107,12 +142,8 @@ class FleetStore:
         Raises:
             StoreUnavailable: the database can't be reached; retry.
         """
-        try:
-            result = self.write([item])
-        except StoreUnavailable:
-            raise
-        except TelemetryError as exc:
-            self.count_rejected(f"topic {self.prefix}/{item.device_id}/{item.kind.value}: {exc}")
+        result = self.commit([item])
+        if result.rejected:
             return "rejected"
         if result.statuses:
             return "status"
