@@ -184,7 +184,7 @@ def _dashboard(store: FleetStore, web: DashboardConfig | None, print_fn):
 
     board = Dashboard(store, web).start()
     if is_loopback(web.host):
-        print_fn(f"fleet dashboard on {board.url} (loopback only, no login)")
+        print_fn(f"fleet dashboard on {board.url} (loopback only, {'login required' if web.token else 'no login'})")
     else:
         names = ", ".join(sorted(web.allowed_hosts))
         print_fn(f"fleet dashboard on {board.url}: reachable from the network; login required; Host names: {names}")

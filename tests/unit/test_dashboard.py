@@ -156,3 +156,15 @@ def test_the_export_and_table_are_bounded(tmp_path: Path, monkeypatch) -> None:
         table = run.fleet_table(store).splitlines()
     assert len(table) == 1 + 3 + 1
     assert table[-1] == "... and 2 more device(s): see the dashboard (--web) or telemetry.csv"
+
+
+def test_monitor_says_how_the_dashboard_is_exposed(tmp_path: Path, capsys) -> None:
+    token = tmp_path / "token"
+    token.write_text(TOKEN.decode())
+    token.chmod(0o600)
+    db = str(tmp_path / "m.db")
+    assert main(["monitor", "--store", db, "--web", "127.0.0.1:0", "--web-auth", str(token), "--duration", "0"]) == 0
+    out = capsys.readouterr().out.strip()
+    assert out.startswith("fleet dashboard on http://127.0.0.1:") and out.endswith("/ (loopback only, login required)")
+    assert main(["monitor", "--store", db, "--web-host", "fleet.example"]) == 3
+    assert capsys.readouterr().err.strip() == "Error: --web-host needs --web HOST:PORT"
