@@ -174,10 +174,10 @@ class BoundedHTTPServer:
             return
         except OSError:
             data = b""
-        if not data:
+        waiting = self._waiting.get(conn)
+        if not data or waiting is None:  # closed by the client, or dropped earlier in this round
             self._drop(conn)
             return
-        waiting = self._waiting[conn]
         waiting.head += data
         if b"\r\n\r\n" in waiting.head or b"\n\n" in waiting.head:
             self._selector.unregister(conn)
