@@ -178,7 +178,7 @@ def _cmd_monitor(args: argparse.Namespace) -> int:
 
     out = Path(args.output)
     store = args.store or str(out / "monitor.db")
-    web = split_host_port(args.web, "--web", None) if args.web else None
+    web = _web_config(args)
     broker = broker_config(args)
     if broker is None and web is not None:  # dashboard only: other monitors write the store
         with open_store(store, args.prefix) as fleet:
@@ -227,6 +227,19 @@ def _cmd_monitor(args: argparse.Namespace) -> int:
     return 0
 
 
+def _web_config(args: argparse.Namespace):
+    """The dashboard's DashboardConfig from --web, --web-auth and --web-host (None without --web)."""
+    from fleet.dashboard import DashboardConfig, read_token
+
+    if not args.web:
+        if args.web_auth or args.web_host:
+            raise InputError(f"{'--web-auth' if args.web_auth else '--web-host'} needs --web HOST:PORT")
+        return None
+    host, port = split_host_port(args.web, "--web", None)
+    token = read_token(args.web_auth) if args.web_auth else None
+    return DashboardConfig(host, port, token=token, hosts=tuple(args.web_host or ()))
+
+
 def add_monitor(sub: argparse._SubParsersAction) -> None:
     p = command_parser(
         sub,
@@ -254,5 +267,9 @@ def add_monitor(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--shared", metavar="GROUP", help="join MQTT v5 shared-subscription GROUP ($share/GROUP/PREFIX/#)")
     p.add_argument("--client-id", help="MQTT client id, stable per instance (default edge-deploy-monitor)")
     p.add_argument("--web", metavar="HOST:PORT", help="serve the fleet dashboard here, e.g. 127.0.0.1:8080")
+    p.add_argument("--web-auth", type=Path, metavar="FILE", help="mode-600 file whose first line is the dashboard's "
+                   "login token; required when --web is not a loopback address")  # fmt: skip
+    p.add_argument("--web-host", action="append", metavar="NAME", help="also answer requests for this Host name, "
+                   "e.g. the machine's DNS name with --web 0.0.0.0:8080 (repeatable)")  # fmt: skip
     p.add_argument("--json", action="store_true", help="print only a JSON summary at the end")
     p.set_defaults(func=_cmd_monitor)

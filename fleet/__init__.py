@@ -6,7 +6,8 @@
 - ``ingest``: ``Monitor`` subscribes (alone or in an MQTT v5 shared group), commits batches, and
   acknowledges each message only after its row is committed.
 - ``run``: ``run_monitor`` (the ``edge-deploy monitor`` command) and the text table.
-- ``dashboard``: the fleet web page (stdlib HTTP server, SVG drawn on the server, no JavaScript).
+- ``dashboard``: the fleet web page's server (login off loopback, Host allow-list, cached pages);
+  ``dashboard_page`` draws the page (SVG on the server, no JavaScript); ``httpd`` is the bounded HTTP server.
 """
 
 from fleet.ingest import Monitor, MonitorConfig

@@ -15,7 +15,7 @@ from edge.telemetry.link import BrokerConfig
 from edge.telemetry.schema import RUNNING_FIELDS, DeviceState, Result, Status, Telemetry, to_json
 from edge_deploy.cli import main
 from fleet import MonitorConfig, SqliteStore, open_store
-from fleet.dashboard import fleet_data, render_page, sparkline
+from fleet.dashboard_page import fleet_data, render_page, sparkline
 from fleet.records import decode
 from fleet.store import plan_batch
 
