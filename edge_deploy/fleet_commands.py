@@ -40,7 +40,9 @@ def _cmd_revoke(args: argparse.Namespace) -> int:
     from fleet.credentials import revoke
 
     crl = revoke(args.identity, Path(args.ca))
-    print(f"revoked {args.identity}: {crl} and the ACL rewritten; reload mosquitto (kill -HUP) to apply")
+    print(f"revoked {args.identity}: {crl} and the ACL rewritten")
+    print("reload mosquitto now (systemctl reload mosquitto, or kill -HUP its pid): from then on the revoked "
+          "identity cannot connect, and a session it still has open can neither publish nor receive")  # fmt: skip
     return 0
 
 
