@@ -145,3 +145,28 @@ def test_malformed_stored_rows_are_skipped_and_listed_never_a_crash(store) -> No
 def test_a_timeout_that_is_not_a_finite_positive_number_is_refused(timeout: float) -> None:
     with pytest.raises(InputError, match=r"^timeout_s = .*; expected seconds in \(0, 86400\]$"):
         RolloutPlan("u", "0" * 64, "beta", timeout_s=timeout)
+
+
+def _cli(argv: list[str], capsys) -> tuple[int, str]:
+    from edge_deploy.cli import main
+
+    code = main(argv)
+    return code, capsys.readouterr().err.strip().splitlines()[-1]
+
+
+@pytest.mark.parametrize("timeout", ["nan", "-5", "inf"])
+def test_the_cli_refuses_a_timeout_that_would_never_end_or_never_start(tmp_path: Path, capsys, timeout) -> None:
+    argv = ["fleet", "rollout", "http://x/a.tar.gz", "--sha256", "0" * 64, "--group", "beta", "--store",
+            str(tmp_path / "f.db"), "--secret-file", str(tmp_path / "k"), "--broker", "127.0.0.1:1", f"--timeout={timeout}"]  # fmt: skip
+    assert _cli(argv, capsys) == (3, f"Error: --timeout {float(timeout):g}; expected seconds in (0, 86400]")
+
+
+@pytest.mark.parametrize("command", [["monitor", "-o", "OUT"], ["fleet", "rollout", "http://x/a.tar.gz", "--sha256",
+                                     "0" * 64, "--group", "beta", "--store", "OUT/f.db", "--secret-file", "OUT/k"]])  # fmt: skip
+def test_a_remote_broker_without_tls_is_refused_as_the_daemon_refuses_it(tmp_path: Path, capsys, command) -> None:
+    argv = [str(tmp_path) if a == "OUT" else a.replace("OUT", str(tmp_path)) for a in command]
+    assert _cli([*argv, "--broker", "10.9.9.9:1883"], capsys) == (
+        3,
+        "Error: --broker 10.9.9.9:1883 without TLS; expected --tls-ca for a broker off this machine (the password, "
+        "commands and results would cross the network in clear), or --allow-insecure to accept that",
+    )
