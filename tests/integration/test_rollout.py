@@ -67,6 +67,9 @@ def rollout(tmp_path_factory, face_fp32_models: Path) -> dict:
                     f'trusted_keys = ["{release.public_path}"]\n[face]\nmodels = "{face_fp32_models}"\n'
                     f'[source]\npath = "incoming"\n[broker]\nhost = "127.0.0.1"\nport = {broker.port}\n'
                     f'[commands]\nsecret_file = "{secret}"\n[update]\nmax_latency_ms = 60000\nbench_runs = 2\n'
+                    # no periodic telemetry during the test: only the one sent right after an accepted update
+                    # can prove it (the rollout counts a device once its telemetry names the new bundle)
+                    "[telemetry]\ninterval_s = 3600\n"
                 )
                 daemons[device] = DaemonProcess(config, root / f"{device}.log")
             for daemon in daemons.values():
