@@ -21,6 +21,11 @@ def add_broker_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--tls-cert", type=Path, help="client certificate (PEM), if the broker requires one")
     g.add_argument("--tls-key", type=Path, help="the client certificate's private key (PEM)")
     g.add_argument("--prefix", default="edge-deploy", help="topic prefix (default: edge-deploy)")
+    g.add_argument(
+        "--allow-insecure",
+        action="store_true",
+        help="accept a broker off this machine without TLS (as the daemon's broker.allow_insecure)",
+    )
 
 
 def split_host_port(text: str, flag: str, default_port: int | None) -> tuple[str, int]:
@@ -57,7 +62,7 @@ def broker_config(args: argparse.Namespace):
             password = args.password_file.read_text(encoding="utf-8").splitlines()[0]
         except (OSError, IndexError) as exc:
             raise InputError(f"{args.password_file}: cannot read a password from its first line ({exc})") from exc
-    return BrokerConfig(
+    broker = BrokerConfig(
         host=host,
         port=port_no,
         username=args.username,
@@ -67,6 +72,21 @@ def broker_config(args: argparse.Namespace):
         tls_cert=args.tls_cert,
         tls_key=args.tls_key,
     )
+    _check_clear_text(broker, args.allow_insecure)
+    return broker
+
+
+def _check_clear_text(broker, allow: bool) -> None:
+    """Refuse a broker off this machine without TLS unless allowed, then warn (as the daemon does)."""
+    if broker.uses_tls or broker.is_loopback:
+        return
+    if not allow:
+        raise InputError(
+            f"--broker {broker.address} without TLS; expected --tls-ca for a broker off this machine (the "
+            "password, commands and results would cross the network in clear), or --allow-insecure to accept that"
+        )
+    print(f"warning: broker {broker.address} is reached WITHOUT TLS (--allow-insecure): the password, commands "
+          "and results cross the network in clear", file=sys.stderr)  # fmt: skip
 
 
 # --- bench -----------------------------------------------------------------------------------------------

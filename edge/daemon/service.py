@@ -154,6 +154,8 @@ class Daemon:
         self._held: list[tuple[Message, str | None]] = []
         self._suppressed = 0
         self._announced = False
+        #: An accepted update is proven by the next telemetry naming the new bundle (fleet rollout): send it now.
+        self._telemetry_now = False
 
     # -- control --------------------------------------------------------------------------------------
 
@@ -275,9 +277,9 @@ class Daemon:
                 continue
             self._handle_inbound()
             now = time.monotonic()
-            if now >= next_telemetry:
+            if now >= next_telemetry or self._telemetry_now:
                 self._report(window.telemetry(read_soc_state().temperature_c, self._running()))
-                window, next_telemetry = Window(), now + cfg.telemetry.interval_s
+                window, next_telemetry, self._telemetry_now = Window(), now + cfg.telemetry.interval_s, False
             if cfg.source.max_frames and self.summary.frames >= cfg.source.max_frames:
                 self._source.exhausted = True
             frame = None
@@ -435,7 +437,9 @@ class Daemon:
         if command.name == "reload":
             return self._face.reload()
         if command.name == "update":
-            return self._updater.run(command.args, command.nonce, self._face.use_models, self._text.use_model_dir)
+            done = self._updater.run(command.args, command.nonce, self._face.use_models, self._text.use_model_dir)
+            self._telemetry_now = done.get("outcome") == "accepted"
+            return done
         return self._face.enroll()
 
     def _bench(self, args: dict[str, Any]) -> dict[str, Any]:
