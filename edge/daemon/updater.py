@@ -343,6 +343,7 @@ class Updater:
         if back != BASE and not self.slots.folder(back).is_dir():
             back = BASE
         self.slots.switch(back)
+        self.slots.clear_work()  # the archive and the refused slot: nothing will switch to them again
         self._finish(Phase.ROLLED_BACK, TASK_ROLLED_BACK, f"{reason}; back on {back}")
 
 

@@ -384,6 +384,9 @@ def test_run_accepts_a_good_bundle_and_rolls_back_a_wrong_one(tmp_path: Path, ke
     assert events[2][1]["reason"].startswith("acceptance check failed: ") and events[2][1]["reason"].endswith(
         "; back on base"
     )
+    # the refused update leaves nothing behind: not its archive, not its slot
+    assert not updater.slots.archive.exists() and list((updater.slots.root / "download").iterdir()) == []
+    assert not (updater.slots.root / "a").exists()
     events.clear()
     out = updater.run({"url": f"{url}/good.tar.gz", "sha256": sha("good.tar.gz")}, "n2", used.append)
     assert out["outcome"] == "accepted" and updater.slots.current() == "a"
