@@ -139,6 +139,20 @@ def test_a_missing_or_malformed_golden_set_is_named(tmp_path: Path) -> None:
         write_face_golden(good, np.zeros((2, 10, 10, 3), np.uint8), np.zeros((3, 128)), 0.9, "", "")
 
 
+@pytest.mark.parametrize("name", ["golden/golden.json", "golden/face.npz"])
+def test_a_golden_file_that_is_a_link_is_refused(tmp_path: Path, name: str) -> None:
+    """Issue 44: bundle files read by name are never read through a link."""
+    good = _bundle(tmp_path / "good", None, "1")
+    real = tmp_path / "elsewhere"
+    (good / name).rename(real)
+    (good / name).symlink_to(real)
+    with pytest.raises(BundleError) as err:
+        read_face_golden(good)
+    assert str(err.value) == (
+        f"{good / name}: a symbolic link; expected the file itself (bundle files are not read through links)"
+    )
+
+
 def test_a_golden_set_of_another_chip_or_descriptor_size_is_named(tmp_path: Path) -> None:
     """Any embedder's chip and descriptor sizes are stored (a user's: convert face --embedder); a golden set
     whose sizes are not the bundle's embedder's is refused with both named, before anything is compared."""
