@@ -1,4 +1,4 @@
-"""Device-side subcommands: ``bench`` and ``monitor`` (argv adapters over edge.bench and edge.fleet)."""
+"""Device-side subcommands: ``bench`` and ``monitor`` (argv adapters over edge.bench and fleet)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from edge.errors import InputError
-from edge_deploy.common import print_json
+from edge_deploy.common import command_parser, output_folder, print_json
 
 
 def add_broker_options(p: argparse.ArgumentParser) -> None:
@@ -123,7 +123,8 @@ def _cmd_bench(args: argparse.Namespace) -> int:
             model, feeds, count=args.count, min_duration_s=args.min_duration, warmup=args.warmup, board=board
         )
     if args.plot:
-        result.plot_png(args.plot)
+        with output_folder(args.plot.parent, f"--plot {args.plot}", create=True):
+            result.plot_png(args.plot)
     if args.json:
         print_json({**result.to_dict(), "inputs": target.describe()})
     else:
@@ -135,23 +136,24 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 
 
 def add_bench(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
+    p = command_parser(
+        sub,
         "bench",
-        help="latency of one model on this machine (MLPerf-style SingleStream)",
-        description="Load a model (ONNX, ORT or TFLite, told apart by its bytes), run it once (reported apart: "
-        "the first inference pays for allocation and kernel selection), warm up, then time at least --count "
-        "runs and at least --min-duration seconds. Reports p50/p90/p99/mean/std, throughput, peak RSS and, "
-        "on a Pi, SoC temperature, clock and throttling flags.",
-        epilog="examples:\n"
-        "  edge-deploy bench out/demo/models/face_embedder.onnx --shape chip=1x3x150x150 --plot lat.png\n"
-        "  edge-deploy bench out/net --json        a convert model folder: its shipped file on its --eval data",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        summary="latency of one model on this machine (MLPerf-style SingleStream)",
+        description="Time one model (ONNX, ORT or TFLite, told apart by its bytes) on this machine: the first "
+        "inference reported apart, a warm-up, then at least --count runs and --min-duration seconds. Reports "
+        "p50/p90/p99, throughput, peak RSS and, on a Pi, SoC temperature, clock and throttling.",
+        examples="""
+        # a model file, its dynamic input fixed, with a latency plot
+        edge-deploy bench out/face/face_embedder.onnx --shape chip=1x3x150x150 --plot out/latency.png
+        # a convert model folder: the file it ships, on its --eval data
+        edge-deploy bench out/net --json
+        """,
     )
     p.add_argument(
         "model",
         type=Path,
-        help="model file (.onnx, .ort or .tflite), or a convert model folder: the file it ships, fed the first "
-        "batch of its evaluation .npz when that is on this machine",
+        help="model file (.onnx, .ort or .tflite), or a convert model folder (its file, on its --eval data)",
     )
     p.add_argument("--target", help="profile to use (default: detected from /proc/device-tree/model)")
     p.add_argument("--backend", choices=["onnxruntime", "litert"], help="default: from the model's format")
@@ -162,7 +164,7 @@ def add_bench(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--warmup", type=int, default=10, help="untimed runs after the first (default 10)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
     p.add_argument("--random", action="store_true", help="a convert model folder: random inputs, not its --eval data")
-    p.add_argument("--plot", type=Path, help="write a latency histogram + CDF PNG here")
+    p.add_argument("--plot", type=Path, help="write a latency histogram + CDF PNG here (parents created)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=_cmd_bench)
 
@@ -171,8 +173,8 @@ def add_bench(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_monitor(args: argparse.Namespace) -> int:
-    from edge.fleet import MonitorConfig, open_store, run_monitor
-    from edge.fleet.run import serve_dashboard
+    from fleet import MonitorConfig, open_store, run_monitor
+    from fleet.run import serve_dashboard
 
     out = Path(args.output)
     store = args.store or str(out / "monitor.db")
@@ -226,21 +228,22 @@ def _cmd_monitor(args: argparse.Namespace) -> int:
 
 
 def add_monitor(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
+    p = command_parser(
+        sub,
         "monitor",
-        help="watch a fleet's telemetry over MQTT; store, deduplicate, serve a dashboard, export CSV and PNG",
-        description="Subscribe to PREFIX/# (or, with --shared, as one member of a group splitting it), commit "
-        "reports to the store and acknowledge each only after its commit, drop duplicates (device id + "
-        "sequence number), show a live table of devices (online, p50/p90, fps, temperature, last seen) and "
-        "export telemetry.csv and telemetry.png when done (Ctrl-C or --duration). The store is a SQLite file "
-        "(default) or PostgreSQL (--store postgresql://..., pip install 'edge-deploy[fleet]'). Without "
-        "--broker, --web only serves the dashboard of a store other monitors write.",
-        epilog="examples:\n"
-        "  edge-deploy monitor --broker 127.0.0.1:1883 --duration 60 -o out/fleet\n"
-        "  edge-deploy monitor --broker 127.0.0.1:1883 --store postgresql://edge@127.0.0.1/fleet "
-        "--shared ingest --client-id monitor-1\n"
-        "  edge-deploy monitor --store postgresql://edge@127.0.0.1/fleet --web 127.0.0.1:8080",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        summary="watch a fleet's telemetry over MQTT; store, deduplicate, serve a dashboard, export CSV and PNG",
+        description="Watch a fleet's telemetry over MQTT: store every report (SQLite, or PostgreSQL with --store "
+        "postgresql://...), drop duplicates, show a live table of devices and export telemetry.csv and .png at "
+        "the end (Ctrl-C or --duration). --web serves the dashboard; without --broker, only the dashboard of a "
+        "store other monitors write. docs/fleet.md.",
+        examples="""
+        edge-deploy monitor --broker 127.0.0.1:1883 --duration 60 -o out/fleet
+        # one of several instances sharing the ingest into PostgreSQL
+        edge-deploy monitor --broker 127.0.0.1:1883 --store postgresql://edge@127.0.0.1/fleet --shared ingest \\
+            --client-id monitor-1
+        # only the dashboard of that store
+        edge-deploy monitor --store postgresql://edge@127.0.0.1/fleet --web 127.0.0.1:8080
+        """,
     )
     add_broker_options(p)
     p.add_argument(

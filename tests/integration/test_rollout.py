@@ -16,11 +16,11 @@ import pytest
 
 from edge.daemon.commands import write_secret
 from edge.digest import file_sha256
-from edge.fleet import Monitor, MonitorConfig
-from edge.fleet.rollout import group_members
 from edge.signing import generate_keypair
 from edge.telemetry.link import BrokerConfig
 from edge_deploy.cli import main
+from fleet import Monitor, MonitorConfig
+from fleet.rollout import group_members
 from tests.integration.broker import Broker
 from tests.integration.test_daemon import DaemonProcess, wait_until
 from tests.integration.test_update import _break_embedder, _build, _copy_models, _reseal, _serve

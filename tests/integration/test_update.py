@@ -30,10 +30,10 @@ import pytest
 from edge.bundle import verify_bundle
 from edge.daemon.commands import sign_command, write_secret
 from edge.digest import file_sha256
-from edge.fleet import Monitor, MonitorConfig
 from edge.imageio import save_image
 from edge.signing import generate_keypair, load_trusted_keys, sign_manifest
 from edge.telemetry.link import BrokerConfig
+from fleet import Monitor, MonitorConfig
 from tests.integration.broker import Broker
 from tests.integration.test_daemon import DEVICE, PREFIX, DaemonProcess, by_task, stored, wait_until
 

@@ -1,4 +1,4 @@
-"""Per-device credentials (edge/fleet/credentials.py): files, modes, the ACL text, refusals. The broker side is
+"""Per-device credentials (fleet/credentials.py): files, modes, the ACL text, refusals. The broker side is
 tests/integration/test_credentials.py."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 from cryptography import x509
 
 from edge.errors import InputError
-from edge.fleet.credentials import Role, acl_text, provision, revoke
+from fleet.credentials import Role, acl_text, provision, revoke
 
 
 def test_provision_makes_a_ca_once_and_a_certificate_named_after_the_device(tmp_path: Path) -> None:

@@ -11,13 +11,13 @@ import pytest
 
 from edge.errors import MissingDependencyError, TelemetryError
 from edge.face.models import FaceModel, describe, running_of, write_models_file
-from edge.fleet import MonitorConfig, SqliteStore, open_store
-from edge.fleet.dashboard import fleet_data, render_page, sparkline
-from edge.fleet.records import decode
-from edge.fleet.store import plan_batch
 from edge.telemetry.link import BrokerConfig
 from edge.telemetry.schema import RUNNING_FIELDS, DeviceState, Result, Status, Telemetry, to_json
 from edge_deploy.cli import main
+from fleet import MonitorConfig, SqliteStore, open_store
+from fleet.dashboard import fleet_data, render_page, sparkline
+from fleet.records import decode
+from fleet.store import plan_batch
 
 BROKER = BrokerConfig("127.0.0.1", 1883)
 

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from edge.errors import TelemetryError
-from edge.fleet import CSV_COLUMNS, DeviceRow, MonitorStore, format_table
 from edge.telemetry.plot import plot_telemetry
 from edge.telemetry.schema import DeviceState, Result, Status, Telemetry, to_json
+from fleet import CSV_COLUMNS, DeviceRow, MonitorStore, format_table
 
 
 def tele(device: str, seq: int, p50: float, ts: float, temp: float | None = 50.0) -> bytes:

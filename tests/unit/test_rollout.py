@@ -1,4 +1,4 @@
-"""Staged rollouts (edge/fleet/rollout.py): groups from announcements, waves, abort, outcomes by nonce.
+"""Staged rollouts (fleet/rollout.py): groups from announcements, waves, abort, outcomes by nonce.
 
 The store is a real SQLite fleet store fed through the monitor's own decode path; each device's answer is
 written into it as the daemon would report it (the whole path with real daemons is
@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from edge.errors import InputError
-from edge.fleet import open_store
-from edge.fleet.records import decode
-from edge.fleet.rollout import RolloutPlan, group_members, run_rollout, waves
 from edge.telemetry.schema import Result, to_json
+from fleet import open_store
+from fleet.records import decode
+from fleet.rollout import RolloutPlan, group_members, run_rollout, waves
 
 _SEQ = itertools.count(1)
 

@@ -153,7 +153,7 @@ def _client_cert(ca_cert: Any, ca_key: Any, identity: str, days: int) -> tuple[A
 def acl_text(issued: dict[str, Any], prefix: str) -> str:
     """mosquitto's ACL for the identities in ``issued`` (id -> {"role", ...}); devices by pattern."""
     lines = [
-        "# Written by 'edge-deploy fleet provision' (edge/fleet/credentials.py); regenerated on every provision.",
+        "# Written by 'edge-deploy fleet provision' (fleet/credentials.py); regenerated on every provision.",
         "# Identities are certificate common names (mosquitto: use_identity_as_username true).",
         "# Every device: publish only under its own prefix, read only its own commands and prompts.",
     ]

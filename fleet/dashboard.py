@@ -17,9 +17,9 @@ from dataclasses import asdict
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from edge.errors import EdgeDeployError, InputError
-from edge.fleet.records import DeviceRow
-from edge.fleet.run import state_text
-from edge.fleet.store import FleetStore
+from fleet.records import DeviceRow
+from fleet.run import state_text
+from fleet.store import FleetStore
 
 log = logging.getLogger(__name__)
 

@@ -153,7 +153,7 @@ def run_rollout(
 
     Args:
         plan: what, where, and when to stop.
-        store: an open fleet store (``edge.fleet.open_store``) that a monitor keeps filling.
+        store: an open fleet store (``fleet.open_store``) that a monitor keeps filling.
         send: sends the signed ``update`` command to one device; returns the command's nonce.
         sleep: waits between store reads.
         progress: called with a line per step.

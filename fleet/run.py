@@ -10,9 +10,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from edge.fleet.ingest import Monitor, MonitorConfig
-from edge.fleet.records import DeviceRow
-from edge.fleet.store import FleetStore, StoreUnavailable
+from fleet.ingest import Monitor, MonitorConfig
+from fleet.records import DeviceRow
+from fleet.store import FleetStore, StoreUnavailable
 
 
 @dataclass(frozen=True)
@@ -160,7 +160,7 @@ def _dashboard(store: FleetStore, web: tuple[str, int] | None, print_fn):
 
     if web is None:
         return nullcontext()
-    from edge.fleet.dashboard import Dashboard
+    from fleet.dashboard import Dashboard
 
     board = Dashboard(store, *web).start()
     print_fn(f"fleet dashboard on {board.url}")

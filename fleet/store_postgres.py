@@ -14,8 +14,8 @@ import threading
 from typing import Any
 
 from edge.errors import TelemetryError, require
-from edge.fleet.records import RUNNING_COLUMNS, Incoming, WriteResult, body_of
-from edge.fleet.store import BatchPlan, FleetStore, StoreUnavailable, plan_batch, plan_statements
+from fleet.records import RUNNING_COLUMNS, Incoming, WriteResult, body_of
+from fleet.store import BatchPlan, FleetStore, StoreUnavailable, plan_batch, plan_statements
 
 _RUNNING_KEY = ", ".join(("device_id", *RUNNING_COLUMNS))
 #: pg_advisory_xact_lock key serialising schema creation between monitors starting together.

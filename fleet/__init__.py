@@ -9,11 +9,11 @@
 - ``dashboard``: the fleet web page (stdlib HTTP server, SVG drawn on the server, no JavaScript).
 """
 
-from edge.fleet.ingest import Monitor, MonitorConfig
-from edge.fleet.records import CSV_COLUMNS, DeviceRow, Running
-from edge.fleet.run import MonitorSummary, format_table, run_monitor
-from edge.fleet.store import FleetStore, StoreUnavailable, open_store
-from edge.fleet.store_sqlite import SqliteStore
+from fleet.ingest import Monitor, MonitorConfig
+from fleet.records import CSV_COLUMNS, DeviceRow, Running
+from fleet.run import MonitorSummary, format_table, run_monitor
+from fleet.store import FleetStore, StoreUnavailable, open_store
+from fleet.store_sqlite import SqliteStore
 
 #: The SQLite store under its former name (``edge.monitor.MonitorStore``).
 MonitorStore = SqliteStore

@@ -27,10 +27,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from edge.errors import TelemetryError
-from edge.fleet.records import Incoming, decode
-from edge.fleet.store import FleetStore, StoreUnavailable, open_store
 from edge.telemetry.link import BrokerConfig, Link, LinkHooks, backoff_delay
 from edge.telemetry.schema import check_prefix
+from fleet.records import Incoming, decode
+from fleet.store import FleetStore, StoreUnavailable, open_store
 
 log = logging.getLogger(__name__)
 _GROUP_RE = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")

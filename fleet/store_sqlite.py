@@ -7,8 +7,8 @@ import time
 from pathlib import Path
 
 from edge.errors import TelemetryError
-from edge.fleet.records import RUNNING_COLUMNS, Incoming, WriteResult
-from edge.fleet.store import BatchPlan, FleetStore, StoreUnavailable, plan_batch, plan_statements
+from fleet.records import RUNNING_COLUMNS, Incoming, WriteResult
+from fleet.store import BatchPlan, FleetStore, StoreUnavailable, plan_batch, plan_statements
 
 _RUNNING_KEY = ", ".join(("device_id", *RUNNING_COLUMNS))
 

@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from edge.errors import TelemetryError
-from edge.fleet.records import (
+from edge.telemetry.schema import MessageKind, check_prefix
+from fleet.records import (
     CSV_COLUMNS,
     RUNNING_COLUMNS,
     DeviceRow,
@@ -34,7 +35,6 @@ from edge.fleet.records import (
     decode,
     online_of,
 )
-from edge.telemetry.schema import MessageKind, check_prefix
 
 
 class StoreUnavailable(TelemetryError):
@@ -381,9 +381,9 @@ def open_store(target: str | Path, prefix: str = "edge-deploy") -> FleetStore:
     """
     text = str(target)
     if text.startswith(("postgresql://", "postgres://")):
-        from edge.fleet.store_postgres import PostgresStore
+        from fleet.store_postgres import PostgresStore
 
         return PostgresStore(text, prefix)
-    from edge.fleet.store_sqlite import SqliteStore
+    from fleet.store_sqlite import SqliteStore
 
     return SqliteStore(Path(text), prefix)
