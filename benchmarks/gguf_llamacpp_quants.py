@@ -49,10 +49,10 @@ def quantize_with_llama_cpp(src: Path, out: Path, ftype: int) -> None:
 
 def tensor_types(path: Path) -> str:
     """The file's 2-D tensor types and how many of each, e.g. ``Q4_K x12, Q6_K x3``."""
-    import gguf
+    from converters.slm.gguf_file import scan_gguf
 
     counts: dict[str, int] = {}
-    for t in gguf.GGUFReader(str(path)).tensors:
+    for t in scan_gguf(path).tensors:
         if len(t.shape) == 2:
             counts[t.tensor_type.name] = counts.get(t.tensor_type.name, 0) + 1
     return ", ".join(f"{k} x{v}" for k, v in sorted(counts.items()))

@@ -84,3 +84,48 @@ def huge_header_gallery(path: Path) -> Path:
             zf.writestr(f"{key}.npy", npy_bytes(arrays[key]))
         zf.writestr("descriptors.npy", npy)
     return path
+
+
+# --- GGUF (issue 44, item 6): files whose counts, lengths or offsets the file cannot hold --------------------
+
+GGUF_UINT8, GGUF_STRING, GGUF_ARRAY = 0, 8, 9
+
+
+def gguf_string(text: str) -> bytes:
+    data = text.encode()
+    return struct.pack("<Q", len(data)) + data
+
+
+def gguf_kv(key: str, value_type: int, payload: bytes) -> bytes:
+    """One metadata entry: key, value type, the value's bytes as given."""
+    return gguf_string(key) + struct.pack("<I", value_type) + payload
+
+
+def gguf_tensor_info(name: str, dims: tuple[int, ...], ggml_type: int, offset: int) -> bytes:
+    return gguf_string(name) + struct.pack(f"<I{len(dims)}QIQ", len(dims), *dims, ggml_type, offset)
+
+
+def gguf_file(path: Path, kvs: list[bytes], tensors: list[bytes] = (), data: bytes = b"", size: int = 0) -> Path:
+    """A GGUF v3 of these entries and tensor infos, the data section at the next 32-byte boundary, then zeros
+    up to ``size`` bytes."""
+    body = b"GGUF" + struct.pack("<IQQ", 3, len(tensors), len(kvs)) + b"".join(kvs) + b"".join(tensors)
+    if data:
+        body += bytes(-len(body) % 32) + data
+    path.write_bytes(body + bytes(max(0, size - len(body))))
+    return path
+
+
+def gguf_huge_array(path: Path) -> Path:
+    """100 bytes declaring a metadata array of 2^60 uint8."""
+    return gguf_file(path, [gguf_kv("evil", GGUF_ARRAY, struct.pack("<IQ", GGUF_UINT8, 1 << 60))], size=100)
+
+
+def gguf_nested_arrays(path: Path, depth: int = 5000) -> Path:
+    """A metadata value that is ``depth`` arrays, each holding the next, around one uint8."""
+    payload = struct.pack("<IQ", GGUF_ARRAY, 1) * (depth - 1) + struct.pack("<IQ", GGUF_UINT8, 1) + b"\x00"
+    return gguf_file(path, [gguf_kv("deep", GGUF_ARRAY, payload)])
+
+
+def gguf_tensor_at(path: Path, offset: int, dims: tuple[int, ...] = (8,)) -> Path:
+    """One F32 tensor at ``offset`` in a 32-byte data section starting at byte 96 (2^64-64 wraps to 32)."""
+    return gguf_file(path, [], [gguf_tensor_info("output_norm.weight", dims, 0, offset)], bytes(32))

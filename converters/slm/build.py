@@ -28,7 +28,7 @@ from converters.slm import grid_quant, quantize
 from converters.slm.agreement import GreedyAgreement, greedy_agreement
 from converters.slm.chat_template import derive_chat_format
 from converters.slm.export import export_onnx
-from converters.slm.gguf_source import HfFolder, locate_smollm2_gguf, read_gguf, write_hf_folder
+from converters.slm.gguf_source import GgufModel, HfFolder, locate_smollm2_gguf, read_gguf, write_hf_folder
 from converters.slm.gqa_graph import build_gqa_onnx
 from converters.slm.perplexity import DEFAULT_TEXT, PerplexityGate, compare, perplexity, text_windows
 from converters.slm.report import build_report, write_reports
@@ -227,12 +227,11 @@ def _gate(tok_path: Path, fp32: Path, model: Path, profile: TargetProfile, opts:
 
 
 def _source_to_fp32(
-    source: Path | None, work: Path, say: Callable[[str], None], lap: Laps
+    gguf: GgufModel, work: Path, say: Callable[[str], None], lap: Laps
 ) -> tuple[HfFolder, ChatFormat, Path, str]:
-    """The GGUF (``source``, or SmolLM2's) as an HF folder, its chat format, the fp32 ONNX export (in
-    ``work``) and the model's ``general.name``."""
+    """The read GGUF as an HF folder, its chat format, the fp32 ONNX export (in ``work``) and the model's
+    ``general.name``."""
     say("reading the GGUF and writing the HF folder")
-    gguf = read_gguf(Path(source) if source is not None else locate_smollm2_gguf())
     folder = write_hf_folder(gguf, work / "hf")
     chat = derive_chat_format(gguf.tokenizer.chat_template, special_token_names(gguf.tokenizer))
     lap("gguf_to_hf")
@@ -275,13 +274,15 @@ def _export_is_current(fp32: Path, key: dict[str, str]) -> bool:
         return False
 
 
-def _check_request(precision: Precision, opts: SlmOptions) -> None:
-    """Refuse, before any work, a precision the converter has not, or a LiteRT twin it cannot make here."""
+def _check_request(precision: Precision, opts: SlmOptions) -> GgufModel:
+    """Refuse, before any work and before the output folder exists, a precision the converter has not, a
+    LiteRT twin it cannot make here or a GGUF it cannot read; return the read GGUF."""
     if precision not in SUPPORTED:
         allowed = ", ".join(p.value for p in SUPPORTED)
         raise ConversionError(f"precision {precision.value!r} for the language model; expected one of {allowed}")
     if opts.tflite is not None:
         check_tflite_twin(precision, opts.tflite.options)
+    return read_gguf(Path(opts.gguf) if opts.gguf is not None else locate_smollm2_gguf())
 
 
 def check_tflite_twin(precision: Precision, options: TfliteOptions, asked_by: str = "--format tflite") -> None:
@@ -333,14 +334,14 @@ def convert_slm(
         MissingDependencyError: ``options.tflite`` without a ready ``.venv-litert-torch``.
     """
     opts = options or SlmOptions()
-    _check_request(precision, opts)
+    lap = Laps()
+    source = _check_request(precision, opts)
     say = progress or (lambda _line: None)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="slm-") as tmp:
-        lap = Laps()
         work = Path(opts.work_dir) if opts.work_dir else Path(tmp)
-        folder, chat, fp32, name = _source_to_fp32(opts.gguf, work, say, lap)
+        folder, chat, fp32, name = _source_to_fp32(source, work, say, lap)
         say(f"quantizing ({precision.value})")
         model = out_dir / MODEL_FILE
         method, settings, counts = _quantize(fp32, model, precision, profile, opts, folder.path)

