@@ -325,12 +325,11 @@ def _alignment(gguf: GgufFile) -> int:
     if _ALIGNMENT_KEY not in gguf:
         return _DEFAULT_ALIGNMENT
     slot = gguf._slots[_ALIGNMENT_KEY]
+    if slot.value_type != 4:
+        raise ConversionError(f"{gguf.path}: {_ALIGNMENT_KEY} has type {_TYPE_NAMES[slot.value_type]}; expected uint32")
     value = gguf.value(_ALIGNMENT_KEY)
-    if slot.value_type != 4 or value == 0 or value & (value - 1):
-        raise ConversionError(
-            f"{gguf.path}: {_ALIGNMENT_KEY} = {value!r} ({_TYPE_NAMES[slot.value_type]}); "
-            "expected a uint32 power of two"
-        )
+    if value == 0 or value & (value - 1):
+        raise ConversionError(f"{gguf.path}: {_ALIGNMENT_KEY} = {value}; expected a power of two")
     return value
 
 

@@ -28,6 +28,7 @@ from tests.hostile_files import (  # noqa: E402
     gguf_huge_array,
     gguf_kv,
     gguf_nested_arrays,
+    gguf_string,
     gguf_tensor_at,
     gguf_tensor_info,
 )
@@ -227,7 +228,13 @@ MALFORMED = {
         [gguf_kv("general.alignment", 4, struct.pack("<I", 48))],
         [],
         b"",
-        "general.alignment = 48 (uint32); expected a uint32 power of two",
+        "general.alignment = 48; expected a power of two",
+    ),
+    "alignment type": (
+        [gguf_kv("general.alignment", GGUF_STRING, gguf_string("32"))],
+        [],
+        b"",
+        "general.alignment has type string; expected uint32",
     ),
     "tensor name": ([], _tensor("x" * 64), b"", "tensor #0 name length = 64 at byte 32; expected at most 63"),
     "dimensions": (
