@@ -32,7 +32,7 @@ from converters.arm.guest import DEFAULT_CACHE, prepare_guest
 from converters.face.build import export_face_models  # noqa: E402
 from edge.face import models as face_models  # noqa: E402
 from edge.face.models import FaceModel  # noqa: E402
-from tests.integration.needs import ONNX2TF, install_on_first_use  # noqa: E402
+from testsupport.needs import ONNX2TF, install_on_first_use  # noqa: E402
 
 PROFILE_OF_CPU = {"cortex-a72": "rpi4", "cortex-a76": "rpi5"}
 GOALS = {"cortex-a72": 0.6, "cortex-a76": 0.4}

@@ -36,8 +36,8 @@ from converters.package.web import build_browser  # noqa: E402
 from edge.imageio import load_image  # noqa: E402
 from edge.profiles import load_profile  # noqa: E402
 from edge.webserve import WebServer  # noqa: E402
-from tests.integration.browser_helpers import Chromium  # noqa: E402
-from tests.integration.needs import WEB, install_on_first_use  # noqa: E402
+from testsupport.browser import Chromium  # noqa: E402
+from testsupport.needs import WEB, install_on_first_use  # noqa: E402
 
 SCREENSHOT = REPO / "docs" / "img" / "browser-demo.png"
 

@@ -1,6 +1,6 @@
 """``convert model`` with folders of real photos as --calib / --eval: the gate figures of docs/byom.md.
 
-The tests' embedder (``tests/unit/byom_models.py``: Conv 3->8 + ReLU -> Conv 8->16 stride 2 + ReLU -> Gemm ->
+The tests' embedder (``testsupport/byom_models.py``: Conv 3->8 + ReLU -> Conv 8->16 stride 2 + ReLU -> Gemm ->
 32-d, seeded weights) as NCHW float32 (ImageNet mean/std) and as NHWC uint8 (raw pixels), fed folders of
 crops of skimage's sample photos (astronaut, coffee, chelsea; seeded, 48 to 160 pixels a side, alternately
 .jpg and .png): 32 calibration and 12 evaluation images from different seeds, stretched to 16 x 16.
@@ -26,7 +26,7 @@ from converters.byom.gate import Task  # noqa: E402
 from converters.byom.images import ImageOptions  # noqa: E402
 from edge.errors import ValidationError  # noqa: E402
 from edge.profiles import Precision, load_profile  # noqa: E402
-from tests.unit.byom_models import write_embedder, write_photo_folder  # noqa: E402
+from testsupport.byom_models import write_embedder, write_photo_folder  # noqa: E402
 
 IMAGENET = ImageOptions(mean=(123.675, 116.28, 103.53), std=(58.395, 57.12, 57.375))
 MODELS = {

@@ -25,7 +25,7 @@ from edge.face import models as face_models
 from edge.face.models import FaceModel
 from edge.profiles import Precision, TargetProfile
 from edge.progress import ProgressFn, silent
-from tests.integration.needs import ONNX2TF, install_on_first_use
+from testsupport.needs import ONNX2TF, install_on_first_use
 
 REPO = Path(__file__).resolve().parent.parent
 CACHE = REPO / ".cache" / "bench"

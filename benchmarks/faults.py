@@ -23,7 +23,7 @@ from benchmarks.report import machine_line, write_section  # noqa: E402
 from edge.errors import TelemetryError  # noqa: E402
 from edge.telemetry.outbox import Outbox  # noqa: E402
 from edge.telemetry.schema import Result  # noqa: E402
-from tests.fault_helpers import fill, kill_once, remount, stored, tmpfs  # noqa: E402
+from testsupport.faults import fill, kill_once, remount, stored, tmpfs  # noqa: E402
 
 
 def full_disk(work: Path) -> dict:
@@ -89,16 +89,16 @@ def report(full: dict, ro: dict, k: dict, command: str) -> str:
 
 `{command}` — {machine_line()}. Real SQLite (WAL, `synchronous=FULL`) on small tmpfs mounts.
 
-- **Full filesystem** (256 KiB tmpfs, ~2 KB reports): {full['accepted'] - 1} reports stored, then
-  `{full['error']}`. While the disk was full, `add` refused new reports with that error; the refused
+- **Full filesystem** (256 KiB tmpfs, ~2 KB reports): {full["accepted"] - 1} reports stored, then
+  `{full["error"]}`. While the disk was full, `add` refused new reports with that error; the refused
   commit's report stayed queued in memory. After the mount grew to 8 MiB, the writer's next try (it
-  retries every 1 s; a `flush` wakes it at once) stored it {full['recovered_s']:.2f} s after the remount
-  began. {full['stored']} reports on disk, numbered without a gap: {gapless}.
-- **Read-only filesystem at start**: `{ro['error']}`. After remounting read-write, all {ro['kept']}
+  retries every 1 s; a `flush` wakes it at once) stored it {full["recovered_s"]:.2f} s after the remount
+  began. {full["stored"]} reports on disk, numbered without a gap: {gapless}.
+- **Read-only filesystem at start**: `{ro["error"]}`. After remounting read-write, all {ro["kept"]}
   stored reports were still there.
-- **SIGKILL at random points** (opening, adding, mid-commit): {k['cycles']} kills in {k['seconds']:.0f} s;
-  {k['stored']:,} reports stored; the store grew in {k['grew']} cycles. After every kill the file opened and
-  passed `PRAGMA integrity_check`. Cycles with a gap, a repeat or a receipt without its report: {k['bad']}.
+- **SIGKILL at random points** (opening, adding, mid-commit): {k["cycles"]} kills in {k["seconds"]:.0f} s;
+  {k["stored"]:,} reports stored; the store grew in {k["grew"]} cycles. After every kill the file opened and
+  passed `PRAGMA integrity_check`. Cycles with a gap, a repeat or a receipt without its report: {k["bad"]}.
 
 Linux refuses to remount a filesystem read-only while a file on it is open for writing (EBUSY), so a disk
 turns read-only under a running outbox only through ext4's `errors=remount-ro` or a failing SD card; that

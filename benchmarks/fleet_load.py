@@ -1,7 +1,7 @@
 """Fleet ingest into PostgreSQL: messages/s into the store, end-to-end lag, CPU, and the broker's own ceiling.
 
-Everything real, on loopback, started by this script: a mosquitto (tests/integration/broker.py), a
-PostgreSQL cluster (tests/integration/postgres.py), ``edge-deploy monitor`` processes, and simulated
+Everything real, on loopback, started by this script: a mosquitto (testsupport/broker.py), a
+PostgreSQL cluster (testsupport/postgres.py), ``edge-deploy monitor`` processes, and simulated
 devices (benchmarks/fleet_devices.py: real ``TelemetryClient``s, one outbox each, spread over processes).
 
 1. **Broker ceiling**: ``mosquitto_pub`` (QoS 1, ``--repeat``) into ``mosquitto_sub`` (QoS 1, MQTT v5), a
@@ -34,8 +34,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.report import IMG, REPO, machine_line, write_section  # noqa: E402
-from tests.integration.broker import Broker  # noqa: E402
-from tests.integration.postgres import Postgres  # noqa: E402
+from testsupport.broker import Broker  # noqa: E402
+from testsupport.postgres import Postgres  # noqa: E402
 
 SECTION = "fleet-load"
 DEVICES = REPO / "benchmarks" / "fleet_devices.py"
@@ -230,7 +230,7 @@ def screenshot(pg: Postgres, path: Path) -> None:
     """The dashboard over the benchmark's store, in headless Chromium."""
     from fleet import open_store
     from fleet.dashboard import Dashboard
-    from tests.integration.browser_helpers import Chromium
+    from testsupport.browser import Chromium
 
     with open_store(pg.url) as store, Dashboard(store, "127.0.0.1", 0).start() as board:
         browser = Chromium()

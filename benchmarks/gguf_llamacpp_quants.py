@@ -64,14 +64,14 @@ def check(path: Path, work: Path) -> dict:
     from converters.slm.gguf_source import read_gguf, write_hf_folder
     from converters.slm.gqa_graph import build_gqa_onnx
     from converters.slm.grid_quant import repack_grid
-    from tests.integration.test_gguf_archs import _ours, _reference, _reference_run
+    from testsupport.gguf_models import ours_run, reference_model, reference_run
 
     folder = write_hf_folder(read_gguf(path), work / "hf")
-    ref_logits, ref_tokens = _reference_run(_reference(path))
-    fp32_logits, fp32_tokens = _ours(export_onnx(folder.path, work / "fp32" / "model.onnx").path)
+    ref_logits, ref_tokens = reference_run(reference_model(path))
+    fp32_logits, fp32_tokens = ours_run(export_onnx(folder.path, work / "fp32" / "model.onnx").path)
     fused = build_gqa_onnx(folder.path, work / "gqa" / "model.onnx")
     counts = repack_grid(fused, work / "int4" / "model.onnx", accuracy_level=0, reround=True)
-    grid_logits, grid_tokens = _ours(work / "int4" / "model.onnx")
+    grid_logits, grid_tokens = ours_run(work / "int4" / "model.onnx")
     scale = float(np.abs(ref_logits).max())
     return {
         "types": tensor_types(path),
@@ -122,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     import llama_cpp
     import transformers
 
-    from tests.integration.test_gguf_archs import write_gguf
+    from testsupport.gguf_models import write_gguf
 
     rows = {}
     with tempfile.TemporaryDirectory(prefix="gguf-llamacpp-") as tmp:

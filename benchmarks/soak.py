@@ -33,7 +33,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from benchmarks.report import machine_line, write_section  # noqa: E402
-from tests.integration.broker import Broker  # noqa: E402
+from testsupport.broker import Broker  # noqa: E402
 
 DEVICE = "soak-pi"
 #: Share of the run counted as warm-up (caches, allocator pools, SQLite page cache fill up).
@@ -306,10 +306,10 @@ before (a leak per frame would show as hundreds); the peak of threads no higher.
 | results delivered | {result.frames - result.missing:,} of {result.frames:,} |
 | frames without a result / reported under two seqs | {result.missing} / {result.duplicated} |
 | copies redelivered on the wire (dropped by seq) | {result.wire_duplicates} |
-| RSS after warm-up → at the end | {f['rss_mib'][0]:.1f} → {f['rss_mib'][1]:.1f} MiB ({f['rss_growth_pct']:+.2f} %) |
-| open fds other than sockets after warm-up: min..max; peak early / late | {_spread(f['fds'])} |
-| sockets after warm-up: min..max; peak early / late | {_spread(f['sockets'])} |
-| threads after warm-up: min..max; peak early / late | {_spread(f['threads'])} |
+| RSS after warm-up → at the end | {f["rss_mib"][0]:.1f} → {f["rss_mib"][1]:.1f} MiB ({f["rss_growth_pct"]:+.2f} %) |
+| open fds other than sockets after warm-up: min..max; peak early / late | {_spread(f["fds"])} |
+| sockets after warm-up: min..max; peak early / late | {_spread(f["sockets"])} |
+| threads after warm-up: min..max; peak early / late | {_spread(f["threads"])} |
 | daemon exit after SIGTERM | {result.daemon_rc} |
 
 Goal (every result once, RSS growth < 5 %, fds and threads flat): {verdict}.

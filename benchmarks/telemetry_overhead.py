@@ -65,7 +65,7 @@ from edge.telemetry.link import BrokerConfig  # noqa: E402
 from edge.telemetry.mqtt import TelemetryClient, TelemetryConfig  # noqa: E402
 from edge.telemetry.outbox import DEFAULT_COMMIT_INTERVAL_S  # noqa: E402
 from edge.telemetry.schema import Result  # noqa: E402
-from tests.integration.broker import Broker, free_port  # noqa: E402
+from testsupport.broker import Broker, free_port  # noqa: E402
 
 SECTION = "telemetry-overhead"
 GOAL_PCT = 1.0

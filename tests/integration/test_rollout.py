@@ -21,9 +21,9 @@ from edge.telemetry.link import BrokerConfig
 from edge_deploy.cli import main
 from fleet import Monitor, MonitorConfig
 from fleet.rollout import group_members
-from tests.integration.broker import Broker
 from tests.integration.test_daemon import DaemonProcess, wait_until
 from tests.integration.test_update import _break_embedder, _build, _copy_models, _reseal, _serve
+from testsupport.broker import Broker
 
 pytestmark = pytest.mark.integration
 DEVICES = {"r-1": "beta", "r-2": "beta", "r-3": "prod"}
