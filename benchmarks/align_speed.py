@@ -10,7 +10,7 @@ annotated ones of the evaluation photos (dlib HOG boxes: astronaut 1, insightfac
 Contenders, interleaved photo by photo in every round, 1 thread:
 
 * ``previous``: ``benchmarks/align_reference.py``, the code before vectorisation (tree by tree);
-* ``a94bba3``: ``benchmarks/align_a94bba3.py``, the first vectorised code (commit a94bba3), one face at a time
+* ``a94bba3``: ``benchmarks/align_first_vectorised.py``, the first vectorised code (commit a94bba3), one face at a time
   and all faces of a photo at once;
 * ``exact``: ``edge.face`` now with ``exact=True`` (dlib's bilinear arithmetic), one face at a time and all
   faces at once (``ShapePredictor.predict_many`` over a photo's faces, then the chips);
@@ -30,21 +30,18 @@ import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
-from pathlib import Path
 
 import cv2
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from benchmarks import align_a94bba3 as a94  # noqa: E402
-from benchmarks import align_reference as ref  # noqa: E402
-from benchmarks.report import REPO, machine_line, write_section  # noqa: E402
-from converters.face.dlib_shape import export_shape_predictor  # noqa: E402
-from converters.face.facedata import EVAL_PHOTOS  # noqa: E402
-from converters.face.reference import dlib_model_path  # noqa: E402
-from edge.face.align import CHIP_TOLERANCE, align_chip_dlib5  # noqa: E402
-from edge.face.shape5 import ShapePredictor  # noqa: E402
+from benchmarks import align_first_vectorised as a94
+from benchmarks import align_reference as ref
+from benchmarks.report import REPO, machine_line, write_section
+from converters.face.dlib_shape import export_shape_predictor
+from converters.face.facedata import EVAL_PHOTOS
+from converters.face.reference import dlib_model_path
+from edge.face.align import CHIP_TOLERANCE, align_chip_dlib5
+from edge.face.shape5 import ShapePredictor
 
 CACHE = REPO / ".cache" / "bench"
 CONTENDERS = (
@@ -212,7 +209,7 @@ def markdown(result: dict) -> str:
             f"`get_face_chip`), on the {result['faces']} annotated faces of the evaluation photos, 1 thread (OpenCV's",
             f"too), CPU time, median of {result['rounds']} interleaved rounds.",
             "`previous` is the code before vectorisation (`benchmarks/align_reference.py`), `a94bba3` the first",
-            "vectorised code (`benchmarks/align_a94bba3.py`), `exact` the code in `edge/face` with `exact=True`",
+            "vectorised code (`benchmarks/align_first_vectorised.py`), `exact` the code in `edge/face` with `exact=True`",  # noqa: E501 (one line of the generated doc)
             "(dlib's bilinear arithmetic), `now` the same code as the pipeline runs it (the chip by OpenCV's",
             "`warpAffine` on float32, truncated as dlib truncates). Every round checked that all contenders gave the",
             "same landmarks, that all but `now` gave the same chip bytes (tolerance zero), and how far `now`'s chips",

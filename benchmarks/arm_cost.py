@@ -24,15 +24,13 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from converters.arm.cost import DEFAULT_PLUGIN, ModelCost, build_plugin, measure_model  # noqa: E402
-from converters.arm.face import write_probe_photos  # noqa: E402
+from converters.arm.cost import DEFAULT_PLUGIN, ModelCost, build_plugin, measure_model
+from converters.arm.face import write_probe_photos
 from converters.arm.guest import DEFAULT_CACHE, prepare_guest
-from converters.face.build import export_face_models  # noqa: E402
-from edge.face import models as face_models  # noqa: E402
-from edge.face.models import FaceModel  # noqa: E402
-from testsupport.needs import ONNX2TF, install_on_first_use  # noqa: E402
+from converters.face.build import export_face_models
+from edge.face import models as face_models
+from edge.face.models import FaceModel
+from testsupport.needs import ONNX2TF, install_on_first_use
 
 PROFILE_OF_CPU = {"cortex-a72": "rpi4", "cortex-a76": "rpi5"}
 GOALS = {"cortex-a72": 0.6, "cortex-a76": 0.4}

@@ -17,12 +17,10 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from benchmarks.arm_frame import frame_files  # noqa: E402
-from converters.arm.cost import DEFAULT_PLUGIN, build_plugin, count_instructions  # noqa: E402
-from converters.arm.guest import DEFAULT_CACHE, prepare_guest  # noqa: E402
-from converters.face.blazeface import FULL_RANGE, fetch_blazeface  # noqa: E402
+from benchmarks.arm_frame import frame_files
+from converters.arm.cost import DEFAULT_PLUGIN, build_plugin, count_instructions
+from converters.arm.guest import DEFAULT_CACHE, prepare_guest
+from converters.face.blazeface import FULL_RANGE, fetch_blazeface
 
 SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "arm" / "run_detect_parts.py"
 PARTS = {

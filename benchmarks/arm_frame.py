@@ -39,11 +39,9 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from benchmarks.face_speed_models import CACHE  # noqa: E402
-from converters.arm.frame import FrameCost, FrameSetup  # noqa: E402
-from converters.face.blazeface import FULL_RANGE, SHORT_RANGE  # noqa: E402
+from benchmarks.face_speed_models import CACHE
+from converters.arm.frame import FrameCost, FrameSetup
+from converters.face.blazeface import FULL_RANGE, SHORT_RANGE
 
 #: (core, the board build it runs, instructions-a-frame goal), as issue #13 sets them.
 CORES = {"cortex-a72": ("rpi4", 150e6), "cortex-a76": ("rpi5", 60e6)}

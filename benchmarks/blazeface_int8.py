@@ -41,19 +41,17 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from benchmarks.report import REPO, machine_line, write_section  # noqa: E402
-from converters.face.blazeface import FULL_RANGE, export_blazeface_onnx, fetch_blazeface  # noqa: E402
-from converters.face.boxes import match_boxes  # noqa: E402
-from converters.face.facedata import calibration_images, make_eval_images  # noqa: E402
-from converters.quantize import QuantMode, quantize_model, settings_for  # noqa: E402
-from edge.errors import ConversionError  # noqa: E402
-from edge.face.detect_blazeface import BlazeFaceDetector, letterbox_window  # noqa: E402
-from edge.face.detect_mtcnn import integral_image  # noqa: E402
-from edge.face.tiles import DEFAULT_TILING  # noqa: E402
-from edge.profiles import CalibrationMethod, load_profile  # noqa: E402
-from edge.runtime import Optimization, open_model  # noqa: E402
+from benchmarks.report import REPO, machine_line, write_section
+from converters.face.blazeface import FULL_RANGE, export_blazeface_onnx, fetch_blazeface
+from converters.face.boxes import match_boxes
+from converters.face.facedata import calibration_images, make_eval_images
+from converters.quantize import QuantMode, quantize_model, settings_for
+from edge.errors import ConversionError
+from edge.face.detect_blazeface import BlazeFaceDetector, letterbox_window
+from edge.face.detect_mtcnn import integral_image
+from edge.face.tiles import DEFAULT_TILING
+from edge.profiles import CalibrationMethod, load_profile
+from edge.runtime import Optimization, open_model
 
 CACHE = REPO / ".cache" / "bench"
 MODEL_SCRIPT = REPO / "scripts" / "arm" / "run_model.py"

@@ -28,16 +28,15 @@ from pathlib import Path
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+from benchmarks.report import machine_line, write_section
+from converters.package.web import build_browser
+from edge.imageio import load_image
+from edge.profiles import load_profile
+from edge.webserve import WebServer
+from testsupport.browser import Chromium
+from testsupport.needs import WEB, install_on_first_use
 
-from benchmarks.report import machine_line, write_section  # noqa: E402
-from converters.package.web import build_browser  # noqa: E402
-from edge.imageio import load_image  # noqa: E402
-from edge.profiles import load_profile  # noqa: E402
-from edge.webserve import WebServer  # noqa: E402
-from testsupport.browser import Chromium  # noqa: E402
-from testsupport.needs import WEB, install_on_first_use  # noqa: E402
+REPO = Path(__file__).resolve().parent.parent
 
 SCREENSHOT = REPO / "docs" / "img" / "browser-demo.png"
 

@@ -23,15 +23,13 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from benchmarks.report import machine_line, write_section  # noqa: E402
-from converters.arm.cost import ModelCost, build_plugin, measure_model  # noqa: E402
-from converters.arm.guest import prepare_guest  # noqa: E402
-from converters.arm.model import evaluation_file  # noqa: E402
-from converters.package.user_model import read_model_folder  # noqa: E402
-from edge.errors import InputError  # noqa: E402
-from edge.profiles import load_profile  # noqa: E402
+from benchmarks.report import machine_line, write_section
+from converters.arm.cost import ModelCost, build_plugin, measure_model
+from converters.arm.guest import prepare_guest
+from converters.arm.model import evaluation_file
+from converters.package.user_model import read_model_folder
+from edge.errors import InputError
+from edge.profiles import load_profile
 
 
 def say(message: str) -> None:

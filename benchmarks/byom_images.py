@@ -18,15 +18,14 @@ import sys
 import tempfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+from converters.byom.build import ModelJob, convert_model
+from converters.byom.gate import Task
+from converters.byom.images import ImageOptions
+from edge.errors import ValidationError
+from edge.profiles import Precision, load_profile
+from testsupport.byom_models import write_embedder, write_photo_folder
 
-from converters.byom.build import ModelJob, convert_model  # noqa: E402
-from converters.byom.gate import Task  # noqa: E402
-from converters.byom.images import ImageOptions  # noqa: E402
-from edge.errors import ValidationError  # noqa: E402
-from edge.profiles import Precision, load_profile  # noqa: E402
-from testsupport.byom_models import write_embedder, write_photo_folder  # noqa: E402
+REPO = Path(__file__).resolve().parent.parent
 
 IMAGENET = ImageOptions(mean=(123.675, 116.28, 103.53), std=(58.395, 57.12, 57.375))
 MODELS = {

@@ -30,13 +30,12 @@ from pathlib import Path
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+from converters.byom.build import ModelJob, convert_model
+from converters.byom.gate import GateThresholds, Task
+from edge.errors import ConversionError, ValidationError
+from edge.profiles import Precision, load_profile
 
-from converters.byom.build import ModelJob, convert_model  # noqa: E402
-from converters.byom.gate import GateThresholds, Task  # noqa: E402
-from edge.errors import ConversionError, ValidationError  # noqa: E402
-from edge.profiles import Precision, load_profile  # noqa: E402
+REPO = Path(__file__).resolve().parent.parent
 
 #: Docs whose sentences calibrate, and docs whose sentences evaluate (disjoint files).
 CALIB_DOCS = ("quantization.md", "slm.md", "benchmarks.md", "bundle.md")

@@ -17,20 +17,17 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from converters.face.calibration import chip_landmarks, collect_calibration  # noqa: E402
-from converters.face.facedata import make_eval_set  # noqa: E402
-from converters.face.quant_eval import evaluate_detector, evaluate_embedder, fp32_reference  # noqa: E402
-from converters.quantize import QuantMode, QuantSettings, quantize_model  # noqa: E402
-from edge.face import models as face_models  # noqa: E402
-from edge.face.models import FaceModel  # noqa: E402
-from edge.profiles import CalibrationMethod, QuantType  # noqa: E402
+from converters.face.calibration import chip_landmarks, collect_calibration
+from converters.face.facedata import make_eval_set
+from converters.face.quant_eval import evaluate_detector, evaluate_embedder, fp32_reference
+from converters.quantize import QuantMode, QuantSettings, quantize_model
+from edge.face import models as face_models
+from edge.face.models import FaceModel
+from edge.profiles import CalibrationMethod, QuantType
 
 METHODS = (CalibrationMethod.MINMAX, CalibrationMethod.ENTROPY, CalibrationMethod.PERCENTILE)
 

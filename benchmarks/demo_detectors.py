@@ -19,9 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from benchmarks.report import machine_line, write_section  # noqa: E402
+from benchmarks.report import machine_line, write_section
 
 DETECTORS = ("mtcnn", "blazeface-full", "blazeface-full-tiled")
 PROFILE = "rpi4"

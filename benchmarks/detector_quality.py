@@ -36,21 +36,18 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from benchmarks.report import REPO, machine_line, write_section  # noqa: E402
-from converters.face.blazeface import FULL_RANGE, SHORT_RANGE, export_blazeface_onnx  # noqa: E402
-from converters.face.boxes import match_boxes  # noqa: E402
-from converters.face.facedata import make_eval_images  # noqa: E402
-from converters.face.mtcnn import export_mtcnn  # noqa: E402
-from edge.face.detect_blazeface import BlazeFaceDetector  # noqa: E402
-from edge.face.detect_mtcnn import MtcnnDetector  # noqa: E402
-from edge.face.recognize import DEFAULT_MIN_SCORE  # noqa: E402
-from edge.face.tiles import DEFAULT_TILING, Tiling, tile_grid  # noqa: E402
+from benchmarks.report import REPO, machine_line, write_section
+from converters.face.blazeface import FULL_RANGE, SHORT_RANGE, export_blazeface_onnx
+from converters.face.boxes import match_boxes
+from converters.face.facedata import make_eval_images
+from converters.face.mtcnn import export_mtcnn
+from edge.face.detect_blazeface import BlazeFaceDetector
+from edge.face.detect_mtcnn import MtcnnDetector
+from edge.face.recognize import DEFAULT_MIN_SCORE
+from edge.face.tiles import DEFAULT_TILING, Tiling, tile_grid
 
 CACHE = REPO / ".cache" / "bench"
 #: Face size buckets (annotated box side, pixels): [low, high).

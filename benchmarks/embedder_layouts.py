@@ -21,16 +21,14 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from benchmarks.arm_cost import int8_file, model_inputs, say  # noqa: E402
-from converters.arm.cost import DEFAULT_PLUGIN, ModelCost, build_plugin, measure_model  # noqa: E402
-from converters.arm.guest import DEFAULT_CACHE, prepare_guest  # noqa: E402
-from converters.face.build import export_face_models  # noqa: E402
-from converters.quantize import QuantMode  # noqa: E402
-from edge.face import models as face_models  # noqa: E402
-from edge.face.models import FaceModel  # noqa: E402
-from edge.profiles import Precision, QuantType, load_profile  # noqa: E402
+from benchmarks.arm_cost import int8_file, model_inputs, say
+from converters.arm.cost import DEFAULT_PLUGIN, ModelCost, build_plugin, measure_model
+from converters.arm.guest import DEFAULT_CACHE, prepare_guest
+from converters.face.build import export_face_models
+from converters.quantize import QuantMode
+from edge.face import models as face_models
+from edge.face.models import FaceModel
+from edge.profiles import Precision, QuantType, load_profile
 
 
 @dataclass(frozen=True)

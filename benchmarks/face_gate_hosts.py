@@ -28,8 +28,6 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
 REPO = Path(__file__).resolve().parent.parent
 
 _CHILD = """

@@ -23,14 +23,12 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from benchmarks.face_speed import rss_child  # noqa: E402
-from benchmarks.face_speed_models import CACHE, build_fp32, build_int8, eval_photos  # noqa: E402
-from benchmarks.face_speed_report import RSS_RATIO_GOAL  # noqa: E402
-from benchmarks.frame_speed import CALIBRATION, with_blazeface  # noqa: E402
-from benchmarks.report import machine_line, write_section  # noqa: E402
-from edge.profiles import load_profile  # noqa: E402
+from benchmarks.face_speed import rss_child
+from benchmarks.face_speed_models import CACHE, build_fp32, build_int8, eval_photos
+from benchmarks.face_speed_report import RSS_RATIO_GOAL
+from benchmarks.frame_speed import CALIBRATION, with_blazeface
+from benchmarks.report import machine_line, write_section
+from edge.profiles import load_profile
 
 #: A measured lever, not a default: glibc's allocator with a fixed mmap threshold (its dynamic one rises to the
 #: largest block freed, so the activations of big pyramid levels then come from the heap and stay there).

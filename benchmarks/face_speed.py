@@ -30,16 +30,14 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from benchmarks.face_speed_models import CACHE, RaceModels, eval_photos, race_models, real_chips
+from benchmarks.procstat import child_env, child_python, thread_count
+from converters.tools import run_tool
+from edge.errors import InferenceError
+from edge.face.types import DLIB_SAME_PERSON_THRESHOLD
+from edge.profiles import TargetProfile, load_profile
 
-from benchmarks.face_speed_models import CACHE, RaceModels, eval_photos, race_models, real_chips  # noqa: E402
-from benchmarks.procstat import thread_count  # noqa: E402
-from converters.tools import run_tool  # noqa: E402
-from edge.errors import InferenceError  # noqa: E402
-from edge.face.types import DLIB_SAME_PERSON_THRESHOLD  # noqa: E402
-from edge.profiles import TargetProfile, load_profile  # noqa: E402
-
-CHILD = Path(__file__).resolve().parent / "face_rss_child.py"
+CHILD = "benchmarks.face_rss_child"
 DLIB = "dlib"
 #: Our contenders: (name, runtime, precision, key of the model file in RaceModels).
 OURS = (
@@ -274,9 +272,8 @@ def sizes(models: RaceModels, dlib_model: Path) -> dict:
 def rss_child(args: list[str], npz: Path, threads: int, env: dict[str, str] | None = None) -> dict:
     """One fresh ``face_rss_child.py`` process: its JSON line (faces, VmHWM and ru_maxrss in KiB). ``env``: variables
     set for it on top of this process's environment."""
-    argv = [sys.executable, str(CHILD), args[0], str(npz), *args[1:], "--threads", str(threads)]
-    whole = {**os.environ, **env} if env else None
-    done = run_tool(argv, RSS_TIMEOUT_S, f"{CHILD.name} {' '.join(args)}", InferenceError, env=whole)
+    argv = [*child_python(CHILD), args[0], str(npz), *args[1:], "--threads", str(threads)]
+    done = run_tool(argv, RSS_TIMEOUT_S, f"{CHILD} {' '.join(args)}", InferenceError, env=child_env(env))
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 

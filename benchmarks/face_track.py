@@ -30,11 +30,9 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from benchmarks.face_speed_models import CACHE, build_fp32, build_int8  # noqa: E402
-from benchmarks.frame_speed import BLAZEFACE_FULL_TFLITE, CALIBRATION, make_gallery, with_blazeface  # noqa: E402
-from edge.face.track import KEEP_DESCRIPTOR_WITHIN  # noqa: E402
+from benchmarks.face_speed_models import CACHE, build_fp32, build_int8
+from benchmarks.frame_speed import BLAZEFACE_FULL_TFLITE, CALIBRATION, make_gallery, with_blazeface
+from edge.face.track import KEEP_DESCRIPTOR_WITHIN
 
 EVERY = (1, 2, 4, 8)
 FRAMES = 16

@@ -16,14 +16,13 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+from benchmarks.report import machine_line, write_section
+from edge.errors import TelemetryError
+from edge.telemetry.outbox import Outbox
+from edge.telemetry.schema import Result
+from testsupport.faults import fill, kill_once, remount, stored, tmpfs
 
-from benchmarks.report import machine_line, write_section  # noqa: E402
-from edge.errors import TelemetryError  # noqa: E402
-from edge.telemetry.outbox import Outbox  # noqa: E402
-from edge.telemetry.schema import Result  # noqa: E402
-from testsupport.faults import fill, kill_once, remount, stored, tmpfs  # noqa: E402
+REPO = Path(__file__).resolve().parent.parent
 
 
 def full_disk(work: Path) -> dict:

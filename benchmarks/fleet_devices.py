@@ -19,10 +19,8 @@ import threading
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from edge.telemetry.mqtt import BrokerConfig, TelemetryClient, TelemetryConfig  # noqa: E402
-from edge.telemetry.schema import Result, Telemetry  # noqa: E402
+from edge.telemetry.mqtt import BrokerConfig, TelemetryClient, TelemetryConfig
+from edge.telemetry.schema import Result, Telemetry
 
 #: What every simulated device says it runs (the daemon fills these from its models.json).
 RUNNING = {

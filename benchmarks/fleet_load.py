@@ -31,11 +31,9 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from benchmarks.report import IMG, REPO, machine_line, write_section  # noqa: E402
-from testsupport.broker import Broker  # noqa: E402
-from testsupport.postgres import Postgres  # noqa: E402
+from benchmarks.report import IMG, REPO, machine_line, write_section
+from testsupport.broker import Broker
+from testsupport.postgres import Postgres
 
 SECTION = "fleet-load"
 DEVICES = REPO / "benchmarks" / "fleet_devices.py"

@@ -38,13 +38,11 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from benchmarks.face_speed_models import CACHE, build_fp32, build_int8  # noqa: E402
-from converters.face.blazeface import FULL_RANGE  # noqa: E402
-from edge.face.tiles import DEFAULT_TILING  # noqa: E402
-from edge.face.types import DLIB_SAME_PERSON_THRESHOLD  # noqa: E402
-from edge.profiles import load_profile  # noqa: E402
+from benchmarks.face_speed_models import CACHE, build_fp32, build_int8
+from converters.face.blazeface import FULL_RANGE
+from edge.face.tiles import DEFAULT_TILING
+from edge.face.types import DLIB_SAME_PERSON_THRESHOLD
+from edge.profiles import load_profile
 
 GALLERY_SIZE = 100
 #: The .tflite original that ``convert blazeface`` keeps in the folder beside its ONNX translation.

@@ -25,8 +25,6 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
 #: llama.cpp file types (``llama_ftype``) people download, by name.
 FILE_TYPES = {"Q8_0": 7, "Q4_0": 2, "Q4_1": 3, "Q5_K_M": 17, "Q4_K_M": 15, "Q6_K": 18, "Q5_K_S": 16, "Q4_K_S": 14}
 

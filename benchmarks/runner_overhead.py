@@ -26,13 +26,11 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from benchmarks.overhead_stats import block_order, paired_ratios, runs_per_block, summarize_ratios  # noqa: E402
-from benchmarks.report import machine_line, write_section  # noqa: E402
-from edge.bench import _timed_loop, make_inputs, parse_shape_overrides, run_bench  # noqa: E402
-from edge.runtime import open_model  # noqa: E402
-from edge.runtime.ort_session import import_onnxruntime  # noqa: E402
+from benchmarks.overhead_stats import block_order, paired_ratios, runs_per_block, summarize_ratios
+from benchmarks.report import machine_line, write_section
+from edge.bench import _timed_loop, make_inputs, parse_shape_overrides, run_bench
+from edge.runtime import open_model
+from edge.runtime.ort_session import import_onnxruntime
 
 SECTION = "runner-overhead"
 #: The runner's goal: its loop costs at most this much over a bare session.run loop.

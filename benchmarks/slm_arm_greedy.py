@@ -27,14 +27,12 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from converters.arm.guest import ArmGuest, prepare_guest  # noqa: E402
-from converters.arm.text import RUN_TEXT  # noqa: E402
-from converters.slm.agreement import DEFAULT_PROMPTS, leading_equal  # noqa: E402
-from converters.slm.build import SlmOptions, convert_slm  # noqa: E402
-from converters.slm.quantize import gate_copy  # noqa: E402
-from edge.profiles import Precision, load_profile  # noqa: E402
+from converters.arm.guest import ArmGuest, prepare_guest
+from converters.arm.text import RUN_TEXT
+from converters.slm.agreement import DEFAULT_PROMPTS, leading_equal
+from converters.slm.build import SlmOptions, convert_slm
+from converters.slm.quantize import gate_copy
+from edge.profiles import Precision, load_profile
 
 CPUS = ("cortex-a72", "cortex-a76")
 HASWELL = ("qemu-x86_64", "-cpu", "Haswell")

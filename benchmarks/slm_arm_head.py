@@ -34,12 +34,10 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from benchmarks.report import machine_line, write_section  # noqa: E402
-from benchmarks.slm_speed_models import CACHE  # noqa: E402
-from converters.arm.cost import DEFAULT_PLUGIN, InsnCounts, ModelCost, build_plugin, measure_model  # noqa: E402
-from converters.arm.guest import prepare_guest  # noqa: E402
+from benchmarks.report import machine_line, write_section
+from benchmarks.slm_speed_models import CACHE
+from converters.arm.cost import DEFAULT_PLUGIN, InsnCounts, ModelCost, build_plugin, measure_model
+from converters.arm.guest import prepare_guest
 
 VOCAB, HIDDEN, BLOCK = 49152, 576, 32
 WORK = CACHE / "slm-arm-head"

@@ -33,14 +33,12 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from benchmarks.report import machine_line, write_section  # noqa: E402
-from benchmarks.slm_speed_models import CACHE, _cached, cache_key  # noqa: E402
-from converters.arm.cost import DEFAULT_PLUGIN, InsnCounts, build_plugin  # noqa: E402
-from converters.arm.guest import ArmGuest, prepare_guest  # noqa: E402
-from converters.arm.llama import MARCH_OF_CPU, LlamaCost, build_llama_bench, measure_llama_cpp  # noqa: E402
-from converters.arm.text import measure_generation, measure_prefill  # noqa: E402
+from benchmarks.report import machine_line, write_section
+from benchmarks.slm_speed_models import CACHE, _cached, cache_key
+from converters.arm.cost import DEFAULT_PLUGIN, InsnCounts, build_plugin
+from converters.arm.guest import ArmGuest, prepare_guest
+from converters.arm.llama import MARCH_OF_CPU, LlamaCost, build_llama_bench, measure_llama_cpp
+from converters.arm.text import measure_generation, measure_prefill
 
 DECODE_PROMPT = "Write a short story about a robot who learns to paint."
 PREFILL_PROMPTS = (

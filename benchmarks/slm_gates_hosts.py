@@ -28,9 +28,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from benchmarks.report import REPO, machine_line, write_section  # noqa: E402
+from benchmarks.report import REPO, machine_line, write_section
 
 CACHE = REPO / ".cache" / "bench" / "slm-gates"
 HOSTS = {"native": (), "haswell": ("qemu-x86_64", "-cpu", "Haswell")}

@@ -33,10 +33,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from benchmarks.report import REPO, machine_line, write_section  # noqa: E402
-from benchmarks.slm_speed_models import _cached, race_models  # noqa: E402
+from benchmarks.report import REPO, machine_line, write_section
+from benchmarks.slm_speed_models import _cached, race_models
 
 RECIPES = {
     "none": "fp32 (no quantization): the twin `convert slm --precision fp32 --format tflite` writes",

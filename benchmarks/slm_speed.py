@@ -40,12 +40,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from benchmarks.procstat import child_env, child_python
+from converters.slm.agreement import leading_equal
+from edge.errors import EdgeDeployError, InferenceError, require
 
-from converters.slm.agreement import leading_equal  # noqa: E402
-from edge.errors import EdgeDeployError, InferenceError, require  # noqa: E402
-
-CHILD = Path(__file__).resolve().parent / "slm_speed_child.py"
+CHILD = "benchmarks.slm_speed_child"
 #: (kind, label) in table order; the kinds are the child's.
 CONTENDERS = (
     ("ours-int4", "ours INT4 (ORT)"),
@@ -185,7 +184,8 @@ class Worker:
     def __init__(self, kind: str, path: Path, threads: int) -> None:
         self.kind, self.threads = kind, threads
         self.proc = subprocess.Popen(
-            [sys.executable, str(CHILD), kind, str(path), "--threads", str(threads)],
+            [*child_python(CHILD), kind, str(path), "--threads", str(threads)],
+            env=child_env(),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,

@@ -16,16 +16,13 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from converters.slm.build import convert_slm  # noqa: E402
-from converters.slm.gguf_source import locate_smollm2_gguf, read_gguf, source_info, write_hf_folder  # noqa: E402
-from edge.profiles import Precision, TargetProfile, load_profile  # noqa: E402
+from converters.slm.build import convert_slm
+from converters.slm.gguf_source import locate_smollm2_gguf, read_gguf, source_info, write_hf_folder
+from edge.profiles import Precision, TargetProfile, load_profile
 
 REPO = Path(__file__).resolve().parent.parent
 CACHE = REPO / ".cache" / "bench"

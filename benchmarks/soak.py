@@ -29,11 +29,10 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+from benchmarks.report import machine_line, write_section
+from testsupport.broker import Broker
 
-from benchmarks.report import machine_line, write_section  # noqa: E402
-from testsupport.broker import Broker  # noqa: E402
+REPO = Path(__file__).resolve().parent.parent
 
 DEVICE = "soak-pi"
 #: Share of the run counted as warm-up (caches, allocator pools, SQLite page cache fill up).

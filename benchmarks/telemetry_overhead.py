@@ -45,9 +45,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from benchmarks.overhead_stats import (  # noqa: E402
+from benchmarks.overhead_stats import (
     added_work_loss_pct,
     block_order,
     goal_verdict,
@@ -56,16 +54,16 @@ from benchmarks.overhead_stats import (  # noqa: E402
     summarize_ratios,
     throughput_loss_pct,
 )
-from benchmarks.report import machine_line, write_section  # noqa: E402
-from benchmarks.telemetry_counter import count_reports  # noqa: E402
-from edge.errors import TelemetryError  # noqa: E402
-from edge.runtime import open_model  # noqa: E402
-from edge.runtime.ort_session import import_onnxruntime  # noqa: E402
-from edge.telemetry.link import BrokerConfig  # noqa: E402
-from edge.telemetry.mqtt import TelemetryClient, TelemetryConfig  # noqa: E402
-from edge.telemetry.outbox import DEFAULT_COMMIT_INTERVAL_S  # noqa: E402
-from edge.telemetry.schema import Result  # noqa: E402
-from testsupport.broker import Broker, free_port  # noqa: E402
+from benchmarks.report import machine_line, write_section
+from benchmarks.telemetry_counter import count_reports
+from edge.errors import TelemetryError
+from edge.runtime import open_model
+from edge.runtime.ort_session import import_onnxruntime
+from edge.telemetry.link import BrokerConfig
+from edge.telemetry.mqtt import TelemetryClient, TelemetryConfig
+from edge.telemetry.outbox import DEFAULT_COMMIT_INTERVAL_S
+from edge.telemetry.schema import Result
+from testsupport.broker import Broker, free_port
 
 SECTION = "telemetry-overhead"
 GOAL_PCT = 1.0

@@ -31,8 +31,6 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
 REPO = Path(__file__).resolve().parent.parent
 PLUGIN = REPO / ".cache" / "arm" / "libinsncount.so"
 CALIBRATION = 100
@@ -42,7 +40,6 @@ _CHILD = """
 import json, sys
 from pathlib import Path
 import numpy as np
-sys.path.insert(0, sys.argv[5])
 from marks import marker
 from edge.cpu import int8_kernels
 from edge.face.embed import FaceEmbedder
@@ -86,8 +83,10 @@ def _count(model: Path, chips: Path, variant: Variant, work: Path) -> tuple[int,
     """(instructions in region 1, the child's JSON) for one variant under the emulated Haswell."""
     counts = work / f"{variant.name.replace(' ', '_')}.txt"
     qemu = ["setarch", "x86_64", "-R", "qemu-x86_64", "-plugin", str(PLUGIN), "-d", "plugin", "-D", str(counts)]
-    args = [str(model), str(chips), variant.optimization, "1" if variant.precise else "0", str(REPO / "scripts/arm")]
-    env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONHASHSEED": "0", "OMP_NUM_THREADS": "1"}
+    args = [str(model), str(chips), variant.optimization, "1" if variant.precise else "0"]
+    # scripts/arm on the path for its marks.py (the region markers the plugin counts between)
+    path = os.pathsep.join([str(REPO), str(REPO / "scripts" / "arm")])
+    env = {**os.environ, "PYTHONPATH": path, "PYTHONHASHSEED": "0", "OMP_NUM_THREADS": "1"}
     done = subprocess.run(
         [*qemu, "-cpu", "Haswell", sys.executable, "-c", _CHILD, *args],
         env=env, capture_output=True, text=True, timeout=7200, check=False,
