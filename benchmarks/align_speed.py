@@ -9,8 +9,8 @@ dlib's 5-point shape predictor (``edge.face.shape5``) on the face's box, then th
 annotated ones of the evaluation photos (dlib HOG boxes: astronaut 1, insightface t1.jpg 6, Tom Hanks 1).
 Contenders, interleaved photo by photo in every round, 1 thread:
 
-* ``previous``: ``benchmarks/align_reference.py``, the code before vectorisation (tree by tree);
-* ``a94bba3``: ``benchmarks/align_first_vectorised.py``, the first vectorised code (commit a94bba3), one face at a time
+* ``previous``: ``benchmarks/harness/align_reference.py``, the code before vectorisation (tree by tree);
+* ``a94bba3``: ``benchmarks/harness/align_first_vectorised.py``, the first vectorised code, one face at a time
   and all faces of a photo at once;
 * ``exact``: ``edge.face`` now with ``exact=True`` (dlib's bilinear arithmetic), one face at a time and all
   faces at once (``ShapePredictor.predict_many`` over a photo's faces, then the chips);
@@ -34,9 +34,9 @@ from collections.abc import Callable, Sequence
 import cv2
 import numpy as np
 
-from benchmarks import align_first_vectorised as a94
-from benchmarks import align_reference as ref
-from benchmarks.report import REPO, machine_line, write_section
+from benchmarks.harness import align_first_vectorised as a94
+from benchmarks.harness import align_reference as ref
+from benchmarks.harness.report import REPO, machine_line, write_section
 from converters.face.dlib_shape import export_shape_predictor
 from converters.face.facedata import EVAL_PHOTOS
 from converters.face.reference import dlib_model_path
@@ -208,8 +208,8 @@ def markdown(result: dict) -> str:
             "runs per face (dlib's 5-point shape predictor in numpy and OpenCV, then the 150×150 chip as dlib's",
             f"`get_face_chip`), on the {result['faces']} annotated faces of the evaluation photos, 1 thread (OpenCV's",
             f"too), CPU time, median of {result['rounds']} interleaved rounds.",
-            "`previous` is the code before vectorisation (`benchmarks/align_reference.py`), `a94bba3` the first",
-            "vectorised code (`benchmarks/align_first_vectorised.py`), `exact` the code in `edge/face` with `exact=True`",  # noqa: E501 (one line of the generated doc)
+            "`previous` is the code before vectorisation (`benchmarks/harness/align_reference.py`), `a94bba3` the first",  # noqa: E501
+            "vectorised code (`benchmarks/harness/align_first_vectorised.py`), `exact` the code in `edge/face` with `exact=True`",  # noqa: E501 (one line of the generated doc)
             "(dlib's bilinear arithmetic), `now` the same code as the pipeline runs it (the chip by OpenCV's",
             "`warpAffine` on float32, truncated as dlib truncates). Every round checked that all contenders gave the",
             "same landmarks, that all but `now` gave the same chip bytes (tolerance zero), and how far `now`'s chips",

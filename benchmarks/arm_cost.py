@@ -198,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     table = markdown(costs, command.strip())
     print(table)
     if args.write:
-        from benchmarks.report import machine_line, write_section
+        from benchmarks.harness.report import machine_line, write_section
 
         write_section("arm-cost", SECTION_HEAD.format(machine=machine_line()) + "\n" + goals(costs) + "\n\n" + table)
     if args.json:

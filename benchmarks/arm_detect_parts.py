@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     text = table(counts)
     print(text)
     if args.write:
-        from benchmarks.report import machine_line, write_section
+        from benchmarks.harness.report import machine_line, write_section
 
         command = "python benchmarks/arm_detect_parts.py " + " ".join(argv if argv is not None else sys.argv[1:])
         write_section("arm-detect-parts", HEAD.format(machine=machine_line()) + "\n" + text + f"\n\n`{command}`")

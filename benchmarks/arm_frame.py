@@ -16,7 +16,7 @@ both: ``benchmarks/blazeface_int8.py``), and BlazeFace full range on LiteRT on a
 on one frame in 4 (``face.detect_every = 4``), the followed face keeping its descriptor or described again on
 every frame. Each core's cheapest frame also has its two networks counted alone: the floor of the frame.
 Folders come from the benchmark caches
-(``benchmarks.face_speed_models.build_fp32`` / ``build_int8`` with the default 200 calibration images;
+(``benchmarks.harness.face_speed_models.build_fp32`` / ``build_int8`` with the default 200 calibration images;
 BlazeFace added as ``edge-deploy convert blazeface MODELS --range full`` does, ``frame_speed.with_blazeface``).
 
     .venv/bin/python benchmarks/arm_frame.py [--cpus cortex-a72,cortex-a76] [--contenders mtcnn,blazeface-full]
@@ -39,7 +39,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.face_speed_models import CACHE
+from benchmarks.harness.face_speed_models import CACHE
 from converters.arm.frame import FrameCost, FrameSetup
 from converters.face.blazeface import FULL_RANGE, SHORT_RANGE
 
@@ -163,8 +163,8 @@ def frame_files(work: Path) -> tuple[Path, Path]:
 def folders(profile_name: str, progress) -> dict[str, Path]:
     """The fp32 and the profile's INT8 face folders, each with BlazeFace full and short range added, and a copy
     of the INT8 one whose embedder runs its TFLite twin on LiteRT (cached)."""
-    from benchmarks.face_speed_models import race_models
     from benchmarks.frame_speed import with_blazeface
+    from benchmarks.harness.face_speed_models import race_models
     from converters.face.quantize import DEFAULT_CALIBRATION_COUNT
     from edge.profiles import load_profile
 
@@ -510,7 +510,7 @@ def section(rows: list[tuple[str, str, FrameCost]], nets: dict[str, dict], build
     ``nets``: ``ModelCost.to_dict()`` of the BlazeFace files by ``core/file``; ``builds``: per INT8 build
     (``"rpi4 int8"``), what runs at which precision (``precisions``).
     """
-    from benchmarks.report import machine_line
+    from benchmarks.harness.report import machine_line
     from edge.face.tiles import DEFAULT_TILING
 
     frames = min(c.frames for _, _, c in rows)
@@ -637,7 +637,7 @@ def main(argv: list[str] | None = None) -> int:
     markdown = section(rows, args.nets if args.networks else {}, builds, command.strip())
     print(markdown)
     if args.write:
-        from benchmarks.report import write_section
+        from benchmarks.harness.report import write_section
 
         print(f"wrote {write_section('arm-frame', markdown)}", file=sys.stderr)
     return 0

@@ -208,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     text += "\n" + "\n".join(fp16_lines)
     print(text)
     if args.write:
-        from benchmarks.report import machine_line, write_section
+        from benchmarks.harness.report import machine_line, write_section
 
         command = "python benchmarks/arm_frame_levers.py " + " ".join(argv if argv is not None else sys.argv[1:])
         head = HEAD.format(machine=machine_line(), frames=FRAMES)

@@ -41,7 +41,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.report import REPO, machine_line, write_section
+from benchmarks.harness.report import REPO, machine_line, write_section
 from converters.face.blazeface import FULL_RANGE, export_blazeface_onnx, fetch_blazeface
 from converters.face.boxes import match_boxes
 from converters.face.facedata import calibration_images, make_eval_images

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.report import machine_line, write_section
+from benchmarks.harness.report import machine_line, write_section
 from converters.package.web import build_browser
 from edge.imageio import load_image
 from edge.profiles import load_profile

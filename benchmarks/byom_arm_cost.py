@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchmarks.report import machine_line, write_section
+from benchmarks.harness.report import machine_line, write_section
 from converters.arm.cost import ModelCost, build_plugin, measure_model
 from converters.arm.guest import prepare_guest
 from converters.arm.model import evaluation_file

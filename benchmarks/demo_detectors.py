@@ -19,7 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.report import machine_line, write_section
+from benchmarks.harness.report import machine_line, write_section
 
 DETECTORS = ("mtcnn", "blazeface-full", "blazeface-full-tiled")
 PROFILE = "rpi4"

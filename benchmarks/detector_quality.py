@@ -39,7 +39,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from benchmarks.report import REPO, machine_line, write_section
+from benchmarks.harness.report import REPO, machine_line, write_section
 from converters.face.blazeface import FULL_RANGE, SHORT_RANGE, export_blazeface_onnx
 from converters.face.boxes import match_boxes
 from converters.face.facedata import make_eval_images

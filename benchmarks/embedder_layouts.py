@@ -131,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     text = table(rows, fp32_steady)
     print(text)
     if args.write:
-        from benchmarks.report import machine_line, write_section
+        from benchmarks.harness.report import machine_line, write_section
 
         head = HEAD.format(
             machine=machine_line(), fp32=", ".join(f"{c} {v / 1e6:.2f} M" for c, v in fp32_steady.items())

@@ -60,7 +60,7 @@ def _embed(prefix: list[str], model: Path, chips: Path, fused: bool) -> tuple[st
 
 def _build(say) -> tuple[Path, object]:
     """(the rpi4 INT8 QDQ embedder, the gate's fp32 reference), built as the main job builds them."""
-    from benchmarks.face_speed_models import CACHE, build_fp32, build_int8
+    from benchmarks.harness.face_speed_models import CACHE, build_fp32, build_int8
     from converters.face.calibration import chip_landmarks
     from converters.face.facedata import make_eval_set
     from converters.face.quant_eval import fp32_reference

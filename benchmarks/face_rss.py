@@ -4,7 +4,7 @@ Issue #13's goal: the INT8 pipeline's peak RSS at most 0.6x the fp32 pipeline's.
 (``benchmarks/face_speed.py``) measures it with MTCNN, whose memory grows with every pyramid shape (its sessions
 run without onnxruntime's arena; glibc's heap keeps the big levels' blocks: ``MMAP_LEVER``); this measures the
 same thing for each detector a folder can run, so the goal is read per detector. One fresh process per row
-(``benchmarks/face_rss_child.py``: imports only numpy, onnxruntime and ``edge``) loads the pipeline and runs it
+(``benchmarks/harness/face_rss_child.py``: imports only numpy, onnxruntime and ``edge``) loads the pipeline and runs it
 on the same photos, 1 thread; VmHWM from /proc/self/status, median of ``--repeats`` processes. "Above baseline"
 subtracts a process with the same imports and photos but no model; the libraries' resident pages set a floor no
 smaller model goes below, and the folder's model files bound what INT8 weights can save. Two more rows run MTCNN
@@ -24,10 +24,10 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.face_speed import rss_child
-from benchmarks.face_speed_models import CACHE, build_fp32, build_int8, eval_photos
-from benchmarks.face_speed_report import RSS_RATIO_GOAL
 from benchmarks.frame_speed import CALIBRATION, with_blazeface
-from benchmarks.report import machine_line, write_section
+from benchmarks.harness.face_speed_models import CACHE, build_fp32, build_int8, eval_photos
+from benchmarks.harness.face_speed_report import RSS_RATIO_GOAL
+from benchmarks.harness.report import machine_line, write_section
 from edge.profiles import load_profile
 
 #: A measured lever, not a default: glibc's allocator with a fixed mmap threshold (its dynamic one rises to the
@@ -98,7 +98,7 @@ def markdown(result: dict, command: str, machine: str) -> str:
         f"`{command}` — {machine}",
         "",
         f"One fresh process per row loads the pipeline and runs it on the same {result['photos']} evaluation "
-        f"photos, 1 thread (`benchmarks/face_rss_child.py`: numpy, onnxruntime and `edge` only); VmHWM, median "
+        f"photos, 1 thread (`benchmarks/harness/face_rss_child.py`: numpy, onnxruntime and `edge` only); VmHWM, median "
         f"of {result['repeats']} processes. INT8 = the {target} build (embedder INT8; MTCNN's nets as that "
         'build ships them; BlazeFace fp32, as `convert blazeface` adds it). "Files": the pages of mapped files '
         "resident at the process's end (RssFile: the libraries' code and read-only data it touched, which no "

@@ -11,7 +11,7 @@ sizes, and the peak RSS of a fresh process per variant that loads the full pipel
     .venv/bin/python benchmarks/face_speed.py                # full run: docs/benchmarks.md + docs/img
     .venv/bin/python benchmarks/face_speed.py --quick        # a smoke run; prints, writes no docs
 
-Models are built once and cached under ``.cache/bench/`` (``benchmarks/face_speed_models.py``).
+Models are built once and cached under ``.cache/bench/`` (``benchmarks/harness/face_speed_models.py``).
 Host side: imports converters; nothing here runs on the device.
 """
 
@@ -30,14 +30,14 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.face_speed_models import CACHE, RaceModels, eval_photos, race_models, real_chips
-from benchmarks.procstat import child_env, child_python, thread_count
+from benchmarks.harness.face_speed_models import CACHE, RaceModels, eval_photos, race_models, real_chips
+from benchmarks.harness.procstat import child_env, child_python, thread_count
 from converters.tools import run_tool
 from edge.errors import InferenceError
 from edge.face.types import DLIB_SAME_PERSON_THRESHOLD
 from edge.profiles import TargetProfile, load_profile
 
-CHILD = "benchmarks.face_rss_child"
+CHILD = "benchmarks.harness.face_rss_child"
 DLIB = "dlib"
 #: Our contenders: (name, runtime, precision, key of the model file in RaceModels).
 OURS = (
@@ -395,8 +395,8 @@ def run_race(profile: TargetProfile, rounds: int, n_chips: int, rss_photos: int,
 
 
 def main(argv: list[str] | None = None) -> int:
-    from benchmarks import face_speed_report as report
-    from benchmarks.report import machine_line, publish
+    from benchmarks.harness import face_speed_report as report
+    from benchmarks.harness.report import machine_line, publish
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=10, help="interleaved rounds (default 10)")

@@ -30,8 +30,8 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.face_speed_models import CACHE, build_fp32, build_int8
 from benchmarks.frame_speed import BLAZEFACE_FULL_TFLITE, CALIBRATION, make_gallery, with_blazeface
+from benchmarks.harness.face_speed_models import CACHE, build_fp32, build_int8
 from edge.face.track import KEEP_DESCRIPTOR_WITHIN
 
 EVERY = (1, 2, 4, 8)
@@ -418,7 +418,7 @@ def summary_lines(rows: list[dict]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from benchmarks.report import machine_line, publish
+    from benchmarks.harness.report import machine_line, publish
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (default 3)")

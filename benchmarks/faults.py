@@ -16,7 +16,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.report import machine_line, write_section
+from benchmarks.harness.report import machine_line, write_section
 from edge.errors import TelemetryError
 from edge.telemetry.outbox import Outbox
 from edge.telemetry.schema import Result

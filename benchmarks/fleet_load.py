@@ -2,7 +2,7 @@
 
 Everything real, on loopback, started by this script: a mosquitto (testsupport/broker.py), a
 PostgreSQL cluster (testsupport/postgres.py), ``edge-deploy monitor`` processes, and simulated
-devices (benchmarks/fleet_devices.py: real ``TelemetryClient``s, one outbox each, spread over processes).
+devices (testsupport/fleet_devices.py: real ``TelemetryClient``s, one outbox each, spread over processes).
 
 1. **Broker ceiling**: ``mosquitto_pub`` (QoS 1, ``--repeat``) into ``mosquitto_sub`` (QoS 1, MQTT v5), a
    telemetry-sized payload; the subscriber's messages/s is the anchor.
@@ -31,12 +31,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.report import IMG, REPO, machine_line, write_section
+from benchmarks.harness.report import IMG, REPO, machine_line, write_section
 from testsupport.broker import Broker
 from testsupport.postgres import Postgres
 
 SECTION = "fleet-load"
-DEVICES = REPO / "benchmarks" / "fleet_devices.py"
+DEVICES = "testsupport.fleet_devices"
 _TICKS = os.sysconf("SC_CLK_TCK")
 
 
@@ -126,7 +126,8 @@ class Fleet:
             subprocess.Popen(
                 [
                     sys.executable,
-                    str(DEVICES),
+                    "-m",
+                    DEVICES,
                     "--port",
                     str(self.broker.port),
                     "--dir",

@@ -38,7 +38,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.face_speed_models import CACHE, build_fp32, build_int8
+from benchmarks.harness.face_speed_models import CACHE, build_fp32, build_int8
 from converters.face.blazeface import FULL_RANGE
 from edge.face.tiles import DEFAULT_TILING
 from edge.face.types import DLIB_SAME_PERSON_THRESHOLD
@@ -424,7 +424,7 @@ def plot(result: dict, png: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from benchmarks.report import machine_line, publish
+    from benchmarks.harness.report import machine_line, publish
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds (default 5)")

@@ -133,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     text = table(rows)
     print(text)
     if args.write:
-        from benchmarks.report import machine_line, write_section
+        from benchmarks.harness.report import machine_line, write_section
 
         head = HEAD.format(version=llama_cpp.__version__, tf_version=transformers.__version__, machine=machine_line())
         write_section("gguf-llamacpp", head + "\n" + text + "\n\n`python benchmarks/gguf_llamacpp_quants.py --write`")

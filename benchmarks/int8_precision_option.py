@@ -8,7 +8,7 @@ and the largest descriptor difference between the two INT8 sessions.
 
     .venv/bin/python benchmarks/int8_precision_option.py [--rounds 30]
 
-Models: the race's cached fp32 folder and rpi4 INT8 build (``benchmarks/face_speed_models.py``).
+Models: the race's cached fp32 folder and rpi4 INT8 build (``benchmarks/harness/face_speed_models.py``).
 """
 
 from __future__ import annotations
@@ -38,8 +38,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=30)
     args = parser.parse_args()
-    from benchmarks.face_speed_models import CACHE, build_fp32, build_int8, eval_photos, real_chips
-    from benchmarks.report import machine_line
+    from benchmarks.harness.face_speed_models import CACHE, build_fp32, build_int8, eval_photos, real_chips
+    from benchmarks.harness.report import machine_line
     from converters.face.quantize import DEFAULT_CALIBRATION_COUNT
     from edge.face import models as face_models
     from edge.profiles import load_profile

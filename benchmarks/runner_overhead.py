@@ -11,7 +11,7 @@ Blocks last about ``--block-seconds`` (at most ``--runs`` runs), so a slow model
 
 Prints a markdown table and, for the default models, writes it into docs/benchmarks.md (section
 ``runner-overhead``). The face embedder is the real fp32 ONNX export of dlib's ResNet-29, built once into
-``.cache/bench/face-fp32`` by ``benchmarks/face_speed_models.py``. Host side: builds its models with onnx/torch.
+``.cache/bench/face-fp32`` by ``benchmarks/harness/face_speed_models.py``. Host side: builds its models with onnx/torch.
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.overhead_stats import block_order, paired_ratios, runs_per_block, summarize_ratios
-from benchmarks.report import machine_line, write_section
+from benchmarks.harness.overhead_stats import block_order, paired_ratios, runs_per_block, summarize_ratios
+from benchmarks.harness.report import machine_line, write_section
 from edge.bench import _timed_loop, make_inputs, parse_shape_overrides, run_bench
 from edge.runtime import open_model
 from edge.runtime.ort_session import import_onnxruntime
@@ -65,7 +65,7 @@ def build_tiny(folder: Path) -> Path:
 
 def build_models(folder: Path) -> dict[str, tuple[Path, dict[str, tuple[int, ...]]]]:
     """The tiny conv and the real dlib ResNet-29 face embedder (fp32 ONNX, batch 1, 150x150 chip)."""
-    from benchmarks.face_speed_models import CACHE, build_fp32
+    from benchmarks.harness.face_speed_models import CACHE, build_fp32
 
     face_dir = build_fp32(CACHE, lambda msg: print(f"[runner-overhead] {msg}", file=sys.stderr))
     return {

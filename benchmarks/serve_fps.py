@@ -41,10 +41,10 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.face_speed_models import CACHE, build_fp32, build_int8
 from benchmarks.face_track import against_truth, clips
 from benchmarks.frame_speed import CALIBRATION, make_gallery, with_blazeface
-from benchmarks.report import REPO, machine_line, write_section
+from benchmarks.harness.face_speed_models import CACHE, build_fp32, build_int8
+from benchmarks.harness.report import REPO, machine_line, write_section
 
 WIDTH, HEIGHT = 640, 480
 GOAL = 10.0

@@ -34,8 +34,8 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.report import machine_line, write_section
-from benchmarks.slm_speed_models import CACHE
+from benchmarks.harness.report import machine_line, write_section
+from benchmarks.harness.slm_speed_models import CACHE
 from converters.arm.cost import DEFAULT_PLUGIN, InsnCounts, ModelCost, build_plugin, measure_model
 from converters.arm.guest import prepare_guest
 

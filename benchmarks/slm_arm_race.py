@@ -33,8 +33,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from benchmarks.report import machine_line, write_section
-from benchmarks.slm_speed_models import CACHE, _cached, cache_key
+from benchmarks.harness.report import machine_line, write_section
+from benchmarks.harness.slm_speed_models import CACHE, _cached, cache_key
 from converters.arm.cost import DEFAULT_PLUGIN, InsnCounts, build_plugin
 from converters.arm.guest import ArmGuest, prepare_guest
 from converters.arm.llama import MARCH_OF_CPU, LlamaCost, build_llama_bench, measure_llama_cpp

@@ -28,7 +28,7 @@ import sys
 import time
 from pathlib import Path
 
-from benchmarks.report import REPO, machine_line, write_section
+from benchmarks.harness.report import REPO, machine_line, write_section
 
 CACHE = REPO / ".cache" / "bench" / "slm-gates"
 HOSTS = {"native": (), "haswell": ("qemu-x86_64", "-cpu", "Haswell")}

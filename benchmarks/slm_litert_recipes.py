@@ -33,8 +33,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchmarks.report import REPO, machine_line, write_section
-from benchmarks.slm_speed_models import _cached, race_models
+from benchmarks.harness.report import REPO, machine_line, write_section
+from benchmarks.harness.slm_speed_models import _cached, race_models
 
 RECIPES = {
     "none": "fp32 (no quantization): the twin `convert slm --precision fp32 --format tflite` writes",

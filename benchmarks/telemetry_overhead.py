@@ -25,7 +25,7 @@ number), and the broker-down outbox must still hold every report it was given.
     .venv/bin/python benchmarks/telemetry_overhead.py             # writes docs/benchmarks.md
     .venv/bin/python benchmarks/telemetry_overhead.py --rounds 6 --no-write
 
-Host side: uses the cached fp32 face models (``benchmarks/face_speed_models.py``) and the test broker helper.
+Host side: uses the cached fp32 face models (``benchmarks/harness/face_speed_models.py``) and the test broker helper.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.overhead_stats import (
+from benchmarks.harness.overhead_stats import (
     added_work_loss_pct,
     block_order,
     goal_verdict,
@@ -54,8 +54,8 @@ from benchmarks.overhead_stats import (
     summarize_ratios,
     throughput_loss_pct,
 )
-from benchmarks.report import machine_line, write_section
-from benchmarks.telemetry_counter import count_reports
+from benchmarks.harness.report import machine_line, write_section
+from benchmarks.harness.telemetry_counter import count_reports
 from edge.errors import TelemetryError
 from edge.runtime import open_model
 from edge.runtime.ort_session import import_onnxruntime
@@ -276,7 +276,7 @@ class CommitProbe:
 def load_inputs(chip_count: int) -> tuple[Path, list[np.ndarray], list[np.ndarray]]:
     """The fp32 face models folder, ``chip_count`` real aligned chips as float32 [1, 3, 150, 150] and the
     evaluation photos (uint8 RGB) that have a face."""
-    from benchmarks.face_speed_models import CACHE, build_fp32, eval_photos, real_chips
+    from benchmarks.harness.face_speed_models import CACHE, build_fp32, eval_photos, real_chips
 
     face_dir = build_fp32(CACHE, lambda msg: print(f"[telemetry-overhead] {msg}", file=sys.stderr))
     photos = eval_photos(limit=12)

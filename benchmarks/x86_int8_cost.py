@@ -13,7 +13,7 @@ real chips.
     .venv/bin/python benchmarks/x86_int8_cost.py [--faces 4] [--json out.json] [--no-doc]
 
 Models: the race's cached fp32 folder and the INT8 builds for ``x86_64-host`` (reduce-range weights) and
-``rpi4`` (full-range weights, the saturating case) from ``benchmarks/face_speed_models.py``; ~10 minutes the
+``rpi4`` (full-range weights, the saturating case) from ``benchmarks/harness/face_speed_models.py``; ~10 minutes the
 first time (calibration), then a few minutes of emulation.
 """
 
@@ -101,7 +101,7 @@ def _count(model: Path, chips: Path, variant: Variant, work: Path) -> tuple[int,
 
 def _models(faces: int) -> tuple[dict[str, Path], np.ndarray]:
     """The embedder files by model key, and ``faces + 1`` real aligned chips (uint8 NHWC)."""
-    from benchmarks.face_speed_models import CACHE, build_fp32, build_int8, eval_photos, real_chips
+    from benchmarks.harness.face_speed_models import CACHE, build_fp32, build_int8, eval_photos, real_chips
     from edge.face import models as face_models
     from edge.profiles import load_profile
 
@@ -165,7 +165,7 @@ def main() -> int:
     if args.json:
         args.json.write_text(json.dumps({"faces": args.faces, "kernels": kernels, "rows": rows}, indent=2))
     if not args.no_doc:
-        from benchmarks.report import machine_line, write_section
+        from benchmarks.harness.report import machine_line, write_section
 
         head = "## INT8 on an AVX2-only x86 (no VNNI): instructions and accuracy per face, emulated Haswell\n\n"
         command = f"`.venv/bin/python benchmarks/x86_int8_cost.py --faces {args.faces}` — {machine_line()}\n\n"

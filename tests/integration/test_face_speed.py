@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from benchmarks import face_speed as fs
-from benchmarks.face_speed_models import build_fp32, eval_photos, real_chips
+from benchmarks.harness.face_speed_models import build_fp32, eval_photos, real_chips
 from edge.profiles import load_profile
 
 pytestmark = pytest.mark.integration

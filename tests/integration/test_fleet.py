@@ -24,7 +24,7 @@ from testsupport.postgres import Postgres, postgres_missing, wait_until
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
-DEVICES = ROOT / "benchmarks" / "fleet_devices.py"
+DEVICES = "testsupport.fleet_devices"
 
 
 @pytest.fixture(scope="module")
@@ -190,7 +190,8 @@ def test_fifty_devices_lose_nothing_through_monitor_kill_postgres_restart_and_br
             subprocess.Popen(
                 [
                     sys.executable,
-                    str(DEVICES),
+                    "-m",
+                    DEVICES,
                     "--port",
                     str(broker.port),
                     "--dir",

@@ -27,7 +27,7 @@ from edge.profiles import Precision, TargetProfile
 from edge.progress import ProgressFn, silent
 from testsupport.needs import ONNX2TF, install_on_first_use
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 CACHE = REPO / ".cache" / "bench"
 #: How much of a sha256 names a cache folder.
 KEY_CHARS = 16

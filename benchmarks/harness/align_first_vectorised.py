@@ -2,7 +2,7 @@
 issue 13's "alignment in ~1 ms a face" step.
 
 ``benchmarks/align_speed.py`` times it beside ``edge.face`` now and checks, every round, that both give the same
-landmarks and chip bytes (the tests compare ``edge.face`` with ``benchmarks/align_reference.py``). Only the
+landmarks and chip bytes (the tests compare ``edge.face`` with ``benchmarks/harness/align_reference.py``). Only the
 parts that changed are kept: the shape predictor's tables and cascade walk, and the chip's geometry and bilinear
 sampling. ``pyramid_down_2`` is shared with ``edge.face.align`` (unchanged).
 """

@@ -24,7 +24,7 @@ from converters.slm.build import convert_slm
 from converters.slm.gguf_source import locate_smollm2_gguf, read_gguf, source_info, write_hf_folder
 from edge.profiles import Precision, TargetProfile, load_profile
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 CACHE = REPO / ".cache" / "bench"
 SLM_SOURCES = REPO / "converters" / "slm"
 #: The profile the race builds ours with: the x86 one (accuracy level 0, the fp32 LM head).
