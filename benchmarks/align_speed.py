@@ -1,7 +1,7 @@
 """Alignment speed: the previous numpy code against the vectorised one, side by side in one run.
 
-    .venv/bin/python benchmarks/align_speed.py            # writes the ``align-speed`` section of docs/benchmarks.md
-    .venv/bin/python benchmarks/align_speed.py --quick    # fewer rounds, prints only
+    .venv/bin/python -m benchmarks run align_speed            # writes the ``align-speed`` section of docs/benchmarks.md
+    .venv/bin/python -m benchmarks run align_speed --quick    # fewer rounds, prints only
 
 What is timed is the device's alignment of one face, as ``FacePipeline`` runs it with the shape predictor:
 dlib's 5-point shape predictor (``edge.face.shape5``) on the face's box, then the 150x150 chip cut through
@@ -42,6 +42,11 @@ from converters.face.facedata import EVAL_PHOTOS
 from converters.face.reference import dlib_model_path
 from edge.face.align import CHIP_TOLERANCE, align_chip_dlib5
 from edge.face.shape5 import ShapePredictor
+
+NAME = "align_speed"
+SUMMARY = "Face alignment speed: the previous, the first vectorised and today's code, interleaved"
+#: the docs/benchmarks.md sections it writes
+SECTIONS = ("align-speed",)
 
 CACHE = REPO / ".cache" / "bench"
 CONTENDERS = (
@@ -204,7 +209,8 @@ def markdown(result: dict) -> str:
         [
             "## Face alignment (5-point shape predictor + chip)",
             "",
-            f"`.venv/bin/python benchmarks/align_speed.py --rounds {result['rounds']}` — the alignment `FacePipeline`",
+            f"`.venv/bin/python -m benchmarks run align_speed --rounds {result['rounds']}` — "
+            "the alignment `FacePipeline`",
             "runs per face (dlib's 5-point shape predictor in numpy and OpenCV, then the 150×150 chip as dlib's",
             f"`get_face_chip`), on the {result['faces']} annotated faces of the evaluation photos, 1 thread (OpenCV's",
             f"too), CPU time, median of {result['rounds']} interleaved rounds.",
@@ -280,7 +286,3 @@ def main(argv: list[str] | None = None) -> int:
     if not args.quick:
         print(f"wrote {write_section('align-speed', md)}", file=sys.stderr)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

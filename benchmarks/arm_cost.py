@@ -7,8 +7,8 @@ QDQ build (``converters.face.quantize``: rpi4 for the A72, rpi5 for the A76) in 
 With ``--litert``, the embedder also goes through onnx2tf to TFLite (fp32 and full-integer INT8) and runs
 on LiteRT (XNNPACK). Counts do not depend on the machine's load; they took ~10-40 s of emulation each.
 
-    .venv/bin/python benchmarks/arm_cost.py                       # embedder, ORT, A72 and A76
-    .venv/bin/python benchmarks/arm_cost.py --models embedder,onet,rnet,pnet --litert --json cost.json
+    .venv/bin/python -m benchmarks run arm_cost                       # embedder, ORT, A72 and A76
+    .venv/bin/python -m benchmarks run arm_cost --models embedder,onet,rnet,pnet --litert --json cost.json
 
 Prints a markdown table to paste into docs/benchmarks.md. Goals (from the Pi-build issue): INT8 / fp32
 <= 0.6 on the A72 and <= 0.4 on the A76 for the embedder with its best backend, and SDOT running on the A76.
@@ -31,6 +31,11 @@ from converters.face.build import export_face_models
 from edge.face import models as face_models
 from edge.face.models import FaceModel
 from testsupport.needs import ONNX2TF, install_on_first_use
+
+NAME = "arm_cost"
+SUMMARY = "Executed instructions per inference of the face models on emulated Pi 4 / Pi 5 cores"
+#: the docs/benchmarks.md sections it writes
+SECTIONS = ("arm-cost",)
 
 PROFILE_OF_CPU = {"cortex-a72": "rpi4", "cortex-a76": "rpi5"}
 GOALS = {"cortex-a72": 0.6, "cortex-a76": 0.4}
@@ -194,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     costs: list[tuple[str, str, ModelCost]] = []
     for cpu in [c.strip() for c in args.cpus.split(",") if c.strip()]:
         costs += count_cpu(cpu, nets, fp32, inputs, args)
-    command = "python benchmarks/arm_cost.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = "python -m benchmarks run arm_cost " + " ".join(argv if argv is not None else sys.argv[1:])
     table = markdown(costs, command.strip())
     print(table)
     if args.write:
@@ -205,7 +210,3 @@ def main(argv: list[str] | None = None) -> int:
         rows = [{"net": n, "precision": p, **c.to_dict()} for n, p, c in costs]
         args.json.write_text(json.dumps(rows, indent=2) + "\n", encoding="utf-8")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

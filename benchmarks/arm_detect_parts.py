@@ -7,7 +7,7 @@ network, decoding, NMS, for three codes of parts 1, 2 and 4 (``--code`` there): 
 image (what a tiled frame runs) and now, on grace_hopper letterboxed to 640x480 (arm_frame's frame), one
 thread, per frame = (run of 3 frames - run of 1 frame) / 2.
 
-    .venv/bin/python benchmarks/arm_detect_parts.py [--cpus cortex-a72,cortex-a76] [--write]
+    .venv/bin/python -m benchmarks run arm_detect_parts [--cpus cortex-a72,cortex-a76] [--write]
 """
 
 from __future__ import annotations
@@ -21,6 +21,11 @@ from benchmarks.arm_frame import frame_files
 from converters.arm.cost import DEFAULT_PLUGIN, build_plugin, count_instructions
 from converters.arm.guest import DEFAULT_CACHE, prepare_guest
 from converters.face.blazeface import FULL_RANGE, fetch_blazeface
+
+NAME = "arm_detect_parts"
+SUMMARY = "BlazeFace's detect stage in parts: instructions of each on emulated Pi cores"
+#: the docs/benchmarks.md sections it writes
+SECTIONS = ("arm-detect-parts",)
 
 SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "arm" / "run_detect_parts.py"
 PARTS = {
@@ -110,10 +115,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.write:
         from benchmarks.harness.report import machine_line, write_section
 
-        command = "python benchmarks/arm_detect_parts.py " + " ".join(argv if argv is not None else sys.argv[1:])
+        command = "python -m benchmarks run arm_detect_parts " + " ".join(argv if argv is not None else sys.argv[1:])
         write_section("arm-detect-parts", HEAD.format(machine=machine_line()) + "\n" + text + f"\n\n`{command}`")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -19,7 +19,7 @@ Folders come from the benchmark caches
 (``benchmarks.harness.face_speed_models.build_fp32`` / ``build_int8`` with the default 200 calibration images;
 BlazeFace added as ``edge-deploy convert blazeface MODELS --range full`` does, ``frame_speed.with_blazeface``).
 
-    .venv/bin/python benchmarks/arm_frame.py [--cpus cortex-a72,cortex-a76] [--contenders mtcnn,blazeface-full]
+    .venv/bin/python -m benchmarks run arm_frame [--cpus cortex-a72,cortex-a76] [--contenders mtcnn,blazeface-full]
         [--frames 2] [--fresh] [--write]
 
 Resumable: every counted row is kept in ``.cache/bench/arm_frame.json`` and not counted again unless
@@ -42,6 +42,11 @@ import numpy as np
 from benchmarks.harness.face_speed_models import CACHE
 from converters.arm.frame import FrameCost, FrameSetup
 from converters.face.blazeface import FULL_RANGE, SHORT_RANGE
+
+NAME = "arm_frame"
+SUMMARY = "Instructions per 640x480 one-face frame, whole pipeline, on emulated Pi 4 / Pi 5 cores"
+#: the docs/benchmarks.md sections it writes
+SECTIONS = ("arm-frame",)
 
 #: (core, the board build it runs, instructions-a-frame goal), as issue #13 sets them.
 CORES = {"cortex-a72": ("rpi4", 150e6), "cortex-a76": ("rpi5", 60e6)}
@@ -633,7 +638,7 @@ def main(argv: list[str] | None = None) -> int:
     for cpu in [c.strip() for c in args.cpus.split(",") if c.strip()]:
         rows += count_core(cpu, names, args, done, builds)
         print(table(rows), file=sys.stderr, flush=True)
-    command = "python benchmarks/arm_frame.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = "python -m benchmarks run arm_frame " + " ".join(argv if argv is not None else sys.argv[1:])
     markdown = section(rows, args.nets if args.networks else {}, builds, command.strip())
     print(markdown)
     if args.write:
@@ -641,7 +646,3 @@ def main(argv: list[str] | None = None) -> int:
 
         print(f"wrote {write_section('arm-frame', markdown)}", file=sys.stderr)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -13,7 +13,7 @@ INT8 build, against 150 M instructions a frame). This measures two levers beyond
   in fp16 where the core can; steady instructions per inference (``scripts/arm/run_model.py``) and how far its
   outputs move from fp32's on the emulated core.
 
-    .venv/bin/python benchmarks/arm_frame_levers.py [--cpus cortex-a72,cortex-a76] [--write]
+    .venv/bin/python -m benchmarks run arm_frame_levers [--cpus cortex-a72,cortex-a76] [--write]
 """
 
 from __future__ import annotations
@@ -31,6 +31,11 @@ from benchmarks.arm_frame import frame_files
 from converters.arm.cost import DEFAULT_PLUGIN, build_plugin, count_instructions
 from converters.arm.guest import DEFAULT_CACHE, prepare_guest
 from converters.face.blazeface import FULL_RANGE, fetch_blazeface
+
+NAME = "arm_frame_levers"
+SUMMARY = "Levers on the Pi frame budget, measured and not taken: what each saves and costs"
+#: the docs/benchmarks.md sections it writes
+SECTIONS = ("arm-frame-levers",)
 
 ARM = Path(__file__).resolve().parent.parent / "scripts" / "arm"
 LETTERBOX_SCRIPT = ARM / "run_letterbox.py"
@@ -210,11 +215,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.write:
         from benchmarks.harness.report import machine_line, write_section
 
-        command = "python benchmarks/arm_frame_levers.py " + " ".join(argv if argv is not None else sys.argv[1:])
+        command = "python -m benchmarks run arm_frame_levers " + " ".join(argv if argv is not None else sys.argv[1:])
         head = HEAD.format(machine=machine_line(), frames=FRAMES)
         write_section("arm-frame-levers", head + "\n" + text + f"\n\n`{command}`")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -9,7 +9,7 @@ on arm_frame's one-face 640x480 frame, and the embedder as INT8 QDQ in the brows
 fp32 choice). Goal: browser / native <= 2.0.
 Also saves a screenshot of the page to docs/img/browser-demo.png.
 
-    .venv/bin/python benchmarks/browser_vs_native.py [--models DIR] [--text SLM_DIR] [--threads 2] [--blocks 5]
+    .venv/bin/python -m benchmarks run browser_vs_native [--models DIR] [--text SLM_DIR] [--threads 2] [--blocks 5]
 
 Writes the "browser" section of docs/benchmarks.md.
 """
@@ -35,6 +35,11 @@ from edge.profiles import load_profile
 from edge.webserve import WebServer
 from testsupport.browser import Chromium
 from testsupport.needs import WEB, install_on_first_use
+
+NAME = "browser_vs_native"
+SUMMARY = "Browser (onnxruntime-web in headless Chromium) against native onnxruntime latency"
+#: the docs/benchmarks.md sections it writes
+SECTIONS = ("browser",)
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -245,7 +250,7 @@ def _markdown(rows: list[tuple], threads: int, got: int, blocks: int, runs: int)
     lines = [
         "## Browser (onnxruntime-web) vs native (onnxruntime)",
         "",
-        f"`.venv/bin/python benchmarks/browser_vs_native.py {' '.join(sys.argv[1:])}` — "
+        f"`.venv/bin/python -m benchmarks run browser_vs_native {' '.join(sys.argv[1:])}` — "
         f"{machine_line()}. Headless Chromium, onnxruntime-web wasm SIMD with {got} threads (cross-origin "
         f"isolated) vs onnxruntime CPU with {threads} intra-op threads; interleaved blocks, first run apart; "
         "median (p90) ms. Goal: browser / native <= 2.0.",
@@ -291,7 +296,3 @@ def main(argv: list[str] | None = None) -> int:
     print(md)
     print(f"section written to {write_section('browser', md)}; screenshot {SCREENSHOT}")
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

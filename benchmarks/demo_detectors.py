@@ -7,7 +7,7 @@ added) once per detector, on this host, and counts what face_recognition's own d
 upsample) finds in the same views: the numbers a profile's choice of detector rests on. Its cost on the Pi's
 cores is section ``arm-frame``.
 
-    .venv/bin/python benchmarks/demo_detectors.py [--write]
+    .venv/bin/python -m benchmarks run demo_detectors [--write]
 """
 
 from __future__ import annotations
@@ -20,6 +20,11 @@ import time
 from pathlib import Path
 
 from benchmarks.harness.report import machine_line, write_section
+
+NAME = "demo_detectors"
+SUMMARY = "The demo's recognition check with each face detector"
+#: the docs/benchmarks.md sections it writes
+SECTIONS = ("demo-detectors",)
 
 DETECTORS = ("mtcnn", "blazeface-full", "blazeface-full-tiled")
 PROFILE = "rpi4"
@@ -72,7 +77,7 @@ def markdown(result: dict) -> str:
     lines = [
         "## The demo's check with each face detector",
         "",
-        "`.venv/bin/python benchmarks/demo_detectors.py` — `edge-deploy demo`'s recognition check "
+        "`.venv/bin/python -m benchmarks run demo_detectors` — `edge-deploy demo`'s recognition check "
         "(`converters.demo.host.run_face_demo`: a gallery of one crop per person, one person held out, then "
         "every face of 18 seeded views of the shipped photos named) run with each detector on the "
         f"{PROFILE} INT8 face folder, one thread, on this host. found = a detection overlapping an annotated "
@@ -119,7 +124,3 @@ def main(argv: list[str] | None = None) -> int:
     if args.write:
         print(f"wrote {write_section('demo-detectors', text)}", file=sys.stderr)
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,7 +1,7 @@
 """Face detectors side by side on the evaluation photos: faces found, missed and false, and ms per photo.
 
-    .venv/bin/python benchmarks/detector_quality.py            # writes the ``detector-quality`` section
-    .venv/bin/python benchmarks/detector_quality.py --quick    # 1 timed round, prints only
+    .venv/bin/python -m benchmarks run detector_quality            # writes the ``detector-quality`` section
+    .venv/bin/python -m benchmarks run detector_quality --quick    # 1 timed round, prints only
 
 The photos are the evaluation set's (``converters.face.facedata.make_eval_images``, seed 0): the originals of
 skimage's astronaut, insightface's t1.jpg (6 people) and Tom Hanks (padded), and 6 seeded augmentations of
@@ -48,6 +48,11 @@ from edge.face.detect_blazeface import BlazeFaceDetector
 from edge.face.detect_mtcnn import MtcnnDetector
 from edge.face.recognize import DEFAULT_MIN_SCORE
 from edge.face.tiles import DEFAULT_TILING, Tiling, tile_grid
+
+NAME = "detector_quality"
+SUMMARY = "Face detectors on the evaluation photos: found, missed, false, ms per photo"
+#: the docs/benchmarks.md sections it writes
+SECTIONS = ("detector-quality",)
 
 CACHE = REPO / ".cache" / "bench"
 #: Face size buckets (annotated box side, pixels): [low, high).
@@ -290,7 +295,7 @@ def markdown(result: dict) -> str:
         [
             "## Face detectors: faces found, missed and false; ms per photo",
             "",
-            "`.venv/bin/python benchmarks/detector_quality.py` — the evaluation set's "
+            "`.venv/bin/python -m benchmarks run detector_quality` — the evaluation set's "
             f"{result['images']} images (3 photos, each original",
             f"+ 6 seeded augmentations) and their {sum(annotated)} annotated faces; found = a detection overlapping",
             "an annotated face by IoU ≥ 0.3 (one to one), false = a detection matching none; face size = the",
@@ -332,7 +337,3 @@ def main(argv: list[str] | None = None) -> int:
     if not args.quick:
         print(f"wrote {write_section('detector-quality', md)}", file=sys.stderr)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

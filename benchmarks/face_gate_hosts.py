@@ -9,7 +9,7 @@ VNNI: the CPU the first release's main job failed on). For each it prints the ga
 cosine to fp32, same/different decisions agreeing with fp32 — and the largest descriptor difference between
 the two hosts. ``--fused`` adds the saturating case (fused, onnxruntime's default u8s8 kernels) for contrast.
 
-    .venv/bin/python benchmarks/face_gate_hosts.py [--faces N] [--fused] [--json out.json]
+    .venv/bin/python -m benchmarks run face_gate_hosts [--faces N] [--fused] [--json out.json]
 
 The emulated run is slow (TCG; the unfused embedder is ~120 M x86 instructions a face,
 benchmarks/x86_int8_cost.py): minutes for the 54 faces. The Pi's own figures (the shipped ``.ort`` on
@@ -27,6 +27,11 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
+
+NAME = "face_gate_hosts"
+SUMMARY = "The rpi4 INT8 face gate's figures on this host and on an AVX2-only x86"
+#: the docs/benchmarks.md sections it writes (none: it prints its figures)
+SECTIONS = ()
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -88,12 +93,12 @@ def _figures(reference, vectors: np.ndarray) -> dict:
             "decisions": f"{decisions.agree} of {decisions.pairs}", "agreement": decisions.agreement}  # fmt: skip
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--faces", type=int, help="only the first N of the gate's faces (default: all)")
     parser.add_argument("--fused", action="store_true", help="also the saturating case (fused, ORT defaults)")
     parser.add_argument("--json", type=Path)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     model, reference = _build(lambda line: print(f"  {line}", file=sys.stderr))
     chips = Path(tempfile.mkdtemp(prefix="face-gate-hosts-")) / "chips.npy"
     np.save(chips, reference.chips[: args.faces])
@@ -117,7 +122,3 @@ def main() -> int:
         kept = [{"how": h, "host": w, **{k: v for k, v in r.items() if k != "vectors"}} for (h, w), r in rows.items()]
         args.json.write_text(json.dumps(kept, indent=2))
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

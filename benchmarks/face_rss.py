@@ -10,8 +10,8 @@ subtracts a process with the same imports and photos but no model; the libraries
 smaller model goes below, and the folder's model files bound what INT8 weights can save. Two more rows run MTCNN
 with glibc's mmap threshold fixed (``MMAP_LEVER``), a lever measured against its CPU time, not a default.
 
-    .venv/bin/python benchmarks/face_rss.py            # docs/benchmarks.md, section face-rss
-    .venv/bin/python benchmarks/face_rss.py --quick    # 1 process per row, 3 photos; prints, writes no docs
+    .venv/bin/python -m benchmarks run face_rss            # docs/benchmarks.md, section face-rss
+    .venv/bin/python -m benchmarks run face_rss --quick    # 1 process per row, 3 photos; prints, writes no docs
 """
 
 from __future__ import annotations
@@ -29,6 +29,11 @@ from benchmarks.harness.face_speed_models import CACHE, build_fp32, build_int8, 
 from benchmarks.harness.face_speed_report import RSS_RATIO_GOAL
 from benchmarks.harness.report import machine_line, write_section
 from edge.profiles import load_profile
+
+NAME = "face_rss"
+SUMMARY = "Peak RSS of the face pipeline per detector, INT8 against fp32"
+#: the docs/benchmarks.md sections it writes
+SECTIONS = ("face-rss",)
 
 #: A measured lever, not a default: glibc's allocator with a fixed mmap threshold (its dynamic one rises to the
 #: largest block freed, so the activations of big pyramid levels then come from the heap and stay there).
@@ -206,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
     def progress(line: str) -> None:
         print(f"[face-rss] {line}", file=sys.stderr, flush=True)
 
-    command = f".venv/bin/python benchmarks/face_rss.py --photos {photos} --repeats {repeats}"
+    command = f".venv/bin/python -m benchmarks run face_rss --photos {photos} --repeats {repeats}"
     machine = machine_line()
     result = measure(args.target, photos, repeats, progress)
     (CACHE / "face-rss.json").write_text(json.dumps(result, indent=2), encoding="utf-8")
@@ -215,7 +220,3 @@ def main(argv: list[str] | None = None) -> int:
     if not args.quick:
         print(f"wrote {write_section('face-rss', text)}", file=sys.stderr)
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

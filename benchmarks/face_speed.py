@@ -8,8 +8,8 @@ time). Before any timing, every contender's descriptors are compared with dlib's
 speed reported is that of a correct model; the first call (and the load) is reported apart. Then model
 sizes, and the peak RSS of a fresh process per variant that loads the full pipeline and runs it on photos.
 
-    .venv/bin/python benchmarks/face_speed.py                # full run: docs/benchmarks.md + docs/img
-    .venv/bin/python benchmarks/face_speed.py --quick        # a smoke run; prints, writes no docs
+    .venv/bin/python -m benchmarks run face_speed                # full run: docs/benchmarks.md + docs/img
+    .venv/bin/python -m benchmarks run face_speed --quick        # a smoke run; prints, writes no docs
 
 Models are built once and cached under ``.cache/bench/`` (``benchmarks/harness/face_speed_models.py``).
 Host side: imports converters; nothing here runs on the device.
@@ -36,6 +36,11 @@ from converters.tools import run_tool
 from edge.errors import InferenceError
 from edge.face.types import DLIB_SAME_PERSON_THRESHOLD
 from edge.profiles import TargetProfile, load_profile
+
+NAME = "face_speed"
+SUMMARY = "Face descriptor speed: dlib against ours on ORT and LiteRT, fp32 and INT8"
+#: the docs/benchmarks.md sections it writes
+SECTIONS = ("face-speed",)
 
 CHILD = "benchmarks.harness.face_rss_child"
 DLIB = "dlib"
@@ -416,7 +421,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[{time.perf_counter() - start:6.1f} s] {msg}", file=sys.stderr, flush=True)
 
     result = run_race(load_profile(args.target), args.rounds, args.chips, args.rss_photos, args.calibration, progress)
-    command = ".venv/bin/python benchmarks/face_speed.py" + "".join(
+    command = ".venv/bin/python -m benchmarks run face_speed" + "".join(
         f" --{k} {v}" for k, v in (("rounds", args.rounds), ("chips", args.chips), ("rss-photos", args.rss_photos))
     )
     if args.target != "rpi4" or args.calibration != 200:
@@ -425,7 +430,3 @@ def main(argv: list[str] | None = None) -> int:
     _, result["goals"] = report.goals(result["speed"], result["sizes"], result["rss"])
     publish("face_speed", md, result, CACHE, None if args.quick else lambda png: report.plot(result["speed"], png))
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

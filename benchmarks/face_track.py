@@ -14,8 +14,8 @@ one clip after the other, so each cut is a scene change the tracker must catch):
   as a ratio to n = 1. The emulated Pi cores' instructions: section ``arm-frame`` (its ``detector 1 frame in 4``
   rows).
 
-    .venv/bin/python benchmarks/face_track.py            # docs/benchmarks.md, section face-track
-    .venv/bin/python benchmarks/face_track.py --quick    # 1 round, n = 1 and 4; prints, writes no docs
+    .venv/bin/python -m benchmarks run face_track            # docs/benchmarks.md, section face-track
+    .venv/bin/python -m benchmarks run face_track --quick    # 1 round, n = 1 and 4; prints, writes no docs
 
 Host side: imports converters (to build the folders and the clips).
 """
@@ -33,6 +33,11 @@ import numpy as np
 from benchmarks.frame_speed import BLAZEFACE_FULL_TFLITE, CALIBRATION, make_gallery, with_blazeface
 from benchmarks.harness.face_speed_models import CACHE, build_fp32, build_int8
 from edge.face.track import KEEP_DESCRIPTOR_WITHIN
+
+NAME = "face_track"
+SUMMARY = "Faces followed between detector frames: how close they stay, what the host saves"
+#: the docs/benchmarks.md sections it writes
+SECTIONS = ("face-track",)
 
 EVERY = (1, 2, 4, 8)
 FRAMES = 16
@@ -435,7 +440,7 @@ def main(argv: list[str] | None = None) -> int:
 
     rounds, every = (1, (1, 4)) if args.quick else (args.rounds, EVERY)
     result = run(args.target, rounds, every, args.frames, progress)
-    command = f".venv/bin/python benchmarks/face_track.py --rounds {rounds} --frames {args.frames}"
+    command = f".venv/bin/python -m benchmarks run face_track --rounds {rounds} --frames {args.frames}"
     if args.target != "rpi4":
         command += f" --target {args.target}"
     md = markdown(result, command, machine_line())
@@ -470,7 +475,3 @@ def plot(result: dict, png: Path) -> None:
     png.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(png, dpi=110)
     plt.close(fig)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -3,8 +3,8 @@
 The same scenarios as tests/integration/test_outbox_faults.py (which asserts them on every CI run), run
 here with their figures written to docs/benchmarks.md. Needs root (it mounts small tmpfs filesystems).
 
-    .venv/bin/python benchmarks/faults.py                 # 1,000 SIGKILL cycles; writes docs/benchmarks.md
-    .venv/bin/python benchmarks/faults.py --kills 200 --no-write
+    .venv/bin/python -m benchmarks run faults                 # 1,000 SIGKILL cycles; writes docs/benchmarks.md
+    .venv/bin/python -m benchmarks run faults --kills 200 --no-write
 """
 
 from __future__ import annotations
@@ -21,6 +21,11 @@ from edge.errors import TelemetryError
 from edge.telemetry.outbox import Outbox
 from edge.telemetry.schema import Result
 from testsupport.faults import fill, kill_once, remount, stored, tmpfs
+
+NAME = "faults"
+SUMMARY = "Disk and power faults under the durable outbox (root: tmpfs mounts)"
+#: the docs/benchmarks.md sections it writes
+SECTIONS = ("faults",)
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -114,13 +119,9 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="edge-deploy-faults-") as tmp:
         work = Path(tmp)
         full, ro, k = full_disk(work), read_only(work), kills(work, args.kills)
-    command = "python benchmarks/faults.py" + ("" if args.kills == 1000 else f" --kills {args.kills}")
+    command = "python -m benchmarks run faults" + ("" if args.kills == 1000 else f" --kills {args.kills}")
     text = report(full, ro, k, command)
     print(text)
     if not args.no_write:
         write_section("faults", text)
     return 0 if full["gapless"] and k["bad"] == 0 else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

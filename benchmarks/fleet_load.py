@@ -14,8 +14,8 @@ devices (testsupport/fleet_devices.py: real ``TelemetryClient``s, one outbox eac
    messages/s and the lag from the device's timestamp to the row's insert (``stored - timestamp``, in the
    committing transaction) at p50 and p99.
 
-    .venv/bin/python benchmarks/fleet_load.py                  # writes docs/benchmarks.md and docs/fleet.md figures
-    .venv/bin/python benchmarks/fleet_load.py --devices 200 --no-write
+    .venv/bin/python -m benchmarks run fleet_load                  # writes docs/benchmarks.md and docs/fleet.md figures
+    .venv/bin/python -m benchmarks run fleet_load --devices 200 --no-write
 """
 
 from __future__ import annotations
@@ -34,6 +34,11 @@ from pathlib import Path
 from benchmarks.harness.report import IMG, REPO, machine_line, write_section
 from testsupport.broker import Broker
 from testsupport.postgres import Postgres
+
+NAME = "fleet_load"
+SUMMARY = "Fleet ingest into PostgreSQL: messages/s, end-to-end lag, CPU"
+#: the docs/benchmarks.md sections it writes
+SECTIONS = ("fleet-load",)
 
 SECTION = "fleet-load"
 DEVICES = "testsupport.fleet_devices"
@@ -290,7 +295,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--monitors", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args(argv)
-    command = "python benchmarks/fleet_load.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = "python -m benchmarks run fleet_load " + " ".join(argv if argv is not None else sys.argv[1:])
     work = Path(tempfile.mkdtemp(prefix="fleet-load-"))
     pg = Postgres()
     drains, lives = [], []
@@ -313,7 +318,3 @@ def main(argv: list[str] | None = None) -> int:
         pg.close()
         shutil.rmtree(work, ignore_errors=True)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

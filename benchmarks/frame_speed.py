@@ -16,8 +16,8 @@ on the whole evaluation set (originals + seeded augmentations), ``converters.fac
 (faces missed, extra detections, same/different decisions against face_recognition's on the evaluation
 pairs; goal >= 99 %). dlib runs single-threaded (its HOG detector and ResNet use one core).
 
-    .venv/bin/python benchmarks/frame_speed.py            # full run: docs/benchmarks.md + docs/img/frame_speed.png
-    .venv/bin/python benchmarks/frame_speed.py --quick    # 1 round, no quality pass; prints, writes no docs
+    .venv/bin/python -m benchmarks run frame_speed            # full run: docs/benchmarks.md + docs/img/frame_speed.png
+    .venv/bin/python -m benchmarks run frame_speed --quick    # 1 round, no quality pass; prints, writes no docs
 
 BlazeFace rows run its ONNX translation on onnxruntime, and, in the ``LiteRT`` rows, the ``.tflite`` original
 on LiteRT (XNNPACK); the embedder is the folder's on onnxruntime everywhere. A 640x480 video through ``serve``:
@@ -43,6 +43,11 @@ from converters.face.blazeface import FULL_RANGE
 from edge.face.tiles import DEFAULT_TILING
 from edge.face.types import DLIB_SAME_PERSON_THRESHOLD
 from edge.profiles import load_profile
+
+NAME = "frame_speed"
+SUMMARY = "Whole frames (detect, align, embed, match) against face_recognition"
+#: the docs/benchmarks.md sections it writes
+SECTIONS = ("frame-speed",)
 
 GALLERY_SIZE = 100
 #: The .tflite original that ``convert blazeface`` keeps in the folder beside its ONNX translation.
@@ -448,14 +453,10 @@ def main(argv: list[str] | None = None) -> int:
     min_faces = tuple(int(v) for v in args.min_face.split(",") if v.strip())
     blaze = not args.no_blazeface
     result = run(args.target, rounds, threads, not args.quick, args.calibration, min_faces, blaze, progress)
-    command = f".venv/bin/python benchmarks/frame_speed.py --rounds {rounds} --min-face '{args.min_face}'"
+    command = f".venv/bin/python -m benchmarks run frame_speed --rounds {rounds} --min-face '{args.min_face}'"
     command += "" if blaze else " --no-blazeface"
     if args.target != "rpi4" or args.calibration != 200:
         command += f" --target {args.target} --calibration {args.calibration}"
     md = markdown(result, command, machine_line())
     publish("frame_speed", md, result, CACHE, None if args.quick else lambda png: plot(result, png))
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

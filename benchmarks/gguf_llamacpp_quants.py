@@ -13,7 +13,7 @@ hidden 256) is quantized to each file type people download, then
   re-rounded, max |logit difference| / max |logit|, greedy tokens.
 
     .venv/bin/pip install -e '.[bench]'            # builds llama.cpp (several minutes)
-    .venv/bin/python benchmarks/gguf_llamacpp_quants.py [--write]
+    .venv/bin/python -m benchmarks run gguf_llamacpp_quants [--write]
 """
 
 from __future__ import annotations
@@ -24,6 +24,11 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
+
+NAME = "gguf_llamacpp_quants"
+SUMMARY = "GGUF files quantized by llama.cpp through our reader, export and INT4 repack"
+#: the docs/benchmarks.md sections it writes
+SECTIONS = ("gguf-llamacpp",)
 
 #: llama.cpp file types (``llama_ftype``) people download, by name.
 FILE_TYPES = {"Q8_0": 7, "Q4_0": 2, "Q4_1": 3, "Q5_K_M": 17, "Q4_K_M": 15, "Q6_K": 18, "Q5_K_S": 16, "Q4_K_S": 14}
@@ -136,9 +141,7 @@ def main(argv: list[str] | None = None) -> int:
         from benchmarks.harness.report import machine_line, write_section
 
         head = HEAD.format(version=llama_cpp.__version__, tf_version=transformers.__version__, machine=machine_line())
-        write_section("gguf-llamacpp", head + "\n" + text + "\n\n`python benchmarks/gguf_llamacpp_quants.py --write`")
+        write_section(
+            "gguf-llamacpp", head + "\n" + text + "\n\n`python -m benchmarks run gguf_llamacpp_quants --write`"
+        )
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -6,8 +6,8 @@ loop (its ``duration_s``: per-run clock reads, the prepared call, the output dic
 ``for _ in range(n): session.run(None, feeds)``. The overhead is the median of the per-block ratios.
 Blocks last about ``--block-seconds`` (at most ``--runs`` runs), so a slow model doesn't take minutes.
 
-    .venv/bin/python benchmarks/runner_overhead.py            # tiny conv + dlib face embedder (fp32, batch 1)
-    .venv/bin/python benchmarks/runner_overhead.py --model face.onnx --shape input=1x3x150x150
+    .venv/bin/python -m benchmarks run runner_overhead            # tiny conv + dlib face embedder (fp32, batch 1)
+    .venv/bin/python -m benchmarks run runner_overhead --model face.onnx --shape input=1x3x150x150
 
 Prints a markdown table and, for the default models, writes it into docs/benchmarks.md (section
 ``runner-overhead``). The face embedder is the real fp32 ONNX export of dlib's ResNet-29, built once into
@@ -31,6 +31,11 @@ from benchmarks.harness.report import machine_line, write_section
 from edge.bench import _timed_loop, make_inputs, parse_shape_overrides, run_bench
 from edge.runtime import open_model
 from edge.runtime.ort_session import import_onnxruntime
+
+NAME = "runner_overhead"
+SUMMARY = "The bench runner's timing loop against a bare session.run loop"
+#: the docs/benchmarks.md sections it writes
+SECTIONS = ("runner-overhead",)
 
 SECTION = "runner-overhead"
 #: The runner's goal: its loop costs at most this much over a bare session.run loop.
@@ -171,7 +176,7 @@ def render(rows: list[tuple[str, dict[str, float]]], cost_ns: float, args: argpa
         f"{cost_ns / 0.03 / 1000:.1f} us per inference. On the millisecond face embedder that cost is far below "
         "this machine's block-to-block noise (the p25..p75 spread), so its median ratio scatters around 0 %.",
         "",
-        f"Command: `.venv/bin/python benchmarks/runner_overhead.py --threads {args.threads} --blocks {args.blocks} "
+        f"Command: `.venv/bin/python -m benchmarks run runner_overhead --threads {args.threads} --blocks {args.blocks} "
         f"--runs {args.runs} --block-seconds {args.block_seconds}`",
         "",
         f"Machine: {machine_line()}",
@@ -203,7 +208,3 @@ def main(argv: list[str] | None = None) -> int:
     if not args.model and not args.no_write:
         print(f"written to {write_section(SECTION, markdown)}", file=sys.stderr)
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

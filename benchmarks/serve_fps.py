@@ -21,8 +21,8 @@ Contenders run in interleaved rounds (each round starts one contender later than
 contender's figure is its median over the rounds. Ratios hold on a shared machine; absolute frames per second
 do not.
 
-    .venv/bin/python benchmarks/serve_fps.py            # docs/benchmarks.md, section serve-fps
-    .venv/bin/python benchmarks/serve_fps.py --quick    # 1 round, 12 frames; prints, writes no docs
+    .venv/bin/python -m benchmarks run serve_fps            # docs/benchmarks.md, section serve-fps
+    .venv/bin/python -m benchmarks run serve_fps --quick    # 1 round, 12 frames; prints, writes no docs
 
 Host side: imports converters (to build the folders); the daemon itself is the device's code.
 """
@@ -45,6 +45,11 @@ from benchmarks.face_track import against_truth, clips
 from benchmarks.frame_speed import CALIBRATION, make_gallery, with_blazeface
 from benchmarks.harness.face_speed_models import CACHE, build_fp32, build_int8
 from benchmarks.harness.report import REPO, machine_line, write_section
+
+NAME = "serve_fps"
+SUMMARY = "edge-deploy serve on a 640x480 video: frames per second against a face_recognition loop"
+#: the docs/benchmarks.md sections it writes
+SECTIONS = ("serve-fps",)
 
 WIDTH, HEIGHT = 640, 480
 GOAL = 10.0
@@ -328,7 +333,7 @@ def main(argv: list[str] | None = None) -> int:
     rounds, frames = (1, 12) if args.quick else (args.rounds, args.frames)
     if rounds < 1 or frames < 1:
         parser.error("--rounds and --frames must be at least 1")
-    command = f".venv/bin/python benchmarks/serve_fps.py --rounds {rounds} --frames {frames}"
+    command = f".venv/bin/python -m benchmarks run serve_fps --rounds {rounds} --frames {frames}"
     machine = machine_line()
 
     def progress(line: str) -> None:
@@ -341,7 +346,3 @@ def main(argv: list[str] | None = None) -> int:
     if not args.quick:
         print(f"wrote {write_section('serve-fps', text)}", file=sys.stderr)
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

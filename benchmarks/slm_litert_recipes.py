@@ -17,7 +17,7 @@ embedding and head too), ``int4-mlp`` (the MLP's 4-bit in blocks of 32, the rest
 (4-bit in blocks of 32 everywhere). Weights are re-rounded from the fp32 export by ai-edge-quantizer
 (symmetric), not the GGUF's Q4_1 codes.
 
-    .venv/bin/python benchmarks/slm_litert_recipes.py [--recipes none,int8-all,...] [--write]
+    .venv/bin/python -m benchmarks run slm_litert_recipes [--recipes none,int8-all,...] [--write]
 
 Each export takes 2-6 min on 2 shared cores (cached in ``.cache/bench``); the gates ~1 min each. The
 results are computed on this host's XNNPACK kernels (its CPU features are named in the section).
@@ -35,6 +35,11 @@ from pathlib import Path
 
 from benchmarks.harness.report import REPO, machine_line, write_section
 from benchmarks.harness.slm_speed_models import _cached, race_models
+
+NAME = "slm_litert_recipes"
+SUMMARY = "SmolLM2 through LiteRT's integer kernels: which recipes pass the gates"
+#: the docs/benchmarks.md sections it writes
+SECTIONS = ("slm-litert-recipes",)
 
 RECIPES = {
     "none": "fp32 (no quantization): the twin `convert slm --precision fp32 --format tflite` writes",
@@ -149,11 +154,11 @@ Answers (first 16 tokens):
 """
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--recipes", default=",".join(RECIPES))
     parser.add_argument("--write", action="store_true", help="write the table into docs/benchmarks.md")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     recipes = [r for r in args.recipes.split(",") if r]
     unknown = [r for r in recipes if r not in RECIPES]
     if unknown:
@@ -172,13 +177,9 @@ def main() -> int:
         say(f"{recipe}: gates")
         results.append(gates(model, recipe, models.fp32_dir, reference, windows))
         print(table(results, reference), file=sys.stderr, flush=True)
-    command = "python benchmarks/slm_litert_recipes.py " + " ".join(sys.argv[1:])
+    command = "python -m benchmarks run slm_litert_recipes " + " ".join(sys.argv[1:])
     markdown = section(results, reference, command.strip())
     print(markdown)
     if args.write:
         print(f"wrote {write_section('slm-litert-recipes', markdown)}", file=sys.stderr)
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

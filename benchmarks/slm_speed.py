@@ -18,8 +18,8 @@ process is reported apart; then interleaved rounds, each starting one contender 
 of every contender are compared with transformers fp32 on the same prompt and threads, so a speed is never
 reported for a broken model silently.
 
-    .venv/bin/python benchmarks/slm_speed.py            # full run: docs/benchmarks.md + docs/img/slm_speed.png
-    .venv/bin/python benchmarks/slm_speed.py --quick    # smoke run: 1 round, 2 threads, 8 tokens; prints only
+    .venv/bin/python -m benchmarks run slm_speed            # full run: docs/benchmarks.md + docs/img/slm_speed.png
+    .venv/bin/python -m benchmarks run slm_speed --quick    # smoke run: 1 round, 2 threads, 8 tokens; prints only
 
 Needs the ``bench`` extra (llama-cpp-python). Host side: imports converters.
 """
@@ -44,6 +44,11 @@ from benchmarks.harness.procstat import child_env, child_python
 from benchmarks.harness.slm_speed_child import CONTENDERS, PEER, REFERENCE
 from converters.slm.agreement import leading_equal
 from edge.errors import EdgeDeployError, InferenceError, require
+
+NAME = "slm_speed"
+SUMMARY = "Small-LM speed: ours (INT4, fp32) against llama.cpp and transformers"
+#: the docs/benchmarks.md sections it writes
+SECTIONS = ("slm-speed",)
 
 CHILD = "benchmarks.harness.slm_speed_child"
 SHORT_PROMPT = "What is the capital of France?"
@@ -437,7 +442,7 @@ def main(argv: list[str] | None = None) -> int:
     except EdgeDeployError as exc:
         print(f"Error: {exc}", file=sys.stderr)
         return 1
-    command = ".venv/bin/python benchmarks/slm_speed.py"
+    command = ".venv/bin/python -m benchmarks run slm_speed"
     if (args.rounds, args.new_tokens, args.threads) != (5, 32, [1, 2]):
         command += (
             f" --rounds {args.rounds} --new-tokens {args.new_tokens} --threads {' '.join(map(str, args.threads))}"
@@ -445,7 +450,3 @@ def main(argv: list[str] | None = None) -> int:
     md = report.markdown(result, command, machine_line(), "img/slm_speed.png")
     publish("slm_speed", md, result, CACHE, None if args.quick else lambda png: report.plot(result["rows"], png))
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

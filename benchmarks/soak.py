@@ -9,8 +9,8 @@ RSS, open file descriptors and threads.
 Checks (exit 1 if one fails): every frame's result delivered exactly once (no frame missing, no frame
 reported under two sequence numbers); RSS growth after warm-up below 5 %; fds and threads flat.
 
-    .venv/bin/python benchmarks/soak.py                      # 20,000 frames, flap every 30 s; writes docs
-    .venv/bin/python benchmarks/soak.py --frames 2000 --flap-s 10 --no-write
+    .venv/bin/python -m benchmarks run soak                      # 20,000 frames, flap every 30 s; writes docs
+    .venv/bin/python -m benchmarks run soak --frames 2000 --flap-s 10 --no-write
 """
 
 from __future__ import annotations
@@ -31,6 +31,11 @@ from pathlib import Path
 
 from benchmarks.harness.report import machine_line, write_section
 from testsupport.broker import Broker
+
+NAME = "soak"
+SUMMARY = "The daemon under a flapping broker, many small frames"
+#: the docs/benchmarks.md sections it writes
+SECTIONS = ("soak",)
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -327,13 +332,9 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     result = soak(_models(out, args.models), args.frames, args.flap_s, args.down_s, out)
-    command = "python benchmarks/soak.py" + (" " + " ".join(argv or sys.argv[1:]) if (argv or sys.argv[1:]) else "")
+    command = "python -m benchmarks run soak" + (" " + " ".join(argv or sys.argv[1:]) if (argv or sys.argv[1:]) else "")
     text = report(result, command.strip())
     print(text)
     if not args.no_write:
         write_section("soak", text)
     return 1 if result.problems() else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

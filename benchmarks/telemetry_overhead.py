@@ -22,8 +22,8 @@ block starts from the same state; the backlog left at a block's end is reported.
 process counts what arrived at the broker: a speed only counts if every report arrived (checked by sequence
 number), and the broker-down outbox must still hold every report it was given.
 
-    .venv/bin/python benchmarks/telemetry_overhead.py             # writes docs/benchmarks.md
-    .venv/bin/python benchmarks/telemetry_overhead.py --rounds 6 --no-write
+    .venv/bin/python -m benchmarks run telemetry_overhead             # writes docs/benchmarks.md
+    .venv/bin/python -m benchmarks run telemetry_overhead --rounds 6 --no-write
 
 Host side: uses the cached fp32 face models (``benchmarks/harness/face_speed_models.py``) and the test broker helper.
 """
@@ -64,6 +64,11 @@ from edge.telemetry.mqtt import TelemetryClient, TelemetryConfig
 from edge.telemetry.outbox import DEFAULT_COMMIT_INTERVAL_S
 from edge.telemetry.schema import Result
 from testsupport.broker import Broker, free_port
+
+NAME = "telemetry_overhead"
+SUMMARY = "What publishing telemetry costs inference throughput"
+#: the docs/benchmarks.md sections it writes
+SECTIONS = ("telemetry-overhead",)
 
 SECTION = "telemetry-overhead"
 GOAL_PCT = 1.0
@@ -542,14 +547,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--work", type=Path, default=WORK, help="broker, outboxes, fsync probe (the device's disk)")
     parser.add_argument("--no-write", action="store_true", help="print only; leave docs/benchmarks.md alone")
     args = parser.parse_args(argv)
-    command = " ".join([".venv/bin/python benchmarks/telemetry_overhead.py", *(argv or sys.argv[1:])])
+    command = " ".join([".venv/bin/python -m benchmarks run telemetry_overhead", *(argv or sys.argv[1:])])
     results = measure(args)
     markdown = render(results, args, command)
     print(markdown)
     if not args.no_write:
         print(f"written to {write_section(SECTION, markdown)}", file=sys.stderr)
     return 0 if all(not v.startswith("**") for r in results.values() for v in r["delivery"].values()) else 1
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -10,7 +10,7 @@ plugin (scripts/arm/insncount.c), so the figures are executed x86 instructions p
 exact and repeatable, not times — and each variant's descriptors are compared with fp32's on the same
 real chips.
 
-    .venv/bin/python benchmarks/x86_int8_cost.py [--faces 4] [--json out.json] [--no-doc]
+    .venv/bin/python -m benchmarks run x86_int8_cost [--faces 4] [--json out.json] [--no-doc]
 
 Models: the race's cached fp32 folder and the INT8 builds for ``x86_64-host`` (reduce-range weights) and
 ``rpi4`` (full-range weights, the saturating case) from ``benchmarks/harness/face_speed_models.py``; ~10 minutes the
@@ -30,6 +30,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
+NAME = "x86_int8_cost"
+SUMMARY = "INT8 on an AVX2-only x86 (emulated Haswell): instructions and accuracy per face"
+#: the docs/benchmarks.md sections it writes
+SECTIONS = ("x86-int8-cost",)
 
 REPO = Path(__file__).resolve().parent.parent
 PLUGIN = REPO / ".cache" / "arm" / "libinsncount.so"
@@ -136,12 +141,12 @@ def _table(rows: list[dict], faces: int, kernels: str) -> str:
     return "\n".join(lines)
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--faces", type=int, default=4, help="chips counted per variant (after one warm-up)")
     parser.add_argument("--json", type=Path, help="write the rows here too")
     parser.add_argument("--no-doc", action="store_true", help="print only; leave docs/benchmarks.md alone")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if shutil.which("qemu-x86_64") is None:
         subprocess.run(["bash", str(REPO / "scripts/arm/rootfs.sh")], check=True)
     subprocess.run(["bash", str(REPO / "scripts/arm/build_plugin.sh"), str(PLUGIN)], check=True)
@@ -168,12 +173,8 @@ def main() -> int:
         from benchmarks.harness.report import machine_line, write_section
 
         head = "## INT8 on an AVX2-only x86 (no VNNI): instructions and accuracy per face, emulated Haswell\n\n"
-        command = f"`.venv/bin/python benchmarks/x86_int8_cost.py --faces {args.faces}` — {machine_line()}\n\n"
+        command = f"`.venv/bin/python -m benchmarks run x86_int8_cost --faces {args.faces}` — {machine_line()}\n\n"
         write_section("x86-int8-cost", head + command + markdown)
     print(markdown)
     shutil.rmtree(work, ignore_errors=True)
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

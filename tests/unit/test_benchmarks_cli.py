@@ -1,0 +1,69 @@
+"""``python -m benchmarks``: ``list`` names every benchmark module, ``run NAME --help`` parses for each, every
+section of docs/benchmarks.md has the one benchmark that writes it, and no benchmark edits ``sys.path``."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+from benchmarks.__main__ import main, registry
+
+REPO = Path(__file__).resolve().parents[2]
+BENCH = REPO / "benchmarks"
+
+
+def _top_level_modules() -> list[str]:
+    return sorted(p.stem for p in BENCH.glob("*.py") if p.stem not in ("__init__", "__main__"))
+
+
+def test_list_names_every_module_of_the_folder(capsys):
+    """Every module directly in benchmarks/ is a benchmark (the helpers live in benchmarks/harness/)."""
+    assert main(["list"]) == 0
+    listed = [line.split()[0] for line in capsys.readouterr().out.splitlines()]
+    assert listed == _top_level_modules()
+    assert len(listed) >= 30
+
+
+def test_every_doc_section_is_written_by_exactly_one_benchmark():
+    doc = (REPO / "docs" / "benchmarks.md").read_text(encoding="utf-8")
+    in_doc = re.findall(r"<!-- begin:([a-z0-9-]+) -->", doc)
+    declared = [s for b in registry().values() for s in b.sections]
+    assert sorted(declared) == sorted(set(declared))
+    assert sorted(in_doc) == sorted(declared)
+
+
+@pytest.mark.parametrize("name", sorted(registry()))
+def test_run_name_help_parses(name, capsys):
+    with pytest.raises(SystemExit) as done:
+        main(["run", name, "--help"])
+    assert done.value.code == 0
+    assert capsys.readouterr().out.startswith(f"usage: python -m benchmarks run {name} ")
+
+
+def test_an_unknown_name_is_refused(capsys):
+    assert main(["run", "align_a94bba3"]) == 2
+    err = "Error: no benchmark named 'align_a94bba3'; `python -m benchmarks list` names them\n"
+    assert capsys.readouterr().err == err
+
+
+def _path_edits(path: Path) -> list[int]:
+    """Lines where ``path`` changes ``sys.path`` (a call on it, or an assignment to it)."""
+    lines = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        target = node.func.value if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) else None
+        if isinstance(node, ast.Assign | ast.AugAssign):
+            target = node.targets[0] if isinstance(node, ast.Assign) else node.target
+        if isinstance(target, ast.Attribute) and target.attr == "path" and getattr(target.value, "id", "") == "sys":
+            lines.append(node.lineno)
+    return sorted(lines)
+
+
+def test_no_benchmark_edits_sys_path(tmp_path):
+    offenders = {str(p.relative_to(REPO)): _path_edits(p) for p in sorted(BENCH.rglob("*.py"))}
+    assert {k: v for k, v in offenders.items() if v} == {}
+    probe = tmp_path / "m.py"
+    probe.write_text("import sys\nsys.path.insert(0, 'x')\nsys.path = []\nsys.path += ['y']\n")
+    assert _path_edits(probe) == [2, 3, 4]
