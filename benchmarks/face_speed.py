@@ -32,6 +32,7 @@ import numpy as np
 
 from benchmarks.harness.face_speed_models import CACHE, RaceModels, eval_photos, race_models, real_chips
 from benchmarks.harness.procstat import child_env, child_python, thread_count
+from benchmarks.harness.rounds import interleaved
 from converters.tools import run_tool
 from edge.errors import InferenceError
 from edge.face.types import DLIB_SAME_PERSON_THRESHOLD
@@ -203,10 +204,8 @@ def check_all(contenders: list[Contender], chips: np.ndarray, profile: TargetPro
 
 def race(contenders: list[Contender], chips: np.ndarray, rounds: int, progress: Callable[[str], None]) -> None:
     """Interleaved rounds; each chip's time goes into ``times_ms``, CPU and wall time add up per contender."""
-    n = len(contenders)
-    for r in range(rounds):
-        for k in range(n):
-            c = contenders[(r + k) % n]
+    for r, order in interleaved(contenders, rounds):
+        for c in order:
             cpu0, wall0 = time.process_time(), time.perf_counter()
             for chip in chips:
                 t0 = time.perf_counter_ns()

@@ -32,6 +32,7 @@ import numpy as np
 
 from benchmarks.frame_speed import BLAZEFACE_FULL_TFLITE, CALIBRATION, make_gallery, with_blazeface
 from benchmarks.harness.face_speed_models import CACHE, build_fp32, build_int8
+from benchmarks.harness.rounds import interleaved
 from edge.face.track import KEEP_DESCRIPTOR_WITHIN
 
 NAME = "face_track"
@@ -275,9 +276,8 @@ def race(pipelines: dict, runs: list[Run], clip: list, rounds: int, progress) ->
     round's faces and tracker counts."""
     seconds: dict[Run, list[float]] = {r: [] for r in runs}
     first: dict[Run, tuple[list, dict]] = {}
-    for r in range(rounds):
-        shift = r % len(runs)
-        for key in runs[shift:] + runs[:shift]:
+    for r, order in interleaved(runs, rounds):
+        for key in order:
             name, n, keep = key
             progress(f"round {r + 1}/{rounds}: {name}, n = {n}, keep_descriptor_within = {keep:g}")
             out, cpu, counts = follow(pipelines[name], n, keep, clip)

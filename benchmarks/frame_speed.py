@@ -39,6 +39,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.harness.face_speed_models import CACHE, build_fp32, build_int8
+from benchmarks.harness.rounds import interleaved
 from converters.face.blazeface import FULL_RANGE
 from edge.face.tiles import DEFAULT_TILING
 from edge.face.types import DLIB_SAME_PERSON_THRESHOLD
@@ -140,9 +141,8 @@ def race(contenders: list[Contender], photos: list[tuple[str, np.ndarray]], roun
     for c in contenders:
         for name, rgb in photos:
             c.faces[name] = c.frame(rgb)[0]
-    for r in range(rounds):
-        shift = r % len(contenders)
-        for c in contenders[shift:] + contenders[:shift]:
+    for r, order in interleaved(contenders, rounds):
+        for c in order:
             for name, rgb in photos:
                 start = time.perf_counter()
                 _, stages = c.frame(rgb)

@@ -45,6 +45,7 @@ from benchmarks.face_track import against_truth, clips
 from benchmarks.frame_speed import CALIBRATION, make_gallery, with_blazeface
 from benchmarks.harness.face_speed_models import CACHE, build_fp32, build_int8
 from benchmarks.harness.report import REPO, machine_line, write_section
+from benchmarks.harness.rounds import interleaved
 
 NAME = "serve_fps"
 SUMMARY = "edge-deploy serve on a 640x480 video: frames per second against a face_recognition loop"
@@ -166,9 +167,8 @@ def race(
     missed and false)."""
     frames = len(truth)
     gallery_file = gallery.save(video.parent / "gallery-100.npz")
-    for r in range(rounds):
-        shift = r % len(contenders)
-        for c in contenders[shift:] + contenders[:shift]:
+    for r, order in interleaved(contenders, rounds):
+        for c in order:
             progress(f"{video.name}: round {r + 1}/{rounds}: {c.name}")
             if c.folder is None:
                 fps, c.boxes = face_recognition_loop(video, gallery, reference)

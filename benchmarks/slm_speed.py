@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from benchmarks.harness.procstat import child_env, child_python
+from benchmarks.harness.rounds import interleaved
 from benchmarks.harness.slm_speed_child import CONTENDERS, PEER, REFERENCE
 from converters.slm.agreement import leading_equal
 from edge.errors import EdgeDeployError, InferenceError, require
@@ -275,9 +276,8 @@ def race(workers: list[Worker], prompts: list[Prompt], rounds: int, new_tokens: 
         for p in prompts:
             time.sleep(SETTLE_S)
             table[(w.kind, w.threads, p.name)].first = w.run(p.ids, new_tokens)
-    for r in range(rounds):
+    for r, order in interleaved(workers, rounds):
         progress(f"round {r + 1}/{rounds}")
-        order = workers[r % len(workers) :] + workers[: r % len(workers)]
         for w in order:
             for p in prompts:
                 time.sleep(SETTLE_S)
