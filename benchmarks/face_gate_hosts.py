@@ -84,10 +84,11 @@ def _build(say) -> tuple[Path, object]:
 
 
 def _figures(reference, vectors: np.ndarray) -> dict:
-    from converters.face.quant_eval import _cosine, compare_decisions
+    from converters.face.quant_eval import compare_decisions
+    from edge.cosine import row_cosines
 
     n = len(vectors)
-    cos = _cosine(reference.descriptors[:n], vectors)
+    cos = row_cosines(reference.descriptors[:n], vectors)
     decisions = compare_decisions(reference, dict(zip(reference.keys[:n], vectors, strict=True)))
     return {"faces": n, "mean_cosine": float(cos.mean()), "min_cosine": float(cos.min()),
             "decisions": f"{decisions.agree} of {decisions.pairs}", "agreement": decisions.agreement}  # fmt: skip

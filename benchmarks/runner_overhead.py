@@ -28,7 +28,7 @@ import numpy as np
 
 from benchmarks.harness.overhead_stats import block_order, paired_ratios, runs_per_block, summarize_ratios
 from benchmarks.harness.report import machine_line, write_section
-from edge.bench import _timed_loop, make_inputs, parse_shape_overrides, run_bench
+from edge.bench import make_inputs, parse_shape_overrides, run_bench, timed_loop
 from edge.runtime import open_model
 from edge.runtime.ort_session import import_onnxruntime
 
@@ -135,7 +135,7 @@ def fixed_cost_ns(runs: int = 2_000, repeats: int = 300) -> float:
         for _ in range(runs):
             run(None, feeds)
         bare.append(time.perf_counter_ns() - t0)
-        ours.append(_timed_loop(call, runs, 0)[1])
+        ours.append(timed_loop(call, runs, 0)[1])
     return (min(ours) - min(bare)) / runs
 
 

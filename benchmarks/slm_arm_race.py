@@ -34,7 +34,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from benchmarks.harness.report import machine_line, write_section
-from benchmarks.harness.slm_speed_models import CACHE, _cached, cache_key
+from benchmarks.harness.slm_speed_models import CACHE, cache_key, cached
 from converters.arm.cost import DEFAULT_PLUGIN, InsnCounts, build_plugin
 from converters.arm.guest import ArmGuest, prepare_guest
 from converters.arm.llama import MARCH_OF_CPU, LlamaCost, build_llama_bench, measure_llama_cpp
@@ -80,8 +80,8 @@ def model_dir(variant: str) -> Path:
     key = cache_key(source_info(locate_smollm2_gguf()).sha256, profile=load_profile(profile))
     if level0 == "litert":  # the fp32 LiteRT twin (convert slm --precision fp32 --format tflite), gated
         litert = CACHE / f"slm-arm-{profile}-fp32-litert-{key}"
-        return _cached(litert, "report.json", lambda out: _litert(profile, out), say)
-    built = _cached(
+        return cached(litert, "report.json", lambda out: _litert(profile, out), say)
+    built = cached(
         CACHE / f"slm-arm-{profile}-int4-{key}",
         "report.json",
         lambda out: convert_slm(load_profile(profile), Precision.INT4, out, say),
@@ -90,7 +90,7 @@ def model_dir(variant: str) -> Path:
     if not level0:
         return built
     if level0 == "all0":  # every MatMulNBits at level 0, the head too: the gates' copy
-        return _cached(CACHE / f"slm-arm-{profile}-int4-all0-{key}", "variant.json", lambda out: _gate(built, out), say)
+        return cached(CACHE / f"slm-arm-{profile}-int4-all0-{key}", "variant.json", lambda out: _gate(built, out), say)
 
     def level_zero(out: Path) -> None:
         out.mkdir(parents=True)
@@ -100,7 +100,7 @@ def model_dir(variant: str) -> Path:
         note = {"from": str(built), "projections_at_level_0": [p.value for p in Projection], **changed}
         (out / "variant.json").write_text(json.dumps(note) + "\n", encoding="utf-8")
 
-    return _cached(CACHE / f"slm-arm-{profile}-int4-proj0-{key}", "variant.json", level_zero, say)
+    return cached(CACHE / f"slm-arm-{profile}-int4-proj0-{key}", "variant.json", level_zero, say)
 
 
 def _litert(profile: str, out: Path) -> None:

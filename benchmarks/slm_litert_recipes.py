@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from benchmarks.harness.report import REPO, machine_line, write_section
-from benchmarks.harness.slm_speed_models import _cached, race_models
+from benchmarks.harness.slm_speed_models import cached, race_models
 
 NAME = "slm_litert_recipes"
 SUMMARY = "SmolLM2 through LiteRT's integer kernels: which recipes pass the gates"
@@ -86,7 +86,7 @@ def export(recipe: str, hf_dir: Path, key: str) -> Path:
         Path(record["path"]).rename(out / "model.tflite")
         (out / "export.json").write_text(json.dumps(record) + "\n", encoding="utf-8")
 
-    folder = _cached(REPO / ".cache" / "bench" / f"slm-litert-{recipe}-{key}", "export.json", build, say)
+    folder = cached(REPO / ".cache" / "bench" / f"slm-litert-{recipe}-{key}", "export.json", build, say)
     return folder / "model.tflite"
 
 

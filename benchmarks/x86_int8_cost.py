@@ -150,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     if shutil.which("qemu-x86_64") is None:
         subprocess.run(["bash", str(REPO / "scripts/arm/rootfs.sh")], check=True)
     subprocess.run(["bash", str(REPO / "scripts/arm/build_plugin.sh"), str(PLUGIN)], check=True)
-    from converters.face.quant_eval import _cosine
+    from edge.cosine import row_cosines
 
     files, chips = _models(args.faces)
     work = Path(tempfile.mkdtemp(prefix="x86-int8-cost-"))
@@ -161,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
         total, out = _count(files[variant.model], work / "chips.npy", variant, work)
         got = np.asarray(out["descriptors"])
         reference = got if reference is None else reference
-        cos = _cosine(got, reference)
+        cos = row_cosines(got, reference)
         kernels = out["kernels"]
         row = {"variant": variant.name, "note": variant.note, "per_face": total / args.faces}
         rows.append({**row, "mean_cosine": float(cos.mean()), "min_cosine": float(cos.min())})
