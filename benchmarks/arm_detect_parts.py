@@ -17,7 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-from benchmarks.arm_frame import frame_files
+from benchmarks.harness.arm_frames import frame_files
 from converters.arm.cost import DEFAULT_PLUGIN, build_plugin, count_instructions
 from converters.arm.guest import DEFAULT_CACHE, prepare_guest
 from converters.face.blazeface import FULL_RANGE, fetch_blazeface

@@ -307,7 +307,7 @@ def measure(calibration: int) -> dict:
 def arm_costs(files: dict[str, str], cpus: list[str]) -> dict[str, dict[str, list[int]]]:
     """Per core, per file: [instructions, SDOT + UDOT] of one steady inference on arm_frame's frame; an onnxruntime
     INT8 file only on the core its profile is for."""
-    from benchmarks.arm_frame import frame_files
+    from benchmarks.harness.arm_frames import frame_files
     from converters.arm.cost import DEFAULT_PLUGIN, build_plugin, count_instructions
     from converters.arm.guest import prepare_guest
     from edge.face.detect_blazeface import letterbox

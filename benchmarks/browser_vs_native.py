@@ -159,7 +159,7 @@ def _one_face_frame(work: Path) -> Path:
     """arm_frame's frame: matplotlib's grace_hopper.jpg letterboxed to 640x480, as a PNG the page can open."""
     import cv2
 
-    from benchmarks.arm_frame import letterbox
+    from benchmarks.harness.arm_frames import letterbox
     from converters.face.facedata import package_dir
 
     frame = letterbox(load_image(package_dir("matplotlib") / "mpl-data" / "sample_data" / "grace_hopper.jpg"))

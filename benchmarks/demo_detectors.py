@@ -61,7 +61,7 @@ def hog_counts() -> dict | None:
 
 
 def measure() -> dict:
-    from benchmarks.arm_frame import folders
+    from benchmarks.harness.arm_frames import folders
 
     folder = folders(PROFILE, say)["int8"]
     rows = {}

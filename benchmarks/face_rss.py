@@ -23,9 +23,15 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.face_speed import rss_child
-from benchmarks.frame_speed import CALIBRATION, with_blazeface
-from benchmarks.harness.face_speed_models import CACHE, build_fp32, build_int8, eval_photos
+from benchmarks.harness.face_speed_models import (
+    CACHE,
+    CALIBRATION,
+    build_fp32,
+    build_int8,
+    eval_photos,
+    rss_child,
+    with_blazeface,
+)
 from benchmarks.harness.face_speed_report import RSS_RATIO_GOAL
 from benchmarks.harness.report import machine_line, write_section
 from edge.profiles import load_profile

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import json
 import os
 import statistics
 import sys
@@ -30,11 +29,16 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.harness.face_speed_models import CACHE, RaceModels, eval_photos, race_models, real_chips
-from benchmarks.harness.procstat import child_env, child_python, thread_count
+from benchmarks.harness.face_speed_models import (
+    CACHE,
+    RaceModels,
+    eval_photos,
+    race_models,
+    real_chips,
+    rss_child,
+)
+from benchmarks.harness.procstat import thread_count
 from benchmarks.harness.rounds import interleaved
-from converters.tools import run_tool
-from edge.errors import InferenceError
 from edge.face.types import DLIB_SAME_PERSON_THRESHOLD
 from edge.profiles import TargetProfile, load_profile
 
@@ -43,7 +47,6 @@ SUMMARY = "Face descriptor speed: dlib against ours on ORT and LiteRT, fp32 and 
 #: the docs/benchmarks.md sections it writes
 SECTIONS = ("face-speed",)
 
-CHILD = "benchmarks.harness.face_rss_child"
 DLIB = "dlib"
 #: Our contenders: (name, runtime, precision, key of the model file in RaceModels).
 OURS = (
@@ -52,7 +55,6 @@ OURS = (
     ("LiteRT fp32", "litert", "fp32", "tflite:fp32"),
     ("LiteRT INT8", "litert", "int8", "tflite:int8"),
 )
-RSS_TIMEOUT_S = 900.0
 #: Fresh processes per peak-RSS variant; the median is reported (allocator and page-cache noise).
 RSS_REPEATS = 3
 #: CPU flags that decide whether x86 has fast INT8 dot products.
@@ -271,14 +273,6 @@ def sizes(models: RaceModels, dlib_model: Path) -> dict:
         "folder_fp32": folder_total(models.fp32_dir),
         "folder_int8": folder_total(models.int8_dir),
     }
-
-
-def rss_child(args: list[str], npz: Path, threads: int, env: dict[str, str] | None = None) -> dict:
-    """One fresh ``face_rss_child.py`` process: its JSON line (faces, VmHWM and ru_maxrss in KiB). ``env``: variables
-    set for it on top of this process's environment."""
-    argv = [*child_python(CHILD), args[0], str(npz), *args[1:], "--threads", str(threads)]
-    done = run_tool(argv, RSS_TIMEOUT_S, f"{CHILD} {' '.join(args)}", InferenceError, env=child_env(env))
-    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def peak_rss(models: RaceModels, photos: list[np.ndarray], chips: np.ndarray, threads: int, progress) -> dict:

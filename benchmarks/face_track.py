@@ -30,8 +30,15 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.frame_speed import BLAZEFACE_FULL_TFLITE, CALIBRATION, make_gallery, with_blazeface
-from benchmarks.harness.face_speed_models import CACHE, build_fp32, build_int8
+from benchmarks.harness.face_frames import against_truth, clips, make_gallery
+from benchmarks.harness.face_speed_models import (
+    BLAZEFACE_FULL_TFLITE,
+    CACHE,
+    CALIBRATION,
+    build_fp32,
+    build_int8,
+    with_blazeface,
+)
 from benchmarks.harness.rounds import interleaved
 from edge.face.track import KEEP_DESCRIPTOR_WITHIN
 
@@ -46,30 +53,6 @@ FRAMES = 16
 DESCRIBE_ALL_EVERY = 4
 #: Boxes of the followed and the detected run are the same face above this IoU.
 SAME_BOX = 0.5
-
-
-def clips(frames: int) -> list[tuple[str, np.ndarray, list]]:
-    """Every evaluation photo as a camera-like clip of ``frames`` frames, one after the other: (photo, frame,
-    the annotated face boxes in that frame)."""
-    from converters.face.facedata import EVAL_PHOTOS, camera_clip, camera_clip_faces
-
-    out = []
-    for p in EVAL_PHOTOS:
-        for rgb, faces in zip(camera_clip(p.load(), frames), camera_clip_faces(p, frames), strict=True):
-            out.append((p.name, rgb, [f.box for f in faces]))
-    return out
-
-
-def against_truth(reported: list[list], truth: list[list]) -> dict:
-    """Face boxes reported on each frame against the annotated faces of each frame (``match_boxes``, one to one,
-    IoU >= 0.3, as ``benchmarks/detector_quality.py``): found, missed, false."""
-    from converters.face.boxes import match_boxes
-
-    found = missed = false = 0
-    for boxes, annotated in zip(reported, truth, strict=True):
-        pairs = len(match_boxes(annotated, boxes))
-        found, missed, false = found + pairs, missed + len(annotated) - pairs, false + len(boxes) - pairs
-    return {"found": found, "missed_truth": missed, "false": false, "annotated": sum(len(b) for b in truth)}
 
 
 def best_overlap(boxes: list, box) -> int | None:

@@ -38,9 +38,16 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.harness.face_speed_models import CACHE, build_fp32, build_int8
+from benchmarks.harness.face_frames import GALLERY_SIZE, make_gallery
+from benchmarks.harness.face_speed_models import (
+    BLAZEFACE_FULL_TFLITE,
+    CACHE,
+    CALIBRATION,
+    build_fp32,
+    build_int8,
+    with_blazeface,
+)
 from benchmarks.harness.rounds import interleaved
-from converters.face.blazeface import FULL_RANGE
 from edge.face.tiles import DEFAULT_TILING
 from edge.face.types import DLIB_SAME_PERSON_THRESHOLD
 from edge.profiles import load_profile
@@ -50,11 +57,6 @@ SUMMARY = "Whole frames (detect, align, embed, match) against face_recognition"
 #: the docs/benchmarks.md sections it writes
 SECTIONS = ("frame-speed",)
 
-GALLERY_SIZE = 100
-#: The .tflite original that ``convert blazeface`` keeps in the folder beside its ONNX translation.
-BLAZEFACE_FULL_TFLITE = FULL_RANGE.name
-#: calibration images of the INT8 build (``--calibration``; serve_fps.py and face_rss.py use the same cached folder)
-CALIBRATION = 200
 STAGES = ("detect", "align", "embed", "match")
 
 
@@ -70,22 +72,6 @@ class Contender:
     times: dict[str, list[float]] = field(default_factory=dict)
     stages: dict[str, list[dict[str, float]]] = field(default_factory=dict)
     faces: dict[str, int] = field(default_factory=dict)
-
-
-def make_gallery(seed: int = 0):
-    """100 named entries of 128-d descriptors with the spread of real dlib descriptors (norm ~0.9...1.0).
-
-    Matching is a nearest-neighbour search over the gallery: its cost depends on the size, not on who is in
-    it; random directions keep every face unmatched, which is the most expensive case (no early answer).
-    """
-    from edge.face.gallery import Gallery
-
-    rng = np.random.default_rng(seed)
-    gallery = Gallery()
-    for i in range(GALLERY_SIZE):
-        v = rng.normal(size=128)
-        gallery.add(f"person-{i:03d}", (v / np.linalg.norm(v) * rng.uniform(0.9, 1.0))[None].astype(np.float32))
-    return gallery
 
 
 #: How one of our pipelines is opened: (models folder, MTCNN's smallest face or None, detector name, the
@@ -209,23 +195,6 @@ class _Memo:
         if key not in self._seen:
             self._seen[key] = self._reference.analyze(rgb)
         return self._seen[key]
-
-
-def with_blazeface(folder: Path, progress) -> Path:
-    """A copy of a face folder with BlazeFace full range added (``edge-deploy convert blazeface --range full``)."""
-    import shutil
-
-    from converters.face.blazeface import add_blazeface
-    from edge.face.models import BLAZEFACE_ROLES, Detector, read_models_file
-
-    copy = folder.with_name(folder.name + "-blazeface-full")
-    if copy.is_dir() and BLAZEFACE_ROLES[Detector.BLAZEFACE_FULL] in read_models_file(copy):
-        return copy
-    shutil.rmtree(copy, ignore_errors=True)
-    shutil.copytree(folder, copy)
-    progress(f"adding BlazeFace full range to {copy.name}")
-    add_blazeface(copy, FULL_RANGE)
-    return copy
 
 
 def run(

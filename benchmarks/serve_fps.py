@@ -41,9 +41,8 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.face_track import against_truth, clips
-from benchmarks.frame_speed import CALIBRATION, make_gallery, with_blazeface
-from benchmarks.harness.face_speed_models import CACHE, build_fp32, build_int8
+from benchmarks.harness.face_frames import against_truth, clips, make_gallery
+from benchmarks.harness.face_speed_models import CACHE, CALIBRATION, build_fp32, build_int8, with_blazeface
 from benchmarks.harness.report import REPO, machine_line, write_section
 from benchmarks.harness.rounds import interleaved
 
