@@ -21,6 +21,11 @@ def add_broker_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--tls-cert", type=Path, help="client certificate (PEM), if the broker requires one")
     g.add_argument("--tls-key", type=Path, help="the client certificate's private key (PEM)")
     g.add_argument("--prefix", default="edge-deploy", help="topic prefix (default: edge-deploy)")
+    g.add_argument(
+        "--allow-insecure",
+        action="store_true",
+        help="accept a broker off this machine without TLS (as the daemon's broker.allow_insecure)",
+    )
 
 
 def split_host_port(text: str, flag: str, default_port: int | None) -> tuple[str, int]:
@@ -57,7 +62,7 @@ def broker_config(args: argparse.Namespace):
             password = args.password_file.read_text(encoding="utf-8").splitlines()[0]
         except (OSError, IndexError) as exc:
             raise InputError(f"{args.password_file}: cannot read a password from its first line ({exc})") from exc
-    return BrokerConfig(
+    broker = BrokerConfig(
         host=host,
         port=port_no,
         username=args.username,
@@ -67,6 +72,21 @@ def broker_config(args: argparse.Namespace):
         tls_cert=args.tls_cert,
         tls_key=args.tls_key,
     )
+    _check_clear_text(broker, args.allow_insecure)
+    return broker
+
+
+def _check_clear_text(broker, allow: bool) -> None:
+    """Refuse a broker off this machine without TLS unless allowed, then warn (as the daemon does)."""
+    if broker.uses_tls or broker.is_loopback:
+        return
+    if not allow:
+        raise InputError(
+            f"--broker {broker.address} without TLS; expected --tls-ca for a broker off this machine (the "
+            "password, commands and results would cross the network in clear), or --allow-insecure to accept that"
+        )
+    print(f"warning: broker {broker.address} is reached WITHOUT TLS (--allow-insecure): the password, commands "
+          "and results cross the network in clear", file=sys.stderr)  # fmt: skip
 
 
 # --- bench -----------------------------------------------------------------------------------------------
@@ -178,7 +198,7 @@ def _cmd_monitor(args: argparse.Namespace) -> int:
 
     out = Path(args.output)
     store = args.store or str(out / "monitor.db")
-    web = split_host_port(args.web, "--web", None) if args.web else None
+    web = _web_config(args)
     broker = broker_config(args)
     if broker is None and web is not None:  # dashboard only: other monitors write the store
         with open_store(store, args.prefix) as fleet:
@@ -227,6 +247,19 @@ def _cmd_monitor(args: argparse.Namespace) -> int:
     return 0
 
 
+def _web_config(args: argparse.Namespace):
+    """The dashboard's DashboardConfig from --web, --web-auth and --web-host (None without --web)."""
+    from fleet.dashboard import DashboardConfig, read_token
+
+    if not args.web:
+        if args.web_auth or args.web_host:
+            raise InputError(f"{'--web-auth' if args.web_auth else '--web-host'} needs --web HOST:PORT")
+        return None
+    host, port = split_host_port(args.web, "--web", None)
+    token = read_token(args.web_auth) if args.web_auth else None
+    return DashboardConfig(host, port, token=token, hosts=tuple(args.web_host or ()))
+
+
 def add_monitor(sub: argparse._SubParsersAction) -> None:
     p = command_parser(
         sub,
@@ -254,5 +287,9 @@ def add_monitor(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--shared", metavar="GROUP", help="join MQTT v5 shared-subscription GROUP ($share/GROUP/PREFIX/#)")
     p.add_argument("--client-id", help="MQTT client id, stable per instance (default edge-deploy-monitor)")
     p.add_argument("--web", metavar="HOST:PORT", help="serve the fleet dashboard here, e.g. 127.0.0.1:8080")
+    p.add_argument("--web-auth", type=Path, metavar="FILE", help="mode-600 file whose first line is the dashboard's "
+                   "login token; required when --web is not a loopback address")  # fmt: skip
+    p.add_argument("--web-host", action="append", metavar="NAME", help="also answer requests for this Host name, "
+                   "e.g. the machine's DNS name with --web 0.0.0.0:8080 (repeatable)")  # fmt: skip
     p.add_argument("--json", action="store_true", help="print only a JSON summary at the end")
     p.set_defaults(func=_cmd_monitor)

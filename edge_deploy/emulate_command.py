@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 from edge_deploy.common import command_parser, output_folder, print_json
 
@@ -68,7 +69,7 @@ def _check_model(args: argparse.Namespace, folder: Path, progress) -> dict:
         progress(f"running {shipped.name} on emulated {cpu} and {gated.name} on this host ({evaluation.name})")
         outputs = check_model_folder(model, guest, work)
         problems += output_problems(cpu, outputs, args.tolerance)
-        run = {"cpu": cpu, "outputs": [o.to_dict() for o in outputs]}
+        run: dict[str, Any] = {"cpu": cpu, "outputs": [o.to_dict() for o in outputs]}
         if args.count:
             progress(f"counting instructions of {shipped.name} on emulated {cpu} (2 counted runs)")
             run["instructions"] = measure_model(guest, shipped, plugin=plugin, inputs_npz=evaluation).to_dict()

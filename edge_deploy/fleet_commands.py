@@ -41,7 +41,9 @@ def _cmd_revoke(args: argparse.Namespace) -> int:
     from fleet.credentials import revoke
 
     crl = revoke(args.identity, Path(args.ca))
-    print(f"revoked {args.identity}: {crl} and the ACL rewritten; reload mosquitto (kill -HUP) to apply")
+    print(f"revoked {args.identity}: {crl} and the ACL rewritten")
+    print("reload mosquitto now (systemctl reload mosquitto, or kill -HUP its pid): from then on the revoked "
+          "identity cannot connect, and a session it still has open can neither publish nor receive")  # fmt: skip
     return 0
 
 
@@ -142,14 +144,21 @@ def _sender(args: argparse.Namespace):
 
 
 def _cmd_rollout(args: argparse.Namespace) -> int:
+    import math
     import sys
 
-    from edge.errors import ValidationError
+    from edge.errors import InputError, ValidationError
     from fleet import open_store
-    from fleet.rollout import RolloutPlan, run_rollout
+    from fleet.rollout import MAX_TIMEOUT_S, RolloutPlan, run_rollout
 
+    if not (math.isfinite(args.timeout) and 0.0 < args.timeout <= MAX_TIMEOUT_S):
+        raise InputError(f"--timeout {args.timeout:g}; expected seconds in (0, {MAX_TIMEOUT_S:g}]")
     plan = RolloutPlan(args.url, args.sha256.lower(), args.group, _canary(args.canary), args.abort_after, args.timeout)
     send = _sender(args)
+    if not args.tls_cert:
+        print("warning: no client certificate (--tls-cert): outcomes are only as authentic as the broker's ACL; "
+              "use a broker that requires the fleet's per-device certificates (edge-deploy fleet provision)",
+              file=sys.stderr)  # fmt: skip
     store = open_store(args.store)
     try:
         report = run_rollout(plan, store, send, progress=lambda line: print(line, file=sys.stderr))

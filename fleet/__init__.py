@@ -6,13 +6,14 @@
 - ``ingest``: ``Monitor`` subscribes (alone or in an MQTT v5 shared group), commits batches, and
   acknowledges each message only after its row is committed.
 - ``run``: ``run_monitor`` (the ``edge-deploy monitor`` command) and the text table.
-- ``dashboard``: the fleet web page (stdlib HTTP server, SVG drawn on the server, no JavaScript).
+- ``dashboard``: the fleet web page's server (login off loopback, Host allow-list, cached pages);
+  ``dashboard_page`` draws the page (SVG on the server, no JavaScript); ``httpd`` is the bounded HTTP server.
 """
 
 from fleet.ingest import Monitor, MonitorConfig
 from fleet.records import CSV_COLUMNS, DeviceRow, Running
 from fleet.run import MonitorSummary, format_table, run_monitor
-from fleet.store import FleetStore, StoreUnavailable, open_store
+from fleet.store import DataRefused, FleetStore, StoreUnavailable, open_store
 from fleet.store_sqlite import SqliteStore
 
 #: The SQLite store under its former name (``edge.monitor.MonitorStore``).
@@ -20,6 +21,7 @@ MonitorStore = SqliteStore
 
 __all__ = [
     "CSV_COLUMNS",
+    "DataRefused",
     "DeviceRow",
     "FleetStore",
     "Monitor",

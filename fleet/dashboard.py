@@ -1,153 +1,207 @@
-"""The fleet dashboard: one HTML page drawn on the server from either store (stdlib only, no CDN, no JS).
+"""The fleet dashboard's web server: ``/`` (the page) and ``/fleet.json`` (the same data), one page at a time.
 
-``/`` shows the fleet (online/offline counts, the models in use) and a row per device: state, latency
-p50/p90 over the last ``window_s`` as an inline SVG chart, fps, SoC temperature, what it runs, last error,
-last seen. The page reloads itself every ``refresh_s`` (a meta refresh). ``/fleet.json`` returns the same
-data for scripts. Everything shown is escaped; the page sends a Content-Security-Policy without scripts.
+Exposure rules (docs/fleet.md, "Exposing the dashboard"):
+
+- On a loopback address no login is asked. On any other address a token is required
+  (``DashboardConfig.token``, from ``--web-auth FILE``): ``Authorization: Bearer <token>``, or HTTP Basic
+  with any user name and the token as password (what a browser asks for). Compared in constant time.
+- Only requests whose ``Host`` header names this server are answered (loopback names, the bound address,
+  ``hosts``); others get 421, so a web page whose DNS name was rebound to this machine can't read the fleet.
+- Connections are served by a bounded pool with time limits (``fleet.httpd``); each page is rebuilt at most
+  once per ``refresh_s`` however many clients ask, and holds at most ``per_page`` devices (``?page=N``).
+- HEAD is answered as GET without the body.
 """
 
 from __future__ import annotations
 
-import html
+import base64
+import binascii
+import hmac
+import ipaddress
 import json
 import logging
 import threading
 import time
-from dataclasses import asdict
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from email.message import Message
+from pathlib import Path
+from urllib.parse import parse_qs
 
 from edge.errors import EdgeDeployError, InputError
-from fleet.records import DeviceRow
-from fleet.run import state_text
+from fleet.dashboard_page import fleet_data, render_page
+from fleet.httpd import BoundedHTTPServer, PreReadHandler, ServerLimits
 from fleet.store import FleetStore
 
 log = logging.getLogger(__name__)
 
+#: Shortest login token accepted: nothing slows down guessing it, so it must be long.
+MIN_TOKEN_CHARS = 16
+#: Host names every dashboard answers to (a loopback client may use any of them).
+LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
 _HEADERS = {
-    "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'; img-src data:",
+    "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'; img-src data:; frame-ancestors 'none'",
     "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
     "Cache-Control": "no-store",
 }
-_STYLE = """
-body{font:14px system-ui,sans-serif;margin:16px;color:#222}h1{font-size:20px;margin:0 0 8px}
-.cards{display:flex;gap:12px;margin:8px 0 16px}.card{border:1px solid #ccc;border-radius:6px;padding:8px 14px}
-.card b{display:block;font-size:22px}table{border-collapse:collapse;width:100%}
-th,td{border-bottom:1px solid #e4e4e4;padding:4px 8px;text-align:left;vertical-align:middle}
-th{background:#f4f4f4}.online{color:#0a7d2c;font-weight:600}.offline{color:#b3261e;font-weight:600}
-.err{color:#b3261e;max-width:320px;overflow:hidden;text-overflow:ellipsis;white-space:nowrap}
-.mono{font-family:ui-monospace,monospace;font-size:12px}svg{display:block}
-"""
+_TEXT, _HTML, _JSON = "text/plain; charset=utf-8", "text/html; charset=utf-8", "application/json"
+_MAX_PAGE = 1_000_000
 
 
-def sparkline(points: list[tuple[float, float, float]], width: int = 220, height: int = 36) -> str:
-    """An SVG chart of p50 (blue) and p90 (orange) latency over time.
+@dataclass(frozen=True)
+class DashboardConfig:
+    """Where and how the dashboard is served.
 
-    Args:
-        points: (time, p50, p90) in time order.
-        width: pixels.
-        height: pixels.
+    Attributes:
+        host: address to bind; a loopback address (127.0.0.1, ::1, localhost) needs no login.
+        port: TCP port; 0 picks a free one.
+        token: the login token (``read_token``); required off loopback.
+        hosts: more ``Host`` names to answer to (e.g. the machine's DNS name when bound to 0.0.0.0).
+        refresh_s: seconds between the page's reloads, and the longest a built page is served again.
+        per_page: devices per page.
+        window_s: seconds of latency history drawn per device.
+        limits: the HTTP server's bounds.
 
-    Returns:
-        The ``<svg>`` element (empty frame when there are no points).
+    Raises:
+        InputError: a non-loopback ``host`` without a token, or a value out of range.
     """
-    frame = f'<svg width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img">'
-    if not points:
-        return frame + "</svg>"
-    t0, t1 = points[0][0], points[-1][0]
-    top = max(max(p[2] for p in points), max(p[1] for p in points), 1e-9)
-    span = max(t1 - t0, 1e-9)
 
-    def path(index: int) -> str:
-        return " ".join(
-            f"{(row[0] - t0) / span * (width - 4) + 2:.1f},{height - 2 - row[index] / top * (height - 4):.1f}"
-            for row in points
+    host: str = "127.0.0.1"
+    port: int = 8080
+    token: bytes | None = field(default=None, repr=False)
+    hosts: tuple[str, ...] = ()
+    refresh_s: int = 5
+    per_page: int = 100
+    window_s: float = 900.0
+    limits: ServerLimits = ServerLimits()
+
+    def __post_init__(self) -> None:
+        if self.token is None and not is_loopback(self.host):
+            raise InputError(
+                f"--web {self.host}:{self.port} is not a loopback address: serving the fleet there needs a login; "
+                "give --web-auth FILE (a mode-600 file whose first line is the token)"
+            )
+        for name, value, low, high in (("refresh_s", self.refresh_s, 1, 3600), ("per_page", self.per_page, 1, 1000)):
+            if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+                raise InputError(f"dashboard {name} = {value!r}; expected a whole number in {low}..{high}")
+
+    @property
+    def allowed_hosts(self) -> frozenset[str]:
+        """``Host`` names answered: loopback names, the bound address (unless a wildcard) and ``hosts``."""
+        bound = {} if self.host in ("0.0.0.0", "::", "") else {self.host}
+        return frozenset(h.lower().rstrip(".") for h in (*LOOPBACK_NAMES, *bound, *self.hosts))
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (an address or ``localhost``) only reaches this machine."""
+    if host.lower().rstrip(".") == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def read_token(path: Path) -> bytes:
+    """The login token: the first line of ``path``, a file only its owner may read.
+
+    Raises:
+        InputError: naming ``--web-auth`` and the file: group/others may read it, it can't be read, or the
+            token is shorter than ``MIN_TOKEN_CHARS``.
+    """
+    from edge.filemode import check_private_mode
+
+    label = f"--web-auth '{path}'"
+    check_private_mode(path, label)
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"{label}: cannot read the token ({exc})") from exc
+    token = lines[0].strip() if lines else ""
+    if len(token) < MIN_TOKEN_CHARS:
+        raise InputError(
+            f"{label}: the token is {len(token)} characters; expected at least {MIN_TOKEN_CHARS} on the first line "
+            "(e.g. openssl rand -hex 16)"
         )
-
-    return (
-        frame
-        + f'<polyline fill="none" stroke="#ff7f0e" stroke-width="1.5" points="{path(2)}"/>'
-        + f'<polyline fill="none" stroke="#1f77b4" stroke-width="1.5" points="{path(1)}"/>'
-        + f'<text x="{width - 2}" y="9" font-size="9" fill="#777" text-anchor="end">{top:.0f} ms</text>'
-        + f"<title>p50/p90 ms, max {top:.1f} ms</title></svg>"
-    )
+    return token.encode()
 
 
-def fleet_data(store: FleetStore, window_s: float = 900.0, now: float | None = None) -> dict:
-    """What the page shows, as JSON-ready data.
+def host_name(header: str) -> str:
+    """The name of a ``Host`` header without its port, lower case: ``[::1]:80`` -> ``::1``."""
+    text = header.strip().lower()
+    if text.startswith("["):
+        return text[1 : text.find("]")] if "]" in text else text
+    return text.rsplit(":", 1)[0].rstrip(".") if text.count(":") == 1 else text.rstrip(".")
 
-    Args:
-        store: either store.
-        window_s: seconds of latency history per device (by the devices' clocks).
-        now: the current time (Unix seconds).
+
+def login_ok(header: str | None, token: bytes) -> bool:
+    """Whether an ``Authorization`` header carries ``token`` (Bearer, or Basic with it as password)."""
+    scheme, _, value = (header or "").strip().partition(" ")
+    if scheme.lower() == "bearer":
+        given = value.strip().encode("utf-8", "replace")
+    elif scheme.lower() == "basic":
+        try:
+            given = base64.b64decode(value.strip(), validate=True).partition(b":")[2]
+        except (binascii.Error, ValueError):
+            return False
+    else:
+        return False
+    return hmac.compare_digest(given, token)
+
+
+def page_number(query: str) -> int:
+    """``?page=N`` (default 1).
+
+    Raises:
+        InputError: N is not a whole number in 1..1000000.
     """
-    now = time.time() if now is None else now
-    rows = store.devices()
-    running = {r.device_id: r for r in store.running()}
-    history: dict[str, list[tuple[float, float, float]]] = {}
-    for t in store.telemetry(since=now - window_s):
-        history.setdefault(t["device_id"], []).append((t["timestamp"], t["latency_p50_ms"], t["latency_p90_ms"]))
-    models: dict[str, int] = {}
-    for r in running.values():
-        key = f"{r.model} {r.model_version} ({r.precision}, {r.runtime})"
-        models[key] = models.get(key, 0) + 1
-    return {
-        "now": now,
-        "devices": [asdict(r) for r in rows],
-        "running": {d: asdict(r) for d, r in running.items()},
-        "history": history,
-        "models": dict(sorted(models.items())),
-        "counts": {
-            "devices": len(rows),
-            "online": sum(r.online is True for r in rows),
-            "offline": sum(r.online is False for r in rows),
-        },
-    }
+    values = parse_qs(query).get("page", ["1"])
+    try:
+        page = int(values[-1])
+    except ValueError:
+        page = 0
+    if not 1 <= page <= _MAX_PAGE:
+        raise InputError(f"page={values[-1][:20]!r}; expected a whole number in 1..{_MAX_PAGE}")
+    return page
 
 
-def render_page(data: dict, refresh_s: int = 5) -> str:
-    """The dashboard HTML for ``fleet_data``'s output."""
-    e = html.escape
-    c = data["counts"]
-    cards = "".join(
-        f'<div class="card" id="count-{k}">{e(label)}<b>{c[k]}</b></div>'
-        for k, label in (("devices", "devices"), ("online", "online"), ("offline", "offline"))
-    )
-    models = "".join(f"<li>{e(k)}: {n} device(s)</li>" for k, n in data["models"].items()) or "<li>none reported</li>"
-    body = "".join(_device_row(DeviceRow(**d), data) for d in data["devices"])
-    return (
-        f'<!doctype html><html lang="en"><head><meta charset="utf-8"><meta http-equiv="refresh" '
-        f'content="{int(refresh_s)}"><title>edge-deploy fleet</title><style>{_STYLE}</style></head><body>'
-        f"<h1>edge-deploy fleet</h1><div class=cards>{cards}</div><h2>Models in use</h2><ul id=models>{models}</ul>"
-        "<table id=fleet><thead><tr><th>device</th><th>state</th><th>latency <span style=color:#1f77b4>p50</span> / "
-        "<span style=color:#ff7f0e>p90</span> over time</th>"
-        "<th>p50</th><th>p90</th><th>fps</th><th>temp °C</th><th>model</th><th>runtime</th><th>last error</th>"
-        f"<th>last seen</th><th>reports</th></tr></thead><tbody>{body}</tbody></table></body></html>"
-    )
+@dataclass(frozen=True)
+class Reply:
+    """One HTTP answer: status, content type, body, extra headers."""
+
+    code: int
+    kind: str
+    body: bytes
+    headers: tuple[tuple[str, str], ...] = ()
 
 
-def _device_row(r: DeviceRow, data: dict) -> str:
-    e = html.escape
-    run = data["running"].get(r.device_id)
-    model = (
-        f"{e(run['model'])} {e(run['model_version'])}<br><span class=mono>{e(run['model_sha256'][:12])}</span>"
-        if run
-        else "-"
-    )
-    runtime = f"{e(run['runtime'])} {e(run['precision'])} on {e(run['profile'])}" if run else "-"
-    state = state_text(r.online)
-    cells = (
-        f"<td>{e(r.device_id)}</td><td class={state if r.online is not None else 'unknown'}>{state}</td>"
-        f"<td>{sparkline(data['history'].get(r.device_id, []))}</td>"
-        f"<td>{_num(r.latency_p50_ms)}</td><td>{_num(r.latency_p90_ms)}</td><td>{_num(r.fps)}</td>"
-        f"<td>{_num(r.temperature_c)}</td><td>{model}</td><td>{runtime}</td>"
-        f'<td class=err title="{e(r.last_error or "")}">{e(r.last_error or "-")}</td>'
-        f"<td>{max(data['now'] - r.last_seen, 0):.0f} s ago</td><td>{r.reports}</td>"
-    )
-    return f'<tr data-device="{e(r.device_id)}">{cells}</tr>'
+def _text(code: int, text: str, *headers: tuple[str, str]) -> Reply:
+    return Reply(code, _TEXT, f"{text}\n".encode(), headers)
 
 
-def _num(value: float | None) -> str:
-    return "-" if value is None else f"{value:.1f}"
+class _PageCache:
+    """Built replies by key, each served again for ``ttl_s``; one build at a time, at most ``size`` kept."""
+
+    def __init__(self, ttl_s: float, size: int = 32) -> None:
+        self.ttl_s, self.size = ttl_s, size
+        self._entries: OrderedDict[tuple, tuple[float, Reply]] = OrderedDict()
+        self._lock = threading.Lock()
+        self.builds = 0
+
+    def get(self, key: tuple, build: Callable[[], Reply]) -> Reply:
+        with self._lock:  # the clients asking while a page is built wait for that build, not their own
+            hit = self._entries.get(key)
+            if hit is not None and time.monotonic() - hit[0] < self.ttl_s:
+                return hit[1]
+            reply = build()
+            self.builds += 1
+            self._entries[key] = (time.monotonic(), reply)
+            self._entries.move_to_end(key)
+            while len(self._entries) > self.size:
+                self._entries.popitem(last=False)
+            return reply
 
 
 class Dashboard:
@@ -155,21 +209,19 @@ class Dashboard:
 
     Args:
         store: the store to read (shared with the monitor; both backends are thread-safe).
-        host: address to bind (127.0.0.1 keeps it local).
-        port: TCP port; 0 picks a free one (see ``port``).
+        config: address, login and bounds.
 
     Raises:
-        InputError: the port can't be bound.
+        InputError: the address can't be bound.
     """
 
-    def __init__(self, store: FleetStore, host: str = "127.0.0.1", port: int = 8080) -> None:
+    def __init__(self, store: FleetStore, config: DashboardConfig | None = None) -> None:
         self.store = store
-        handler = type("Handler", (_Handler,), {"store": store})
-        try:
-            self._server = ThreadingHTTPServer((host, port), handler)
-        except OSError as exc:
-            raise InputError(f"cannot listen on {host}:{port} ({exc.strerror}); choose another --web address") from exc
-        self._server.daemon_threads = True
+        self.config = config or DashboardConfig()
+        self._hosts = self.config.allowed_hosts
+        self._cache = _PageCache(self.config.refresh_s)
+        handler = type("Handler", (_Handler,), {"board": self})
+        self._server = BoundedHTTPServer((self.config.host, self.config.port), handler, self.config.limits)
         self._thread = threading.Thread(target=self._server.serve_forever, name="dashboard", daemon=True)
 
     @property
@@ -180,7 +232,43 @@ class Dashboard:
     @property
     def url(self) -> str:
         """``http://host:port/``."""
-        return f"http://{self._server.server_address[0]}:{self.port}/"
+        host = self._server.server_address[0]
+        return f"http://{f'[{host}]' if ':' in host else host}:{self.port}/"
+
+    @property
+    def builds(self) -> int:
+        """Pages and JSON documents built so far (the rest were served from the cache)."""
+        return self._cache.builds
+
+    def respond(self, target: str, headers: Message) -> Reply:
+        """The answer to a GET of ``target`` (path and query) with these request headers."""
+        hosts = headers.get_all("Host") or []
+        if len(hosts) != 1:
+            return _text(400, "expected one Host header")
+        if host_name(hosts[0]) not in self._hosts:
+            return _text(421, "this dashboard does not answer to that Host name (see --web-host)")
+        if self.config.token is not None and not login_ok(headers.get("Authorization"), self.config.token):
+            return _text(
+                401, "login required", ("WWW-Authenticate", 'Basic realm="edge-deploy fleet", charset="UTF-8"')
+            )
+        path, _, query = target.partition("?")
+        if path not in ("/", "/fleet.json"):
+            return _text(404, "not found")
+        try:
+            page = page_number(query)
+        except InputError as exc:
+            return _text(400, str(exc))
+        return self._cache.get((path, page), lambda: self._build(path, page))
+
+    def _build(self, path: str, page: int) -> Reply:
+        config = self.config
+        try:
+            data = fleet_data(self.store, config.window_s, page=page, per_page=config.per_page)
+        except EdgeDeployError as exc:  # e.g. the database is restarting: say so, the page reloads itself
+            return _text(503, f"fleet store unavailable: {exc}", ("Refresh", str(config.refresh_s)))
+        if path == "/fleet.json":
+            return Reply(200, _JSON, json.dumps(data).encode())
+        return Reply(200, _HTML, render_page(data, config.refresh_s).encode())
 
     def start(self) -> Dashboard:
         """Serve in the background."""
@@ -188,7 +276,7 @@ class Dashboard:
         return self
 
     def close(self) -> None:
-        """Stop serving and free the port."""
+        """Stop serving and free the port (busy requests get a few seconds to end)."""
         if self._thread.is_alive():
             self._server.shutdown()
         self._server.server_close()
@@ -200,32 +288,25 @@ class Dashboard:
         self.close()
 
 
-class _Handler(BaseHTTPRequestHandler):
-    store: FleetStore
+class _Handler(PreReadHandler):
+    board: Dashboard
 
     def do_GET(self) -> None:  # noqa: N802 - stdlib name
-        path = self.path.split("?", 1)[0]
-        if path not in ("/", "/fleet.json"):
-            self._send(404, "text/plain", b"not found\n")
-            return
-        try:
-            data = fleet_data(self.store)
-        except EdgeDeployError as exc:  # e.g. the database is restarting: say so, the page reloads itself
-            self._send(503, "text/plain; charset=utf-8", f"fleet store unavailable: {exc}\n".encode())
-            return
-        if path == "/fleet.json":
-            self._send(200, "application/json", json.dumps(data).encode())
-        else:
-            self._send(200, "text/html; charset=utf-8", render_page(data).encode())
+        self._answer(body=True)
 
-    def _send(self, code: int, kind: str, body: bytes) -> None:
-        self.send_response(code)
-        self.send_header("Content-Type", kind)
-        self.send_header("Content-Length", str(len(body)))
-        for key, value in _HEADERS.items():
+    def do_HEAD(self) -> None:  # noqa: N802 - stdlib name
+        self._answer(body=False)
+
+    def _answer(self, body: bool) -> None:
+        reply = self.board.respond(self.path, self.headers)
+        self.send_response(reply.code)
+        self.send_header("Content-Type", reply.kind)
+        self.send_header("Content-Length", str(len(reply.body)))
+        for key, value in (*_HEADERS.items(), *reply.headers):
             self.send_header(key, value)
         self.end_headers()
-        self.wfile.write(body)
+        if body:
+            self.wfile.write(reply.body)
 
     def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - stdlib signature
         log.debug("%s %s", self.address_string(), format % args)

@@ -537,4 +537,5 @@ def build_browser_site(
     kinds = model_kinds(models)
     folders = {kind: _run_stage(STAGES[kind], profile, Precision.FP32, Path(cache_dir), progress)[0] for kind in kinds}
     progress(f"writing the browser site to {out_dir}")
-    return build_browser(profile, folders.get("face"), Path(out_dir), progress, text=folders.get("slm"), search=search)
+    face, text = folders.get(ModelKind.FACE), folders.get(ModelKind.SLM)
+    return build_browser(profile, face, Path(out_dir), progress, text=text, search=search)

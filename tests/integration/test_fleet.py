@@ -280,9 +280,9 @@ def test_dashboard_in_headless_chromium(tmp_path: Path, pg_url: str) -> None:
         pytest.fail(why)
     from selenium.webdriver.common.by import By
 
-    from fleet.dashboard import Dashboard
+    from fleet.dashboard import Dashboard, DashboardConfig
 
-    with open_store(pg_url) as store, Dashboard(store, "127.0.0.1", 0).start() as board:
+    with open_store(pg_url) as store, Dashboard(store, DashboardConfig(port=0)).start() as board:
         fill_fleet(store, time.time())
         browser = Chromium()
         try:
