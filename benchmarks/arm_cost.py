@@ -19,13 +19,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 
+from benchmarks.harness.arm_models import int8_file, model_inputs
+from benchmarks.harness.report import say
 from converters.arm.cost import DEFAULT_PLUGIN, ModelCost, build_plugin, measure_model
-from converters.arm.face import write_probe_photos
 from converters.arm.guest import DEFAULT_CACHE, prepare_guest
 from converters.face.build import export_face_models
 from edge.face import models as face_models
@@ -41,10 +41,6 @@ PROFILE_OF_CPU = {"cortex-a72": "rpi4", "cortex-a76": "rpi5"}
 GOALS = {"cortex-a72": 0.6, "cortex-a76": 0.4}
 
 
-def say(message: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
-
-
 def int8_folder(fp32: Path, target: str, calibration: int) -> Path:
     """The profile's INT8 face models (static QDQ, ORT format), built once into .cache/arm."""
     from converters.face.quantize import quantize_face_models
@@ -55,32 +51,6 @@ def int8_folder(fp32: Path, target: str, calibration: int) -> Path:
         say(f"quantizing the face models for {target} (static INT8 QDQ, {calibration} calibration images)")
         quantize_face_models(fp32, out, load_profile(target), Precision.INT8, calibration, say, check=False)
     return out
-
-
-def int8_file(int8_dir: Path, fp32_file: Path) -> Path:
-    """The INT8 twin of an fp32 model in a quantized face folder: ``<stem>.int8.ort`` (else ``.int8.onnx``)."""
-    for suffix in (".int8.ort", ".int8.onnx"):
-        path = int8_dir / f"{fp32_file.stem}{suffix}"
-        if path.is_file():
-            return path
-    raise FileNotFoundError(f"{int8_dir}: no {fp32_file.stem}.int8.ort or .int8.onnx")
-
-
-def model_inputs(fp32: Path, work: Path) -> dict[str, Path]:
-    """Real inputs: an aligned chip of the astronaut for the embedder, her photo at 128x128 for PNet."""
-    import cv2
-
-    from edge.imageio import load_image
-
-    photo = load_image(write_probe_photos(work / "photos")[0])
-    with face_models.open_face_pipeline(fp32) as pipeline:
-        chip = pipeline.chips(photo, pipeline.detector.detect(photo))[:1]
-    level = cv2.resize(photo, (128, 128), interpolation=cv2.INTER_AREA).astype(np.float32)
-    level = ((level - 127.5) * 0.0078125).transpose(2, 0, 1)[None]
-    paths = {FaceModel.EMBEDDER: work / "chip_nchw.npy", FaceModel.PNET: work / "pnet_level.npy"}
-    np.save(paths[FaceModel.EMBEDDER], np.ascontiguousarray(chip.transpose(0, 3, 1, 2), dtype=np.float32))
-    np.save(paths[FaceModel.PNET], np.ascontiguousarray(level))
-    return paths
 
 
 def litert_embedders(fp32: Path, chip_npy: Path, calibration: int) -> dict[str, Path]:

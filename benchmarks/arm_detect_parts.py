@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from pathlib import Path
 
 from benchmarks.harness.arm_frames import frame_files
+from benchmarks.harness.report import say
 from converters.arm.cost import DEFAULT_PLUGIN, build_plugin, count_instructions
 from converters.arm.guest import DEFAULT_CACHE, prepare_guest
 from converters.face.blazeface import FULL_RANGE, fetch_blazeface
@@ -37,10 +37,6 @@ PARTS = {
     6: "the parts together",
     7: "`detect()` as the pipeline calls it (current code)",
 }
-
-
-def say(message: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
 #: run_detect_parts.py's ``--code`` of each column

@@ -33,7 +33,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,6 +42,7 @@ from benchmarks.harness.arm_frames import (
     frame_files,
 )
 from benchmarks.harness.face_speed_models import CACHE
+from benchmarks.harness.report import say
 from converters.arm.frame import FrameCost, FrameSetup
 from converters.face.blazeface import FULL_RANGE, SHORT_RANGE
 
@@ -132,10 +132,6 @@ def build_label(profile: str, precision: str) -> str:
     if precision == "fp32":
         return "fp32"
     return f"{profile} int8, embedder on LiteRT" if precision == LITERT_EMBEDDER else f"{profile} {precision}"
-
-
-def say(message: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
 def precisions(folder: Path) -> str:

@@ -21,13 +21,13 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import sys
-import time
 from pathlib import Path
 from types import ModuleType
 
 import numpy as np
 
 from benchmarks.harness.arm_frames import frame_files
+from benchmarks.harness.report import say
 from converters.arm.cost import DEFAULT_PLUGIN, build_plugin, count_instructions
 from converters.arm.guest import DEFAULT_CACHE, prepare_guest
 from converters.face.blazeface import FULL_RANGE, fetch_blazeface
@@ -58,10 +58,6 @@ FRAMES = 3
 FP16_KEY, FP16_VALUE = "reduced_precision_support", "fp16accfp16"
 #: A difference of instruction counts below this share is not called a saving.
 NOISE = 0.01
-
-
-def say(message: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
 def with_fp16_hint(model: Path, out: Path) -> Path:

@@ -19,11 +19,10 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchmarks.harness.report import machine_line, write_section
+from benchmarks.harness.report import machine_line, say, write_section
 from converters.arm.cost import ModelCost, build_plugin, measure_model
 from converters.arm.guest import prepare_guest
 from converters.arm.model import evaluation_file
@@ -35,10 +34,6 @@ NAME = "byom_arm_cost"
 SUMMARY = "A convert model folder's instructions per inference on emulated Pi cores"
 #: the docs/benchmarks.md sections it writes
 SECTIONS = ("byom-arm-cost",)
-
-
-def say(message: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
 @dataclass(frozen=True)

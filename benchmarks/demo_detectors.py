@@ -16,10 +16,9 @@ import argparse
 import json
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-from benchmarks.harness.report import machine_line, write_section
+from benchmarks.harness.report import machine_line, say, write_section
 
 NAME = "demo_detectors"
 SUMMARY = "The demo's recognition check with each face detector"
@@ -28,10 +27,6 @@ SECTIONS = ("demo-detectors",)
 
 DETECTORS = ("mtcnn", "blazeface-full", "blazeface-full-tiled")
 PROFILE = "rpi4"
-
-
-def say(message: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
 def ours(folder: Path, detector: str, work: Path) -> dict:
@@ -43,7 +38,7 @@ def ours(folder: Path, detector: str, work: Path) -> dict:
 
 def hog_counts() -> dict | None:
     """dlib's HOG (face_recognition's detector) on the demo's views: annotated faces it boxes, and the rest."""
-    from benchmarks.detector_quality import hog_contender
+    from benchmarks.harness.detectors import hog_contender
     from converters.demo.host import DEMO_SEED
     from converters.face.boxes import match_boxes
     from converters.face.facedata import make_eval_images

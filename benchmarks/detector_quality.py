@@ -34,11 +34,11 @@ import argparse
 import statistics
 import sys
 import time
-from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 
 import numpy as np
 
+from benchmarks.harness.detectors import Box, Contender, hog_contender
 from benchmarks.harness.report import REPO, machine_line, write_section
 from converters.face.blazeface import FULL_RANGE, SHORT_RANGE, export_blazeface_onnx
 from converters.face.boxes import match_boxes
@@ -58,15 +58,6 @@ CACHE = REPO / ".cache" / "bench"
 #: Face size buckets (annotated box side, pixels): [low, high).
 SIZES = ((0, 80), (80, 120), (120, 10_000))
 
-Box = tuple[float, float, float, float]
-
-
-@dataclass
-class Contender:
-    name: str
-    detect: Callable[[np.ndarray], list[Box]]
-    close: Callable[[], None]
-
 
 def _ours(name: str, detector) -> Contender:
     def detect(rgb: np.ndarray) -> list[Box]:
@@ -74,20 +65,6 @@ def _ours(name: str, detector) -> Contender:
 
     min_score = DEFAULT_MIN_SCORE if isinstance(detector, MtcnnDetector) else 0.0
     return Contender(name, detect, detector.close)
-
-
-def hog_contender() -> Contender | None:
-    """dlib's HOG with one upsample (face_recognition's detector), or None without dlib."""
-    try:
-        import dlib
-    except ImportError:
-        return None
-    hog = dlib.get_frontal_face_detector()
-
-    def detect(rgb: np.ndarray) -> list[Box]:
-        return [(r.left(), r.top(), r.right() + 1, r.bottom() + 1) for r in hog(rgb, 1)]
-
-    return Contender("dlib HOG (upsample 1)", detect, lambda: None)
 
 
 def open_contenders() -> list[Contender]:

@@ -21,7 +21,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchmarks.arm_cost import int8_file, model_inputs, say
+from benchmarks.harness.arm_models import int8_file, model_inputs
+from benchmarks.harness.report import say
 from converters.arm.cost import DEFAULT_PLUGIN, ModelCost, build_plugin, measure_model
 from converters.arm.guest import DEFAULT_CACHE, prepare_guest
 from converters.face.build import export_face_models

@@ -28,13 +28,12 @@ import argparse
 import json
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
-from benchmarks.harness.report import machine_line, write_section
+from benchmarks.harness.report import machine_line, say, write_section
 from benchmarks.harness.slm_speed_models import CACHE
 from converters.arm.cost import DEFAULT_PLUGIN, InsnCounts, ModelCost, build_plugin, measure_model
 from converters.arm.guest import prepare_guest
@@ -46,10 +45,6 @@ SECTIONS = ("slm-arm-head",)
 
 VOCAB, HIDDEN, BLOCK = 49152, 576, 32
 WORK = CACHE / "slm-arm-head"
-
-
-def say(message: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
 def _table(seed: int = 0) -> tuple[np.ndarray, np.ndarray]:

@@ -28,12 +28,11 @@ import argparse
 import json
 import shutil
 import sys
-import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from benchmarks.harness.report import machine_line, write_section
+from benchmarks.harness.report import machine_line, say, write_section
 from benchmarks.harness.slm_speed_models import CACHE, cache_key, cached
 from converters.arm.cost import DEFAULT_PLUGIN, InsnCounts, build_plugin
 from converters.arm.guest import ArmGuest, prepare_guest
@@ -56,10 +55,6 @@ PREFILL_PROMPTS = (
 #: then the fp32 LiteRT twin of that profile (``-litert``), measured beside it, not shipped.
 DEFAULT_VARIANTS = {"cortex-a72": ("rpi4", "rpi4-litert"), "cortex-a76": ("rpi5", "rpi5-litert")}
 DECODE = (2, 10)
-
-
-def say(message: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
 def model_dir(variant: str) -> Path:

@@ -29,11 +29,10 @@ import argparse
 import json
 import os
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchmarks.harness.report import REPO, machine_line, write_section
+from benchmarks.harness.report import REPO, machine_line, say, write_section
 from benchmarks.harness.slm_speed_models import cached, race_models
 
 NAME = "slm_litert_recipes"
@@ -49,10 +48,6 @@ RECIPES = {
 }
 EXPORT = REPO / "scripts" / "slm" / "litert_recipe_export.py"
 KV, PREFILL, WINDOW, TOKENS = 512, 32, 500, 2048
-
-
-def say(message: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
 @dataclass(frozen=True)

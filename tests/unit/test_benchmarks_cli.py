@@ -100,3 +100,17 @@ def test_benchmarks_import_public_names_that_exist():
             if name.startswith("_") and (where, f"{module}.{name}") not in KNOWN_PRIVATE:
                 private.append(f"{where}: {module}.{name}")
     assert (missing, private) == ([], [])
+
+
+def test_benchmarks_share_code_only_through_the_harness():
+    """A benchmark imports no other benchmark, and the harness none at all: what two share lives in harness/."""
+    names = set(_top_level_modules())
+    offenders = []
+    for path in sorted(BENCH.rglob("*.py")):
+        for module, name in _imported_names(path):
+            target = (
+                module.split(".")[1] if module.startswith("benchmarks.") else name if module == "benchmarks" else ""
+            )
+            if target in names and not (path.parent == BENCH and path.stem == "__main__"):
+                offenders.append(f"{path.relative_to(REPO)}: {module}.{name}")
+    assert offenders == []
