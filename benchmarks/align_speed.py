@@ -1,7 +1,7 @@
 """Alignment speed: the previous numpy code against the vectorised one, side by side in one run.
 
-    .venv/bin/python benchmarks/align_speed.py            # writes the ``align-speed`` section of docs/benchmarks.md
-    .venv/bin/python benchmarks/align_speed.py --quick    # fewer rounds, prints only
+    .venv/bin/python -m benchmarks run align_speed            # writes the ``align-speed`` section of docs/benchmarks.md
+    .venv/bin/python -m benchmarks run align_speed --quick    # fewer rounds, prints only
 
 What is timed is the device's alignment of one face, as ``FacePipeline`` runs it with the shape predictor:
 dlib's 5-point shape predictor (``edge.face.shape5``) on the face's box, then the 150x150 chip cut through
@@ -9,8 +9,8 @@ dlib's 5-point shape predictor (``edge.face.shape5``) on the face's box, then th
 annotated ones of the evaluation photos (dlib HOG boxes: astronaut 1, insightface t1.jpg 6, Tom Hanks 1).
 Contenders, interleaved photo by photo in every round, 1 thread:
 
-* ``previous``: ``benchmarks/align_reference.py``, the code before vectorisation (tree by tree);
-* ``a94bba3``: ``benchmarks/align_a94bba3.py``, the first vectorised code (commit a94bba3), one face at a time
+* ``previous``: ``benchmarks/harness/align_reference.py``, the code before vectorisation (tree by tree);
+* ``a94bba3``: ``benchmarks/harness/align_first_vectorised.py``, the first vectorised code, one face at a time
   and all faces of a photo at once;
 * ``exact``: ``edge.face`` now with ``exact=True`` (dlib's bilinear arithmetic), one face at a time and all
   faces at once (``ShapePredictor.predict_many`` over a photo's faces, then the chips);
@@ -30,21 +30,23 @@ import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
-from pathlib import Path
 
 import cv2
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from benchmarks.harness import align_first_vectorised as a94
+from benchmarks.harness import align_reference as ref
+from benchmarks.harness.report import REPO, machine_line, write_section
+from converters.face.dlib_shape import export_shape_predictor
+from converters.face.facedata import EVAL_PHOTOS
+from converters.face.reference import dlib_model_path
+from edge.face.align import CHIP_TOLERANCE, align_chip_dlib5
+from edge.face.shape5 import ShapePredictor
 
-from benchmarks import align_a94bba3 as a94  # noqa: E402
-from benchmarks import align_reference as ref  # noqa: E402
-from benchmarks.report import REPO, machine_line, write_section  # noqa: E402
-from converters.face.dlib_shape import export_shape_predictor  # noqa: E402
-from converters.face.facedata import EVAL_PHOTOS  # noqa: E402
-from converters.face.reference import dlib_model_path  # noqa: E402
-from edge.face.align import CHIP_TOLERANCE, align_chip_dlib5  # noqa: E402
-from edge.face.shape5 import ShapePredictor  # noqa: E402
+NAME = "align_speed"
+SUMMARY = "Face alignment speed: the previous, the first vectorised and today's code, interleaved"
+#: the docs/benchmarks.md sections it writes
+SECTIONS = ("align-speed",)
 
 CACHE = REPO / ".cache" / "bench"
 CONTENDERS = (
@@ -207,12 +209,13 @@ def markdown(result: dict) -> str:
         [
             "## Face alignment (5-point shape predictor + chip)",
             "",
-            f"`.venv/bin/python benchmarks/align_speed.py --rounds {result['rounds']}` — the alignment `FacePipeline`",
+            f"`.venv/bin/python -m benchmarks run align_speed --rounds {result['rounds']}` — "
+            "the alignment `FacePipeline`",
             "runs per face (dlib's 5-point shape predictor in numpy and OpenCV, then the 150×150 chip as dlib's",
             f"`get_face_chip`), on the {result['faces']} annotated faces of the evaluation photos, 1 thread (OpenCV's",
             f"too), CPU time, median of {result['rounds']} interleaved rounds.",
-            "`previous` is the code before vectorisation (`benchmarks/align_reference.py`), `a94bba3` the first",
-            "vectorised code (`benchmarks/align_a94bba3.py`), `exact` the code in `edge/face` with `exact=True`",
+            "`previous` is the code before vectorisation (`benchmarks/harness/align_reference.py`), `a94bba3` the first",  # noqa: E501
+            "vectorised code (`benchmarks/harness/align_first_vectorised.py`), `exact` the code in `edge/face` with `exact=True`",  # noqa: E501 (one line of the generated doc)
             "(dlib's bilinear arithmetic), `now` the same code as the pipeline runs it (the chip by OpenCV's",
             "`warpAffine` on float32, truncated as dlib truncates). Every round checked that all contenders gave the",
             "same landmarks, that all but `now` gave the same chip bytes (tolerance zero), and how far `now`'s chips",
@@ -283,7 +286,3 @@ def main(argv: list[str] | None = None) -> int:
     if not args.quick:
         print(f"wrote {write_section('align-speed', md)}", file=sys.stderr)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

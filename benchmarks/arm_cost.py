@@ -7,8 +7,8 @@ QDQ build (``converters.face.quantize``: rpi4 for the A72, rpi5 for the A76) in 
 With ``--litert``, the embedder also goes through onnx2tf to TFLite (fp32 and full-integer INT8) and runs
 on LiteRT (XNNPACK). Counts do not depend on the machine's load; they took ~10-40 s of emulation each.
 
-    .venv/bin/python benchmarks/arm_cost.py                       # embedder, ORT, A72 and A76
-    .venv/bin/python benchmarks/arm_cost.py --models embedder,onet,rnet,pnet --litert --json cost.json
+    .venv/bin/python -m benchmarks run arm_cost                       # embedder, ORT, A72 and A76
+    .venv/bin/python -m benchmarks run arm_cost --models embedder,onet,rnet,pnet --litert --json cost.json
 
 Prints a markdown table to paste into docs/benchmarks.md. Goals (from the Pi-build issue): INT8 / fp32
 <= 0.6 on the A72 and <= 0.4 on the A76 for the embedder with its best backend, and SDOT running on the A76.
@@ -19,27 +19,26 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from converters.arm.cost import DEFAULT_PLUGIN, ModelCost, build_plugin, measure_model  # noqa: E402
-from converters.arm.face import write_probe_photos  # noqa: E402
+from benchmarks.harness.arm_models import int8_file, model_inputs
+from benchmarks.harness.report import say
+from converters.arm.cost import DEFAULT_PLUGIN, ModelCost, build_plugin, measure_model
 from converters.arm.guest import DEFAULT_CACHE, prepare_guest
-from converters.face.build import export_face_models  # noqa: E402
-from edge.face import models as face_models  # noqa: E402
-from edge.face.models import FaceModel  # noqa: E402
-from tests.integration.needs import ONNX2TF, install_on_first_use  # noqa: E402
+from converters.face.build import export_face_models
+from edge.face import models as face_models
+from edge.face.models import FaceModel
+from testsupport.needs import ONNX2TF, install_on_first_use
+
+NAME = "arm_cost"
+SUMMARY = "Executed instructions per inference of the face models on emulated Pi 4 / Pi 5 cores"
+#: the docs/benchmarks.md sections it writes
+SECTIONS = ("arm-cost",)
 
 PROFILE_OF_CPU = {"cortex-a72": "rpi4", "cortex-a76": "rpi5"}
 GOALS = {"cortex-a72": 0.6, "cortex-a76": 0.4}
-
-
-def say(message: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
 def int8_folder(fp32: Path, target: str, calibration: int) -> Path:
@@ -52,32 +51,6 @@ def int8_folder(fp32: Path, target: str, calibration: int) -> Path:
         say(f"quantizing the face models for {target} (static INT8 QDQ, {calibration} calibration images)")
         quantize_face_models(fp32, out, load_profile(target), Precision.INT8, calibration, say, check=False)
     return out
-
-
-def int8_file(int8_dir: Path, fp32_file: Path) -> Path:
-    """The INT8 twin of an fp32 model in a quantized face folder: ``<stem>.int8.ort`` (else ``.int8.onnx``)."""
-    for suffix in (".int8.ort", ".int8.onnx"):
-        path = int8_dir / f"{fp32_file.stem}{suffix}"
-        if path.is_file():
-            return path
-    raise FileNotFoundError(f"{int8_dir}: no {fp32_file.stem}.int8.ort or .int8.onnx")
-
-
-def model_inputs(fp32: Path, work: Path) -> dict[str, Path]:
-    """Real inputs: an aligned chip of the astronaut for the embedder, her photo at 128x128 for PNet."""
-    import cv2
-
-    from edge.imageio import load_image
-
-    photo = load_image(write_probe_photos(work / "photos")[0])
-    with face_models.open_face_pipeline(fp32) as pipeline:
-        chip = pipeline.chips(photo, pipeline.detector.detect(photo))[:1]
-    level = cv2.resize(photo, (128, 128), interpolation=cv2.INTER_AREA).astype(np.float32)
-    level = ((level - 127.5) * 0.0078125).transpose(2, 0, 1)[None]
-    paths = {FaceModel.EMBEDDER: work / "chip_nchw.npy", FaceModel.PNET: work / "pnet_level.npy"}
-    np.save(paths[FaceModel.EMBEDDER], np.ascontiguousarray(chip.transpose(0, 3, 1, 2), dtype=np.float32))
-    np.save(paths[FaceModel.PNET], np.ascontiguousarray(level))
-    return paths
 
 
 def litert_embedders(fp32: Path, chip_npy: Path, calibration: int) -> dict[str, Path]:
@@ -196,18 +169,14 @@ def main(argv: list[str] | None = None) -> int:
     costs: list[tuple[str, str, ModelCost]] = []
     for cpu in [c.strip() for c in args.cpus.split(",") if c.strip()]:
         costs += count_cpu(cpu, nets, fp32, inputs, args)
-    command = "python benchmarks/arm_cost.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = "python -m benchmarks run arm_cost " + " ".join(argv if argv is not None else sys.argv[1:])
     table = markdown(costs, command.strip())
     print(table)
     if args.write:
-        from benchmarks.report import machine_line, write_section
+        from benchmarks.harness.report import machine_line, write_section
 
         write_section("arm-cost", SECTION_HEAD.format(machine=machine_line()) + "\n" + goals(costs) + "\n\n" + table)
     if args.json:
         rows = [{"net": n, "precision": p, **c.to_dict()} for n, p, c in costs]
         args.json.write_text(json.dumps(rows, indent=2) + "\n", encoding="utf-8")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

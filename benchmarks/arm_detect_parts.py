@@ -7,22 +7,25 @@ network, decoding, NMS, for three codes of parts 1, 2 and 4 (``--code`` there): 
 image (what a tiled frame runs) and now, on grace_hopper letterboxed to 640x480 (arm_frame's frame), one
 thread, per frame = (run of 3 frames - run of 1 frame) / 2.
 
-    .venv/bin/python benchmarks/arm_detect_parts.py [--cpus cortex-a72,cortex-a76] [--write]
+    .venv/bin/python -m benchmarks run arm_detect_parts [--cpus cortex-a72,cortex-a76] [--write]
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from benchmarks.harness.arm_frames import frame_files
+from benchmarks.harness.report import say
+from converters.arm.cost import DEFAULT_PLUGIN, build_plugin, count_instructions
+from converters.arm.guest import DEFAULT_CACHE, prepare_guest
+from converters.face.blazeface import FULL_RANGE, fetch_blazeface
 
-from benchmarks.arm_frame import frame_files  # noqa: E402
-from converters.arm.cost import DEFAULT_PLUGIN, build_plugin, count_instructions  # noqa: E402
-from converters.arm.guest import DEFAULT_CACHE, prepare_guest  # noqa: E402
-from converters.face.blazeface import FULL_RANGE, fetch_blazeface  # noqa: E402
+NAME = "arm_detect_parts"
+SUMMARY = "BlazeFace's detect stage in parts: instructions of each on emulated Pi cores"
+#: the docs/benchmarks.md sections it writes
+SECTIONS = ("arm-detect-parts",)
 
 SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "arm" / "run_detect_parts.py"
 PARTS = {
@@ -34,10 +37,6 @@ PARTS = {
     6: "the parts together",
     7: "`detect()` as the pipeline calls it (current code)",
 }
-
-
-def say(message: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
 #: run_detect_parts.py's ``--code`` of each column
@@ -110,12 +109,8 @@ def main(argv: list[str] | None = None) -> int:
     text = table(counts)
     print(text)
     if args.write:
-        from benchmarks.report import machine_line, write_section
+        from benchmarks.harness.report import machine_line, write_section
 
-        command = "python benchmarks/arm_detect_parts.py " + " ".join(argv if argv is not None else sys.argv[1:])
+        command = "python -m benchmarks run arm_detect_parts " + " ".join(argv if argv is not None else sys.argv[1:])
         write_section("arm-detect-parts", HEAD.format(machine=machine_line()) + "\n" + text + f"\n\n`{command}`")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

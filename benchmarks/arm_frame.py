@@ -16,10 +16,10 @@ both: ``benchmarks/blazeface_int8.py``), and BlazeFace full range on LiteRT on a
 on one frame in 4 (``face.detect_every = 4``), the followed face keeping its descriptor or described again on
 every frame. Each core's cheapest frame also has its two networks counted alone: the floor of the frame.
 Folders come from the benchmark caches
-(``benchmarks.face_speed_models.build_fp32`` / ``build_int8`` with the default 200 calibration images;
-BlazeFace added as ``edge-deploy convert blazeface MODELS --range full`` does, ``frame_speed.with_blazeface``).
+(``benchmarks.harness.face_speed_models.build_fp32`` / ``build_int8`` with the default 200 calibration images;
+BlazeFace added as ``edge-deploy convert blazeface MODELS --range full`` does, ``with_blazeface`` of that module).
 
-    .venv/bin/python benchmarks/arm_frame.py [--cpus cortex-a72,cortex-a76] [--contenders mtcnn,blazeface-full]
+    .venv/bin/python -m benchmarks run arm_frame [--cpus cortex-a72,cortex-a76] [--contenders mtcnn,blazeface-full]
         [--frames 2] [--fresh] [--write]
 
 Resumable: every counted row is kept in ``.cache/bench/arm_frame.json`` and not counted again unless
@@ -33,17 +33,23 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
+from benchmarks.harness.arm_frames import (
+    LITERT_EMBEDDER,
+    folders,
+    frame_files,
+)
+from benchmarks.harness.face_speed_models import CACHE
+from benchmarks.harness.report import say
+from converters.arm.frame import FrameCost, FrameSetup
+from converters.face.blazeface import FULL_RANGE, SHORT_RANGE
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from benchmarks.face_speed_models import CACHE  # noqa: E402
-from converters.arm.frame import FrameCost, FrameSetup  # noqa: E402
-from converters.face.blazeface import FULL_RANGE, SHORT_RANGE  # noqa: E402
+NAME = "arm_frame"
+SUMMARY = "Instructions per 640x480 one-face frame, whole pipeline, on emulated Pi 4 / Pi 5 cores"
+#: the docs/benchmarks.md sections it writes
+SECTIONS = ("arm-frame",)
 
 #: (core, the board build it runs, instructions-a-frame goal), as issue #13 sets them.
 CORES = {"cortex-a72": ("rpi4", 150e6), "cortex-a76": ("rpi5", 60e6)}
@@ -52,7 +58,6 @@ CLOCK_HZ = (1.5e9, 1.8e9)
 IPC = (1.5, 2.0)
 #: The issue's own count of the fp32 MTCNN frame (grace_hopper letterboxed), to compare with.
 ISSUE_MTCNN_FP32 = {"cortex-a72": 931e6, "cortex-a76": 930e6}
-FRAME_SIZE = (640, 480)
 STAGES = ("detect", "align", "embed", "match")
 #: The .tflite original that ``convert blazeface`` keeps in the folder beside its ONNX translation.
 FULL_RANGE_TFLITE = FULL_RANGE.name
@@ -119,8 +124,6 @@ FOLLOWED = {
     for c in CONTENDERS.values()
     if c.detect_every > 1
 }  # fmt: skip
-#: The build of a row whose INT8 embedder runs its TFLite twin on LiteRT (``_with_litert_embedder``).
-LITERT_EMBEDDER = "int8-litert-embedder"
 PRECISIONS = ("fp32", "int8", LITERT_EMBEDDER)
 
 
@@ -129,94 +132,6 @@ def build_label(profile: str, precision: str) -> str:
     if precision == "fp32":
         return "fp32"
     return f"{profile} int8, embedder on LiteRT" if precision == LITERT_EMBEDDER else f"{profile} {precision}"
-
-
-def say(message: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
-
-
-def letterbox(rgb: np.ndarray, size: tuple[int, int] = FRAME_SIZE) -> np.ndarray:
-    """``rgb`` scaled to fit ``size`` (width, height) with INTER_AREA, centred on black."""
-    import cv2
-
-    width, height = size
-    scale = min(width / rgb.shape[1], height / rgb.shape[0])
-    w, h = round(rgb.shape[1] * scale), round(rgb.shape[0] * scale)
-    out = np.zeros((height, width, 3), np.uint8)
-    x, y = (width - w) // 2, (height - h) // 2
-    out[y : y + h, x : x + w] = cv2.resize(rgb, (w, h), interpolation=cv2.INTER_AREA)
-    return out
-
-
-def frame_files(work: Path) -> tuple[Path, Path]:
-    """The frame (grace_hopper letterboxed to 640x480, .npy) and frame_speed's gallery of 100, written once."""
-    from benchmarks.frame_speed import make_gallery
-    from converters.face.facedata import package_dir
-    from edge.imageio import load_image
-
-    work.mkdir(parents=True, exist_ok=True)
-    frame, gallery = work / "grace_hopper_640x480.npy", work / "gallery100.npz"
-    photo = load_image(package_dir("matplotlib") / "mpl-data" / "sample_data" / "grace_hopper.jpg")
-    np.save(frame, letterbox(photo))
-    make_gallery().save(gallery)
-    return frame, gallery
-
-
-def folders(profile_name: str, progress) -> dict[str, Path]:
-    """The fp32 and the profile's INT8 face folders, each with BlazeFace full and short range added, and a copy
-    of the INT8 one whose embedder runs its TFLite twin on LiteRT (cached)."""
-    from benchmarks.face_speed_models import race_models
-    from benchmarks.frame_speed import with_blazeface
-    from converters.face.quantize import DEFAULT_CALIBRATION_COUNT
-    from edge.profiles import load_profile
-
-    CACHE.mkdir(parents=True, exist_ok=True)
-    models = race_models(load_profile(profile_name), DEFAULT_CALIBRATION_COUNT, progress)
-    fp32 = _with_short_range(with_blazeface(models.fp32_dir, progress), progress)
-    int8 = _with_short_range(with_blazeface(models.int8_dir, progress), progress)
-    return {"fp32": fp32, "int8": int8, LITERT_EMBEDDER: _with_litert_embedder(int8, models.tflite["int8"], progress)}
-
-
-def _with_litert_embedder(int8: Path, twin: Path, progress) -> Path:
-    """A copy of the INT8 folder that runs its embedder's full-integer TFLite twin on LiteRT: the twin under
-    models.json role ``tflite.embedder`` and ``embedder_runtime = "litert"``, as ``convert face --format
-    tflite`` writes them. The twin is face_speed's (``build_tflite``: onnx2tf from the same fp32 ONNX, int8 in
-    and out, calibrated on that race's chips), not the build's own, which ``quantize_face_models`` does not
-    make; the same conversion ``converters.face.tflite_twins`` runs."""
-    import shutil
-
-    from converters.face.tflite_twins import run_embedder_twin
-    from edge.face import models as face_models
-
-    folder = int8.with_name(f"{int8.name}-{LITERT_EMBEDDER}")
-    if (folder / face_models.MODELS_FILE).is_file() and face_models.embedder_role(folder) != "embedder":
-        return folder
-    progress(f"copying {int8.name} to run its embedder's TFLite twin ({twin.name}) on LiteRT")
-    tmp = folder.with_name(folder.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    shutil.copytree(int8, tmp)
-    shutil.copyfile(twin, tmp / twin.name)
-    path = tmp / face_models.MODELS_FILE
-    data = json.loads(path.read_text(encoding="utf-8"))
-    source = face_models.read_models_file(tmp)[face_models.FaceModel.EMBEDDER.role].source
-    entry = face_models.describe(tmp / twin.name, face_models.TFLITE_EMBEDDER_ROLE, "tflite", "int8", source)
-    data["models"] = [m for m in data["models"] if m["role"] != entry.role] + [entry.to_dict()]
-    path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
-    run_embedder_twin(tmp)
-    shutil.rmtree(folder, ignore_errors=True)
-    tmp.rename(folder)
-    return folder
-
-
-def _with_short_range(folder: Path, progress) -> Path:
-    """``folder`` with BlazeFace short range added too (``convert blazeface`` with the default range)."""
-    from converters.face.blazeface import add_blazeface
-    from edge.face.models import BLAZEFACE_ROLES, Detector, read_models_file
-
-    if BLAZEFACE_ROLES[Detector.BLAZEFACE] not in read_models_file(folder):
-        progress(f"adding BlazeFace short range to {folder.name}")
-        add_blazeface(folder, SHORT_RANGE)
-    return folder
 
 
 def precisions(folder: Path) -> str:
@@ -512,7 +427,7 @@ def section(rows: list[tuple[str, str, FrameCost]], nets: dict[str, dict], build
     ``nets``: ``ModelCost.to_dict()`` of the BlazeFace files by ``core/file``; ``builds``: per INT8 build
     (``"rpi4 int8"``), what runs at which precision (``precisions``).
     """
-    from benchmarks.report import machine_line
+    from benchmarks.harness.report import machine_line
     from edge.face.tiles import DEFAULT_TILING
 
     frames = min(c.frames for _, _, c in rows)
@@ -635,15 +550,11 @@ def main(argv: list[str] | None = None) -> int:
     for cpu in [c.strip() for c in args.cpus.split(",") if c.strip()]:
         rows += count_core(cpu, names, args, done, builds)
         print(table(rows), file=sys.stderr, flush=True)
-    command = "python benchmarks/arm_frame.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = "python -m benchmarks run arm_frame " + " ".join(argv if argv is not None else sys.argv[1:])
     markdown = section(rows, args.nets if args.networks else {}, builds, command.strip())
     print(markdown)
     if args.write:
-        from benchmarks.report import write_section
+        from benchmarks.harness.report import write_section
 
         print(f"wrote {write_section('arm-frame', markdown)}", file=sys.stderr)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

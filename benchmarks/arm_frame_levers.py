@@ -13,40 +13,51 @@ INT8 build, against 150 M instructions a frame). This measures two levers beyond
   in fp16 where the core can; steady instructions per inference (``scripts/arm/run_model.py``) and how far its
   outputs move from fp32's on the emulated core.
 
-    .venv/bin/python benchmarks/arm_frame_levers.py [--cpus cortex-a72,cortex-a76] [--write]
+    .venv/bin/python -m benchmarks run arm_frame_levers [--cpus cortex-a72,cortex-a76] [--write]
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import sys
-import time
 from pathlib import Path
+from types import ModuleType
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from benchmarks.harness.arm_frames import frame_files
+from benchmarks.harness.report import say
+from converters.arm.cost import DEFAULT_PLUGIN, build_plugin, count_instructions
+from converters.arm.guest import DEFAULT_CACHE, prepare_guest
+from converters.face.blazeface import FULL_RANGE, fetch_blazeface
 
-from benchmarks.arm_frame import frame_files  # noqa: E402
-from converters.arm.cost import DEFAULT_PLUGIN, build_plugin, count_instructions  # noqa: E402
-from converters.arm.guest import DEFAULT_CACHE, prepare_guest  # noqa: E402
-from converters.face.blazeface import FULL_RANGE, fetch_blazeface  # noqa: E402
+NAME = "arm_frame_levers"
+SUMMARY = "Levers on the Pi frame budget, measured and not taken: what each saves and costs"
+#: the docs/benchmarks.md sections it writes
+SECTIONS = ("arm-frame-levers",)
 
 ARM = Path(__file__).resolve().parent.parent / "scripts" / "arm"
-sys.path.insert(0, str(ARM))
-from run_letterbox import RESAMPLERS  # noqa: E402
-
 LETTERBOX_SCRIPT = ARM / "run_letterbox.py"
+
+
+def _guest_script(path: Path) -> ModuleType:
+    """A script of scripts/arm (written for the guest, not a package) loaded as a module."""
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    assert spec is not None and spec.loader is not None, path
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+#: The letterbox variants, as the guest script runs them (the first is today's).
+RESAMPLERS = _guest_script(LETTERBOX_SCRIPT).RESAMPLERS
 MODEL_SCRIPT = ARM / "run_model.py"
 FRAMES = 3
 #: TFLite's model metadata key and the value that allows fp16 inference with fp16 accumulation.
 FP16_KEY, FP16_VALUE = "reduced_precision_support", "fp16accfp16"
 #: A difference of instruction counts below this share is not called a saving.
 NOISE = 0.01
-
-
-def say(message: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
 def with_fp16_hint(model: Path, out: Path) -> Path:
@@ -198,13 +209,9 @@ def main(argv: list[str] | None = None) -> int:
     text += "\n" + "\n".join(fp16_lines)
     print(text)
     if args.write:
-        from benchmarks.report import machine_line, write_section
+        from benchmarks.harness.report import machine_line, write_section
 
-        command = "python benchmarks/arm_frame_levers.py " + " ".join(argv if argv is not None else sys.argv[1:])
+        command = "python -m benchmarks run arm_frame_levers " + " ".join(argv if argv is not None else sys.argv[1:])
         head = HEAD.format(machine=machine_line(), frames=FRAMES)
         write_section("arm-frame-levers", head + "\n" + text + f"\n\n`{command}`")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,8 +1,8 @@
 """Static INT8 BlazeFace full range: does it find the faces the fp32 detector finds? (issue #13, "INT8 behind the
 gate where it passes")
 
-    .venv/bin/python benchmarks/blazeface_int8.py            # writes the ``blazeface-int8`` section
-    .venv/bin/python benchmarks/blazeface_int8.py --quick    # 50 calibration images, prints only
+    .venv/bin/python -m benchmarks run blazeface_int8            # writes the ``blazeface-int8`` section
+    .venv/bin/python -m benchmarks run blazeface_int8 --quick    # 50 calibration images, prints only
 
 BlazeFace full range (mediapipe 0.10.21's ``.tflite``, our ONNX translation: ``export_blazeface_onnx``) is
 quantized as the face build quantizes its embedder (``converters.quantize.quantize_model``, static QDQ with each
@@ -30,30 +30,32 @@ then to 192x192), counted by the TCG plugin on emulated Cortex-A72 and A76 (``sc
 onnxruntime INT8 rows load the min-max QDQ model of the core's profile (rpi4 on the A72, rpi5 on the A76) with
 onnxruntime's full graph optimisation, as a device would (fused QLinear kernels).
 
-    .venv/bin/python benchmarks/blazeface_int8.py --cpus cortex-a72   # one core only
+    .venv/bin/python -m benchmarks run blazeface_int8 --cpus cortex-a72   # one core only
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from benchmarks.harness.report import REPO, machine_line, write_section
+from converters.face.blazeface import FULL_RANGE, export_blazeface_onnx, fetch_blazeface
+from converters.face.boxes import match_boxes
+from converters.face.facedata import calibration_images, make_eval_images
+from converters.quantize import QuantMode, quantize_model, settings_for
+from edge.errors import ConversionError
+from edge.face.detect_blazeface import BlazeFaceDetector, letterbox_window
+from edge.face.detect_mtcnn import integral_image
+from edge.face.tiles import DEFAULT_TILING
+from edge.profiles import CalibrationMethod, load_profile
+from edge.runtime import Optimization, open_model
 
-from benchmarks.report import REPO, machine_line, write_section  # noqa: E402
-from converters.face.blazeface import FULL_RANGE, export_blazeface_onnx, fetch_blazeface  # noqa: E402
-from converters.face.boxes import match_boxes  # noqa: E402
-from converters.face.facedata import calibration_images, make_eval_images  # noqa: E402
-from converters.quantize import QuantMode, quantize_model, settings_for  # noqa: E402
-from edge.errors import ConversionError  # noqa: E402
-from edge.face.detect_blazeface import BlazeFaceDetector, letterbox_window  # noqa: E402
-from edge.face.detect_mtcnn import integral_image  # noqa: E402
-from edge.face.tiles import DEFAULT_TILING  # noqa: E402
-from edge.profiles import CalibrationMethod, load_profile  # noqa: E402
-from edge.runtime import Optimization, open_model  # noqa: E402
+NAME = "blazeface_int8"
+SUMMARY = "Static INT8 BlazeFace full range: faces found against fp32, and its cost on the Pi's cores"
+#: the docs/benchmarks.md sections it writes
+SECTIONS = ("blazeface-int8",)
 
 CACHE = REPO / ".cache" / "bench"
 MODEL_SCRIPT = REPO / "scripts" / "arm" / "run_model.py"
@@ -305,7 +307,7 @@ def measure(calibration: int) -> dict:
 def arm_costs(files: dict[str, str], cpus: list[str]) -> dict[str, dict[str, list[int]]]:
     """Per core, per file: [instructions, SDOT + UDOT] of one steady inference on arm_frame's frame; an onnxruntime
     INT8 file only on the core its profile is for."""
-    from benchmarks.arm_frame import frame_files
+    from benchmarks.harness.arm_frames import frame_files
     from converters.arm.cost import DEFAULT_PLUGIN, build_plugin, count_instructions
     from converters.arm.guest import prepare_guest
     from edge.face.detect_blazeface import letterbox
@@ -423,7 +425,7 @@ def main(argv: list[str] | None = None) -> int:
     result = measure(calibration)
     if cpus:
         result["arm"] = arm_costs(result["files"], cpus)
-    command = ".venv/bin/python benchmarks/blazeface_int8.py"
+    command = ".venv/bin/python -m benchmarks run blazeface_int8"
     command += f" --calibration {calibration}" if calibration != 200 else ""
     command += f" --cpus '{','.join(cpus)}'" if ",".join(cpus) != DEFAULT_CPUS else ""
     md = markdown(result, command)
@@ -431,7 +433,3 @@ def main(argv: list[str] | None = None) -> int:
     if not args.quick:
         write_section("blazeface-int8", md)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

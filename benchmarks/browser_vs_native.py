@@ -9,7 +9,7 @@ on arm_frame's one-face 640x480 frame, and the embedder as INT8 QDQ in the brows
 fp32 choice). Goal: browser / native <= 2.0.
 Also saves a screenshot of the page to docs/img/browser-demo.png.
 
-    .venv/bin/python benchmarks/browser_vs_native.py [--models DIR] [--text SLM_DIR] [--threads 2] [--blocks 5]
+    .venv/bin/python -m benchmarks run browser_vs_native [--models DIR] [--text SLM_DIR] [--threads 2] [--blocks 5]
 
 Writes the "browser" section of docs/benchmarks.md.
 """
@@ -28,16 +28,20 @@ from pathlib import Path
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+from benchmarks.harness.report import machine_line, write_section
+from converters.package.web import build_browser
+from edge.imageio import load_image
+from edge.profiles import load_profile
+from edge.webserve import WebServer
+from testsupport.browser import Chromium
+from testsupport.needs import WEB, install_on_first_use
 
-from benchmarks.report import machine_line, write_section  # noqa: E402
-from converters.package.web import build_browser  # noqa: E402
-from edge.imageio import load_image  # noqa: E402
-from edge.profiles import load_profile  # noqa: E402
-from edge.webserve import WebServer  # noqa: E402
-from tests.integration.browser_helpers import Chromium  # noqa: E402
-from tests.integration.needs import WEB, install_on_first_use  # noqa: E402
+NAME = "browser_vs_native"
+SUMMARY = "Browser (onnxruntime-web in headless Chromium) against native onnxruntime latency"
+#: the docs/benchmarks.md sections it writes
+SECTIONS = ("browser",)
+
+REPO = Path(__file__).resolve().parent.parent
 
 SCREENSHOT = REPO / "docs" / "img" / "browser-demo.png"
 
@@ -155,7 +159,7 @@ def _one_face_frame(work: Path) -> Path:
     """arm_frame's frame: matplotlib's grace_hopper.jpg letterboxed to 640x480, as a PNG the page can open."""
     import cv2
 
-    from benchmarks.arm_frame import letterbox
+    from benchmarks.harness.arm_frames import letterbox
     from converters.face.facedata import package_dir
 
     frame = letterbox(load_image(package_dir("matplotlib") / "mpl-data" / "sample_data" / "grace_hopper.jpg"))
@@ -246,7 +250,7 @@ def _markdown(rows: list[tuple], threads: int, got: int, blocks: int, runs: int)
     lines = [
         "## Browser (onnxruntime-web) vs native (onnxruntime)",
         "",
-        f"`.venv/bin/python benchmarks/browser_vs_native.py {' '.join(sys.argv[1:])}` — "
+        f"`.venv/bin/python -m benchmarks run browser_vs_native {' '.join(sys.argv[1:])}` — "
         f"{machine_line()}. Headless Chromium, onnxruntime-web wasm SIMD with {got} threads (cross-origin "
         f"isolated) vs onnxruntime CPU with {threads} intra-op threads; interleaved blocks, first run apart; "
         "median (p90) ms. Goal: browser / native <= 2.0.",
@@ -292,7 +296,3 @@ def main(argv: list[str] | None = None) -> int:
     print(md)
     print(f"section written to {write_section('browser', md)}; screenshot {SCREENSHOT}")
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -7,7 +7,7 @@ thread, first inference and steady state apart) on the first batch (the model's,
 folder's own evaluation data (report.json's ``evaluation.file``, a ``.npz``; ``--inputs`` for another, or
 random values with ``--random``). Counts are exact and do not depend on the machine's load.
 
-    .venv/bin/python benchmarks/byom_arm_cost.py out/net [out/other ...] [--cpus cortex-a72,cortex-a76] [--write]
+    .venv/bin/python -m benchmarks run byom_arm_cost out/net [out/other ...] [--cpus cortex-a72,cortex-a76] [--write]
 
 Each folder runs on the core of the profile it was converted for (models.json ``target``: rpi4 on the
 Cortex-A72, rpi5 on the A76, the A53 boards on the A53), or on every core ``--cpus`` names.
@@ -19,23 +19,21 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from benchmarks.harness.report import machine_line, say, write_section
+from converters.arm.cost import ModelCost, build_plugin, measure_model
+from converters.arm.guest import prepare_guest
+from converters.arm.model import evaluation_file
+from converters.package.user_model import read_model_folder
+from edge.errors import InputError
+from edge.profiles import load_profile
 
-from benchmarks.report import machine_line, write_section  # noqa: E402
-from converters.arm.cost import ModelCost, build_plugin, measure_model  # noqa: E402
-from converters.arm.guest import prepare_guest  # noqa: E402
-from converters.arm.model import evaluation_file  # noqa: E402
-from converters.package.user_model import read_model_folder  # noqa: E402
-from edge.errors import InputError  # noqa: E402
-from edge.profiles import load_profile  # noqa: E402
-
-
-def say(message: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+NAME = "byom_arm_cost"
+SUMMARY = "A convert model folder's instructions per inference on emulated Pi cores"
+#: the docs/benchmarks.md sections it writes
+SECTIONS = ("byom-arm-cost",)
 
 
 @dataclass(frozen=True)
@@ -70,7 +68,7 @@ def table(rows: list[tuple[str, str, ModelCost]], inputs: dict[str, str]) -> str
     lines = [
         "## A user's model on the Pi's cores (`convert model` folders)",
         "",
-        f"`.venv/bin/python benchmarks/byom_arm_cost.py {' '.join(inputs)}` — {machine_line()} (instruction "
+        f"`.venv/bin/python -m benchmarks run byom_arm_cost {' '.join(inputs)}` — {machine_line()} (instruction "
         "counts of the emulated cores: the host's CPU features do not enter them)",
         "",
         "Executed AArch64 instructions of one inference in the arm64 guest under `qemu-aarch64 -cpu CORE` and the "
@@ -92,14 +90,14 @@ def table(rows: list[tuple[str, str, ModelCost]], inputs: dict[str, str]) -> str
     return "\n".join(lines)
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("folders", nargs="+", type=Path, help="passed convert model output folders")
     parser.add_argument("--cpus", help="comma list of cores for every folder (default: each folder's target's core)")
     parser.add_argument("--inputs", type=Path, help=".npz of every input (default: each folder's evaluation file)")
     parser.add_argument("--random", action="store_true", help="seeded random inputs instead")
     parser.add_argument("--write", action="store_true", help="write the byom-arm-cost section of docs/benchmarks.md")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     plugin = build_plugin()
     plans = [plan(folder, args.cpus, args.inputs, args.random) for folder in args.folders]
     inputs = {
@@ -119,7 +117,3 @@ def main() -> int:
     if args.write:
         print(f"wrote {write_section('byom-arm-cost', markdown)}", file=sys.stderr)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,11 +1,11 @@
 """``convert model`` with folders of real photos as --calib / --eval: the gate figures of docs/byom.md.
 
-The tests' embedder (``tests/unit/byom_models.py``: Conv 3->8 + ReLU -> Conv 8->16 stride 2 + ReLU -> Gemm ->
+The tests' embedder (``testsupport/byom_models.py``: Conv 3->8 + ReLU -> Conv 8->16 stride 2 + ReLU -> Gemm ->
 32-d, seeded weights) as NCHW float32 (ImageNet mean/std) and as NHWC uint8 (raw pixels), fed folders of
 crops of skimage's sample photos (astronaut, coffee, chelsea; seeded, 48 to 160 pixels a side, alternately
 .jpg and .png): 32 calibration and 12 evaluation images from different seeds, stretched to 16 x 16.
 
-    .venv/bin/python benchmarks/byom_images.py [--targets rpi4 rpi5 x86_64-host] [--calib 32] [--eval 12]
+    .venv/bin/python -m benchmarks run byom_images [--targets rpi4 rpi5 x86_64-host] [--calib 32] [--eval 12]
 
 Prints one markdown row per model and target.
 """
@@ -14,19 +14,22 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import tempfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+from converters.byom.build import ModelJob, convert_model
+from converters.byom.gate import Task
+from converters.byom.images import ImageOptions
+from edge.errors import ValidationError
+from edge.profiles import Precision, load_profile
+from testsupport.byom_models import write_embedder, write_photo_folder
 
-from converters.byom.build import ModelJob, convert_model  # noqa: E402
-from converters.byom.gate import Task  # noqa: E402
-from converters.byom.images import ImageOptions  # noqa: E402
-from edge.errors import ValidationError  # noqa: E402
-from edge.profiles import Precision, load_profile  # noqa: E402
-from tests.unit.byom_models import write_embedder, write_photo_folder  # noqa: E402
+NAME = "byom_images"
+SUMMARY = "convert model with folders of real photos as --calib / --eval: docs/byom.md's gate figures"
+#: the docs/benchmarks.md sections it writes (none: it prints its figures)
+SECTIONS = ()
+
+REPO = Path(__file__).resolve().parent.parent
 
 IMAGENET = ImageOptions(mean=(123.675, 116.28, 103.53), std=(58.395, 57.12, 57.375))
 MODELS = {
@@ -35,12 +38,12 @@ MODELS = {
 }
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--targets", nargs="+", default=["rpi4", "rpi5", "x86_64-host"])
     parser.add_argument("--calib", type=int, default=32)
     parser.add_argument("--eval", type=int, default=12)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     print("| model | target | QDQ (Q / DQ) | cosine mean | cosine min | NN agreement | verdict |")
     print("|---|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory(prefix="byom-images-") as tmp:
@@ -73,7 +76,3 @@ def main() -> int:
                     f"| {e['cosine_min']:.5f} | {e['rank_agree']}/{e['samples']} | {verdict} |"
                 )
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

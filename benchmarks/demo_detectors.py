@@ -7,7 +7,7 @@ added) once per detector, on this host, and counts what face_recognition's own d
 upsample) finds in the same views: the numbers a profile's choice of detector rests on. Its cost on the Pi's
 cores is section ``arm-frame``.
 
-    .venv/bin/python benchmarks/demo_detectors.py [--write]
+    .venv/bin/python -m benchmarks run demo_detectors [--write]
 """
 
 from __future__ import annotations
@@ -16,19 +16,17 @@ import argparse
 import json
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from benchmarks.harness.report import machine_line, say, write_section
 
-from benchmarks.report import machine_line, write_section  # noqa: E402
+NAME = "demo_detectors"
+SUMMARY = "The demo's recognition check with each face detector"
+#: the docs/benchmarks.md sections it writes
+SECTIONS = ("demo-detectors",)
 
 DETECTORS = ("mtcnn", "blazeface-full", "blazeface-full-tiled")
 PROFILE = "rpi4"
-
-
-def say(message: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
 def ours(folder: Path, detector: str, work: Path) -> dict:
@@ -40,7 +38,7 @@ def ours(folder: Path, detector: str, work: Path) -> dict:
 
 def hog_counts() -> dict | None:
     """dlib's HOG (face_recognition's detector) on the demo's views: annotated faces it boxes, and the rest."""
-    from benchmarks.detector_quality import hog_contender
+    from benchmarks.harness.detectors import hog_contender
     from converters.demo.host import DEMO_SEED
     from converters.face.boxes import match_boxes
     from converters.face.facedata import make_eval_images
@@ -58,7 +56,7 @@ def hog_counts() -> dict | None:
 
 
 def measure() -> dict:
-    from benchmarks.arm_frame import folders
+    from benchmarks.harness.arm_frames import folders
 
     folder = folders(PROFILE, say)["int8"]
     rows = {}
@@ -74,7 +72,7 @@ def markdown(result: dict) -> str:
     lines = [
         "## The demo's check with each face detector",
         "",
-        "`.venv/bin/python benchmarks/demo_detectors.py` — `edge-deploy demo`'s recognition check "
+        "`.venv/bin/python -m benchmarks run demo_detectors` — `edge-deploy demo`'s recognition check "
         "(`converters.demo.host.run_face_demo`: a gallery of one crop per person, one person held out, then "
         "every face of 18 seeded views of the shipped photos named) run with each detector on the "
         f"{PROFILE} INT8 face folder, one thread, on this host. found = a detection overlapping an annotated "
@@ -121,7 +119,3 @@ def main(argv: list[str] | None = None) -> int:
     if args.write:
         print(f"wrote {write_section('demo-detectors', text)}", file=sys.stderr)
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

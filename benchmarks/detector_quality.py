@@ -1,7 +1,7 @@
 """Face detectors side by side on the evaluation photos: faces found, missed and false, and ms per photo.
 
-    .venv/bin/python benchmarks/detector_quality.py            # writes the ``detector-quality`` section
-    .venv/bin/python benchmarks/detector_quality.py --quick    # 1 timed round, prints only
+    .venv/bin/python -m benchmarks run detector_quality            # writes the ``detector-quality`` section
+    .venv/bin/python -m benchmarks run detector_quality --quick    # 1 timed round, prints only
 
 The photos are the evaluation set's (``converters.face.facedata.make_eval_images``, seed 0): the originals of
 skimage's astronaut, insightface's t1.jpg (6 people) and Tom Hanks (padded), and 6 seeded augmentations of
@@ -34,36 +34,29 @@ import argparse
 import statistics
 import sys
 import time
-from collections.abc import Callable
-from dataclasses import asdict, dataclass
-from pathlib import Path
+from dataclasses import asdict
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from benchmarks.harness.detectors import Box, Contender, hog_contender
+from benchmarks.harness.report import REPO, machine_line, write_section
+from converters.face.blazeface import FULL_RANGE, SHORT_RANGE, export_blazeface_onnx
+from converters.face.boxes import match_boxes
+from converters.face.facedata import make_eval_images
+from converters.face.mtcnn import export_mtcnn
+from edge.face.detect_blazeface import BlazeFaceDetector
+from edge.face.detect_mtcnn import MtcnnDetector
+from edge.face.recognize import DEFAULT_MIN_SCORE
+from edge.face.tiles import DEFAULT_TILING, Tiling, tile_grid
 
-from benchmarks.report import REPO, machine_line, write_section  # noqa: E402
-from converters.face.blazeface import FULL_RANGE, SHORT_RANGE, export_blazeface_onnx  # noqa: E402
-from converters.face.boxes import match_boxes  # noqa: E402
-from converters.face.facedata import make_eval_images  # noqa: E402
-from converters.face.mtcnn import export_mtcnn  # noqa: E402
-from edge.face.detect_blazeface import BlazeFaceDetector  # noqa: E402
-from edge.face.detect_mtcnn import MtcnnDetector  # noqa: E402
-from edge.face.recognize import DEFAULT_MIN_SCORE  # noqa: E402
-from edge.face.tiles import DEFAULT_TILING, Tiling, tile_grid  # noqa: E402
+NAME = "detector_quality"
+SUMMARY = "Face detectors on the evaluation photos: found, missed, false, ms per photo"
+#: the docs/benchmarks.md sections it writes
+SECTIONS = ("detector-quality",)
 
 CACHE = REPO / ".cache" / "bench"
 #: Face size buckets (annotated box side, pixels): [low, high).
 SIZES = ((0, 80), (80, 120), (120, 10_000))
-
-Box = tuple[float, float, float, float]
-
-
-@dataclass
-class Contender:
-    name: str
-    detect: Callable[[np.ndarray], list[Box]]
-    close: Callable[[], None]
 
 
 def _ours(name: str, detector) -> Contender:
@@ -72,20 +65,6 @@ def _ours(name: str, detector) -> Contender:
 
     min_score = DEFAULT_MIN_SCORE if isinstance(detector, MtcnnDetector) else 0.0
     return Contender(name, detect, detector.close)
-
-
-def hog_contender() -> Contender | None:
-    """dlib's HOG with one upsample (face_recognition's detector), or None without dlib."""
-    try:
-        import dlib
-    except ImportError:
-        return None
-    hog = dlib.get_frontal_face_detector()
-
-    def detect(rgb: np.ndarray) -> list[Box]:
-        return [(r.left(), r.top(), r.right() + 1, r.bottom() + 1) for r in hog(rgb, 1)]
-
-    return Contender("dlib HOG (upsample 1)", detect, lambda: None)
 
 
 def open_contenders() -> list[Contender]:
@@ -293,7 +272,7 @@ def markdown(result: dict) -> str:
         [
             "## Face detectors: faces found, missed and false; ms per photo",
             "",
-            "`.venv/bin/python benchmarks/detector_quality.py` — the evaluation set's "
+            "`.venv/bin/python -m benchmarks run detector_quality` — the evaluation set's "
             f"{result['images']} images (3 photos, each original",
             f"+ 6 seeded augmentations) and their {sum(annotated)} annotated faces; found = a detection overlapping",
             "an annotated face by IoU ≥ 0.3 (one to one), false = a detection matching none; face size = the",
@@ -335,7 +314,3 @@ def main(argv: list[str] | None = None) -> int:
     if not args.quick:
         print(f"wrote {write_section('detector-quality', md)}", file=sys.stderr)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -8,7 +8,7 @@ profile's own gate (mean cosine and same/different decisions against fp32, graph
 arithmetic), and counts each ORT-format file on emulated cores (``converters.arm.cost.measure_model``:
 steady-state instructions of one inference of a real aligned chip, exact counts of the TCG plugin).
 
-    .venv/bin/python benchmarks/embedder_layouts.py [--cpus cortex-a72,cortex-a76] [--write]
+    .venv/bin/python -m benchmarks run embedder_layouts [--cpus cortex-a72,cortex-a76] [--write]
 
 Counts do not depend on the host's load; the gate figures do not depend on its INT8 kernels (unfused).
 """
@@ -21,16 +21,20 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from benchmarks.harness.arm_models import int8_file, model_inputs
+from benchmarks.harness.report import say
+from converters.arm.cost import DEFAULT_PLUGIN, ModelCost, build_plugin, measure_model
+from converters.arm.guest import DEFAULT_CACHE, prepare_guest
+from converters.face.build import export_face_models
+from converters.quantize import QuantMode
+from edge.face import models as face_models
+from edge.face.models import FaceModel
+from edge.profiles import Precision, QuantType, load_profile
 
-from benchmarks.arm_cost import int8_file, model_inputs, say  # noqa: E402
-from converters.arm.cost import DEFAULT_PLUGIN, ModelCost, build_plugin, measure_model  # noqa: E402
-from converters.arm.guest import DEFAULT_CACHE, prepare_guest  # noqa: E402
-from converters.face.build import export_face_models  # noqa: E402
-from converters.quantize import QuantMode  # noqa: E402
-from edge.face import models as face_models  # noqa: E402
-from edge.face.models import FaceModel  # noqa: E402
-from edge.profiles import Precision, QuantType, load_profile  # noqa: E402
+NAME = "embedder_layouts"
+SUMMARY = "The INT8 embedder's layouts on a core without dot product (emulated)"
+#: the docs/benchmarks.md sections it writes
+SECTIONS = ("embedder-layouts",)
 
 
 @dataclass(frozen=True)
@@ -133,12 +137,12 @@ def main(argv: list[str] | None = None) -> int:
     text = table(rows, fp32_steady)
     print(text)
     if args.write:
-        from benchmarks.report import machine_line, write_section
+        from benchmarks.harness.report import machine_line, write_section
 
         head = HEAD.format(
             machine=machine_line(), fp32=", ".join(f"{c} {v / 1e6:.2f} M" for c, v in fp32_steady.items())
         )
-        write_section("embedder-layouts", head + "\n" + text + "\n\n`python benchmarks/embedder_layouts.py "
+        write_section("embedder-layouts", head + "\n" + text + "\n\n`python -m benchmarks run embedder_layouts "
                       + " ".join(argv if argv is not None else sys.argv[1:]) + "`")  # fmt: skip
     return 0
 
@@ -152,7 +156,3 @@ bundle ships: steady-state instructions of one inference of a real aligned chip 
 fp32 (`face_embedder.onnx`): {fp32}. Goal (issue #13): INT8 <= 0.6x fp32 on the A72. Machine: {machine}
 (instruction counts of the emulated cores: the host's CPU features do not enter them).
 """
-
-
-if __name__ == "__main__":
-    sys.exit(main())

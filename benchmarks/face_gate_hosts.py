@@ -9,7 +9,7 @@ VNNI: the CPU the first release's main job failed on). For each it prints the ga
 cosine to fp32, same/different decisions agreeing with fp32 — and the largest descriptor difference between
 the two hosts. ``--fused`` adds the saturating case (fused, onnxruntime's default u8s8 kernels) for contrast.
 
-    .venv/bin/python benchmarks/face_gate_hosts.py [--faces N] [--fused] [--json out.json]
+    .venv/bin/python -m benchmarks run face_gate_hosts [--faces N] [--fused] [--json out.json]
 
 The emulated run is slow (TCG; the unfused embedder is ~120 M x86 instructions a face,
 benchmarks/x86_int8_cost.py): minutes for the 54 faces. The Pi's own figures (the shipped ``.ort`` on
@@ -28,7 +28,10 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+NAME = "face_gate_hosts"
+SUMMARY = "The rpi4 INT8 face gate's figures on this host and on an AVX2-only x86"
+#: the docs/benchmarks.md sections it writes (none: it prints its figures)
+SECTIONS = ()
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -62,7 +65,7 @@ def _embed(prefix: list[str], model: Path, chips: Path, fused: bool) -> tuple[st
 
 def _build(say) -> tuple[Path, object]:
     """(the rpi4 INT8 QDQ embedder, the gate's fp32 reference), built as the main job builds them."""
-    from benchmarks.face_speed_models import CACHE, build_fp32, build_int8
+    from benchmarks.harness.face_speed_models import CACHE, build_fp32, build_int8
     from converters.face.calibration import chip_landmarks
     from converters.face.facedata import make_eval_set
     from converters.face.quant_eval import fp32_reference
@@ -81,21 +84,22 @@ def _build(say) -> tuple[Path, object]:
 
 
 def _figures(reference, vectors: np.ndarray) -> dict:
-    from converters.face.quant_eval import _cosine, compare_decisions
+    from converters.face.quant_eval import compare_decisions
+    from edge.cosine import row_cosines
 
     n = len(vectors)
-    cos = _cosine(reference.descriptors[:n], vectors)
+    cos = row_cosines(reference.descriptors[:n], vectors)
     decisions = compare_decisions(reference, dict(zip(reference.keys[:n], vectors, strict=True)))
     return {"faces": n, "mean_cosine": float(cos.mean()), "min_cosine": float(cos.min()),
             "decisions": f"{decisions.agree} of {decisions.pairs}", "agreement": decisions.agreement}  # fmt: skip
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--faces", type=int, help="only the first N of the gate's faces (default: all)")
     parser.add_argument("--fused", action="store_true", help="also the saturating case (fused, ORT defaults)")
     parser.add_argument("--json", type=Path)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     model, reference = _build(lambda line: print(f"  {line}", file=sys.stderr))
     chips = Path(tempfile.mkdtemp(prefix="face-gate-hosts-")) / "chips.npy"
     np.save(chips, reference.chips[: args.faces])
@@ -119,7 +123,3 @@ def main() -> int:
         kept = [{"how": h, "host": w, **{k: v for k, v in r.items() if k != "vectors"}} for (h, w), r in rows.items()]
         args.json.write_text(json.dumps(kept, indent=2))
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

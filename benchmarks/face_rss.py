@@ -4,14 +4,14 @@ Issue #13's goal: the INT8 pipeline's peak RSS at most 0.6x the fp32 pipeline's.
 (``benchmarks/face_speed.py``) measures it with MTCNN, whose memory grows with every pyramid shape (its sessions
 run without onnxruntime's arena; glibc's heap keeps the big levels' blocks: ``MMAP_LEVER``); this measures the
 same thing for each detector a folder can run, so the goal is read per detector. One fresh process per row
-(``benchmarks/face_rss_child.py``: imports only numpy, onnxruntime and ``edge``) loads the pipeline and runs it
+(``benchmarks/harness/face_rss_child.py``: imports only numpy, onnxruntime and ``edge``) loads the pipeline and runs it
 on the same photos, 1 thread; VmHWM from /proc/self/status, median of ``--repeats`` processes. "Above baseline"
 subtracts a process with the same imports and photos but no model; the libraries' resident pages set a floor no
 smaller model goes below, and the folder's model files bound what INT8 weights can save. Two more rows run MTCNN
 with glibc's mmap threshold fixed (``MMAP_LEVER``), a lever measured against its CPU time, not a default.
 
-    .venv/bin/python benchmarks/face_rss.py            # docs/benchmarks.md, section face-rss
-    .venv/bin/python benchmarks/face_rss.py --quick    # 1 process per row, 3 photos; prints, writes no docs
+    .venv/bin/python -m benchmarks run face_rss            # docs/benchmarks.md, section face-rss
+    .venv/bin/python -m benchmarks run face_rss --quick    # 1 process per row, 3 photos; prints, writes no docs
 """
 
 from __future__ import annotations
@@ -23,14 +23,23 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from benchmarks.harness.face_speed_models import (
+    CACHE,
+    CALIBRATION,
+    build_fp32,
+    build_int8,
+    eval_photos,
+    rss_child,
+    with_blazeface,
+)
+from benchmarks.harness.face_speed_report import RSS_RATIO_GOAL
+from benchmarks.harness.report import machine_line, write_section
+from edge.profiles import load_profile
 
-from benchmarks.face_speed import rss_child  # noqa: E402
-from benchmarks.face_speed_models import CACHE, build_fp32, build_int8, eval_photos  # noqa: E402
-from benchmarks.face_speed_report import RSS_RATIO_GOAL  # noqa: E402
-from benchmarks.frame_speed import CALIBRATION, with_blazeface  # noqa: E402
-from benchmarks.report import machine_line, write_section  # noqa: E402
-from edge.profiles import load_profile  # noqa: E402
+NAME = "face_rss"
+SUMMARY = "Peak RSS of the face pipeline per detector, INT8 against fp32"
+#: the docs/benchmarks.md sections it writes
+SECTIONS = ("face-rss",)
 
 #: A measured lever, not a default: glibc's allocator with a fixed mmap threshold (its dynamic one rises to the
 #: largest block freed, so the activations of big pyramid levels then come from the heap and stay there).
@@ -100,7 +109,7 @@ def markdown(result: dict, command: str, machine: str) -> str:
         f"`{command}` — {machine}",
         "",
         f"One fresh process per row loads the pipeline and runs it on the same {result['photos']} evaluation "
-        f"photos, 1 thread (`benchmarks/face_rss_child.py`: numpy, onnxruntime and `edge` only); VmHWM, median "
+        f"photos, 1 thread (`benchmarks/harness/face_rss_child.py`: numpy, onnxruntime and `edge` only); VmHWM, median "
         f"of {result['repeats']} processes. INT8 = the {target} build (embedder INT8; MTCNN's nets as that "
         'build ships them; BlazeFace fp32, as `convert blazeface` adds it). "Files": the pages of mapped files '
         "resident at the process's end (RssFile: the libraries' code and read-only data it touched, which no "
@@ -208,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
     def progress(line: str) -> None:
         print(f"[face-rss] {line}", file=sys.stderr, flush=True)
 
-    command = f".venv/bin/python benchmarks/face_rss.py --photos {photos} --repeats {repeats}"
+    command = f".venv/bin/python -m benchmarks run face_rss --photos {photos} --repeats {repeats}"
     machine = machine_line()
     result = measure(args.target, photos, repeats, progress)
     (CACHE / "face-rss.json").write_text(json.dumps(result, indent=2), encoding="utf-8")
@@ -217,7 +226,3 @@ def main(argv: list[str] | None = None) -> int:
     if not args.quick:
         print(f"wrote {write_section('face-rss', text)}", file=sys.stderr)
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

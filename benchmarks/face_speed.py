@@ -8,10 +8,10 @@ time). Before any timing, every contender's descriptors are compared with dlib's
 speed reported is that of a correct model; the first call (and the load) is reported apart. Then model
 sizes, and the peak RSS of a fresh process per variant that loads the full pipeline and runs it on photos.
 
-    .venv/bin/python benchmarks/face_speed.py                # full run: docs/benchmarks.md + docs/img
-    .venv/bin/python benchmarks/face_speed.py --quick        # a smoke run; prints, writes no docs
+    .venv/bin/python -m benchmarks run face_speed                # full run: docs/benchmarks.md + docs/img
+    .venv/bin/python -m benchmarks run face_speed --quick        # a smoke run; prints, writes no docs
 
-Models are built once and cached under ``.cache/bench/`` (``benchmarks/face_speed_models.py``).
+Models are built once and cached under ``.cache/bench/`` (``benchmarks/harness/face_speed_models.py``).
 Host side: imports converters; nothing here runs on the device.
 """
 
@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import json
 import os
 import statistics
 import sys
@@ -30,16 +29,24 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from benchmarks.harness.face_speed_models import (
+    CACHE,
+    RaceModels,
+    eval_photos,
+    race_models,
+    real_chips,
+    rss_child,
+)
+from benchmarks.harness.procstat import thread_count
+from benchmarks.harness.rounds import interleaved
+from edge.face.types import DLIB_SAME_PERSON_THRESHOLD
+from edge.profiles import TargetProfile, load_profile
 
-from benchmarks.face_speed_models import CACHE, RaceModels, eval_photos, race_models, real_chips  # noqa: E402
-from benchmarks.procstat import thread_count  # noqa: E402
-from converters.tools import run_tool  # noqa: E402
-from edge.errors import InferenceError  # noqa: E402
-from edge.face.types import DLIB_SAME_PERSON_THRESHOLD  # noqa: E402
-from edge.profiles import TargetProfile, load_profile  # noqa: E402
+NAME = "face_speed"
+SUMMARY = "Face descriptor speed: dlib against ours on ORT and LiteRT, fp32 and INT8"
+#: the docs/benchmarks.md sections it writes
+SECTIONS = ("face-speed",)
 
-CHILD = Path(__file__).resolve().parent / "face_rss_child.py"
 DLIB = "dlib"
 #: Our contenders: (name, runtime, precision, key of the model file in RaceModels).
 OURS = (
@@ -48,7 +55,6 @@ OURS = (
     ("LiteRT fp32", "litert", "fp32", "tflite:fp32"),
     ("LiteRT INT8", "litert", "int8", "tflite:int8"),
 )
-RSS_TIMEOUT_S = 900.0
 #: Fresh processes per peak-RSS variant; the median is reported (allocator and page-cache noise).
 RSS_REPEATS = 3
 #: CPU flags that decide whether x86 has fast INT8 dot products.
@@ -200,10 +206,8 @@ def check_all(contenders: list[Contender], chips: np.ndarray, profile: TargetPro
 
 def race(contenders: list[Contender], chips: np.ndarray, rounds: int, progress: Callable[[str], None]) -> None:
     """Interleaved rounds; each chip's time goes into ``times_ms``, CPU and wall time add up per contender."""
-    n = len(contenders)
-    for r in range(rounds):
-        for k in range(n):
-            c = contenders[(r + k) % n]
+    for r, order in interleaved(contenders, rounds):
+        for c in order:
             cpu0, wall0 = time.process_time(), time.perf_counter()
             for chip in chips:
                 t0 = time.perf_counter_ns()
@@ -269,15 +273,6 @@ def sizes(models: RaceModels, dlib_model: Path) -> dict:
         "folder_fp32": folder_total(models.fp32_dir),
         "folder_int8": folder_total(models.int8_dir),
     }
-
-
-def rss_child(args: list[str], npz: Path, threads: int, env: dict[str, str] | None = None) -> dict:
-    """One fresh ``face_rss_child.py`` process: its JSON line (faces, VmHWM and ru_maxrss in KiB). ``env``: variables
-    set for it on top of this process's environment."""
-    argv = [sys.executable, str(CHILD), args[0], str(npz), *args[1:], "--threads", str(threads)]
-    whole = {**os.environ, **env} if env else None
-    done = run_tool(argv, RSS_TIMEOUT_S, f"{CHILD.name} {' '.join(args)}", InferenceError, env=whole)
-    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def peak_rss(models: RaceModels, photos: list[np.ndarray], chips: np.ndarray, threads: int, progress) -> dict:
@@ -398,8 +393,8 @@ def run_race(profile: TargetProfile, rounds: int, n_chips: int, rss_photos: int,
 
 
 def main(argv: list[str] | None = None) -> int:
-    from benchmarks import face_speed_report as report
-    from benchmarks.report import machine_line, publish
+    from benchmarks.harness import face_speed_report as report
+    from benchmarks.harness.report import machine_line, publish
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=10, help="interleaved rounds (default 10)")
@@ -419,7 +414,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[{time.perf_counter() - start:6.1f} s] {msg}", file=sys.stderr, flush=True)
 
     result = run_race(load_profile(args.target), args.rounds, args.chips, args.rss_photos, args.calibration, progress)
-    command = ".venv/bin/python benchmarks/face_speed.py" + "".join(
+    command = ".venv/bin/python -m benchmarks run face_speed" + "".join(
         f" --{k} {v}" for k, v in (("rounds", args.rounds), ("chips", args.chips), ("rss-photos", args.rss_photos))
     )
     if args.target != "rpi4" or args.calibration != 200:
@@ -428,7 +423,3 @@ def main(argv: list[str] | None = None) -> int:
     _, result["goals"] = report.goals(result["speed"], result["sizes"], result["rss"])
     publish("face_speed", md, result, CACHE, None if args.quick else lambda png: report.plot(result["speed"], png))
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

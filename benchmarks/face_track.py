@@ -14,8 +14,8 @@ one clip after the other, so each cut is a scene change the tracker must catch):
   as a ratio to n = 1. The emulated Pi cores' instructions: section ``arm-frame`` (its ``detector 1 frame in 4``
   rows).
 
-    .venv/bin/python benchmarks/face_track.py            # docs/benchmarks.md, section face-track
-    .venv/bin/python benchmarks/face_track.py --quick    # 1 round, n = 1 and 4; prints, writes no docs
+    .venv/bin/python -m benchmarks run face_track            # docs/benchmarks.md, section face-track
+    .venv/bin/python -m benchmarks run face_track --quick    # 1 round, n = 1 and 4; prints, writes no docs
 
 Host side: imports converters (to build the folders and the clips).
 """
@@ -30,11 +30,22 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from benchmarks.harness.face_frames import against_truth, clips, make_gallery
+from benchmarks.harness.face_speed_models import (
+    BLAZEFACE_FULL_TFLITE,
+    CACHE,
+    CALIBRATION,
+    build_fp32,
+    build_int8,
+    with_blazeface,
+)
+from benchmarks.harness.rounds import interleaved
+from edge.face.track import KEEP_DESCRIPTOR_WITHIN
 
-from benchmarks.face_speed_models import CACHE, build_fp32, build_int8  # noqa: E402
-from benchmarks.frame_speed import BLAZEFACE_FULL_TFLITE, CALIBRATION, make_gallery, with_blazeface  # noqa: E402
-from edge.face.track import KEEP_DESCRIPTOR_WITHIN  # noqa: E402
+NAME = "face_track"
+SUMMARY = "Faces followed between detector frames: how close they stay, what the host saves"
+#: the docs/benchmarks.md sections it writes
+SECTIONS = ("face-track",)
 
 EVERY = (1, 2, 4, 8)
 FRAMES = 16
@@ -42,30 +53,6 @@ FRAMES = 16
 DESCRIBE_ALL_EVERY = 4
 #: Boxes of the followed and the detected run are the same face above this IoU.
 SAME_BOX = 0.5
-
-
-def clips(frames: int) -> list[tuple[str, np.ndarray, list]]:
-    """Every evaluation photo as a camera-like clip of ``frames`` frames, one after the other: (photo, frame,
-    the annotated face boxes in that frame)."""
-    from converters.face.facedata import EVAL_PHOTOS, camera_clip, camera_clip_faces
-
-    out = []
-    for p in EVAL_PHOTOS:
-        for rgb, faces in zip(camera_clip(p.load(), frames), camera_clip_faces(p, frames), strict=True):
-            out.append((p.name, rgb, [f.box for f in faces]))
-    return out
-
-
-def against_truth(reported: list[list], truth: list[list]) -> dict:
-    """Face boxes reported on each frame against the annotated faces of each frame (``match_boxes``, one to one,
-    IoU >= 0.3, as ``benchmarks/detector_quality.py``): found, missed, false."""
-    from converters.face.boxes import match_boxes
-
-    found = missed = false = 0
-    for boxes, annotated in zip(reported, truth, strict=True):
-        pairs = len(match_boxes(annotated, boxes))
-        found, missed, false = found + pairs, missed + len(annotated) - pairs, false + len(boxes) - pairs
-    return {"found": found, "missed_truth": missed, "false": false, "annotated": sum(len(b) for b in truth)}
 
 
 def best_overlap(boxes: list, box) -> int | None:
@@ -272,9 +259,8 @@ def race(pipelines: dict, runs: list[Run], clip: list, rounds: int, progress) ->
     round's faces and tracker counts."""
     seconds: dict[Run, list[float]] = {r: [] for r in runs}
     first: dict[Run, tuple[list, dict]] = {}
-    for r in range(rounds):
-        shift = r % len(runs)
-        for key in runs[shift:] + runs[:shift]:
+    for r, order in interleaved(runs, rounds):
+        for key in order:
             name, n, keep = key
             progress(f"round {r + 1}/{rounds}: {name}, n = {n}, keep_descriptor_within = {keep:g}")
             out, cpu, counts = follow(pipelines[name], n, keep, clip)
@@ -420,7 +406,7 @@ def summary_lines(rows: list[dict]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from benchmarks.report import machine_line, publish
+    from benchmarks.harness.report import machine_line, publish
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (default 3)")
@@ -437,7 +423,7 @@ def main(argv: list[str] | None = None) -> int:
 
     rounds, every = (1, (1, 4)) if args.quick else (args.rounds, EVERY)
     result = run(args.target, rounds, every, args.frames, progress)
-    command = f".venv/bin/python benchmarks/face_track.py --rounds {rounds} --frames {args.frames}"
+    command = f".venv/bin/python -m benchmarks run face_track --rounds {rounds} --frames {args.frames}"
     if args.target != "rpi4":
         command += f" --target {args.target}"
     md = markdown(result, command, machine_line())
@@ -472,7 +458,3 @@ def plot(result: dict, png: Path) -> None:
     png.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(png, dpi=110)
     plt.close(fig)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

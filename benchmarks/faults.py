@@ -3,8 +3,8 @@
 The same scenarios as tests/integration/test_outbox_faults.py (which asserts them on every CI run), run
 here with their figures written to docs/benchmarks.md. Needs root (it mounts small tmpfs filesystems).
 
-    .venv/bin/python benchmarks/faults.py                 # 1,000 SIGKILL cycles; writes docs/benchmarks.md
-    .venv/bin/python benchmarks/faults.py --kills 200 --no-write
+    .venv/bin/python -m benchmarks run faults                 # 1,000 SIGKILL cycles; writes docs/benchmarks.md
+    .venv/bin/python -m benchmarks run faults --kills 200 --no-write
 """
 
 from __future__ import annotations
@@ -16,14 +16,18 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+from benchmarks.harness.report import machine_line, write_section
+from edge.errors import TelemetryError
+from edge.telemetry.outbox import Outbox
+from edge.telemetry.schema import Result
+from testsupport.faults import fill, kill_once, remount, stored, tmpfs
 
-from benchmarks.report import machine_line, write_section  # noqa: E402
-from edge.errors import TelemetryError  # noqa: E402
-from edge.telemetry.outbox import Outbox  # noqa: E402
-from edge.telemetry.schema import Result  # noqa: E402
-from tests.fault_helpers import fill, kill_once, remount, stored, tmpfs  # noqa: E402
+NAME = "faults"
+SUMMARY = "Disk and power faults under the durable outbox (root: tmpfs mounts)"
+#: the docs/benchmarks.md sections it writes
+SECTIONS = ("faults",)
+
+REPO = Path(__file__).resolve().parent.parent
 
 
 def full_disk(work: Path) -> dict:
@@ -89,16 +93,16 @@ def report(full: dict, ro: dict, k: dict, command: str) -> str:
 
 `{command}` — {machine_line()}. Real SQLite (WAL, `synchronous=FULL`) on small tmpfs mounts.
 
-- **Full filesystem** (256 KiB tmpfs, ~2 KB reports): {full['accepted'] - 1} reports stored, then
-  `{full['error']}`. While the disk was full, `add` refused new reports with that error; the refused
+- **Full filesystem** (256 KiB tmpfs, ~2 KB reports): {full["accepted"] - 1} reports stored, then
+  `{full["error"]}`. While the disk was full, `add` refused new reports with that error; the refused
   commit's report stayed queued in memory. After the mount grew to 8 MiB, the writer's next try (it
-  retries every 1 s; a `flush` wakes it at once) stored it {full['recovered_s']:.2f} s after the remount
-  began. {full['stored']} reports on disk, numbered without a gap: {gapless}.
-- **Read-only filesystem at start**: `{ro['error']}`. After remounting read-write, all {ro['kept']}
+  retries every 1 s; a `flush` wakes it at once) stored it {full["recovered_s"]:.2f} s after the remount
+  began. {full["stored"]} reports on disk, numbered without a gap: {gapless}.
+- **Read-only filesystem at start**: `{ro["error"]}`. After remounting read-write, all {ro["kept"]}
   stored reports were still there.
-- **SIGKILL at random points** (opening, adding, mid-commit): {k['cycles']} kills in {k['seconds']:.0f} s;
-  {k['stored']:,} reports stored; the store grew in {k['grew']} cycles. After every kill the file opened and
-  passed `PRAGMA integrity_check`. Cycles with a gap, a repeat or a receipt without its report: {k['bad']}.
+- **SIGKILL at random points** (opening, adding, mid-commit): {k["cycles"]} kills in {k["seconds"]:.0f} s;
+  {k["stored"]:,} reports stored; the store grew in {k["grew"]} cycles. After every kill the file opened and
+  passed `PRAGMA integrity_check`. Cycles with a gap, a repeat or a receipt without its report: {k["bad"]}.
 
 Linux refuses to remount a filesystem read-only while a file on it is open for writing (EBUSY), so a disk
 turns read-only under a running outbox only through ext4's `errors=remount-ro` or a failing SD card; that
@@ -115,13 +119,9 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="edge-deploy-faults-") as tmp:
         work = Path(tmp)
         full, ro, k = full_disk(work), read_only(work), kills(work, args.kills)
-    command = "python benchmarks/faults.py" + ("" if args.kills == 1000 else f" --kills {args.kills}")
+    command = "python -m benchmarks run faults" + ("" if args.kills == 1000 else f" --kills {args.kills}")
     text = report(full, ro, k, command)
     print(text)
     if not args.no_write:
         write_section("faults", text)
     return 0 if full["gapless"] and k["bad"] == 0 else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,8 +1,8 @@
 """Fleet ingest into PostgreSQL: messages/s into the store, end-to-end lag, CPU, and the broker's own ceiling.
 
-Everything real, on loopback, started by this script: a mosquitto (tests/integration/broker.py), a
-PostgreSQL cluster (tests/integration/postgres.py), ``edge-deploy monitor`` processes, and simulated
-devices (benchmarks/fleet_devices.py: real ``TelemetryClient``s, one outbox each, spread over processes).
+Everything real, on loopback, started by this script: a mosquitto (testsupport/broker.py), a
+PostgreSQL cluster (testsupport/postgres.py), ``edge-deploy monitor`` processes, and simulated
+devices (testsupport/fleet_devices.py: real ``TelemetryClient``s, one outbox each, spread over processes).
 
 1. **Broker ceiling**: ``mosquitto_pub`` (QoS 1, ``--repeat``) into ``mosquitto_sub`` (QoS 1, MQTT v5), a
    telemetry-sized payload; the subscriber's messages/s is the anchor.
@@ -14,8 +14,8 @@ devices (benchmarks/fleet_devices.py: real ``TelemetryClient``s, one outbox each
    messages/s and the lag from the device's timestamp to the row's insert (``stored - timestamp``, in the
    committing transaction) at p50 and p99.
 
-    .venv/bin/python benchmarks/fleet_load.py                  # writes docs/benchmarks.md and docs/fleet.md figures
-    .venv/bin/python benchmarks/fleet_load.py --devices 200 --no-write
+    .venv/bin/python -m benchmarks run fleet_load                  # writes docs/benchmarks.md and docs/fleet.md figures
+    .venv/bin/python -m benchmarks run fleet_load --devices 200 --no-write
 """
 
 from __future__ import annotations
@@ -31,14 +31,17 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from benchmarks.harness.report import IMG, REPO, machine_line, write_section
+from testsupport.broker import Broker
+from testsupport.postgres import Postgres
 
-from benchmarks.report import IMG, REPO, machine_line, write_section  # noqa: E402
-from tests.integration.broker import Broker  # noqa: E402
-from tests.integration.postgres import Postgres  # noqa: E402
+NAME = "fleet_load"
+SUMMARY = "Fleet ingest into PostgreSQL: messages/s, end-to-end lag, CPU"
+#: the docs/benchmarks.md sections it writes
+SECTIONS = ("fleet-load",)
 
 SECTION = "fleet-load"
-DEVICES = REPO / "benchmarks" / "fleet_devices.py"
+DEVICES = "testsupport.fleet_devices"
 _TICKS = os.sysconf("SC_CLK_TCK")
 
 
@@ -128,7 +131,8 @@ class Fleet:
             subprocess.Popen(
                 [
                     sys.executable,
-                    str(DEVICES),
+                    "-m",
+                    DEVICES,
                     "--port",
                     str(self.broker.port),
                     "--dir",
@@ -230,7 +234,7 @@ def screenshot(pg: Postgres, path: Path) -> None:
     """The dashboard over the benchmark's store, in headless Chromium."""
     from fleet import open_store
     from fleet.dashboard import Dashboard
-    from tests.integration.browser_helpers import Chromium
+    from testsupport.browser import Chromium
 
     with open_store(pg.url) as store, Dashboard(store, "127.0.0.1", 0).start() as board:
         browser = Chromium()
@@ -291,7 +295,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--monitors", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args(argv)
-    command = "python benchmarks/fleet_load.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = "python -m benchmarks run fleet_load " + " ".join(argv if argv is not None else sys.argv[1:])
     work = Path(tempfile.mkdtemp(prefix="fleet-load-"))
     pg = Postgres()
     drains, lives = [], []
@@ -314,7 +318,3 @@ def main(argv: list[str] | None = None) -> int:
         pg.close()
         shutil.rmtree(work, ignore_errors=True)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

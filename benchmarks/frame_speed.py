@@ -16,8 +16,8 @@ on the whole evaluation set (originals + seeded augmentations), ``converters.fac
 (faces missed, extra detections, same/different decisions against face_recognition's on the evaluation
 pairs; goal >= 99 %). dlib runs single-threaded (its HOG detector and ResNet use one core).
 
-    .venv/bin/python benchmarks/frame_speed.py            # full run: docs/benchmarks.md + docs/img/frame_speed.png
-    .venv/bin/python benchmarks/frame_speed.py --quick    # 1 round, no quality pass; prints, writes no docs
+    .venv/bin/python -m benchmarks run frame_speed            # full run: docs/benchmarks.md + docs/img/frame_speed.png
+    .venv/bin/python -m benchmarks run frame_speed --quick    # 1 round, no quality pass; prints, writes no docs
 
 BlazeFace rows run its ONNX translation on onnxruntime, and, in the ``LiteRT`` rows, the ``.tflite`` original
 on LiteRT (XNNPACK); the embedder is the folder's on onnxruntime everywhere. A 640x480 video through ``serve``:
@@ -38,19 +38,25 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from benchmarks.harness.face_frames import GALLERY_SIZE, make_gallery
+from benchmarks.harness.face_speed_models import (
+    BLAZEFACE_FULL_TFLITE,
+    CACHE,
+    CALIBRATION,
+    build_fp32,
+    build_int8,
+    with_blazeface,
+)
+from benchmarks.harness.rounds import interleaved
+from edge.face.tiles import DEFAULT_TILING
+from edge.face.types import DLIB_SAME_PERSON_THRESHOLD
+from edge.profiles import load_profile
 
-from benchmarks.face_speed_models import CACHE, build_fp32, build_int8  # noqa: E402
-from converters.face.blazeface import FULL_RANGE  # noqa: E402
-from edge.face.tiles import DEFAULT_TILING  # noqa: E402
-from edge.face.types import DLIB_SAME_PERSON_THRESHOLD  # noqa: E402
-from edge.profiles import load_profile  # noqa: E402
+NAME = "frame_speed"
+SUMMARY = "Whole frames (detect, align, embed, match) against face_recognition"
+#: the docs/benchmarks.md sections it writes
+SECTIONS = ("frame-speed",)
 
-GALLERY_SIZE = 100
-#: The .tflite original that ``convert blazeface`` keeps in the folder beside its ONNX translation.
-BLAZEFACE_FULL_TFLITE = FULL_RANGE.name
-#: calibration images of the INT8 build (``--calibration``; serve_fps.py and face_rss.py use the same cached folder)
-CALIBRATION = 200
 STAGES = ("detect", "align", "embed", "match")
 
 
@@ -66,22 +72,6 @@ class Contender:
     times: dict[str, list[float]] = field(default_factory=dict)
     stages: dict[str, list[dict[str, float]]] = field(default_factory=dict)
     faces: dict[str, int] = field(default_factory=dict)
-
-
-def make_gallery(seed: int = 0):
-    """100 named entries of 128-d descriptors with the spread of real dlib descriptors (norm ~0.9...1.0).
-
-    Matching is a nearest-neighbour search over the gallery: its cost depends on the size, not on who is in
-    it; random directions keep every face unmatched, which is the most expensive case (no early answer).
-    """
-    from edge.face.gallery import Gallery
-
-    rng = np.random.default_rng(seed)
-    gallery = Gallery()
-    for i in range(GALLERY_SIZE):
-        v = rng.normal(size=128)
-        gallery.add(f"person-{i:03d}", (v / np.linalg.norm(v) * rng.uniform(0.9, 1.0))[None].astype(np.float32))
-    return gallery
 
 
 #: How one of our pipelines is opened: (models folder, MTCNN's smallest face or None, detector name, the
@@ -137,9 +127,8 @@ def race(contenders: list[Contender], photos: list[tuple[str, np.ndarray]], roun
     for c in contenders:
         for name, rgb in photos:
             c.faces[name] = c.frame(rgb)[0]
-    for r in range(rounds):
-        shift = r % len(contenders)
-        for c in contenders[shift:] + contenders[:shift]:
+    for r, order in interleaved(contenders, rounds):
+        for c in order:
             for name, rgb in photos:
                 start = time.perf_counter()
                 _, stages = c.frame(rgb)
@@ -206,23 +195,6 @@ class _Memo:
         if key not in self._seen:
             self._seen[key] = self._reference.analyze(rgb)
         return self._seen[key]
-
-
-def with_blazeface(folder: Path, progress) -> Path:
-    """A copy of a face folder with BlazeFace full range added (``edge-deploy convert blazeface --range full``)."""
-    import shutil
-
-    from converters.face.blazeface import add_blazeface
-    from edge.face.models import BLAZEFACE_ROLES, Detector, read_models_file
-
-    copy = folder.with_name(folder.name + "-blazeface-full")
-    if copy.is_dir() and BLAZEFACE_ROLES[Detector.BLAZEFACE_FULL] in read_models_file(copy):
-        return copy
-    shutil.rmtree(copy, ignore_errors=True)
-    shutil.copytree(folder, copy)
-    progress(f"adding BlazeFace full range to {copy.name}")
-    add_blazeface(copy, FULL_RANGE)
-    return copy
 
 
 def run(
@@ -426,7 +398,7 @@ def plot(result: dict, png: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from benchmarks.report import machine_line, publish
+    from benchmarks.harness.report import machine_line, publish
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds (default 5)")
@@ -450,14 +422,10 @@ def main(argv: list[str] | None = None) -> int:
     min_faces = tuple(int(v) for v in args.min_face.split(",") if v.strip())
     blaze = not args.no_blazeface
     result = run(args.target, rounds, threads, not args.quick, args.calibration, min_faces, blaze, progress)
-    command = f".venv/bin/python benchmarks/frame_speed.py --rounds {rounds} --min-face '{args.min_face}'"
+    command = f".venv/bin/python -m benchmarks run frame_speed --rounds {rounds} --min-face '{args.min_face}'"
     command += "" if blaze else " --no-blazeface"
     if args.target != "rpi4" or args.calibration != 200:
         command += f" --target {args.target} --calibration {args.calibration}"
     md = markdown(result, command, machine_line())
     publish("frame_speed", md, result, CACHE, None if args.quick else lambda png: plot(result, png))
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

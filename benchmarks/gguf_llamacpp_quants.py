@@ -13,7 +13,7 @@ hidden 256) is quantized to each file type people download, then
   re-rounded, max |logit difference| / max |logit|, greedy tokens.
 
     .venv/bin/pip install -e '.[bench]'            # builds llama.cpp (several minutes)
-    .venv/bin/python benchmarks/gguf_llamacpp_quants.py [--write]
+    .venv/bin/python -m benchmarks run gguf_llamacpp_quants [--write]
 """
 
 from __future__ import annotations
@@ -25,7 +25,10 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+NAME = "gguf_llamacpp_quants"
+SUMMARY = "GGUF files quantized by llama.cpp through our reader, export and INT4 repack"
+#: the docs/benchmarks.md sections it writes
+SECTIONS = ("gguf-llamacpp",)
 
 #: llama.cpp file types (``llama_ftype``) people download, by name.
 FILE_TYPES = {"Q8_0": 7, "Q4_0": 2, "Q4_1": 3, "Q5_K_M": 17, "Q4_K_M": 15, "Q6_K": 18, "Q5_K_S": 16, "Q4_K_S": 14}
@@ -64,14 +67,14 @@ def check(path: Path, work: Path) -> dict:
     from converters.slm.gguf_source import read_gguf, write_hf_folder
     from converters.slm.gqa_graph import build_gqa_onnx
     from converters.slm.grid_quant import repack_grid
-    from tests.integration.test_gguf_archs import _ours, _reference, _reference_run
+    from testsupport.gguf_models import ours_run, reference_model, reference_run
 
     folder = write_hf_folder(read_gguf(path), work / "hf")
-    ref_logits, ref_tokens = _reference_run(_reference(path))
-    fp32_logits, fp32_tokens = _ours(export_onnx(folder.path, work / "fp32" / "model.onnx").path)
+    ref_logits, ref_tokens = reference_run(reference_model(path))
+    fp32_logits, fp32_tokens = ours_run(export_onnx(folder.path, work / "fp32" / "model.onnx").path)
     fused = build_gqa_onnx(folder.path, work / "gqa" / "model.onnx")
     counts = repack_grid(fused, work / "int4" / "model.onnx", accuracy_level=0, reround=True)
-    grid_logits, grid_tokens = _ours(work / "int4" / "model.onnx")
+    grid_logits, grid_tokens = ours_run(work / "int4" / "model.onnx")
     scale = float(np.abs(ref_logits).max())
     return {
         "types": tensor_types(path),
@@ -122,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     import llama_cpp
     import transformers
 
-    from tests.integration.test_gguf_archs import write_gguf
+    from testsupport.gguf_models import write_gguf
 
     rows = {}
     with tempfile.TemporaryDirectory(prefix="gguf-llamacpp-") as tmp:
@@ -135,12 +138,10 @@ def main(argv: list[str] | None = None) -> int:
     text = table(rows)
     print(text)
     if args.write:
-        from benchmarks.report import machine_line, write_section
+        from benchmarks.harness.report import machine_line, write_section
 
         head = HEAD.format(version=llama_cpp.__version__, tf_version=transformers.__version__, machine=machine_line())
-        write_section("gguf-llamacpp", head + "\n" + text + "\n\n`python benchmarks/gguf_llamacpp_quants.py --write`")
+        write_section(
+            "gguf-llamacpp", head + "\n" + text + "\n\n`python -m benchmarks run gguf_llamacpp_quants --write`"
+        )
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

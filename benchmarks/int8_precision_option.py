@@ -6,9 +6,9 @@ is the measurement behind leaving it off elsewhere: onnxruntime sessions over th
 one chip at a time, CPU time per call (``time.process_time``, so other jobs on a shared machine count less);
 and the largest descriptor difference between the two INT8 sessions.
 
-    .venv/bin/python benchmarks/int8_precision_option.py [--rounds 30]
+    .venv/bin/python -m benchmarks run int8_precision_option [--rounds 30]
 
-Models: the race's cached fp32 folder and rpi4 INT8 build (``benchmarks/face_speed_models.py``).
+Models: the race's cached fp32 folder and rpi4 INT8 build (``benchmarks/harness/face_speed_models.py``).
 """
 
 from __future__ import annotations
@@ -16,13 +16,15 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+NAME = "int8_precision_option"
+SUMMARY = "What session.x64quantprecision=1 costs the fused INT8 embedder on this CPU"
+#: the docs/benchmarks.md sections it writes (none: it prints its figures)
+SECTIONS = ()
 
 
 def _session(path: Path, precise: bool):
@@ -37,12 +39,12 @@ def _session(path: Path, precise: bool):
     return ort.InferenceSession(str(path), sess_options=options, providers=["CPUExecutionProvider"])
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=30)
-    args = parser.parse_args()
-    from benchmarks.face_speed_models import CACHE, build_fp32, build_int8, eval_photos, real_chips
-    from benchmarks.report import machine_line
+    args = parser.parse_args(argv)
+    from benchmarks.harness.face_speed_models import CACHE, build_fp32, build_int8, eval_photos, real_chips
+    from benchmarks.harness.report import machine_line
     from converters.face.quantize import DEFAULT_CALIBRATION_COUNT
     from edge.face import models as face_models
     from edge.profiles import load_profile
@@ -67,14 +69,10 @@ def main() -> int:
                 out[name].append(got)
     diff = np.abs(np.concatenate(out["int8, defaults"]) - np.concatenate(out["int8, x64quantprecision=1"])).max()
     fp32_ms = statistics.median(times["fp32"]) * 1e3
-    print(f"`.venv/bin/python benchmarks/int8_precision_option.py --rounds {args.rounds}` — {machine_line()}\n")
+    print(f"`.venv/bin/python -m benchmarks run int8_precision_option --rounds {args.rounds}` — {machine_line()}\n")
     print("| session | ms of CPU a face (median) | vs fp32 |\n|---|---:|---:|")
     for name, t in times.items():
         ms = statistics.median(t) * 1e3
         print(f"| {name} | {ms:.2f} | {ms / fp32_ms:.2f}x |")
     print(f"\nmax |descriptor difference| between the two INT8 sessions: {diff:.2e} ({len(chips)} chips)")
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -6,12 +6,12 @@ loop (its ``duration_s``: per-run clock reads, the prepared call, the output dic
 ``for _ in range(n): session.run(None, feeds)``. The overhead is the median of the per-block ratios.
 Blocks last about ``--block-seconds`` (at most ``--runs`` runs), so a slow model doesn't take minutes.
 
-    .venv/bin/python benchmarks/runner_overhead.py            # tiny conv + dlib face embedder (fp32, batch 1)
-    .venv/bin/python benchmarks/runner_overhead.py --model face.onnx --shape input=1x3x150x150
+    .venv/bin/python -m benchmarks run runner_overhead            # tiny conv + dlib face embedder (fp32, batch 1)
+    .venv/bin/python -m benchmarks run runner_overhead --model face.onnx --shape input=1x3x150x150
 
 Prints a markdown table and, for the default models, writes it into docs/benchmarks.md (section
 ``runner-overhead``). The face embedder is the real fp32 ONNX export of dlib's ResNet-29, built once into
-``.cache/bench/face-fp32`` by ``benchmarks/face_speed_models.py``. Host side: builds its models with onnx/torch.
+``.cache/bench/face-fp32`` by ``benchmarks/harness/face_speed_models.py``. Host side: builds its models with onnx/torch.
 """
 
 from __future__ import annotations
@@ -26,13 +26,16 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from benchmarks.harness.overhead_stats import block_order, paired_ratios, runs_per_block, summarize_ratios
+from benchmarks.harness.report import machine_line, write_section
+from edge.bench import make_inputs, parse_shape_overrides, run_bench, timed_loop
+from edge.runtime import open_model
+from edge.runtime.ort_session import import_onnxruntime
 
-from benchmarks.overhead_stats import block_order, paired_ratios, runs_per_block, summarize_ratios  # noqa: E402
-from benchmarks.report import machine_line, write_section  # noqa: E402
-from edge.bench import _timed_loop, make_inputs, parse_shape_overrides, run_bench  # noqa: E402
-from edge.runtime import open_model  # noqa: E402
-from edge.runtime.ort_session import import_onnxruntime  # noqa: E402
+NAME = "runner_overhead"
+SUMMARY = "The bench runner's timing loop against a bare session.run loop"
+#: the docs/benchmarks.md sections it writes
+SECTIONS = ("runner-overhead",)
 
 SECTION = "runner-overhead"
 #: The runner's goal: its loop costs at most this much over a bare session.run loop.
@@ -67,7 +70,7 @@ def build_tiny(folder: Path) -> Path:
 
 def build_models(folder: Path) -> dict[str, tuple[Path, dict[str, tuple[int, ...]]]]:
     """The tiny conv and the real dlib ResNet-29 face embedder (fp32 ONNX, batch 1, 150x150 chip)."""
-    from benchmarks.face_speed_models import CACHE, build_fp32
+    from benchmarks.harness.face_speed_models import CACHE, build_fp32
 
     face_dir = build_fp32(CACHE, lambda msg: print(f"[runner-overhead] {msg}", file=sys.stderr))
     return {
@@ -132,7 +135,7 @@ def fixed_cost_ns(runs: int = 2_000, repeats: int = 300) -> float:
         for _ in range(runs):
             run(None, feeds)
         bare.append(time.perf_counter_ns() - t0)
-        ours.append(_timed_loop(call, runs, 0)[1])
+        ours.append(timed_loop(call, runs, 0)[1])
     return (min(ours) - min(bare)) / runs
 
 
@@ -173,7 +176,7 @@ def render(rows: list[tuple[str, dict[str, float]]], cost_ns: float, args: argpa
         f"{cost_ns / 0.03 / 1000:.1f} us per inference. On the millisecond face embedder that cost is far below "
         "this machine's block-to-block noise (the p25..p75 spread), so its median ratio scatters around 0 %.",
         "",
-        f"Command: `.venv/bin/python benchmarks/runner_overhead.py --threads {args.threads} --blocks {args.blocks} "
+        f"Command: `.venv/bin/python -m benchmarks run runner_overhead --threads {args.threads} --blocks {args.blocks} "
         f"--runs {args.runs} --block-seconds {args.block_seconds}`",
         "",
         f"Machine: {machine_line()}",
@@ -205,7 +208,3 @@ def main(argv: list[str] | None = None) -> int:
     if not args.model and not args.no_write:
         print(f"written to {write_section(SECTION, markdown)}", file=sys.stderr)
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -21,8 +21,8 @@ Contenders run in interleaved rounds (each round starts one contender later than
 contender's figure is its median over the rounds. Ratios hold on a shared machine; absolute frames per second
 do not.
 
-    .venv/bin/python benchmarks/serve_fps.py            # docs/benchmarks.md, section serve-fps
-    .venv/bin/python benchmarks/serve_fps.py --quick    # 1 round, 12 frames; prints, writes no docs
+    .venv/bin/python -m benchmarks run serve_fps            # docs/benchmarks.md, section serve-fps
+    .venv/bin/python -m benchmarks run serve_fps --quick    # 1 round, 12 frames; prints, writes no docs
 
 Host side: imports converters (to build the folders); the daemon itself is the device's code.
 """
@@ -41,12 +41,15 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from benchmarks.harness.face_frames import against_truth, clips, make_gallery
+from benchmarks.harness.face_speed_models import CACHE, CALIBRATION, build_fp32, build_int8, with_blazeface
+from benchmarks.harness.report import REPO, machine_line, write_section
+from benchmarks.harness.rounds import interleaved
 
-from benchmarks.face_speed_models import CACHE, build_fp32, build_int8  # noqa: E402
-from benchmarks.face_track import against_truth, clips  # noqa: E402
-from benchmarks.frame_speed import CALIBRATION, make_gallery, with_blazeface  # noqa: E402
-from benchmarks.report import REPO, machine_line, write_section  # noqa: E402
+NAME = "serve_fps"
+SUMMARY = "edge-deploy serve on a 640x480 video: frames per second against a face_recognition loop"
+#: the docs/benchmarks.md sections it writes
+SECTIONS = ("serve-fps",)
 
 WIDTH, HEIGHT = 640, 480
 GOAL = 10.0
@@ -163,9 +166,8 @@ def race(
     missed and false)."""
     frames = len(truth)
     gallery_file = gallery.save(video.parent / "gallery-100.npz")
-    for r in range(rounds):
-        shift = r % len(contenders)
-        for c in contenders[shift:] + contenders[:shift]:
+    for r, order in interleaved(contenders, rounds):
+        for c in order:
             progress(f"{video.name}: round {r + 1}/{rounds}: {c.name}")
             if c.folder is None:
                 fps, c.boxes = face_recognition_loop(video, gallery, reference)
@@ -330,7 +332,7 @@ def main(argv: list[str] | None = None) -> int:
     rounds, frames = (1, 12) if args.quick else (args.rounds, args.frames)
     if rounds < 1 or frames < 1:
         parser.error("--rounds and --frames must be at least 1")
-    command = f".venv/bin/python benchmarks/serve_fps.py --rounds {rounds} --frames {frames}"
+    command = f".venv/bin/python -m benchmarks run serve_fps --rounds {rounds} --frames {frames}"
     machine = machine_line()
 
     def progress(line: str) -> None:
@@ -343,7 +345,3 @@ def main(argv: list[str] | None = None) -> int:
     if not args.quick:
         print(f"wrote {write_section('serve-fps', text)}", file=sys.stderr)
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -8,7 +8,7 @@ Cortex-A76 (Pi 5, dot product), against the host's fp32 tokens and the gate copy
 only in the guest (scripts/arm/run_text.py). Instruction-exact emulation, not timing: ~1-2 min per prompt
 per core.
 
-    .venv/bin/python benchmarks/slm_arm_greedy.py [--tokens 16] [--target rpi4] [--json out.json]
+    .venv/bin/python -m benchmarks run slm_arm_greedy [--tokens 16] [--target rpi4] [--json out.json]
 
 ``--haswell`` adds a column: the gate copy run as an AVX2-only x86 (``qemu-x86_64 -cpu Haswell``, no AVX-512,
 no VNNI), against the same host fp32 tokens: what the build's greedy gate computes on an AVX2-only build host.
@@ -27,14 +27,17 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from converters.arm.guest import ArmGuest, prepare_guest
+from converters.arm.text import RUN_TEXT
+from converters.slm.agreement import DEFAULT_PROMPTS, leading_equal
+from converters.slm.build import SlmOptions, convert_slm
+from converters.slm.quantize import gate_copy
+from edge.profiles import Precision, load_profile
 
-from converters.arm.guest import ArmGuest, prepare_guest  # noqa: E402
-from converters.arm.text import RUN_TEXT  # noqa: E402
-from converters.slm.agreement import DEFAULT_PROMPTS, leading_equal  # noqa: E402
-from converters.slm.build import SlmOptions, convert_slm  # noqa: E402
-from converters.slm.quantize import gate_copy  # noqa: E402
-from edge.profiles import Precision, load_profile  # noqa: E402
+NAME = "slm_arm_greedy"
+SUMMARY = "SmolLM2's greedy agreement on emulated Cortex-A72 / A76 against fp32"
+#: the docs/benchmarks.md sections it writes (none: it prints its figures)
+SECTIONS = ()
 
 CPUS = ("cortex-a72", "cortex-a76")
 HASWELL = ("qemu-x86_64", "-cpu", "Haswell")
@@ -62,7 +65,7 @@ def _folder_with(model: Path, like: Path, out: Path) -> Path:
     return out
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tokens", type=int, default=16)
     parser.add_argument("--target", default="rpi4", help="profile whose INT4 settings are built (rpi4, rpi5)")
@@ -71,7 +74,7 @@ def main() -> int:
     parser.add_argument("--cpus", default=",".join(CPUS), help="emulated cores, comma-separated")
     parser.add_argument("--haswell", action="store_true", help="also run the gate copy as an AVX2-only x86")
     parser.add_argument("--prompts", help="1-based numbers of the fixed prompts to run, e.g. 2,3 (default all)")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     cpus = tuple(c for c in args.cpus.split(",") if c)
     picked = [int(n) for n in args.prompts.split(",")] if args.prompts else range(1, len(DEFAULT_PROMPTS) + 1)
     prompts = [DEFAULT_PROMPTS[n - 1] for n in picked]
@@ -111,7 +114,3 @@ def main() -> int:
         args.json.write_text(json.dumps({"target": profile.name, "tokens": args.tokens, "rows": rows}, indent=2))
     shutil.rmtree(work, ignore_errors=True)
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

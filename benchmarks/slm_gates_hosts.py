@@ -8,7 +8,7 @@ text, the greedy gate on the five fixed prompts, the report) once natively and o
 ``qemu-x86_64 -cpu Haswell`` (AVX2 and FMA, no AVX-512, no VNNI: the CPU on which the first release's
 rpi4 INT4 build failed the greedy gate), for each target, and prints both hosts' figures side by side.
 
-    .venv/bin/python benchmarks/slm_gates_hosts.py [--targets rpi4,rpi5] [--hosts native,haswell] [--quick]
+    .venv/bin/python -m benchmarks run slm_gates_hosts [--targets rpi4,rpi5] [--hosts native,haswell] [--quick]
 
 One step is shared and run natively: the fp32 torch export (``SlmOptions.work_dir``, reused exactly as a kept
 export is; the export is float tracing, with no int8 kernel, and ~50 minutes under TCG). Everything the gates
@@ -28,9 +28,12 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from benchmarks.harness.report import REPO, machine_line, write_section
 
-from benchmarks.report import REPO, machine_line, write_section  # noqa: E402
+NAME = "slm_gates_hosts"
+SUMMARY = "convert slm's gates on this host and on an AVX2-only x86"
+#: the docs/benchmarks.md sections it writes
+SECTIONS = ("slm-gates-hosts-rpi4", "slm-gates-hosts-rpi5")
 
 CACHE = REPO / ".cache" / "bench" / "slm-gates"
 HOSTS = {"native": (), "haswell": ("qemu-x86_64", "-cpu", "Haswell")}
@@ -115,14 +118,14 @@ def _same_verdicts(runs: dict[tuple[str, str], dict]) -> list[str]:
     return lines
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--targets", default="rpi4,rpi5", help="profiles to convert for, comma-separated")
     parser.add_argument("--hosts", default="native,haswell", help=f"of {', '.join(HOSTS)}, comma-separated")
     parser.add_argument("--quick", action="store_true", help="print only; do not write docs/benchmarks.md")
     parser.add_argument("--fresh", action="store_true", help="convert again even where a finished run is kept")
     parser.add_argument("--cache", type=Path, default=CACHE, help=f"where builds and finished runs are kept ({CACHE})")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     targets, hosts = args.targets.split(","), args.hosts.split(",")
     if unknown := [h for h in hosts if h not in HOSTS]:
         parser.error(f"--hosts: unknown {', '.join(unknown)}; expected of {', '.join(HOSTS)}")
@@ -150,7 +153,7 @@ def _markdown(target: str, hosts: str, machine: str, runs: dict[tuple[str, str],
     return "\n".join([
         f"## SmolLM2's gates on a VNNI host and on an AVX2-only x86 (`convert slm --target {target}`, INT4)",
         "",
-        f"`.venv/bin/python benchmarks/slm_gates_hosts.py --targets {target} --hosts {hosts}` — {machine}",
+        f"`.venv/bin/python -m benchmarks run slm_gates_hosts --targets {target} --hosts {hosts}` — {machine}",
         "",
         "The whole INT4 conversion (GGUF read, repack, both gates, report) run natively and as "
         "`qemu-x86_64 -cpu Haswell` (AVX2 and FMA, no AVX-512, no VNNI); only the fp32 torch export is made "
@@ -164,7 +167,3 @@ def _markdown(target: str, hosts: str, machine: str, runs: dict[tuple[str, str],
         "",
         *_same_verdicts(runs),
     ])  # fmt: skip
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

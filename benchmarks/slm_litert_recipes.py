@@ -17,7 +17,7 @@ embedding and head too), ``int4-mlp`` (the MLP's 4-bit in blocks of 32, the rest
 (4-bit in blocks of 32 everywhere). Weights are re-rounded from the fp32 export by ai-edge-quantizer
 (symmetric), not the GGUF's Q4_1 codes.
 
-    .venv/bin/python benchmarks/slm_litert_recipes.py [--recipes none,int8-all,...] [--write]
+    .venv/bin/python -m benchmarks run slm_litert_recipes [--recipes none,int8-all,...] [--write]
 
 Each export takes 2-6 min on 2 shared cores (cached in ``.cache/bench``); the gates ~1 min each. The
 results are computed on this host's XNNPACK kernels (its CPU features are named in the section).
@@ -29,14 +29,16 @@ import argparse
 import json
 import os
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from benchmarks.harness.report import REPO, machine_line, say, write_section
+from benchmarks.harness.slm_speed_models import cached, race_models
 
-from benchmarks.report import REPO, machine_line, write_section  # noqa: E402
-from benchmarks.slm_speed_models import _cached, race_models  # noqa: E402
+NAME = "slm_litert_recipes"
+SUMMARY = "SmolLM2 through LiteRT's integer kernels: which recipes pass the gates"
+#: the docs/benchmarks.md sections it writes
+SECTIONS = ("slm-litert-recipes",)
 
 RECIPES = {
     "none": "fp32 (no quantization): the twin `convert slm --precision fp32 --format tflite` writes",
@@ -46,10 +48,6 @@ RECIPES = {
 }
 EXPORT = REPO / "scripts" / "slm" / "litert_recipe_export.py"
 KV, PREFILL, WINDOW, TOKENS = 512, 32, 500, 2048
-
-
-def say(message: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
 @dataclass(frozen=True)
@@ -83,7 +81,7 @@ def export(recipe: str, hf_dir: Path, key: str) -> Path:
         Path(record["path"]).rename(out / "model.tflite")
         (out / "export.json").write_text(json.dumps(record) + "\n", encoding="utf-8")
 
-    folder = _cached(REPO / ".cache" / "bench" / f"slm-litert-{recipe}-{key}", "export.json", build, say)
+    folder = cached(REPO / ".cache" / "bench" / f"slm-litert-{recipe}-{key}", "export.json", build, say)
     return folder / "model.tflite"
 
 
@@ -151,11 +149,11 @@ Answers (first 16 tokens):
 """
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--recipes", default=",".join(RECIPES))
     parser.add_argument("--write", action="store_true", help="write the table into docs/benchmarks.md")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     recipes = [r for r in args.recipes.split(",") if r]
     unknown = [r for r in recipes if r not in RECIPES]
     if unknown:
@@ -174,13 +172,9 @@ def main() -> int:
         say(f"{recipe}: gates")
         results.append(gates(model, recipe, models.fp32_dir, reference, windows))
         print(table(results, reference), file=sys.stderr, flush=True)
-    command = "python benchmarks/slm_litert_recipes.py " + " ".join(sys.argv[1:])
+    command = "python -m benchmarks run slm_litert_recipes " + " ".join(sys.argv[1:])
     markdown = section(results, reference, command.strip())
     print(markdown)
     if args.write:
         print(f"wrote {write_section('slm-litert-recipes', markdown)}", file=sys.stderr)
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

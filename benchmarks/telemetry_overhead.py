@@ -22,10 +22,10 @@ block starts from the same state; the backlog left at a block's end is reported.
 process counts what arrived at the broker: a speed only counts if every report arrived (checked by sequence
 number), and the broker-down outbox must still hold every report it was given.
 
-    .venv/bin/python benchmarks/telemetry_overhead.py             # writes docs/benchmarks.md
-    .venv/bin/python benchmarks/telemetry_overhead.py --rounds 6 --no-write
+    .venv/bin/python -m benchmarks run telemetry_overhead             # writes docs/benchmarks.md
+    .venv/bin/python -m benchmarks run telemetry_overhead --rounds 6 --no-write
 
-Host side: uses the cached fp32 face models (``benchmarks/face_speed_models.py``) and the test broker helper.
+Host side: uses the cached fp32 face models (``benchmarks/harness/face_speed_models.py``) and the test broker helper.
 """
 
 from __future__ import annotations
@@ -45,9 +45,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from benchmarks.overhead_stats import (  # noqa: E402
+from benchmarks.harness.overhead_stats import (
     added_work_loss_pct,
     block_order,
     goal_verdict,
@@ -56,16 +54,21 @@ from benchmarks.overhead_stats import (  # noqa: E402
     summarize_ratios,
     throughput_loss_pct,
 )
-from benchmarks.report import machine_line, write_section  # noqa: E402
-from benchmarks.telemetry_counter import count_reports  # noqa: E402
-from edge.errors import TelemetryError  # noqa: E402
-from edge.runtime import open_model  # noqa: E402
-from edge.runtime.ort_session import import_onnxruntime  # noqa: E402
-from edge.telemetry.link import BrokerConfig  # noqa: E402
-from edge.telemetry.mqtt import TelemetryClient, TelemetryConfig  # noqa: E402
-from edge.telemetry.outbox import DEFAULT_COMMIT_INTERVAL_S  # noqa: E402
-from edge.telemetry.schema import Result  # noqa: E402
-from tests.integration.broker import Broker, free_port  # noqa: E402
+from benchmarks.harness.report import machine_line, write_section
+from benchmarks.harness.telemetry_counter import count_reports
+from edge.errors import TelemetryError
+from edge.runtime import open_model
+from edge.runtime.ort_session import import_onnxruntime
+from edge.telemetry.link import BrokerConfig
+from edge.telemetry.mqtt import TelemetryClient, TelemetryConfig
+from edge.telemetry.outbox import DEFAULT_COMMIT_INTERVAL_S
+from edge.telemetry.schema import Result
+from testsupport.broker import Broker, free_port
+
+NAME = "telemetry_overhead"
+SUMMARY = "What publishing telemetry costs inference throughput"
+#: the docs/benchmarks.md sections it writes
+SECTIONS = ("telemetry-overhead",)
 
 SECTION = "telemetry-overhead"
 GOAL_PCT = 1.0
@@ -278,7 +281,7 @@ class CommitProbe:
 def load_inputs(chip_count: int) -> tuple[Path, list[np.ndarray], list[np.ndarray]]:
     """The fp32 face models folder, ``chip_count`` real aligned chips as float32 [1, 3, 150, 150] and the
     evaluation photos (uint8 RGB) that have a face."""
-    from benchmarks.face_speed_models import CACHE, build_fp32, eval_photos, real_chips
+    from benchmarks.harness.face_speed_models import CACHE, build_fp32, eval_photos, real_chips
 
     face_dir = build_fp32(CACHE, lambda msg: print(f"[telemetry-overhead] {msg}", file=sys.stderr))
     photos = eval_photos(limit=12)
@@ -544,14 +547,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--work", type=Path, default=WORK, help="broker, outboxes, fsync probe (the device's disk)")
     parser.add_argument("--no-write", action="store_true", help="print only; leave docs/benchmarks.md alone")
     args = parser.parse_args(argv)
-    command = " ".join([".venv/bin/python benchmarks/telemetry_overhead.py", *(argv or sys.argv[1:])])
+    command = " ".join([".venv/bin/python -m benchmarks run telemetry_overhead", *(argv or sys.argv[1:])])
     results = measure(args)
     markdown = render(results, args, command)
     print(markdown)
     if not args.no_write:
         print(f"written to {write_section(SECTION, markdown)}", file=sys.stderr)
     return 0 if all(not v.startswith("**") for r in results.values() for v in r["delivery"].values()) else 1
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

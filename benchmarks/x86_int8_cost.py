@@ -10,10 +10,10 @@ plugin (scripts/arm/insncount.c), so the figures are executed x86 instructions p
 exact and repeatable, not times — and each variant's descriptors are compared with fp32's on the same
 real chips.
 
-    .venv/bin/python benchmarks/x86_int8_cost.py [--faces 4] [--json out.json] [--no-doc]
+    .venv/bin/python -m benchmarks run x86_int8_cost [--faces 4] [--json out.json] [--no-doc]
 
 Models: the race's cached fp32 folder and the INT8 builds for ``x86_64-host`` (reduce-range weights) and
-``rpi4`` (full-range weights, the saturating case) from ``benchmarks/face_speed_models.py``; ~10 minutes the
+``rpi4`` (full-range weights, the saturating case) from ``benchmarks/harness/face_speed_models.py``; ~10 minutes the
 first time (calibration), then a few minutes of emulation.
 """
 
@@ -31,7 +31,10 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+NAME = "x86_int8_cost"
+SUMMARY = "INT8 on an AVX2-only x86 (emulated Haswell): instructions and accuracy per face"
+#: the docs/benchmarks.md sections it writes
+SECTIONS = ("x86-int8-cost",)
 
 REPO = Path(__file__).resolve().parent.parent
 PLUGIN = REPO / ".cache" / "arm" / "libinsncount.so"
@@ -42,7 +45,6 @@ _CHILD = """
 import json, sys
 from pathlib import Path
 import numpy as np
-sys.path.insert(0, sys.argv[5])
 from marks import marker
 from edge.cpu import int8_kernels
 from edge.face.embed import FaceEmbedder
@@ -86,8 +88,10 @@ def _count(model: Path, chips: Path, variant: Variant, work: Path) -> tuple[int,
     """(instructions in region 1, the child's JSON) for one variant under the emulated Haswell."""
     counts = work / f"{variant.name.replace(' ', '_')}.txt"
     qemu = ["setarch", "x86_64", "-R", "qemu-x86_64", "-plugin", str(PLUGIN), "-d", "plugin", "-D", str(counts)]
-    args = [str(model), str(chips), variant.optimization, "1" if variant.precise else "0", str(REPO / "scripts/arm")]
-    env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONHASHSEED": "0", "OMP_NUM_THREADS": "1"}
+    args = [str(model), str(chips), variant.optimization, "1" if variant.precise else "0"]
+    # scripts/arm on the path for its marks.py (the region markers the plugin counts between)
+    path = os.pathsep.join([str(REPO), str(REPO / "scripts" / "arm")])
+    env = {**os.environ, "PYTHONPATH": path, "PYTHONHASHSEED": "0", "OMP_NUM_THREADS": "1"}
     done = subprocess.run(
         [*qemu, "-cpu", "Haswell", sys.executable, "-c", _CHILD, *args],
         env=env, capture_output=True, text=True, timeout=7200, check=False,
@@ -102,7 +106,7 @@ def _count(model: Path, chips: Path, variant: Variant, work: Path) -> tuple[int,
 
 def _models(faces: int) -> tuple[dict[str, Path], np.ndarray]:
     """The embedder files by model key, and ``faces + 1`` real aligned chips (uint8 NHWC)."""
-    from benchmarks.face_speed_models import CACHE, build_fp32, build_int8, eval_photos, real_chips
+    from benchmarks.harness.face_speed_models import CACHE, build_fp32, build_int8, eval_photos, real_chips
     from edge.face import models as face_models
     from edge.profiles import load_profile
 
@@ -137,16 +141,16 @@ def _table(rows: list[dict], faces: int, kernels: str) -> str:
     return "\n".join(lines)
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--faces", type=int, default=4, help="chips counted per variant (after one warm-up)")
     parser.add_argument("--json", type=Path, help="write the rows here too")
     parser.add_argument("--no-doc", action="store_true", help="print only; leave docs/benchmarks.md alone")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if shutil.which("qemu-x86_64") is None:
         subprocess.run(["bash", str(REPO / "scripts/arm/rootfs.sh")], check=True)
     subprocess.run(["bash", str(REPO / "scripts/arm/build_plugin.sh"), str(PLUGIN)], check=True)
-    from converters.face.quant_eval import _cosine
+    from edge.cosine import row_cosines
 
     files, chips = _models(args.faces)
     work = Path(tempfile.mkdtemp(prefix="x86-int8-cost-"))
@@ -157,7 +161,7 @@ def main() -> int:
         total, out = _count(files[variant.model], work / "chips.npy", variant, work)
         got = np.asarray(out["descriptors"])
         reference = got if reference is None else reference
-        cos = _cosine(got, reference)
+        cos = row_cosines(got, reference)
         kernels = out["kernels"]
         row = {"variant": variant.name, "note": variant.note, "per_face": total / args.faces}
         rows.append({**row, "mean_cosine": float(cos.mean()), "min_cosine": float(cos.min())})
@@ -166,15 +170,11 @@ def main() -> int:
     if args.json:
         args.json.write_text(json.dumps({"faces": args.faces, "kernels": kernels, "rows": rows}, indent=2))
     if not args.no_doc:
-        from benchmarks.report import machine_line, write_section
+        from benchmarks.harness.report import machine_line, write_section
 
         head = "## INT8 on an AVX2-only x86 (no VNNI): instructions and accuracy per face, emulated Haswell\n\n"
-        command = f"`.venv/bin/python benchmarks/x86_int8_cost.py --faces {args.faces}` — {machine_line()}\n\n"
+        command = f"`.venv/bin/python -m benchmarks run x86_int8_cost --faces {args.faces}` — {machine_line()}\n\n"
         write_section("x86-int8-cost", head + command + markdown)
     print(markdown)
     shutil.rmtree(work, ignore_errors=True)
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

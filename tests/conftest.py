@@ -147,7 +147,7 @@ def slm_twin(slm_int4, tmp_path_factory) -> dict:
     from converters.slm.build import SlmOptions, TfliteTwin, convert_slm
     from converters.slm.tflite import TfliteOptions
     from edge.profiles import Precision, load_profile
-    from tests.integration.needs import LITERT_TORCH, install_on_first_use
+    from testsupport.needs import LITERT_TORCH, install_on_first_use
 
     install_on_first_use(LITERT_TORCH, "the language model's LiteRT twin tests (the slm_twin fixture)")
     litert = TfliteOptions(kv_cache_max_len=TWIN_KV_LEN, prefill_lengths=(TWIN_PREFILL,), threads=2)

@@ -187,13 +187,13 @@ def _check_inputs(
     return pts
 
 
-def _chip_to_image(template: np.ndarray, pts: np.ndarray, size: int, weights: np.ndarray | None = None) -> np.ndarray:
+def chip_to_image(template: np.ndarray, pts: np.ndarray, size: int, weights: np.ndarray | None = None) -> np.ndarray:
     """Affine map from chip pixels to image pixels, built exactly as dlib's ``chip_details`` does."""
     return _chip_map(similarity_transform(template, pts, weights), size)
 
 
 def _chip_map(tform: np.ndarray, size: int) -> np.ndarray:
-    """``_chip_to_image`` from the similarity transform template -> landmarks."""
+    """``chip_to_image`` from the similarity transform template -> landmarks."""
     scale = math.hypot(tform[0, 0], tform[1, 0])
     cos, sin = tform[0, 0] / scale, tform[1, 0] / scale
     centre = tform[:, :2] @ np.array([size / 2.0, size / 2.0]) + tform[:, 2]
@@ -233,7 +233,7 @@ def align_chip(
         InputError: if the image is not uint8 [H, W, 3] or the landmarks are not a finite [5, 2] array.
     """
     pts = _check_inputs(rgb, landmarks, size, padding)
-    chip_to_img = _chip_to_image(template_points(size, padding), pts, size, np.array(LANDMARK_WEIGHTS))
+    chip_to_img = chip_to_image(template_points(size, padding), pts, size, np.array(LANDMARK_WEIGHTS))
     return warp_chip(rgb, chip_to_img, size, exact)
 
 
@@ -294,7 +294,7 @@ def warp_chip(rgb: np.ndarray, chip_to_img: np.ndarray, size: int, exact: bool =
         uint8 array [size, size, 3]; black where the chip leaves the image.
     """
     scale = math.hypot(chip_to_img[0, 0], chip_to_img[1, 0])
-    rect_side = scale * (size - 1) + 1.0  # width of dlib's chip rectangle, see _chip_to_image
+    rect_side = scale * (size - 1) + 1.0  # width of dlib's chip rectangle, see chip_to_image
     levels = 0
     while rect_side / 2.0 ** (levels + 1) > size:
         levels += 1

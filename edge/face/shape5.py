@@ -41,7 +41,7 @@ _GREY_ROW = np.array([[1 / 3, 1 / 3, 1 / 3, -1 / 3]])
 
 #: Trees of up to this many split nodes (depth 4: dlib's default, and its 5- and 68-point models) find their
 #: leaf in a table of 2 ** splits bytes (32 KiB); deeper trees are walked node by node.
-_LUT_MAX_SPLITS = 15
+LUT_MAX_SPLITS = 15
 
 
 def hog_like_rect(
@@ -112,7 +112,7 @@ class ShapePredictor:
         # row ``tree * (splits + 1) + leaf`` of a level's leaves
         self._leaf_rows = self.leaf_values.reshape(levels, trees * (splits + 1), -1)
         self._leaf_base = np.arange(trees, dtype=np.intp) * (splits + 1)
-        self._leaf_of_code = _leaf_table(self.depth).astype(np.uint8) if splits <= _LUT_MAX_SPLITS else None
+        self._leaf_of_code = leaf_table(self.depth).astype(np.uint8) if splits <= LUT_MAX_SPLITS else None
         self._bit_values = (2.0 ** np.arange(splits)).astype(np.float32)  # a tree's outcomes -> its code
         # The similarity fit from the mean shape to the current one, as one product (see _similarity).
         src = self.initial.astype(np.float64)
@@ -283,7 +283,7 @@ def _padded(faces: int) -> int:
     return 1 << (faces - 1).bit_length() if faces <= 16 else faces
 
 
-def _leaf_table(depth: int) -> np.ndarray:
+def leaf_table(depth: int) -> np.ndarray:
     """For a tree of ``depth`` (nodes in breadth-first order), the leaf reached for every set of outcomes.
 
     Bit k of the index is node k's outcome (1: went left, to child 2k + 1; 0: right, to 2k + 2).

@@ -36,7 +36,7 @@ def test_warp_is_bit_exact_with_dlib_get_face_chip(models, photo, scale):
     for rect in rects:
         shape = shape68(rgb, rect)
         pts = np.array([[p.x, p.y] for p in shape.parts()], np.float64)[_DLIB68_POINTS]
-        ours = align.warp_chip(rgb, align._chip_to_image(template, pts, 150), 150, exact=True)
+        ours = align.warp_chip(rgb, align.chip_to_image(template, pts, 150), 150, exact=True)
         theirs = dlib.get_face_chip(rgb, shape, 150, 0.25)
         assert np.array_equal(ours, theirs), (
             f"{photo} x{scale} {rect}: max diff {np.abs(ours.astype(int) - theirs).max()}"

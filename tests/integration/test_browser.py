@@ -23,8 +23,8 @@ from edge.face.types import DLIB_SAME_PERSON_THRESHOLD
 from edge.imageio import load_image
 from edge.profiles import load_profile
 from edge.webserve import WebServer
-from tests.integration import needs
-from tests.integration.browser_helpers import Chromium, browser_missing
+from testsupport import needs
+from testsupport.browser import Chromium, browser_missing
 
 pytestmark = pytest.mark.integration
 

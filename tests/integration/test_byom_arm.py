@@ -1,7 +1,7 @@
 """A passed ``convert model`` folder on the Pi's cores: its shipped INT8 ``.ort`` in the arm64 guest
 (``qemu-aarch64 -cpu cortex-a72`` / ``a76``, the device runtime) against the gate's arithmetic on the host
 (the QDQ ``.onnx`` unfused), on the folder's own evaluation data (``converters.arm.model``). The model is
-the test embedder of ``tests/unit/byom_models.py``, converted here for rpi4."""
+the test embedder of ``testsupport/byom_models.py``, converted here for rpi4."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ def folder(tmp_path_factory) -> Path:
     from converters.byom.build import ModelJob, convert_model
     from converters.byom.gate import Task
     from edge.profiles import Precision, load_profile
-    from tests.unit.byom_models import write_embedder_files
+    from testsupport.byom_models import write_embedder_files
 
     d = write_embedder_files(tmp_path_factory.mktemp("byom-arm"))
     job = ModelJob(model=d / "emb.onnx", out_dir=d / "net", profile=load_profile("rpi4"), precision=Precision.INT8,

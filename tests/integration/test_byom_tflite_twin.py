@@ -2,7 +2,7 @@
 created by scripts/setup_onnx2tf.sh if missing): at fp32 checked on LiteRT against the fp32 copy on the
 evaluation data; at int8 full integer, calibrated on ``--calib`` and put behind the embedding gate against the
 source; recorded in the report and shipped by ``build --model``. The model is the test embedder of
-tests/unit/byom_models.py (Conv, ReLU, Gemm), fed at 1 x 3 x 16 x 16. The refusals (before any work):
+testsupport/byom_models.py (Conv, ReLU, Gemm), fed at 1 x 3 x 16 x 16. The refusals (before any work):
 tests/unit/test_byom_tflite_twin.py."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from edge_deploy.cli import main
-from tests.integration.needs import ONNX2TF, install_on_first_use
+from testsupport.needs import ONNX2TF, install_on_first_use
 
 pytestmark = pytest.mark.integration
 
@@ -24,7 +24,7 @@ pytest.importorskip("ai_edge_litert")
 
 @pytest.fixture(scope="module")
 def converted(tmp_path_factory):
-    from tests.unit.byom_models import write_embedder_files
+    from testsupport.byom_models import write_embedder_files
 
     install_on_first_use(ONNX2TF, "the user-model TFLite twin test (tests/integration/test_byom_tflite_twin.py)")
     d = write_embedder_files(tmp_path_factory.mktemp("byom-twin"))
@@ -187,7 +187,7 @@ def _write_id_pooler(path: Path, vocab: int = 50, tokens: int = 12, width: int =
 
 #: (model, its --input flags, the evaluation input's name, its ONNX shape and dtype)
 TENSOR_MODELS = {
-    "tok": (["--input", "x=1x8x64"], "x", (1, 8, 64), np.float32),  # tests/unit/byom_models.write_token_encoder
+    "tok": (["--input", "x=1x8x64"], "x", (1, 8, 64), np.float32),  # testsupport/byom_models.write_token_encoder
     "ids": ([], "ids", (1, 12), np.int64),
 }
 
@@ -196,7 +196,7 @@ TENSOR_MODELS = {
 def converted_tensors(request, tmp_path_factory):
     """``convert model --format tflite`` at fp32 of a model that is not an image, with every proxy pointing at a
     closed port: onnx2tf must not download anything (it would fail)."""
-    from tests.unit.byom_models import write_npz, write_token_encoder
+    from testsupport.byom_models import write_npz, write_token_encoder
 
     install_on_first_use(ONNX2TF, "the user-model TFLite twin test (tests/integration/test_byom_tflite_twin.py)")
     name = request.param

@@ -19,7 +19,7 @@ import pytest
 
 from edge.digest import file_sha256
 from edge.face import models as face_models
-from tests.integration.needs import ONNX2TF, REPO, install_on_first_use
+from testsupport.needs import ONNX2TF, REPO, install_on_first_use
 
 FP32_TOLERANCE = 1e-4
 TWIN_ROLES = {

@@ -21,7 +21,7 @@ from edge.telemetry.link import BrokerConfig
 from edge.telemetry.mqtt import TelemetryClient, TelemetryConfig
 from edge.telemetry.schema import Telemetry
 from edge_deploy.cli import main
-from tests.integration.broker import Broker, TlsFiles, make_tls_files
+from testsupport.broker import Broker, TlsFiles, make_tls_files
 
 pytestmark = pytest.mark.integration
 PREFIX = "edge-deploy"

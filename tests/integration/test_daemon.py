@@ -29,7 +29,7 @@ from edge.imageio import save_image
 from edge.telemetry.link import BrokerConfig
 from edge_deploy import serve_command
 from fleet import Monitor, MonitorConfig
-from tests.integration.broker import Broker
+from testsupport.broker import Broker
 
 pytestmark = pytest.mark.integration
 

@@ -24,9 +24,9 @@ from fleet.dashboard import Dashboard, DashboardConfig
 from fleet.dashboard_page import FUTURE_SKEW_S, fleet_data, render_page
 from fleet.httpd import BoundedHTTPServer, PreReadHandler, ServerLimits
 from fleet.run import EXPORT_ROWS
-from tests.integration.broker import Broker, free_port
-from tests.integration.postgres import Postgres, postgres_missing, wait_until
 from tests.unit.fleet_flood import flood
+from testsupport.broker import Broker, free_port
+from testsupport.postgres import Postgres, postgres_missing, wait_until
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]

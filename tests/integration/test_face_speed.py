@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from benchmarks import face_speed as fs
-from benchmarks.face_speed_models import build_fp32, eval_photos, real_chips
+from benchmarks.harness.face_speed_models import CHILD, build_fp32, eval_photos, real_chips
+from benchmarks.harness.procstat import child_env, child_python
 from edge.profiles import load_profile
 
 pytestmark = pytest.mark.integration
@@ -88,7 +88,7 @@ def test_peak_rss_child_runs_the_pipeline(fp32_dir: Path, tmp_path: Path) -> Non
     out = {}
     for kind, extra in (("baseline", []), ("pipeline", ["--folder", str(fp32_dir)])):
         done = subprocess.run(
-            [sys.executable, str(fs.CHILD), kind, str(npz), *extra], capture_output=True, text=True, timeout=300
+            [*child_python(CHILD), kind, str(npz), *extra], capture_output=True, text=True, timeout=300, env=child_env()
         )
         assert done.returncode == 0, done.stderr
         out[kind] = json.loads(done.stdout.strip().splitlines()[-1])

@@ -19,12 +19,12 @@ from edge.telemetry.mqtt import TelemetryClient, TelemetryConfig
 from edge.telemetry.schema import DeviceState, MessageKind, Result, Status, Telemetry, to_json
 from fleet import Monitor, MonitorConfig, open_store
 from fleet.records import DeviceRow, Running
-from tests.integration.broker import Broker
-from tests.integration.postgres import Postgres, postgres_missing, wait_until
+from testsupport.broker import Broker
+from testsupport.postgres import Postgres, postgres_missing, wait_until
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
-DEVICES = ROOT / "benchmarks" / "fleet_devices.py"
+DEVICES = "testsupport.fleet_devices"
 
 
 @pytest.fixture(scope="module")
@@ -190,7 +190,8 @@ def test_fifty_devices_lose_nothing_through_monitor_kill_postgres_restart_and_br
             subprocess.Popen(
                 [
                     sys.executable,
-                    str(DEVICES),
+                    "-m",
+                    DEVICES,
                     "--port",
                     str(broker.port),
                     "--dir",
@@ -272,7 +273,7 @@ def fill_fleet(store, now: float) -> None:
 
 
 def test_dashboard_in_headless_chromium(tmp_path: Path, pg_url: str) -> None:
-    from tests.integration.browser_helpers import Chromium, browser_missing
+    from testsupport.browser import Chromium, browser_missing
 
     why = browser_missing()
     if why:

@@ -27,7 +27,9 @@ from converters.slm.tokenizer import build_tokenizer  # noqa: E402
 from edge.errors import ConversionError, InputError  # noqa: E402
 from edge.text import SamplingConfig, TextGenerator  # noqa: E402
 from edge_deploy.cli import main  # noqa: E402
-from tests.integration.test_gguf_archs import FFN, HEADS, HIDDEN, KV_HEADS, LAYERS, _finish, _layer_tensors  # noqa: E402
+from testsupport.gguf_models import FFN, HEADS, HIDDEN, KV_HEADS, LAYERS  # noqa: E402
+from testsupport.gguf_models import finish as _finish  # noqa: E402
+from testsupport.gguf_models import layer_tensors as _layer_tensors  # noqa: E402
 
 #: pieces ranked best first (score 0, -1, ...); "<s", "s>" make the vocabulary imply merges that spell "<s>"
 PIECES = [

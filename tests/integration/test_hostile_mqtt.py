@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.broker import Broker
+from testsupport.broker import Broker
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]
@@ -118,7 +118,7 @@ def test_command_never_falls_back_to_plaintext(tmp_path: Path) -> None:
 def test_command_uses_the_client_certificate(tmp_path: Path) -> None:
     import time
 
-    from tests.integration.broker import make_tls_files
+    from testsupport.broker import make_tls_files
 
     files = make_tls_files(tmp_path / "tls")
     with Broker(tmp_path / "broker", tls=files, require_client_cert=True) as broker:

@@ -27,8 +27,8 @@ from fleet import FleetStore, Monitor, MonitorConfig, StoreUnavailable, open_sto
 from fleet.ingest import commit_messages
 from fleet.records import Incoming, WriteResult
 from tests import fuzz_strategies as fs
-from tests.integration.broker import Broker
-from tests.integration.postgres import Postgres, postgres_missing, wait_until
+from testsupport.broker import Broker
+from testsupport.postgres import Postgres, postgres_missing, wait_until
 
 pytestmark = pytest.mark.integration
 #: Fuzz cases per store, and through the broker (each case: 1-6 reports).

@@ -19,9 +19,11 @@ import pytest
 from edge.errors import TelemetryError
 from edge.telemetry.outbox import Outbox
 from edge.telemetry.schema import Result
-from tests.fault_helpers import PAD, MountRefused, fill, kill_once, remount, stored, tmpfs
+from testsupport.faults import PAD, MountRefused, fill, kill_once, remount, stored, tmpfs
 
 pytestmark = pytest.mark.integration
+
+
 @contextmanager
 def _tmpfs(mnt: Path, size: str) -> Iterator[Path]:
     try:

@@ -29,10 +29,10 @@ from edge.telemetry.schema import Result, Telemetry, to_json
 from edge_deploy.cli import main
 from fleet import Monitor, MonitorConfig
 from fleet.rollout import group_members
-from tests.integration.broker import Broker, TlsFiles, make_tls_files
 from tests.integration.test_credentials import Client
 from tests.integration.test_daemon import DaemonProcess, wait_until
 from tests.integration.test_update import _break_embedder, _build, _copy_models, _reseal, _serve
+from testsupport.broker import Broker, TlsFiles, make_tls_files
 
 pytestmark = pytest.mark.integration
 DEVICES = {"r-1": "beta", "r-2": "beta", "r-3": "prod"}

@@ -47,9 +47,9 @@ def test_same_landmarks_as_dlib_on_every_evaluation_face(predictor):
 
 def test_vectorised_alignment_equals_the_previous_code_on_every_evaluation_face(predictor):
     """Landmarks and chips of ``predict_many`` + ``align_chip_dlib5`` against the code before vectorisation
-    (``benchmarks/align_reference.py``): equal, byte for byte, on every face dlib finds in the evaluation
+    (``benchmarks/harness/align_reference.py``): equal, byte for byte, on every face dlib finds in the evaluation
     images, on HOG's box and on a moved one (the tolerance is zero)."""
-    from benchmarks import align_reference as previous
+    from benchmarks.harness import align_reference as previous
     from edge.face.align import align_chip_dlib5
 
     detector = dlib.get_frontal_face_detector()

@@ -1,6 +1,6 @@
 """Telemetry against a real mosquitto: nothing lost, nothing twice, clear errors, TLS.
 
-Every broker here is our own mosquitto on a free loopback port (tests/integration/broker.py).
+Every broker here is our own mosquitto on a free loopback port (testsupport/broker.py).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from edge.telemetry.link import BrokerConfig
 from edge.telemetry.mqtt import TelemetryClient, TelemetryConfig
 from edge.telemetry.schema import Telemetry
 from fleet import Monitor, MonitorConfig
-from tests.integration.broker import Broker, TlsFiles, make_tls_files
+from testsupport.broker import Broker, TlsFiles, make_tls_files
 
 pytestmark = pytest.mark.integration
 

@@ -31,7 +31,7 @@ from converters.tflite.convert import (
 )
 from converters.tflite.prep import explicit_maxpool_padding
 from edge.errors import ConversionError, InputError, MissingDependencyError
-from tests.integration.needs import ONNX2TF, install_on_first_use
+from testsupport.needs import ONNX2TF, install_on_first_use
 
 pytestmark = pytest.mark.integration
 

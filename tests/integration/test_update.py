@@ -35,8 +35,8 @@ from edge.imageio import save_image
 from edge.signing import generate_keypair, load_trusted_keys, sign_manifest
 from edge.telemetry.link import BrokerConfig
 from fleet import Monitor, MonitorConfig
-from tests.integration.broker import Broker
 from tests.integration.test_daemon import DEVICE, PREFIX, DaemonProcess, by_task, stored, wait_until
+from testsupport.broker import Broker
 
 pytestmark = pytest.mark.integration
 

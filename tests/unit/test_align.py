@@ -146,7 +146,7 @@ def _random_warps(seed: int, count: int):
 
 def test_bilinear_equals_the_previous_code_byte_for_byte():
     """_bilinear against the code before vectorisation (float64 copy of the source, pixel by pixel)."""
-    from benchmarks.align_reference import _bilinear as previous_bilinear
+    from benchmarks.harness.align_reference import _bilinear as previous_bilinear
 
     inside = 0
     for src, m, size in _random_warps(seed=5, count=600):

@@ -197,7 +197,7 @@ def test_run_model_feeds_every_input_from_an_npz(tmp_path):
     import numpy as np
 
     from converters.arm.cost import RUN_MODEL
-    from tests.unit.byom_models import write_embedder
+    from testsupport.byom_models import write_embedder
 
     model = write_embedder(tmp_path / "emb.onnx")  # x [batch, 3, 16, 16] -> emb [batch, 32]
     x = np.random.default_rng(0).uniform(0, 1, (5, 3, 16, 16)).astype(np.float32)

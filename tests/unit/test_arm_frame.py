@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from benchmarks import arm_frame
+from benchmarks.harness.arm_frames import letterbox
 from converters.arm.cost import InsnCounts, RunCounts
 from converters.arm.frame import FRAME_REGION, STAGE_REGIONS, FrameCost, frame_cost
 from edge.errors import InferenceError, InputError
@@ -157,7 +158,7 @@ def test_identical_int8_builds_share_one_line():
 
 def test_the_frame_is_letterboxed_to_640x480_on_black():
     photo = np.full((600, 512, 3), 200, np.uint8)
-    frame = arm_frame.letterbox(photo)
+    frame = letterbox(photo)
     assert frame.shape == (480, 640, 3) and frame.dtype == np.uint8
     assert (frame[:, :115] == 0).all() and (frame[:, 115 + 410 :] == 0).all()
     assert (frame[:, 115 : 115 + 410] == 200).all()

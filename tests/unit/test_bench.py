@@ -259,7 +259,7 @@ def test_bench_of_a_convert_model_folder_times_its_shipped_file_on_its_eval_data
 
     from edge.bench import bench_target
     from edge_deploy.cli import main
-    from tests.unit.byom_models import write_embedder_files
+    from testsupport.byom_models import write_embedder_files
 
     d = write_embedder_files(tmp_path)
     argv = ["convert", "model", str(d / "emb.onnx"), "--target", "rpi4", "--precision", "int8", "--calib",

@@ -17,7 +17,7 @@ from edge.errors import InputError, ValidationError
 from edge.face.models import read_models_file
 from edge.profiles import Precision, load_profile
 from edge.runtime.ort_session import build_session
-from tests.unit.byom_models import (
+from testsupport.byom_models import (
     features,
     image_pairs,
     write_classifier,

@@ -18,7 +18,7 @@ from edge.errors import BundleError, InputError, ValidationError
 from edge.profiles import Precision, load_profile
 from edge.signing import generate_keypair, load_trusted_keys
 from edge_deploy.cli import main
-from tests.unit.byom_models import write_embedder_files
+from testsupport.byom_models import write_embedder_files
 
 
 def _convert(d: Path, out: Path, target: str = "rpi4", calib: str = "calib.npz", **kw) -> Path:

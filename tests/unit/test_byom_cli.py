@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from edge_deploy.cli import main
-from tests.unit.byom_models import write_embedder_files
+from testsupport.byom_models import write_embedder_files
 
 
 @pytest.fixture(scope="module")

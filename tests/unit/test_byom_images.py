@@ -16,7 +16,7 @@ from edge.errors import InputError
 from edge.imageio import save_image
 from edge.profiles import Precision, load_profile
 from edge_deploy.cli import main
-from tests.unit.byom_models import (
+from testsupport.byom_models import (
     image_pairs,
     write_classifier,
     write_embedder,

@@ -12,7 +12,7 @@ from converters.byom.gate import GateThresholds, Task
 from converters.byom.source import parse_input_specs
 from edge.errors import InputError
 from edge.profiles import Precision, load_profile
-from tests.unit.byom_models import image_pairs, write_classifier, write_embedder, write_npz
+from testsupport.byom_models import image_pairs, write_classifier, write_embedder, write_npz
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,7 @@ from converters.byom.target_ops import check_target_ops, target_runtime, unsuppo
 from converters.package.web import ort_dist
 from edge.errors import InputError, MissingDependencyError
 from edge.profiles import Precision, load_profile
-from tests.unit.byom_models import image_pairs, write_embedder, write_npz, write_token_encoder
+from testsupport.byom_models import image_pairs, write_embedder, write_npz, write_token_encoder
 
 WEB_VERSION = ort_dist()[1]
 

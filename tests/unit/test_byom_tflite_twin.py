@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from edge_deploy.cli import main
-from tests.unit.byom_models import write_embedder, write_embedder_files, write_token_encoder
+from testsupport.byom_models import write_embedder, write_embedder_files, write_token_encoder
 
 
 @pytest.fixture(scope="module")

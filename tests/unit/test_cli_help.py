@@ -17,7 +17,7 @@ import pytest
 
 from edge.daemon.config import EXAMPLE_CONFIG
 from edge_deploy.cli import build_parser, main
-from tests.unit.byom_models import write_embedder_files, write_npz
+from testsupport.byom_models import write_embedder_files, write_npz
 
 MAX_DESCRIPTION_WORDS = 60
 

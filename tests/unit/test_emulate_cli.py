@@ -76,7 +76,7 @@ def test_a_folder_without_models_json_is_refused(tmp_path, capsys):
 
 
 def test_an_x86_folder_needs_a_core_named(tmp_path, capsys):
-    from tests.unit.byom_models import write_embedder_files
+    from testsupport.byom_models import write_embedder_files
 
     d = write_embedder_files(tmp_path)
     argv = ["convert", "model", str(d / "emb.onnx"), "--target", "x86_64-host", "--precision", "fp32",

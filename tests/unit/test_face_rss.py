@@ -1,4 +1,4 @@
-"""benchmarks/face_rss.py's write-up on made-up peaks, and benchmarks/procstat.py's resident files of this very
+"""benchmarks/face_rss.py's write-up on made-up peaks, and benchmarks/harness/procstat.py's resident files of this very
 process (read from /proc, no model loaded)."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from benchmarks import face_rss
-from benchmarks.procstat import proc_status, resident_files
+from benchmarks.harness.procstat import proc_status, resident_files
 
 
 def _row(peak_mib: float, files_mib: float, cpu_s: float = 2.0) -> dict:

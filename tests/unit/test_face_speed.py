@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from benchmarks import face_speed as fs
-from benchmarks import face_speed_report as report
+from benchmarks.harness import face_speed_report as report
 from edge.profiles import load_profile
 
 

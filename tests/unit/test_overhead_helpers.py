@@ -1,4 +1,4 @@
-"""benchmarks.overhead_stats: block order, paired ratios, their median and spread, loss arithmetic, verdicts.
+"""benchmarks.harness.overhead_stats: block order, paired ratios, their median and spread, loss arithmetic, verdicts.
 
 Pure arithmetic on given numbers: nothing is timed here.
 """
@@ -9,7 +9,7 @@ import math
 
 import pytest
 
-from benchmarks.overhead_stats import (
+from benchmarks.harness.overhead_stats import (
     RatioSummary,
     added_work_loss_pct,
     block_order,

@@ -135,7 +135,7 @@ def test_vectorised_walk_equals_the_tree_by_tree_one(tmp_path, monkeypatch, dept
     """predict_many against the previous implementation (tree by tree, leaves added in a Python loop), with the
     pixels read by OpenCV (any image up to 32767 pixels a side; one face's split pairs too) and by numpy (larger
     ones)."""
-    from benchmarks.align_reference import predict as previous_predict
+    from benchmarks.harness.align_reference import predict as previous_predict
 
     if not by_opencv:
         monkeypatch.setattr(shape5, "_REMAP_MAX_SIDE", 0)
@@ -154,7 +154,7 @@ def test_vectorised_walk_equals_the_tree_by_tree_one(tmp_path, monkeypatch, dept
 
 def test_an_image_wider_than_remap_reaches_is_read_by_numpy(tmp_path):
     """Beyond 32767 pixels a side the intensities come from numpy (int16); one face's pairs still by remap."""
-    from benchmarks.align_reference import predict as previous_predict
+    from benchmarks.harness.align_reference import predict as previous_predict
 
     sp = ShapePredictor(_save(tmp_path / "m.npz", _random_model(4, seed=7)))
     img = np.random.default_rng(2).integers(0, 256, (40, shape5._REMAP_MAX_SIDE + 60, 3), dtype=np.uint8)

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from benchmarks import slm_speed
+from benchmarks.harness.slm_speed_models import cache_key, stale_folders
+from benchmarks.harness.slm_speed_report import goals, speed_table, tokenization_lines
 from benchmarks.slm_speed import Sample, Series
-from benchmarks.slm_speed_models import cache_key, stale_folders
-from benchmarks.slm_speed_report import goals, speed_table, tokenization_lines
 from edge.errors import MissingDependencyError
 
 
@@ -197,7 +197,7 @@ def test_cache_key_follows_the_profile(tmp_path: Path) -> None:
 
 
 def test_the_section_names_the_build_it_raced() -> None:
-    from benchmarks.slm_speed_report import build_lines
+    from benchmarks.harness.slm_speed_report import build_lines
 
     settings = {"accuracy_level": 0, "fp32_head": 1}
     assert build_lines({"name": "x86_64-host", "settings": settings})[0] == (

@@ -19,7 +19,7 @@ from converters.face.user_embedder import (
 from edge.errors import InputError
 from edge.face.embed import FaceEmbedder, nchw_float32
 from edge_deploy.cli import main
-from tests.unit.byom_models import _save, write_embedder
+from testsupport.byom_models import _save, write_embedder
 
 
 def _pooling(path, input_shape, output_shape=("N", 3), flatten=True, outputs=1, batch_dim="N"):

@@ -40,7 +40,7 @@ def test_a_bad_corpus_is_refused_naming_the_file(tmp_path, content, message):
 
 
 def _converted(tmp_path: Path, target: str, precision: str) -> Path:
-    from tests.unit.byom_models import write_embedder_files
+    from testsupport.byom_models import write_embedder_files
 
     d = write_embedder_files(tmp_path)
     argv = ["convert", "model", str(d / "emb.onnx"), "--target", target, "--precision", precision,

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 DOC = REPO / "docs" / "benchmarks.md"
 IMG = REPO / "docs" / "img"
 
@@ -78,3 +78,8 @@ def write_section(name: str, markdown: str) -> Path:
     DOC.parent.mkdir(parents=True, exist_ok=True)
     DOC.write_text(text, encoding="utf-8")
     return DOC
+
+
+def say(message: str) -> None:
+    """A progress line on stderr, stamped with the time of day."""
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)

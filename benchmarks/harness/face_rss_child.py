@@ -1,6 +1,6 @@
 """One fresh process for the face speed race's peak-memory measurement: load a face pipeline, run it on photos.
 
-    python benchmarks/face_rss_child.py KIND PHOTOS.npz [--folder DIR | --model FILE] [--threads N]
+    python -m benchmarks.harness.face_rss_child KIND PHOTOS.npz [--folder DIR | --model FILE] [--threads N]
 
 KIND is ``baseline`` (the pipeline's imports: numpy, onnxruntime, edge.face; photos loaded; no model),
 ``pipeline`` (the device pipeline ``edge.face.models.open_face_pipeline(DIR)``: the folder's detector, or
@@ -26,9 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from benchmarks.procstat import proc_status, resident_files, vm_hwm_kib  # noqa: E402
+from benchmarks.harness.procstat import proc_status, resident_files, vm_hwm_kib
 
 KINDS = ("baseline", "pipeline", "embedder", "dlib")
 

@@ -16,7 +16,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from tests.integration.broker import free_port
+from testsupport.broker import free_port
 
 
 def pg_bindir() -> Path | None:

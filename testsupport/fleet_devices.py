@@ -1,6 +1,6 @@
 """Simulated devices for the fleet tests and benchmark: real ``TelemetryClient``s, one outbox each.
 
-Run as ``python benchmarks/fleet_devices.py --port P --dir D --devices N [--first K] --rate HZ --duration S``.
+Run as ``python -m testsupport.fleet_devices --port P --dir D --devices N [--first K] --rate HZ --duration S``.
 Each device reports telemetry (naming what it runs, like the daemon's heartbeats) and every
 ``--result-every``-th report a result, ``--rate`` reports per second per device, for ``--duration``
 seconds; then it waits until every outbox is drained (or ``--drain-timeout``) and prints one JSON line:
@@ -19,10 +19,8 @@ import threading
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from edge.telemetry.mqtt import BrokerConfig, TelemetryClient, TelemetryConfig  # noqa: E402
-from edge.telemetry.schema import Result, Telemetry  # noqa: E402
+from edge.telemetry.mqtt import BrokerConfig, TelemetryClient, TelemetryConfig
+from edge.telemetry.schema import Result, Telemetry
 
 #: What every simulated device says it runs (the daemon fills these from its models.json).
 RUNNING = {

@@ -43,7 +43,8 @@ def _image_front(nhwc: bool, uint8: bool) -> tuple[list[onnx.NodeProto], list[on
 def write_embedder(
     path: Path, batch: int | str = "batch", size: int = 16, dim: int = 32, nhwc: bool = False, uint8: bool = False
 ) -> Path:
-    """x [batch, 3, size, size] -> Conv 3->8 + ReLU -> Conv 8->16 stride 2 + ReLU -> Flatten -> Gemm -> emb [batch, dim].
+    """x [batch, 3, size, size] -> Conv 3->8 + ReLU -> Conv 8->16 stride 2 + ReLU -> Flatten -> Gemm -> emb
+    [batch, dim].
 
     ``nhwc``: x is [batch, size, size, 3] (a Transpose first); ``uint8``: x is uint8, cast and scaled by 1/255.
     """

@@ -6,7 +6,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 
 #: The per-need set-up scripts (scripts/setup.sh installs only what the main job uses).
 ONNX2TF = "setup_onnx2tf.sh"  # .venv-onnx2tf: ONNX -> TFLite

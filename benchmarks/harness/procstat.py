@@ -1,8 +1,13 @@
-"""Figures of this process from ``/proc/self/status`` (Linux), for the benchmarks and their child processes."""
+"""Figures of this process from ``/proc/self/status`` (Linux), for the benchmarks and their child processes, and
+how to start such a child."""
 
 from __future__ import annotations
 
+import os
+import sys
 from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def proc_status(field: str) -> int:
@@ -46,3 +51,14 @@ def resident_files(top: int = 5) -> list[tuple[str, int]]:
         elif name and line.startswith("Anonymous:"):
             sizes[name] -= int(head[1])
     return sorted(((n, kib) for n, kib in sizes.items() if kib > 0), key=lambda item: -item[1])[:top]
+
+
+def child_python(module: str) -> list[str]:
+    """The command that runs ``module`` (``benchmarks.x``) as a fresh Python process; pass ``child_env()``."""
+    return [sys.executable, "-m", module]
+
+
+def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """This process's environment, plus ``extra``, with the repository first on the child's import path."""
+    path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
+    return {**os.environ, **(extra or {}), "PYTHONPATH": path}

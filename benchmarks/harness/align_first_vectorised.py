@@ -1,8 +1,8 @@
-"""The alignment of commit a94bba3 (the first vectorised numpy code), kept verbatim as the yardstick of
+"""The first vectorised numpy alignment (labelled ``a94bba3`` in the tables), kept verbatim as the yardstick of
 issue 13's "alignment in ~1 ms a face" step.
 
 ``benchmarks/align_speed.py`` times it beside ``edge.face`` now and checks, every round, that both give the same
-landmarks and chip bytes (the tests compare ``edge.face`` with ``benchmarks/align_reference.py``). Only the
+landmarks and chip bytes (the tests compare ``edge.face`` with ``benchmarks/harness/align_reference.py``). Only the
 parts that changed are kept: the shape predictor's tables and cascade walk, and the chip's geometry and bilinear
 sampling. ``pyramid_down_2`` is shared with ``edge.face.align`` (unchanged).
 """
@@ -16,11 +16,11 @@ import numpy as np
 
 from edge.errors import InputError
 from edge.face.align import DLIB5_TEMPLATE, DLIB_CHIP_PADDING, DLIB_CHIP_SIZE, pyramid_down_2
-from edge.face.shape5 import _LUT_MAX_SPLITS, ShapePredictor, _leaf_table
+from edge.face.shape5 import LUT_MAX_SPLITS, ShapePredictor, leaf_table
 
 
 class ShapePredictorA94(ShapePredictor):
-    """``edge.face.shape5.ShapePredictor`` as of commit a94bba3 (same model file, same public methods)."""
+    """``edge.face.shape5.ShapePredictor`` as first vectorised (same model file, same public methods)."""
 
     def _build_tables(self) -> None:
         """Flat copies of the model for the vectorised walk (``predict_many``)."""
@@ -34,7 +34,7 @@ class ShapePredictorA94(ShapePredictor):
         # row ``tree * (splits + 1) + leaf`` of a level's leaves
         self._leaf_rows = self.leaf_values.reshape(levels, trees * (splits + 1), -1)
         self._leaf_base = np.arange(trees, dtype=np.intp) * (splits + 1)
-        self._leaf_of_code = _leaf_table(self.depth).astype(np.uint8) if splits <= _LUT_MAX_SPLITS else None
+        self._leaf_of_code = leaf_table(self.depth).astype(np.uint8) if splits <= LUT_MAX_SPLITS else None
         self._bit_values = (2.0 ** np.arange(splits)).astype(np.float32)  # a tree's outcomes -> its code
         # The similarity fit from the mean shape to the current one, as one product (see _fit_transposed).
         src = self.initial.astype(np.float64)
@@ -293,7 +293,7 @@ def _bilinear(src: np.ndarray, m: np.ndarray, size: int) -> np.ndarray:
 def align_chip_dlib5(
     rgb: np.ndarray, points5: np.ndarray, size: int = DLIB_CHIP_SIZE, padding: float = DLIB_CHIP_PADDING
 ) -> np.ndarray:
-    """``edge.face.align.align_chip_dlib5`` as of commit a94bba3 (input checks left out)."""
+    """``edge.face.align.align_chip_dlib5`` as first vectorised (input checks left out)."""
     pts = np.asarray(points5, dtype=np.float64)
     template = (padding + np.array(DLIB5_TEMPLATE)) / (2.0 * padding + 1.0) * size
     return warp_chip(rgb, _chip_to_image(template, pts, size), size)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from benchmarks.slm_speed import CONTENDERS, PEER, REFERENCE
+from benchmarks.harness.slm_speed_child import CONTENDERS, PEER, REFERENCE
 
 LABELS = dict(CONTENDERS)
 #: The race's goals: ours INT4 decode against each peer, and the INT4 model's size against fp32.

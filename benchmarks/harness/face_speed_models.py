@@ -19,15 +19,18 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks.harness.procstat import child_env, child_python
+from converters.face.blazeface import FULL_RANGE
+from converters.tools import run_tool
 from edge.digest import file_sha256
-from edge.errors import ConversionError, EdgeDeployError, InputError
+from edge.errors import ConversionError, EdgeDeployError, InferenceError, InputError
 from edge.face import models as face_models
 from edge.face.models import FaceModel
 from edge.profiles import Precision, TargetProfile
 from edge.progress import ProgressFn, silent
-from tests.integration.needs import ONNX2TF, install_on_first_use
+from testsupport.needs import ONNX2TF, install_on_first_use
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 CACHE = REPO / ".cache" / "bench"
 #: How much of a sha256 names a cache folder.
 KEY_CHARS = 16
@@ -164,3 +167,39 @@ def real_chips(fp32_dir: Path, photos: list[tuple[str, np.ndarray]], limit: int)
     if not chips:
         raise InputError(f"the fp32 pipeline of {fp32_dir} found no face in {len(photos)} evaluation photos")
     return np.stack(chips[:limit])
+
+
+#: The .tflite original that ``convert blazeface`` keeps in the folder beside its ONNX translation.
+BLAZEFACE_FULL_TFLITE = FULL_RANGE.name
+#: calibration images of the INT8 build (``--calibration``; serve_fps.py and face_rss.py use the same cached folder)
+CALIBRATION = 200
+
+
+def with_blazeface(folder: Path, progress) -> Path:
+    """A copy of a face folder with BlazeFace full range added (``edge-deploy convert blazeface --range full``)."""
+    import shutil
+
+    from converters.face.blazeface import add_blazeface
+    from edge.face.models import BLAZEFACE_ROLES, Detector, read_models_file
+
+    copy = folder.with_name(folder.name + "-blazeface-full")
+    if copy.is_dir() and BLAZEFACE_ROLES[Detector.BLAZEFACE_FULL] in read_models_file(copy):
+        return copy
+    shutil.rmtree(copy, ignore_errors=True)
+    shutil.copytree(folder, copy)
+    progress(f"adding BlazeFace full range to {copy.name}")
+    add_blazeface(copy, FULL_RANGE)
+    return copy
+
+
+#: The peak-RSS child process (``python -m``), and how long one may take.
+CHILD = "benchmarks.harness.face_rss_child"
+RSS_TIMEOUT_S = 900.0
+
+
+def rss_child(args: list[str], npz: Path, threads: int, env: dict[str, str] | None = None) -> dict:
+    """One fresh ``face_rss_child.py`` process: its JSON line (faces, VmHWM and ru_maxrss in KiB). ``env``: variables
+    set for it on top of this process's environment."""
+    argv = [*child_python(CHILD), args[0], str(npz), *args[1:], "--threads", str(threads)]
+    done = run_tool(argv, RSS_TIMEOUT_S, f"{CHILD} {' '.join(args)}", InferenceError, env=child_env(env))
+    return json.loads(done.stdout.strip().splitlines()[-1])

@@ -12,7 +12,7 @@ import threading
 import time
 from typing import Any
 
-from benchmarks.overhead_stats import missing_seqs
+from benchmarks.harness.overhead_stats import missing_seqs
 
 
 def count_reports(host: str, port: int, prefix: str, commands: Any, answers: Any, wait_s: float = 60.0) -> None:

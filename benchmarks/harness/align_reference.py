@@ -4,7 +4,7 @@
 ``tests/integration/test_shape5.py`` (and ``tests/unit/test_shape5.py``, ``tests/unit/test_align.py``) check that
 the vectorised code returns the same landmarks and chips, on real faces and on random ones. Only the hot parts
 changed, so only they are kept here: dlib's shape predictor walked tree by tree, and the chip's bilinear sampling
-over a float64 copy of the source. The geometry (``_chip_to_image``) and the pyramid are shared with
+over a float64 copy of the source. The geometry (``chip_to_image``) and the pyramid are shared with
 ``edge.face.align``.
 """
 
@@ -14,7 +14,7 @@ import math
 
 import numpy as np
 
-from edge.face.align import DLIB5_TEMPLATE, DLIB_CHIP_PADDING, DLIB_CHIP_SIZE, _chip_to_image, pyramid_down_2
+from edge.face.align import DLIB5_TEMPLATE, DLIB_CHIP_PADDING, DLIB_CHIP_SIZE, chip_to_image, pyramid_down_2
 from edge.face.shape5 import ShapePredictor
 
 
@@ -118,4 +118,4 @@ def align_chip_dlib5(
     """The old ``edge.face.align.align_chip_dlib5`` (input checks left out)."""
     pts = np.asarray(points5, dtype=np.float64)
     template = (padding + np.array(DLIB5_TEMPLATE)) / (2.0 * padding + 1.0) * size
-    return warp_chip(rgb, _chip_to_image(template, pts, size), size)
+    return warp_chip(rgb, chip_to_image(template, pts, size), size)

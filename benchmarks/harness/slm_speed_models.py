@@ -16,18 +16,15 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from converters.slm.build import convert_slm
+from converters.slm.gguf_source import locate_smollm2_gguf, read_gguf, source_info, write_hf_folder
+from edge.profiles import Precision, TargetProfile, load_profile
 
-from converters.slm.build import convert_slm  # noqa: E402
-from converters.slm.gguf_source import locate_smollm2_gguf, read_gguf, source_info, write_hf_folder  # noqa: E402
-from edge.profiles import Precision, TargetProfile, load_profile  # noqa: E402
-
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 CACHE = REPO / ".cache" / "bench"
 SLM_SOURCES = REPO / "converters" / "slm"
 #: The profile the race builds ours with: the x86 one (accuracy level 0, the fp32 LM head).
@@ -67,7 +64,7 @@ def cache_key(gguf_sha256: str, sources: Path = SLM_SOURCES, profile: TargetProf
     return digest.hexdigest()[:16]
 
 
-def _cached(folder: Path, marker: str, build: Callable[[Path], None], say: Callable[[str], None]) -> Path:
+def cached(folder: Path, marker: str, build: Callable[[Path], None], say: Callable[[str], None]) -> Path:
     """Build into ``folder.tmp`` and rename, so an interrupted build is never taken for a finished one."""
     if (folder / marker).is_file():
         return folder
@@ -102,9 +99,9 @@ def race_models(progress: Callable[[str], None] | None = None, cache: Path = CAC
     def build(precision: Precision) -> Callable[[Path], None]:
         return lambda out: convert_slm(profile, precision, out, say)
 
-    int4 = _cached(cache / f"slm-int4-{key}", "report.json", build(Precision.INT4), say)
-    fp32 = _cached(cache / f"slm-fp32-{key}", "report.json", build(Precision.FP32), say)
-    hf = _cached(cache / f"slm-hf-{key}", "source.json", lambda out: write_hf_folder(read_gguf(gguf), out), say)
+    int4 = cached(cache / f"slm-int4-{key}", "report.json", build(Precision.INT4), say)
+    fp32 = cached(cache / f"slm-fp32-{key}", "report.json", build(Precision.FP32), say)
+    hf = cached(cache / f"slm-hf-{key}", "source.json", lambda out: write_hf_folder(read_gguf(gguf), out), say)
     for stale in stale_folders(cache, key):
         say(f"removing the stale build {stale.name}")
         shutil.rmtree(stale, ignore_errors=True)

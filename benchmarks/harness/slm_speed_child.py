@@ -1,6 +1,6 @@
 """One contender of the small-LM speed race, in its own fresh process (so its peak RSS is its own).
 
-    python benchmarks/slm_speed_child.py KIND PATH --threads N
+    python -m benchmarks.harness.slm_speed_child KIND PATH --threads N
 
 KIND is ``ours-int4`` / ``ours-fp32`` (PATH: a converted folder, run with ``edge.text.OnnxDecoder``),
 ``llama.cpp`` (PATH: the GGUF, run with llama-cpp-python) or ``transformers`` (PATH: the HF folder,
@@ -29,11 +29,18 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from benchmarks.procstat import vm_hwm_kib  # noqa: E402
+from benchmarks.harness.procstat import vm_hwm_kib
 
 KINDS = ("ours-int4", "ours-fp32", "llama.cpp", "transformers")
+#: (kind, label) in table order: the race's contenders, one child kind each.
+CONTENDERS = (
+    ("ours-int4", "ours INT4 (ORT)"),
+    ("ours-fp32", "ours fp32 (ORT)"),
+    ("llama.cpp", "llama.cpp (GGUF)"),
+    ("transformers", "transformers eager fp32"),
+)
+REFERENCE = "transformers"
+PEER = "llama.cpp"
 N_CTX = 1024
 
 

@@ -1,0 +1,98 @@
+"""What the emulated-ARM face benchmarks share: the 640x480 frames, and the face folders they count."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from benchmarks.harness.face_speed_models import CACHE
+from converters.face.blazeface import SHORT_RANGE
+
+FRAME_SIZE = (640, 480)
+#: The build of a row whose INT8 embedder runs its TFLite twin on LiteRT (``with_litert_embedder``).
+LITERT_EMBEDDER = "int8-litert-embedder"
+
+
+def letterbox(rgb: np.ndarray, size: tuple[int, int] = FRAME_SIZE) -> np.ndarray:
+    """``rgb`` scaled to fit ``size`` (width, height) with INTER_AREA, centred on black."""
+    import cv2
+
+    width, height = size
+    scale = min(width / rgb.shape[1], height / rgb.shape[0])
+    w, h = round(rgb.shape[1] * scale), round(rgb.shape[0] * scale)
+    out = np.zeros((height, width, 3), np.uint8)
+    x, y = (width - w) // 2, (height - h) // 2
+    out[y : y + h, x : x + w] = cv2.resize(rgb, (w, h), interpolation=cv2.INTER_AREA)
+    return out
+
+
+def frame_files(work: Path) -> tuple[Path, Path]:
+    """The frame (grace_hopper letterboxed to 640x480, .npy) and frame_speed's gallery of 100, written once."""
+    from benchmarks.harness.face_frames import make_gallery
+    from converters.face.facedata import package_dir
+    from edge.imageio import load_image
+
+    work.mkdir(parents=True, exist_ok=True)
+    frame, gallery = work / "grace_hopper_640x480.npy", work / "gallery100.npz"
+    photo = load_image(package_dir("matplotlib") / "mpl-data" / "sample_data" / "grace_hopper.jpg")
+    np.save(frame, letterbox(photo))
+    make_gallery().save(gallery)
+    return frame, gallery
+
+
+def folders(profile_name: str, progress) -> dict[str, Path]:
+    """The fp32 and the profile's INT8 face folders, each with BlazeFace full and short range added, and a copy
+    of the INT8 one whose embedder runs its TFLite twin on LiteRT (cached)."""
+    from benchmarks.harness.face_speed_models import race_models, with_blazeface
+    from converters.face.quantize import DEFAULT_CALIBRATION_COUNT
+    from edge.profiles import load_profile
+
+    CACHE.mkdir(parents=True, exist_ok=True)
+    models = race_models(load_profile(profile_name), DEFAULT_CALIBRATION_COUNT, progress)
+    fp32 = with_short_range(with_blazeface(models.fp32_dir, progress), progress)
+    int8 = with_short_range(with_blazeface(models.int8_dir, progress), progress)
+    return {"fp32": fp32, "int8": int8, LITERT_EMBEDDER: with_litert_embedder(int8, models.tflite["int8"], progress)}
+
+
+def with_litert_embedder(int8: Path, twin: Path, progress) -> Path:
+    """A copy of the INT8 folder that runs its embedder's full-integer TFLite twin on LiteRT: the twin under
+    models.json role ``tflite.embedder`` and ``embedder_runtime = "litert"``, as ``convert face --format
+    tflite`` writes them. The twin is face_speed's (``build_tflite``: onnx2tf from the same fp32 ONNX, int8 in
+    and out, calibrated on that race's chips), not the build's own, which ``quantize_face_models`` does not
+    make; the same conversion ``converters.face.tflite_twins`` runs."""
+    import shutil
+
+    from converters.face.tflite_twins import run_embedder_twin
+    from edge.face import models as face_models
+
+    folder = int8.with_name(f"{int8.name}-{LITERT_EMBEDDER}")
+    if (folder / face_models.MODELS_FILE).is_file() and face_models.embedder_role(folder) != "embedder":
+        return folder
+    progress(f"copying {int8.name} to run its embedder's TFLite twin ({twin.name}) on LiteRT")
+    tmp = folder.with_name(folder.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(int8, tmp)
+    shutil.copyfile(twin, tmp / twin.name)
+    path = tmp / face_models.MODELS_FILE
+    data = json.loads(path.read_text(encoding="utf-8"))
+    source = face_models.read_models_file(tmp)[face_models.FaceModel.EMBEDDER.role].source
+    entry = face_models.describe(tmp / twin.name, face_models.TFLITE_EMBEDDER_ROLE, "tflite", "int8", source)
+    data["models"] = [m for m in data["models"] if m["role"] != entry.role] + [entry.to_dict()]
+    path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    run_embedder_twin(tmp)
+    shutil.rmtree(folder, ignore_errors=True)
+    tmp.rename(folder)
+    return folder
+
+
+def with_short_range(folder: Path, progress) -> Path:
+    """``folder`` with BlazeFace short range added too (``convert blazeface`` with the default range)."""
+    from converters.face.blazeface import add_blazeface
+    from edge.face.models import BLAZEFACE_ROLES, Detector, read_models_file
+
+    if BLAZEFACE_ROLES[Detector.BLAZEFACE] not in read_models_file(folder):
+        progress(f"adding BlazeFace short range to {folder.name}")
+        add_blazeface(folder, SHORT_RANGE)
+    return folder
