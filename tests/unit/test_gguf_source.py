@@ -9,13 +9,12 @@ import json
 import re
 from pathlib import Path
 
+import gguf
 import numpy as np
 import pytest
 
-gguf = pytest.importorskip("gguf")
-
-from converters.slm.chat_template import derive_chat_format  # noqa: E402
-from converters.slm.gguf_source import (  # noqa: E402
+from converters.slm.chat_template import derive_chat_format
+from converters.slm.gguf_source import (
     check_header,
     dequantized_tensors,
     hf_name,
@@ -23,8 +22,8 @@ from converters.slm.gguf_source import (  # noqa: E402
     unpermute_rows,
     write_hf_folder,
 )
-from converters.slm.tokenizer import build_tokenizer  # noqa: E402
-from edge.errors import ConversionError, InputError  # noqa: E402
+from converters.slm.tokenizer import build_tokenizer
+from edge.errors import ConversionError, InputError
 
 TEMPLATE = (
     "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
