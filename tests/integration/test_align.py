@@ -63,14 +63,18 @@ def test_five_point_chip_describes_the_face_like_dlibs_own_chip(models):
 def test_dlib5_chip_is_bit_exact_with_dlib(models):
     detector, _ = models
     shape5 = dlib.shape_predictor(str(dlib_model_path("landmarks5")))
+    faces = {}
     for photo in EVAL_PHOTOS:
         rgb = photo.load()
-        for rect in detector(rgb, 1):
+        rects = detector(rgb, 1)
+        faces[photo.name] = len(rects)
+        for rect in rects:
             shape = shape5(rgb, rect)
             pts = np.array([[p.x, p.y] for p in shape.parts()], np.float64)
             assert np.array_equal(
                 align.align_chip_dlib5(rgb, pts, exact=True), dlib.get_face_chip(rgb, shape, 150, 0.25)
-            )
+            ), f"{photo.name} {rect}"
+    assert faces == {"astronaut": 2, "t1": 6, "tom_hanks": 1}  # every face HOG finds, each one compared
 
 
 def test_default_chip_is_within_the_stated_tolerance_of_dlibs_on_every_evaluation_face():
