@@ -228,8 +228,8 @@ def live_run(pg: Postgres, broker: Broker, monitors: int, args: argparse.Namespa
 
 def screenshot(pg: Postgres, path: Path) -> None:
     """The dashboard over the benchmark's store, in headless Chromium."""
-    from edge.fleet import open_store
-    from edge.fleet.dashboard import Dashboard
+    from fleet import open_store
+    from fleet.dashboard import Dashboard
     from tests.integration.browser_helpers import Chromium
 
     with open_store(pg.url) as store, Dashboard(store, "127.0.0.1", 0).start() as board:

@@ -14,6 +14,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -85,7 +86,7 @@ def settings_for(profile: TargetProfile, mode: QuantMode, **overrides: object) -
     if unknown:
         allowed = ", ".join(k for k in QuantSettings.__dataclass_fields__ if k != "mode")
         raise InputError(f"quantization override {', '.join(unknown)} is not a setting; expected one of {allowed}")
-    base = dict(
+    base: dict[str, Any] = dict(
         mode=mode,
         activations=q.activations,
         weights=q.weights,

@@ -126,8 +126,8 @@ def run_tool(
     """
     argv = [str(a) for a in argv]
     with contextlib.ExitStack() as stack:
-        out = stack.enter_context(tempfile.TemporaryFile())
-        err = stack.enter_context(open(log, "wb") if log is not None else tempfile.TemporaryFile())  # noqa: SIM115
+        out: IO[bytes] = stack.enter_context(tempfile.TemporaryFile())
+        err: IO[bytes] = stack.enter_context(open(log, "wb") if log is not None else tempfile.TemporaryFile())  # noqa: SIM115
         try:
             proc = subprocess.Popen(
                 argv,

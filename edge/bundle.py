@@ -15,6 +15,7 @@ bundle's wheel with the system's Python.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import re
@@ -87,6 +88,31 @@ class VerifyReport:
             "models": list(self.models),
             "signed_by": self.signed_by,
         }
+
+
+def read_bundle_file(path: Path | str, max_bytes: int) -> bytes:
+    """Read a file of a bundle by its name, never through a link: at most ``max_bytes`` of a regular file.
+
+    The files a device trusts by name (the manifest, its signature, ``models.json``, the golden set) must be the
+    files themselves: a symbolic link could make the reader take any file on the device for them.
+
+    Raises:
+        BundleError: ``path`` is a symbolic link or not a regular file (naming it).
+        OSError: it can't be opened (``FileNotFoundError`` when it is missing).
+    """
+    path = Path(path)
+    try:
+        # O_NONBLOCK: a FIFO is refused below instead of hanging the open
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise BundleError(f"{path}: a symbolic link; expected the file itself (bundle files are not read "
+                              "through links)") from None  # fmt: skip
+        raise
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise BundleError(f"{path}: not a regular file; expected the file itself")
+        return fh.read(max_bytes)
 
 
 def _short(digest: str) -> str:
@@ -231,16 +257,23 @@ def _raise_problems(where: str, problems: list[str]) -> None:
 
 def _signature_of(root: Path) -> bytes | None:
     path = root / SIGNATURE_FILE
-    if path.is_symlink() or (path.exists() and not path.is_file()):
-        raise BundleError(f"{path}: a link or special file; expected the bundle's signature file")
-    return path.read_bytes() if path.is_file() else None
+    try:
+        return read_bundle_file(path, MAX_MANIFEST_BYTES)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise BundleError(f"{path}: cannot read ({exc.strerror})") from None
 
 
 def _verify_folder(root: Path, trusted: tuple[PublicKey, ...]) -> VerifyReport:
     manifest_path = root / MANIFEST_FILE
-    if manifest_path.is_symlink() or not manifest_path.is_file():
-        raise BundleError(f"{root}: no {MANIFEST_FILE}; expected a bundle folder written by 'edge-deploy build'")
-    data = manifest_path.read_bytes()
+    try:
+        data = read_bundle_file(manifest_path, MAX_MANIFEST_BYTES + 1)
+    except FileNotFoundError:
+        hint = "expected a bundle folder written by 'edge-deploy build'"
+        raise BundleError(f"{root}: no {MANIFEST_FILE}; {hint}") from None
+    except OSError as exc:
+        raise BundleError(f"{manifest_path}: cannot read ({exc.strerror})") from None
     # The signature first: until it verifies, nothing the manifest says is believed.
     signed_by = check_signature(str(root), data, _signature_of(root), trusted) if trusted else None
     manifest, expected = parse_manifest(data, str(manifest_path))

@@ -13,13 +13,13 @@ from __future__ import annotations
 import enum
 import site
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any
 
 from edge.errors import ProfileError
 from edge.face.models import Detector
-from edge.tomlschema import Field, Schema, read_tables, read_toml
+from edge.tomlschema import REQUIRED, Field, Schema, read_tables, read_toml
 
 SCHEMA_VERSION = 1
 
@@ -129,19 +129,44 @@ class LmHead(enum.Enum):
     FP32 = "fp32"
 
 
+def key(kind: Any, default: Any = REQUIRED, convert: Any = None, **bounds: Any) -> Any:
+    """A profile key, declared once: the dataclass field carries its TOML schema (kind, default, bounds).
+
+    Args:
+        kind: what the TOML value must be (see :class:`edge.tomlschema.Field`).
+        default: the value when the key is absent; required without it.
+        convert: applied to the checked value before it is stored (``tuple`` or ``frozenset`` for lists).
+        **bounds: ``low``, ``high``, ``low_open``, ``high_open`` of a number.
+    """
+    meta = {"toml": Field(kind, default, **bounds), "convert": convert}
+    if default is REQUIRED:
+        return field(metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+def not_in_toml() -> Any:
+    """A field the loader fills itself (the file it read), not a key of the file."""
+    return field()
+
+
+def table(spec: type) -> Any:
+    """A ``[table]`` of the profile, read into the dataclass ``spec`` whose fields are declared with :func:`key`."""
+    return field(metadata={"table": spec})
+
+
 @dataclass(frozen=True)
 class CpuSpec:
-    model: str
-    arch: Arch
-    cores: int
-    isa_features: frozenset[IsaFeature]
-    qemu_cpu: str | None = None
+    model: str = key(str)
+    arch: Arch = key(Arch)
+    cores: int = key(int, high=1024)
+    isa_features: frozenset[IsaFeature] = key([IsaFeature], convert=frozenset)
+    qemu_cpu: str | None = key(str, None)
 
 
 @dataclass(frozen=True)
 class MemorySpec:
-    min_mb: int
-    max_mb: int
+    min_mb: int = key(int, high=1 << 24)
+    max_mb: int = key(int, high=1 << 24)
 
     @property
     def max_image_pixels(self) -> int:
@@ -155,162 +180,115 @@ class MemorySpec:
 
 @dataclass(frozen=True)
 class RuntimeSpec:
-    default: Runtime
-    precision: Precision
-    threads: int
-    face_formats: ModelFormats
-    face_detector: Detector
+    default: Runtime = key(Runtime)
+    precision: Precision = key(Precision)
+    threads: int = key(int)
+    #: Optional keys keep older profiles building what they did.
+    face_formats: ModelFormats = key(ModelFormats, ModelFormats.ONNX)
+    #: The detector a face build puts in the folder and names in models.json.
+    face_detector: Detector = key(Detector, Detector.MTCNN)
     #: The runtime a BlazeFace detector runs on (models.json ``detector_runtime``): LiteRT runs MediaPipe's
     #: ``.tflite`` original, onnxruntime its ONNX translation. MTCNN runs on onnxruntime either way.
-    face_detector_runtime: Runtime = Runtime.ONNXRUNTIME
+    face_detector_runtime: Runtime = key(Runtime, Runtime.ONNXRUNTIME)
     #: The language model's files a bundle build writes: ONNX only, or also its LiteRT twin (``tflite``: the
     #: device runs the twin by default; ``both``: the ONNX, the twin listed beside it).
-    slm_formats: ModelFormats = ModelFormats.ONNX
+    slm_formats: ModelFormats = key(ModelFormats, ModelFormats.ONNX)
 
 
 @dataclass(frozen=True)
 class QuantSpec:
-    activations: QuantType
-    weights: QuantType
-    per_channel: bool
-    reduce_range: bool
-    calibration: CalibrationMethod
-    keep_float_ops: tuple[str, ...]
-    int4_block_size: int
-    int4_accuracy_level: int
-    int4_fp32_projections: tuple[Projection, ...] = ()
-    lm_head: LmHead = LmHead.INT8
+    activations: QuantType = key(QuantType)
+    weights: QuantType = key(QuantType)
+    per_channel: bool = key(bool)
+    reduce_range: bool = key(bool)
+    calibration: CalibrationMethod = key(CalibrationMethod)
+    keep_float_ops: tuple[str, ...] = key([str], convert=tuple)
+    int4_block_size: int = key(int)
+    int4_accuracy_level: int = key(int)
+    int4_fp32_projections: tuple[Projection, ...] = key([Projection], (), convert=tuple)
+    lm_head: LmHead = key(LmHead, LmHead.INT8)
+
+
+_FRACTION = {"low": 0.0, "high": 1.0, "low_open": True}
 
 
 @dataclass(frozen=True)
 class Thresholds:
     """What a build for this target must meet (the accuracy gate)."""
 
-    embed_max_abs_diff_fp32: float
-    embed_mean_cosine: float
-    embed_decision_agreement: float
-    detect_iou: float
-    detect_max_lost: int
-    slm_perplexity_ratio: float
-    slm_greedy_tokens: int
+    embed_max_abs_diff_fp32: float = key(float, low=0.0, low_open=True)
+    embed_mean_cosine: float = key(float)
+    embed_decision_agreement: float = key(float)
+    detect_iou: float = key(float)
+    detect_max_lost: int = key(int, low=0)
+    slm_perplexity_ratio: float = key(float)
+    slm_greedy_tokens: int = key(int)
     #: ``convert model``'s gate for a user's model, by task (each flag of the same name overrides it)
-    model_min_cosine: float = 0.99
-    model_min_rank_agreement: float = 0.9
-    model_min_top1: float = 0.98
-    model_max_rel_error: float = 0.05
+    model_min_cosine: float = key(float, 0.99, **_FRACTION)
+    model_min_rank_agreement: float = key(float, 0.9, **_FRACTION)
+    model_min_top1: float = key(float, 0.98, **_FRACTION)
+    model_max_rel_error: float = key(float, 0.05, low=0.0, low_open=True)
 
 
 @dataclass(frozen=True)
 class TargetProfile:
     """One target board (or runtime environment), as read from ``firmware_configs/<name>.toml``."""
 
-    name: str
-    description: str
-    source: Path
-    cpu: CpuSpec
-    memory: MemorySpec
-    runtime: RuntimeSpec
-    quant: QuantSpec
-    thresholds: Thresholds
-    device_tree_models: tuple[str, ...] = field(default_factory=tuple)
+    name: str = key(str)
+    description: str = key(str)
+    source: Path = not_in_toml()
+    cpu: CpuSpec = table(CpuSpec)
+    memory: MemorySpec = table(MemorySpec)
+    runtime: RuntimeSpec = table(RuntimeSpec)
+    quant: QuantSpec = table(QuantSpec)
+    thresholds: Thresholds = table(Thresholds)
+    device_tree_models: tuple[str, ...] = key([str], (), convert=tuple)
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready view (enums as their values), as written into manifests and ``--json``."""
-        return {
-            "name": self.name,
-            "description": self.description,
-            "source": str(self.source),
-            "cpu": {
-                "model": self.cpu.model,
-                "arch": self.cpu.arch.value,
-                "cores": self.cpu.cores,
-                "isa_features": sorted(f.value for f in self.cpu.isa_features),
-                "qemu_cpu": self.cpu.qemu_cpu,
-            },
-            "memory": {"min_mb": self.memory.min_mb, "max_mb": self.memory.max_mb},
-            "runtime": {
-                "default": self.runtime.default.value,
-                "precision": self.runtime.precision.value,
-                "threads": self.runtime.threads,
-                "face_formats": self.runtime.face_formats.value,
-                "face_detector": self.runtime.face_detector.value,
-                "face_detector_runtime": self.runtime.face_detector_runtime.value,
-                "slm_formats": self.runtime.slm_formats.value,
-            },
-            "quant": {
-                "activations": self.quant.activations.value,
-                "weights": self.quant.weights.value,
-                "per_channel": self.quant.per_channel,
-                "reduce_range": self.quant.reduce_range,
-                "calibration": self.quant.calibration.value,
-                "keep_float_ops": list(self.quant.keep_float_ops),
-                "int4_block_size": self.quant.int4_block_size,
-                "int4_accuracy_level": self.quant.int4_accuracy_level,
-                "int4_fp32_projections": [p.value for p in self.quant.int4_fp32_projections],
-                "lm_head": self.quant.lm_head.value,
-            },
-            "thresholds": dict(self.thresholds.__dict__),
-            "device_tree_models": list(self.device_tree_models),
-        }
+        return _plain(self)
 
 
-# --- the schema (read by edge.tomlschema) ----------------------------------------------------------------
+def _plain(value: Any) -> Any:
+    """``value`` as JSON-ready data: dataclasses as dicts in field order, enums as values, sets sorted."""
+    if is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name)) for f in fields(value)}
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, frozenset):
+        return sorted(_plain(v) for v in value)
+    if isinstance(value, tuple | list):
+        return [_plain(v) for v in value]
+    if isinstance(value, Path):
+        return str(value)
+    return value
 
-_OPTIONAL_LIST: Any = ()
+
+# --- the schema (read by edge.tomlschema), derived from the dataclasses above ------------------------------
+
+
+def _keys(spec: type) -> dict[str, Field]:
+    return {f.name: f.metadata["toml"] for f in fields(spec) if "toml" in f.metadata}
+
+
+def _tables() -> dict[str, type]:
+    return {f.name: f.metadata["table"] for f in fields(TargetProfile) if "table" in f.metadata}
+
+
 _SCHEMA: Schema = {
-    "": {
-        "schema_version": Field(int),
-        "name": Field(str),
-        "description": Field(str),
-        "device_tree_models": Field([str], _OPTIONAL_LIST),
-    },
-    "cpu": {
-        "model": Field(str),
-        "arch": Field(Arch),
-        "cores": Field(int, high=1024),
-        "isa_features": Field([IsaFeature]),
-        "qemu_cpu": Field(str, None),
-    },
-    "memory": {"min_mb": Field(int, high=1 << 24), "max_mb": Field(int, high=1 << 24)},
-    "runtime": {
-        "default": Field(Runtime),
-        "precision": Field(Precision),
-        "threads": Field(int),
-        # optional: profiles written before the key existed keep building what they did (ONNX only)
-        "face_formats": Field(ModelFormats, ModelFormats.ONNX),
-        # optional: the detector a face build puts in the folder and names in models.json (edge.face.models.Detector)
-        "face_detector": Field(Detector, Detector.MTCNN),
-        # optional: the runtime a BlazeFace detector runs on (onnxruntime or litert); onnxruntime without it
-        "face_detector_runtime": Field(Runtime, Runtime.ONNXRUNTIME),
-        # optional: the language model's LiteRT twin in a bundle (converters.slm.tflite); ONNX only without it
-        "slm_formats": Field(ModelFormats, ModelFormats.ONNX),
-    },
-    "quant": {
-        "activations": Field(QuantType),
-        "weights": Field(QuantType),
-        "per_channel": Field(bool),
-        "reduce_range": Field(bool),
-        "calibration": Field(CalibrationMethod),
-        "keep_float_ops": Field([str]),
-        "int4_block_size": Field(int),
-        "int4_accuracy_level": Field(int),
-        "int4_fp32_projections": Field([Projection], _OPTIONAL_LIST),
-        "lm_head": Field(LmHead, LmHead.INT8),
-    },
-    "thresholds": {
-        "embed_max_abs_diff_fp32": Field(float, low=0.0, low_open=True),
-        "embed_mean_cosine": Field(float),
-        "embed_decision_agreement": Field(float),
-        "detect_iou": Field(float),
-        "detect_max_lost": Field(int, low=0),
-        "slm_perplexity_ratio": Field(float),
-        "slm_greedy_tokens": Field(int),
-        "model_min_cosine": Field(float, 0.99, low=0.0, high=1.0, low_open=True),
-        "model_min_rank_agreement": Field(float, 0.9, low=0.0, high=1.0, low_open=True),
-        "model_min_top1": Field(float, 0.98, low=0.0, high=1.0, low_open=True),
-        "model_max_rel_error": Field(float, 0.05, low=0.0, low_open=True),
-    },
+    "": {"schema_version": Field(int), **_keys(TargetProfile)},
+    **{name: _keys(spec) for name, spec in _tables().items()},
 }
+
+
+def _build(spec: type, values: dict[str, Any], **extra: Any) -> Any:
+    """``spec`` from a checked table: each value through its field's ``convert``."""
+    args = dict(extra)
+    for f in fields(spec):
+        if f.name in values:
+            convert = f.metadata.get("convert")
+            args[f.name] = convert(values[f.name]) if convert else values[f.name]
+    return spec(**args)
 
 
 def _display(path: Path) -> str:
@@ -421,22 +399,9 @@ def load_profile_file(path: Path) -> TargetProfile:
         raise ProfileError(f"{where}: schema_version = {top['schema_version']}; expected {SCHEMA_VERSION}")
     if top["name"] != path.stem:
         raise ProfileError(f"{where}: name = {top['name']!r}; expected {path.stem!r} (the file's name)")
-    cpu = dict(t["cpu"])
-    cpu["isa_features"] = frozenset(cpu["isa_features"])
-    quant = dict(t["quant"])
-    quant["keep_float_ops"] = tuple(quant["keep_float_ops"])
-    quant["int4_fp32_projections"] = tuple(quant["int4_fp32_projections"])
-    profile = TargetProfile(
-        name=top["name"],
-        description=top["description"],
-        source=path,
-        cpu=CpuSpec(**cpu),
-        memory=MemorySpec(**t["memory"]),
-        runtime=RuntimeSpec(**t["runtime"]),
-        quant=QuantSpec(**quant),
-        thresholds=Thresholds(**t["thresholds"]),
-        device_tree_models=tuple(top["device_tree_models"]),
-    )
+    tables = {name: _build(spec, t[name]) for name, spec in _tables().items()}
+    top = {k: v for k, v in top.items() if k != "schema_version"}
+    profile = _build(TargetProfile, top, source=path, **tables)
     _check_rules(where, profile)
     return profile
 

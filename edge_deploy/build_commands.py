@@ -12,7 +12,7 @@ from pathlib import Path
 
 from edge.errors import InputError, MissingDependencyError
 from edge.profiles import DEFAULT_PROFILE_DIR, ModelFormats, Precision, Runtime, available_targets, load_profile
-from edge_deploy.common import print_json
+from edge_deploy.common import command_parser, output_folder, print_json
 
 DEFAULT_CACHE = Path.home() / ".cache" / "edge-deploy" / "build"
 WEB_SETUP_TIMEOUT_S = 900
@@ -80,7 +80,7 @@ def _cmd_build_model_folder(args: argparse.Namespace, options, progress) -> int:
 
 
 def _cmd_build(args: argparse.Namespace) -> int:
-    from converters.package.bundle import MODEL_CHOICES, BuildOptions, build_bundle
+    from converters.package.bundle import BuildOptions
     from edge.progress import StepProgress
 
     options = BuildOptions(
@@ -91,6 +91,16 @@ def _cmd_build(args: argparse.Namespace) -> int:
         formats=ModelFormats(args.format) if args.format else None,
     )
     progress = StepProgress(stream=None if args.quiet else sys.stderr)
+    if Path(args.cache).exists() and not Path(args.cache).is_dir():
+        raise InputError(f"--cache {args.cache}: is a file; expected the build cache folder (created if missing)")
+    with output_folder(Path(args.output), f"--output {args.output}"):
+        return _build(args, options, progress)
+
+
+def _build(args: argparse.Namespace, options, progress) -> int:
+    """``build`` once its options are read: a user's folder, the browser site or one of our bundles."""
+    from converters.package.bundle import MODEL_CHOICES, build_bundle
+
     if args.model not in MODEL_CHOICES:
         if args.search:
             raise InputError("--search: for the browser site (--target browser-wasm --model face|slm|all)")
@@ -118,34 +128,6 @@ def _cmd_build(args: argparse.Namespace) -> int:
     bundle = build_bundle(profile, [args.model], Path(args.output), Path(args.cache), progress, options)
     _print_bundle(bundle, args.json)
     return 0
-
-
-BUILD_EPILOG = """\
-examples:
-  edge-deploy build --target rpi4 --model face -o dist/        dist/rpi4-face/ and dist/rpi4-face.tar.gz
-  edge-deploy build --target rpi5 --model all --sign-key keys/release.key
-  edge-deploy convert model net.onnx --target rpi4 --precision int8 --calib photos/calib/ --eval photos/eval/ \\
-      --task embedding --licence Apache-2.0 -o out/net
-  edge-deploy build --model out/net -o dist/ --sign-key keys/release.key
-                       your model: the passed convert model folder, bundled for the target it was converted
-                       and gated for (dist/rpi4-model-net/); a folder without models.json is refused
-  edge-deploy verify dist/rpi4-model-net.tar.gz --trust keys/release.pub
-  edge-deploy build --target browser-wasm --model face --search out/minilm/browser-wasm-fp32 \
-      --search-corpus sentences.txt -o dist/web
-                       the browser site with on-device semantic search: a sentence encoder converted with
-                       convert model --target browser-wasm --task embedding, its tokenizer.json beside it or
-                       given with --search-tokenizer (all-MiniLM-L6-v2: docs/browser.md)
-  edge-deploy convert face --target rpi4 --embedder my_embedder.onnx --licence MIT -o out/myface
-  edge-deploy build --model out/myface -o dist/
-                       a convert face folder (your embedder, or ours with a BlazeFace detector added by
-                       convert blazeface): bundled as --model face bundles ours, daemon and golden set
-                       included (dist/rpi4-face-myface/)
-
---model FOLDER: not converted again; its files are checked against the sha256s the conversion recorded and
-its gate's report must say passed. For a convert model folder the manifest records the source model, its
-sha256 and licence (--licence here, else convert model's --licence, else "unknown (user model)"); a convert
-face folder's models.json records its licences. A folder named face, slm or all: write ./face.
-"""
 
 
 def _search_site(args: argparse.Namespace, profile):
@@ -178,8 +160,7 @@ def _add_search_options(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--search",
         metavar="FOLDER",
-        help="a passed 'convert model --target browser-wasm --task embedding' folder of a sentence encoder "
-        "(input_ids + attention_mask, 1 x SEQ; pooled and normalised in the graph, e.g. all-MiniLM-L6-v2)",
+        help="a passed 'convert model --target browser-wasm --task embedding' folder of a sentence encoder",
     )
     g.add_argument(
         "--search-tokenizer", metavar="FILE", help="its BERT WordPiece tokenizer.json (default FOLDER/tokenizer.json)"
@@ -189,48 +170,52 @@ def _add_search_options(p: argparse.ArgumentParser) -> None:
 
 def add_build(sub: argparse._SubParsersAction) -> None:
     """Register ``edge-deploy build``."""
-    p = sub.add_parser(
+    p = command_parser(
+        sub,
         "build",
-        help="build an offline-installable bundle for a Raspberry Pi (host side)",
-        description="Convert (and quantize, and gate) the models for a target, download the device "
-        "extra's wheels for aarch64 / Python 3.11, and write dist/<target>-<models>/ with manifest.json "
-        "(files with sha256 and size, sources, licences, quantization, gate metrics), install.sh and a "
-        "device README, plus a .tar.gz of it. Model stages and wheels are cached: a second build with "
-        "nothing changed reuses them. --model FOLDER bundles your model from a passed 'convert model' folder.",
-        epilog=BUILD_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        summary="build an offline-installable bundle for a Raspberry Pi (host side)",
+        description="Build an offline-installable bundle for a Pi: the target's models converted and gated (or a "
+        "passed 'convert model' / 'convert face' folder: --model FOLDER), the device extra's aarch64 wheels, "
+        "install.sh and manifest.json (every file's sha256), in dist/<target>-<models>/ and a .tar.gz. Stages "
+        "and wheels are cached. docs/bundle.md.",
+        examples="""
+        # dist/rpi4-face/ and dist/rpi4-face.tar.gz
+        edge-deploy build --target rpi4 --model face -o dist/
+        # both model families, signed with a key from 'edge-deploy keygen'
+        edge-deploy build --target rpi5 --model all --sign-key keys/release.key
+        # a passed convert model or convert face folder, for the target it was gated for
+        edge-deploy build --model out/net -o dist/ --sign-key keys/release.key
+        # the browser site, with semantic search by a sentence encoder (docs/browser.md)
+        edge-deploy build --target browser-wasm --model face --search out/minilm --search-corpus sentences.txt \\
+            -o dist/web
+        """,
     )
     p.add_argument(
         "--target",
         "-t",
-        help="target profile: " + ", ".join(available_targets()) + " (default for --model FOLDER: the folder's)",
+        help="target profile, e.g. rpi4 (see: edge-deploy targets; default for --model FOLDER: the folder's)",
     )
     p.add_argument(
         "--model",
         "-m",
         required=True,
         metavar="{face,slm,all,FOLDER}",
-        help="which models to bundle: ours, or a passed 'edge-deploy convert model' or 'convert face' output folder",
+        help="ours (face, slm, all) or a passed 'convert model' / 'convert face' folder (./face for one named face)",
     )
     p.add_argument(
         "--licence",
-        help="--model FOLDER: the model's licence for the manifest (default: convert model's --licence, else "
-        "'unknown (user model)')",
+        help="--model FOLDER: the model's licence for the manifest (default: convert model's --licence)",
     )
-    p.add_argument("--output", "-o", default="dist", help="output folder (default: dist)")
+    p.add_argument("--output", "-o", default="dist", help="output folder (default: dist; parents created)")
     p.add_argument(
         "--precision",
         choices=[p.value for p in Precision],
-        help="override the profile's runtime.precision for every model (default: the profile's; the "
-        "language model takes int4 where the profile says int8, as convert slm does)",
+        help="every model's precision (default: the profile's; the language model int4 where it says int8)",
     )
     p.add_argument(
         "--format",
         choices=[f.value for f in ModelFormats],
-        help="onnx, or the TFLite twins too, listed in the manifest: the face models' (as 'convert face --format'; "
-        "needs scripts/setup_onnx2tf.sh) and the language model's LiteRT twin (as 'convert slm --format': tflite "
-        "makes it the device's default, both ships it beside the ONNX; fp32 or int8; needs "
-        "scripts/setup_litert_torch.sh). Default: the profile's runtime.face_formats and runtime.slm_formats",
+        help="as convert face/slm --format: also the TFLite twins (default: the profile's)",
     )
     _add_search_options(p)
     p.add_argument("--cache", default=str(DEFAULT_CACHE), help=f"build cache (default: {DEFAULT_CACHE})")
@@ -239,7 +224,7 @@ def add_build(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--sign-key",
         metavar="KEY",
-        help="Ed25519 private key (edge-deploy keygen; mode 600): write manifest.sig, a signature over manifest.json",
+        help="Ed25519 private key (from: edge-deploy keygen): sign manifest.json into manifest.sig",
     )
     p.add_argument("--json", action="store_true", help="print the bundle record as JSON")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress lines")
@@ -268,7 +253,13 @@ def _cmd_verify(args: argparse.Namespace) -> int:
 def _cmd_keygen(args: argparse.Namespace) -> int:
     from edge.signing import generate_keypair
 
-    pair = generate_keypair(Path(args.output), Path(args.public) if args.public else None)
+    private = Path(args.output)
+    public = Path(args.public) if args.public else None
+    with (
+        output_folder(private.parent, f"--output {private}", create=True),
+        output_folder((public or private).parent, f"--public {public}", create=True),
+    ):
+        pair = generate_keypair(private, public)
     if args.json:
         print_json({"private": str(pair.private_path), "public": str(pair.public_path), "key_id": pair.key_id})
     else:
@@ -279,14 +270,17 @@ def _cmd_keygen(args: argparse.Namespace) -> int:
 
 def add_keygen(sub: argparse._SubParsersAction) -> None:
     """Register ``edge-deploy keygen``."""
-    p = sub.add_parser(
+    p = command_parser(
+        sub,
         "keygen",
-        help="make an Ed25519 key pair for signing bundles",
-        description="Write a new Ed25519 private key (PKCS#8 PEM, mode 600) and its public key (PEM, mode "
-        "644). Sign bundles with 'build --sign-key PRIVATE'; devices trust the public key. Existing files are "
-        "never overwritten.",
-        epilog="example:\n  edge-deploy keygen -o keys/release.key      (writes keys/release.key, keys/release.pub)",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        summary="make an Ed25519 key pair for signing bundles",
+        description="Write a new Ed25519 private key (PEM, mode 600) and its public key (PEM, mode 644); missing "
+        "folders are created, existing files never overwritten. Sign bundles with 'build --sign-key PRIVATE'; "
+        "devices trust the public key.",
+        examples="""
+        # keys/release.key and keys/release.pub
+        edge-deploy keygen -o keys/release.key
+        """,
     )
     p.add_argument("--output", "-o", required=True, help="the private key file to create")
     p.add_argument("--public", help="the public key file (default: the private key's name with .pub)")
@@ -296,13 +290,18 @@ def add_keygen(sub: argparse._SubParsersAction) -> None:
 
 def add_verify(sub: argparse._SubParsersAction) -> None:
     """Register ``edge-deploy verify``."""
-    p = sub.add_parser(
+    p = command_parser(
+        sub,
         "verify",
-        help="check a bundle against its manifest (sha256, sizes, stray files)",
-        description="Check every file of a bundle folder or .tar.gz against manifest.json: present, same "
-        "size, same sha256, nothing unlisted, no links. With --trust, first require manifest.sig to be a "
-        "signature over manifest.json by one of the given keys. Exit code 6 and a list of every file at fault "
-        "(or the signature's problem, with the key id) when it does not match.",
+        summary="check a bundle against its manifest (sha256, sizes, stray files)",
+        description="Check a bundle folder or .tar.gz against its manifest.json: every file present with its size "
+        "and sha256, nothing unlisted, no links. With --trust, first require manifest.sig to be signed by one of "
+        "the given keys. Exit code 6, listing every file at fault, when it does not match.",
+        examples="""
+        edge-deploy verify dist/rpi4-face.tar.gz
+        # require a signature by this key (from: edge-deploy keygen)
+        edge-deploy verify dist/rpi4-face --trust keys/release.pub
+        """,
     )
     p.add_argument("bundle", help="bundle folder or .tar.gz")
     p.add_argument(
@@ -310,8 +309,7 @@ def add_verify(sub: argparse._SubParsersAction) -> None:
         action="extend",
         nargs="+",
         metavar="PUBKEY",
-        help="require a signature (manifest.sig) by one of these public keys (after the bundle: verify BUNDLE "
-        "--trust K1 K2, or --trust K1 --trust K2); refuse unsigned bundles",
+        help="require a signature (manifest.sig) by one of these public keys; refuse unsigned bundles",
     )
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=_cmd_verify)

@@ -1,4 +1,4 @@
-"""Device-side subcommands: ``bench`` and ``monitor`` (argv adapters over edge.bench and edge.fleet)."""
+"""Device-side subcommands: ``bench`` and ``monitor`` (argv adapters over edge.bench and fleet)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from edge.errors import InputError
-from edge_deploy.common import print_json
+from edge_deploy.common import command_parser, output_folder, print_json
 
 
 def add_broker_options(p: argparse.ArgumentParser) -> None:
@@ -21,6 +21,11 @@ def add_broker_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--tls-cert", type=Path, help="client certificate (PEM), if the broker requires one")
     g.add_argument("--tls-key", type=Path, help="the client certificate's private key (PEM)")
     g.add_argument("--prefix", default="edge-deploy", help="topic prefix (default: edge-deploy)")
+    g.add_argument(
+        "--allow-insecure",
+        action="store_true",
+        help="accept a broker off this machine without TLS (as the daemon's broker.allow_insecure)",
+    )
 
 
 def split_host_port(text: str, flag: str, default_port: int | None) -> tuple[str, int]:
@@ -57,7 +62,7 @@ def broker_config(args: argparse.Namespace):
             password = args.password_file.read_text(encoding="utf-8").splitlines()[0]
         except (OSError, IndexError) as exc:
             raise InputError(f"{args.password_file}: cannot read a password from its first line ({exc})") from exc
-    return BrokerConfig(
+    broker = BrokerConfig(
         host=host,
         port=port_no,
         username=args.username,
@@ -67,6 +72,21 @@ def broker_config(args: argparse.Namespace):
         tls_cert=args.tls_cert,
         tls_key=args.tls_key,
     )
+    _check_clear_text(broker, args.allow_insecure)
+    return broker
+
+
+def _check_clear_text(broker, allow: bool) -> None:
+    """Refuse a broker off this machine without TLS unless allowed, then warn (as the daemon does)."""
+    if broker.uses_tls or broker.is_loopback:
+        return
+    if not allow:
+        raise InputError(
+            f"--broker {broker.address} without TLS; expected --tls-ca for a broker off this machine (the "
+            "password, commands and results would cross the network in clear), or --allow-insecure to accept that"
+        )
+    print(f"warning: broker {broker.address} is reached WITHOUT TLS (--allow-insecure): the password, commands "
+          "and results cross the network in clear", file=sys.stderr)  # fmt: skip
 
 
 # --- bench -----------------------------------------------------------------------------------------------
@@ -123,7 +143,8 @@ def _cmd_bench(args: argparse.Namespace) -> int:
             model, feeds, count=args.count, min_duration_s=args.min_duration, warmup=args.warmup, board=board
         )
     if args.plot:
-        result.plot_png(args.plot)
+        with output_folder(args.plot.parent, f"--plot {args.plot}", create=True):
+            result.plot_png(args.plot)
     if args.json:
         print_json({**result.to_dict(), "inputs": target.describe()})
     else:
@@ -135,23 +156,24 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 
 
 def add_bench(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
+    p = command_parser(
+        sub,
         "bench",
-        help="latency of one model on this machine (MLPerf-style SingleStream)",
-        description="Load a model (ONNX, ORT or TFLite, told apart by its bytes), run it once (reported apart: "
-        "the first inference pays for allocation and kernel selection), warm up, then time at least --count "
-        "runs and at least --min-duration seconds. Reports p50/p90/p99/mean/std, throughput, peak RSS and, "
-        "on a Pi, SoC temperature, clock and throttling flags.",
-        epilog="examples:\n"
-        "  edge-deploy bench out/demo/models/face_embedder.onnx --shape chip=1x3x150x150 --plot lat.png\n"
-        "  edge-deploy bench out/net --json        a convert model folder: its shipped file on its --eval data",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        summary="latency of one model on this machine (MLPerf-style SingleStream)",
+        description="Time one model (ONNX, ORT or TFLite, told apart by its bytes) on this machine: the first "
+        "inference reported apart, a warm-up, then at least --count runs and --min-duration seconds. Reports "
+        "p50/p90/p99, throughput, peak RSS and, on a Pi, SoC temperature, clock and throttling.",
+        examples="""
+        # a model file, its dynamic input fixed, with a latency plot
+        edge-deploy bench out/face/face_embedder.onnx --shape chip=1x3x150x150 --plot out/latency.png
+        # a convert model folder: the file it ships, on its --eval data
+        edge-deploy bench out/net --json
+        """,
     )
     p.add_argument(
         "model",
         type=Path,
-        help="model file (.onnx, .ort or .tflite), or a convert model folder: the file it ships, fed the first "
-        "batch of its evaluation .npz when that is on this machine",
+        help="model file (.onnx, .ort or .tflite), or a convert model folder (its file, on its --eval data)",
     )
     p.add_argument("--target", help="profile to use (default: detected from /proc/device-tree/model)")
     p.add_argument("--backend", choices=["onnxruntime", "litert"], help="default: from the model's format")
@@ -162,7 +184,7 @@ def add_bench(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--warmup", type=int, default=10, help="untimed runs after the first (default 10)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
     p.add_argument("--random", action="store_true", help="a convert model folder: random inputs, not its --eval data")
-    p.add_argument("--plot", type=Path, help="write a latency histogram + CDF PNG here")
+    p.add_argument("--plot", type=Path, help="write a latency histogram + CDF PNG here (parents created)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=_cmd_bench)
 
@@ -171,12 +193,12 @@ def add_bench(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_monitor(args: argparse.Namespace) -> int:
-    from edge.fleet import MonitorConfig, open_store, run_monitor
-    from edge.fleet.run import serve_dashboard
+    from fleet import MonitorConfig, open_store, run_monitor
+    from fleet.run import serve_dashboard
 
     out = Path(args.output)
     store = args.store or str(out / "monitor.db")
-    web = split_host_port(args.web, "--web", None) if args.web else None
+    web = _web_config(args)
     broker = broker_config(args)
     if broker is None and web is not None:  # dashboard only: other monitors write the store
         with open_store(store, args.prefix) as fleet:
@@ -225,22 +247,36 @@ def _cmd_monitor(args: argparse.Namespace) -> int:
     return 0
 
 
+def _web_config(args: argparse.Namespace):
+    """The dashboard's DashboardConfig from --web, --web-auth and --web-host (None without --web)."""
+    from fleet.dashboard import DashboardConfig, read_token
+
+    if not args.web:
+        if args.web_auth or args.web_host:
+            raise InputError(f"{'--web-auth' if args.web_auth else '--web-host'} needs --web HOST:PORT")
+        return None
+    host, port = split_host_port(args.web, "--web", None)
+    token = read_token(args.web_auth) if args.web_auth else None
+    return DashboardConfig(host, port, token=token, hosts=tuple(args.web_host or ()))
+
+
 def add_monitor(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
+    p = command_parser(
+        sub,
         "monitor",
-        help="watch a fleet's telemetry over MQTT; store, deduplicate, serve a dashboard, export CSV and PNG",
-        description="Subscribe to PREFIX/# (or, with --shared, as one member of a group splitting it), commit "
-        "reports to the store and acknowledge each only after its commit, drop duplicates (device id + "
-        "sequence number), show a live table of devices (online, p50/p90, fps, temperature, last seen) and "
-        "export telemetry.csv and telemetry.png when done (Ctrl-C or --duration). The store is a SQLite file "
-        "(default) or PostgreSQL (--store postgresql://..., pip install 'edge-deploy[fleet]'). Without "
-        "--broker, --web only serves the dashboard of a store other monitors write.",
-        epilog="examples:\n"
-        "  edge-deploy monitor --broker 127.0.0.1:1883 --duration 60 -o out/fleet\n"
-        "  edge-deploy monitor --broker 127.0.0.1:1883 --store postgresql://edge@127.0.0.1/fleet "
-        "--shared ingest --client-id monitor-1\n"
-        "  edge-deploy monitor --store postgresql://edge@127.0.0.1/fleet --web 127.0.0.1:8080",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        summary="watch a fleet's telemetry over MQTT; store, deduplicate, serve a dashboard, export CSV and PNG",
+        description="Watch a fleet's telemetry over MQTT: store every report (SQLite, or PostgreSQL with --store "
+        "postgresql://...), drop duplicates, show a live table of devices and export telemetry.csv and .png at "
+        "the end (Ctrl-C or --duration). --web serves the dashboard; without --broker, only the dashboard of a "
+        "store other monitors write. docs/fleet.md.",
+        examples="""
+        edge-deploy monitor --broker 127.0.0.1:1883 --duration 60 -o out/fleet
+        # one of several instances sharing the ingest into PostgreSQL
+        edge-deploy monitor --broker 127.0.0.1:1883 --store postgresql://edge@127.0.0.1/fleet --shared ingest \\
+            --client-id monitor-1
+        # only the dashboard of that store
+        edge-deploy monitor --store postgresql://edge@127.0.0.1/fleet --web 127.0.0.1:8080
+        """,
     )
     add_broker_options(p)
     p.add_argument(
@@ -251,5 +287,9 @@ def add_monitor(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--shared", metavar="GROUP", help="join MQTT v5 shared-subscription GROUP ($share/GROUP/PREFIX/#)")
     p.add_argument("--client-id", help="MQTT client id, stable per instance (default edge-deploy-monitor)")
     p.add_argument("--web", metavar="HOST:PORT", help="serve the fleet dashboard here, e.g. 127.0.0.1:8080")
+    p.add_argument("--web-auth", type=Path, metavar="FILE", help="mode-600 file whose first line is the dashboard's "
+                   "login token; required when --web is not a loopback address")  # fmt: skip
+    p.add_argument("--web-host", action="append", metavar="NAME", help="also answer requests for this Host name, "
+                   "e.g. the machine's DNS name with --web 0.0.0.0:8080 (repeatable)")  # fmt: skip
     p.add_argument("--json", action="store_true", help="print only a JSON summary at the end")
     p.set_defaults(func=_cmd_monitor)

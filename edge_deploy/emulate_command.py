@@ -6,31 +6,15 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
-from edge_deploy.common import print_json
+from edge_deploy.common import command_parser, output_folder, print_json
 
 #: Largest |guest − host| allowed per output, as a share of the host output's largest magnitude, and the
 #: smallest cosine between a guest row and its host row (the face build's INT8 descriptor tolerance, 0.03 on
 #: descriptors of norm ~1, is of the same order).
 RELATIVE_TOLERANCE = 0.03
 MIN_ROW_COSINE = 0.999
-
-EMULATE_EPILOG = """\
-examples:
-  edge-deploy emulate out/net                  your convert model folder on the core of its target (rpi4:
-                                               Cortex-A72): the shipped file in the arm64 guest against the
-                                               gate's arithmetic on this host, on the folder's --eval data
-  edge-deploy emulate out/net --cpu cortex-a72 --cpu cortex-a76 --count --json
-                                               both Pi cores, plus executed instructions per inference
-  edge-deploy emulate out/face                 a convert face folder: the face pipeline on 4 probe photos,
-                                               faces, boxes, descriptors and decisions against the host
-
-Needs qemu-user and an arm64 rootfs: run scripts/arm/rootfs.sh once (as root it installs qemu-user and
-debootstrap; the rootfs and the device extra's aarch64 wheels are cached in .cache/arm). Exit code 0 when
-every core computes what the host does within the tolerance, else the error lists every difference.
-Counts (--count) come from the TCG plugin scripts/arm/insncount.c: exact, and not a time (a Pi's IPC differs
-per kernel); the x86 host's CPU features do not enter them.
-"""
 
 
 def _cores(folder: Path, given: list[str] | None, target: str) -> list[str]:
@@ -85,7 +69,7 @@ def _check_model(args: argparse.Namespace, folder: Path, progress) -> dict:
         progress(f"running {shipped.name} on emulated {cpu} and {gated.name} on this host ({evaluation.name})")
         outputs = check_model_folder(model, guest, work)
         problems += output_problems(cpu, outputs, args.tolerance)
-        run = {"cpu": cpu, "outputs": [o.to_dict() for o in outputs]}
+        run: dict[str, Any] = {"cpu": cpu, "outputs": [o.to_dict() for o in outputs]}
         if args.count:
             progress(f"counting instructions of {shipped.name} on emulated {cpu} (2 counted runs)")
             run["instructions"] = measure_model(guest, shipped, plugin=plugin, inputs_npz=evaluation).to_dict()
@@ -127,7 +111,8 @@ def _cmd_emulate(args: argparse.Namespace) -> int:
         raise InputError(f"--tolerance {args.tolerance}; expected a share of the output's magnitude in (0, 1)")
     progress = StepProgress(stream=None if args.json or args.quiet else sys.stderr)
     check = _check_face if is_face_folder(folder) else _check_model
-    record = check(args, folder, progress)
+    with output_folder(Path(args.work), f"--work {args.work}"):
+        record = check(args, folder, progress)
     if args.json:
         print_json(record)
         return 0
@@ -160,24 +145,28 @@ def _cmd_emulate(args: argparse.Namespace) -> int:
 
 def add_emulate(sub: argparse._SubParsersAction) -> None:
     """Register ``edge-deploy emulate``."""
-    p = sub.add_parser(
+    p = command_parser(
+        sub,
         "emulate",
-        help="run a converted folder on an emulated Pi core (qemu-aarch64): outputs vs the gate, instructions",
+        summary="run a converted folder on an emulated Pi core (qemu-aarch64): outputs vs the gate, instructions",
         description="Run what a passed 'convert model' or 'convert face' folder ships in an arm64 guest under "
-        "qemu-aarch64 -cpu CORE (the device runtime and the device extra's aarch64 wheels, 1 thread), and "
-        "compare its outputs with what the accuracy gate measured on this host (for INT8: the QDQ model with "
-        "onnxruntime's graph optimisations off, so not this host's own int8 kernels). With --count, also the "
-        "executed instructions of one inference on that core.",
-        epilog=EMULATE_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        "qemu-aarch64 and compare its outputs with what the accuracy gate measured on this host; --count adds "
+        "the instructions of one inference. Needs scripts/arm/rootfs.sh, run once. Method: docs/byom.md.",
+        examples="""
+        # on the core of the folder's target (rpi4: Cortex-A72), on its --eval data
+        edge-deploy emulate out/net
+        # both Pi cores, plus executed instructions per inference
+        edge-deploy emulate out/net --cpu cortex-a72 --cpu cortex-a76 --count --json
+        # a convert face folder: faces, boxes, descriptors and decisions on 4 probe photos
+        edge-deploy emulate out/face
+        """,
     )
     p.add_argument("folder", help="a passed 'edge-deploy convert model' or 'convert face' output folder")
     p.add_argument(
         "--cpu",
         action="append",
         metavar="CORE",
-        help="qemu core, repeatable: cortex-a72 (Pi 4), cortex-a76 (Pi 5), cortex-a53 (Pi Zero 2 W) "
-        "(default: the core of the folder's target profile)",
+        help="cortex-a72 (Pi 4), cortex-a76 (Pi 5) or cortex-a53 (Pi Zero 2 W), repeatable (default: the target's)",
     )
     p.add_argument("--count", action="store_true", help="also count instructions per inference (convert model folders)")
     p.add_argument(

@@ -12,7 +12,7 @@ from edge.errors import InputError
 from edge.face.models import Detector
 from edge.face.types import DLIB_SAME_PERSON_THRESHOLD
 from edge.profiles import DEFAULT_PROFILE_DIR
-from edge_deploy.common import print_json
+from edge_deploy.common import command_parser, output_folder, print_json
 
 
 def _threads(args: argparse.Namespace) -> int:
@@ -34,11 +34,9 @@ def _max_pixels() -> int:
 
 
 def _check_output(path: Path) -> Path:
-    """Refuse a gallery path that can't be written, before the work (a folder, a missing parent)."""
+    """Refuse a gallery path that is a folder, before the work (a missing parent folder is created)."""
     if path.is_dir():
         raise InputError(f"--output {path}: is a folder; expected a gallery file to write, e.g. {path / 'gallery.npz'}")
-    if not path.parent.is_dir():
-        raise InputError(f"--output {path}: folder {path.parent} does not exist; create it first")
     return path
 
 
@@ -54,10 +52,14 @@ def _cmd_enroll(args: argparse.Namespace) -> int:
     from edge.face.models import open_face_pipeline
 
     output = _check_output(Path(args.output))
-    with open_face_pipeline(Path(args.models), _threads(args), detector=args.detector) as pipeline:
+    threads = _threads(args)
+    with (
+        output_folder(output.parent, f"--output {output}", create=True),
+        open_face_pipeline(Path(args.models), threads, detector=args.detector) as pipeline,
+    ):
         gallery = Gallery(pipeline.embedder.descriptor_size)
         report = gallery.enroll_folder(Path(args.photos), pipeline, _max_pixels())
-    out = gallery.save(output)
+        out = gallery.save(output)
     data = {"gallery": str(out), "enrolled": report.enrolled, "skipped": report.skipped}
     if args.json:
         print_json(data)
@@ -119,12 +121,16 @@ def _cmd_recognize(args: argparse.Namespace) -> int:
 
 
 def add_face(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
+    p = command_parser(
+        sub,
         "face",
-        help="enroll people and recognise faces with converted face models (device side)",
-        description="Run the face pipeline (MTCNN or BlazeFace detect -> 5-point alignment -> dlib ResNet "
-        "descriptor, or your own embedder's from 'convert face --embedder' -> nearest gallery entry) on images, "
-        "with models written by 'edge-deploy convert face'.",
+        summary="enroll people and recognise faces with converted face models (device side)",
+        description="Recognise faces with a folder from 'edge-deploy convert face': detect (MTCNN or BlazeFace), "
+        "align on 5 points, describe, and name each face after the nearest person in a gallery.",
+        examples="""
+        edge-deploy face enroll out/face people/ -o out/gallery.npz
+        edge-deploy face recognize out/face photo.jpg --gallery out/gallery.npz
+        """,
     )
     fsub = p.add_subparsers(dest="action", required=True, metavar="ACTION")
     common = argparse.ArgumentParser(add_help=False)
@@ -133,33 +139,44 @@ def add_face(sub: argparse._SubParsersAction) -> None:
     common.add_argument(
         "--detector",
         choices=[d.value for d in Detector],
-        help="face detector (default: the models folder's, models.json 'detector', else mtcnn); BlazeFace needs "
-        "its models.json role, added on the host by 'edge-deploy convert blazeface MODELS' (--range full for "
-        "blazeface-full and blazeface-full-tiled: the full-range detector on the whole frame and on overlapping "
-        "tiles of a frame of 576 pixels or more; --default-detector makes it the folder's)",
+        help="face detector (default: the folder's, else mtcnn; BlazeFace: see convert blazeface)",
     )
+    _add_enroll(fsub, common)
+    _add_recognize(fsub, common)
 
-    e = fsub.add_parser(
+
+def _add_enroll(fsub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    e = command_parser(
+        fsub,
         "enroll",
         parents=[common],
-        help="build a gallery from a folder with one sub-folder of photos per person",
-        description="Enroll every person of PHOTOS (PHOTOS/<name>/*.jpg, the largest face of each photo). "
-        "Photos without a face are listed as skipped, not fatal.",
-        epilog="example: edge-deploy face enroll out/face people/ -o out/gallery.npz",
+        summary="build a gallery from a folder with one sub-folder of photos per person",
+        description="Enroll every person of PHOTOS (PHOTOS/<name>/*.jpg; the largest face of each photo) into a "
+        "gallery file. Photos without a face are listed as skipped, not fatal.",
+        examples="""
+        # people/alice/*.jpg, people/bob/*.jpg, ...; out/ is created if missing
+        edge-deploy face enroll out/face people/ -o out/gallery.npz
+        """,
     )
     e.add_argument("models", help="models folder (from: edge-deploy convert face)")
     e.add_argument("photos", help="folder with one sub-folder per person")
-    e.add_argument("--output", "-o", required=True, help="gallery file to write (.npz)")
+    e.add_argument("--output", "-o", required=True, help="gallery file to write (.npz; parents created)")
     e.set_defaults(func=_cmd_enroll)
 
-    r = fsub.add_parser(
+
+def _add_recognize(fsub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    r = command_parser(
+        fsub,
         "recognize",
         parents=[common],
-        help="name every face in images against a gallery",
+        summary="name every face in images against a gallery",
         description="Detect, align and describe every face, and name it after the nearest gallery person when "
-        "the descriptor distance is below --threshold (default: the models folder's: dlib's "
-        f"{DLIB_SAME_PERSON_THRESHOLD}, or the one 'convert face --embedder' calibrated); else 'unknown'.",
-        epilog="example: edge-deploy face recognize out/face group.jpg --gallery out/gallery.npz --json",
+        "the descriptor distance is below --threshold; else 'unknown'.",
+        examples="""
+        edge-deploy face recognize out/face group.jpg --gallery out/gallery.npz
+        # BlazeFace (added by: convert blazeface) instead of the folder's detector, as JSON
+        edge-deploy face recognize out/face a.jpg b.jpg --gallery out/gallery.npz --detector blazeface --json
+        """,
     )
     r.add_argument("models", help="models folder (from: edge-deploy convert face)")
     r.add_argument("images", nargs="+", help="image files (JPEG, PNG, ...)")
@@ -167,13 +184,10 @@ def add_face(sub: argparse._SubParsersAction) -> None:
     r.add_argument(
         "--threshold",
         type=float,
-        help=f"same-person distance (default: models.json's recognition.threshold, else dlib's "
-        f"{DLIB_SAME_PERSON_THRESHOLD})",
+        help=f"same-person distance (default: models.json's, else dlib's {DLIB_SAME_PERSON_THRESHOLD})",
     )
     r.add_argument(
-        "--min-score",
-        type=float,
-        help="ignore weaker detections (default: 0.9 with MTCNN, BlazeFace's own 0.5 / 0.6 otherwise)",
+        "--min-score", type=float, help="ignore weaker detections (default: 0.9 for MTCNN, 0.5 / 0.6 for BlazeFace)"
     )
     r.set_defaults(func=_cmd_recognize)
 
@@ -187,15 +201,16 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     profile = load_profile(args.target, Path(args.profiles))
     progress = StepProgress(stream=None if args.json else sys.stderr)
     broker = None if args.no_broker else broker_config(args)
-    result = run_main_job(
-        profile,
-        Path(args.output),
-        Path(args.cache),
-        broker=broker,
-        emulate=not args.no_emulation,
-        threads=args.threads,
-        progress=progress,
-    )
+    with output_folder(Path(args.output), f"--output {args.output}") as out:
+        result = run_main_job(
+            profile,
+            out,
+            Path(args.cache),
+            broker=broker,
+            emulate=not args.no_emulation,
+            threads=args.threads,
+            progress=progress,
+        )
     if args.json:
         print_json(result.to_dict())
     else:
@@ -206,17 +221,18 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 def add_demo(sub: argparse._SubParsersAction) -> None:
     from edge_deploy.device_commands import add_broker_options
 
-    p = sub.add_parser(
+    p = command_parser(
+        sub,
         "demo",
-        help="the main job: build + verify the Pi bundle, recognise faces, run it on an emulated Pi, report",
-        description="End to end on the real photos shipped in Python packages: build the --target face "
-        "bundle (convert, check against the sources, quantize behind the accuracy gate, aarch64 wheelhouse; "
-        "cached), verify it; enroll one photo per person into a gallery (one person is held out to show "
-        "'unknown') and recognise every face in other views of those people (seeded pose, scale, light, blur "
-        "and JPEG changes) on this host; then install the bundle's wheels into an emulated Pi (qemu-user, "
-        "the profile's core), run the bundle's pipeline there, compare it with the host, and report its "
-        "latency over MQTT (to --broker, default the local 127.0.0.1:1883; kept in the outbox when no broker "
-        "answers). Writes everything under --output.",
+        summary="the main job: build + verify the Pi bundle, recognise faces, run it on an emulated Pi, report",
+        description="The main job, end to end on photos shipped in Python packages: build and verify the face "
+        "bundle for --target, enroll a gallery and recognise faces on this host, then run the bundle on an "
+        "emulated Pi (qemu-user) and report its latency over MQTT (kept in the outbox when no broker answers).",
+        examples="""
+        edge-deploy demo -o out/demo
+        # the host part only: no emulated Pi, no broker
+        edge-deploy demo --target rpi5 --no-emulation --no-broker -o out/demo-rpi5
+        """,
     )
     p.add_argument("--target", "-t", default="rpi4", help="target profile (default rpi4)")
     p.add_argument("--output", "-o", default="out/demo", help="output folder (default out/demo)")

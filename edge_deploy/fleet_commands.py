@@ -5,14 +5,15 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from edge_deploy.common import print_json
+from edge_deploy.common import command_parser, output_folder, print_json
 
 
 def _cmd_provision(args: argparse.Namespace) -> int:
-    from edge.fleet.credentials import Role, mosquitto_lines, provision
+    from fleet.credentials import Role, mosquitto_lines, provision
 
     out = Path(args.output) if args.output else Path(args.ca) / "issued"
-    issued = provision(args.identity, Path(args.ca), out, Role(args.role), args.prefix, args.days)
+    with output_folder(Path(args.ca), f"--ca {args.ca}"), output_folder(out, f"--output {out}"):
+        issued = provision(args.identity, Path(args.ca), out, Role(args.role), args.prefix, args.days)
     if args.json:
         print_json(
             {
@@ -37,29 +38,46 @@ def _cmd_provision(args: argparse.Namespace) -> int:
 
 
 def _cmd_revoke(args: argparse.Namespace) -> int:
-    from edge.fleet.credentials import revoke
+    from fleet.credentials import revoke
 
     crl = revoke(args.identity, Path(args.ca))
-    print(f"revoked {args.identity}: {crl} and the ACL rewritten; reload mosquitto (kill -HUP) to apply")
+    print(f"revoked {args.identity}: {crl} and the ACL rewritten")
+    print("reload mosquitto now (systemctl reload mosquitto, or kill -HUP its pid): from then on the revoked "
+          "identity cannot connect, and a session it still has open can neither publish nor receive")  # fmt: skip
     return 0
 
 
 def add_fleet(sub: argparse._SubParsersAction) -> None:
     """Register ``edge-deploy fleet``."""
-    p = sub.add_parser(
+    p = command_parser(
+        sub,
         "fleet",
-        help="operator commands for a fleet: per-device certificates (provision, revoke), staged rollouts",
-        description="Per-device MQTT credentials from a private CA: a client certificate per device (its "
-        "common name is the device id), mosquitto's ACL (a device publishes only under its own prefix and "
-        "reads only its own cmd and text/request topics) and a certificate revocation list.",
+        summary="operator commands for a fleet: per-device certificates (provision, revoke), staged rollouts",
+        description="Operator commands for a fleet: per-device MQTT certificates from a private CA, with "
+        "mosquitto's ACL and revocation list kept in step (provision, revoke), and staged over-the-air rollouts. "
+        "docs/fleet.md.",
+        examples="""
+        edge-deploy fleet provision pi-kitchen --ca fleet-ca/ -o pi-kitchen/
+        edge-deploy fleet revoke pi-kitchen --ca fleet-ca/
+        edge-deploy fleet rollout https://files.example/rpi4-face.tar.gz --sha256 HEX --group beta \\
+            --store out/monitor/monitor.db --broker 127.0.0.1:1883 --secret-file command.key
+        """,
     )
     fsub = p.add_subparsers(dest="fleet_command", required=True, metavar="ACTION")
-    prov = fsub.add_parser(
+    prov = command_parser(
+        fsub,
         "provision",
-        help="issue a client certificate (and rewrite the ACL and CRL)",
-        epilog="examples:\n  edge-deploy fleet provision pi-kitchen --ca fleet-ca/ -o pi-kitchen/\n"
-        "  edge-deploy fleet provision monitor-1 --role monitor --ca fleet-ca/",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        summary="issue a client certificate (and rewrite the ACL and CRL)",
+        description="Issue a client certificate from the CA in --ca (a new CA is made there when it has none) to a "
+        "device (the certificate's common name is its device id), a monitor or an operator, and rewrite "
+        "mosquitto's ACL and revocation list: a device publishes only under its own prefix and reads only its own "
+        "command topics.",
+        examples="""
+        # pi-kitchen/pi-kitchen.crt and .key, for the device config's [broker] tls_cert / tls_key
+        edge-deploy fleet provision pi-kitchen --ca fleet-ca/ -o pi-kitchen/
+        # a monitor's certificate, in fleet-ca/issued/
+        edge-deploy fleet provision monitor-1 --role monitor --ca fleet-ca/
+        """,
     )
     prov.add_argument("identity", help="device id (or the monitor's / operator's name): the certificate's CN")
     prov.add_argument("--ca", required=True, help="the CA folder (a new CA is made there when it has none)")
@@ -69,8 +87,17 @@ def add_fleet(sub: argparse._SubParsersAction) -> None:
     prov.add_argument("--days", type=int, default=825, help="certificate validity in days (default 825)")
     prov.add_argument("--json", action="store_true", help="machine-readable output")
     prov.set_defaults(func=_cmd_provision)
-    rev = fsub.add_parser("revoke", help="revoke an identity's certificate (CRL + ACL)")
-    rev.add_argument("identity")
+    rev = command_parser(
+        fsub,
+        "revoke",
+        summary="revoke an identity's certificate (CRL + ACL)",
+        description="Revoke an identity's certificate: add it to the CA's revocation list and drop it from "
+        "mosquitto's ACL. Reload mosquitto (kill -HUP) to apply.",
+        examples="""
+        edge-deploy fleet revoke pi-kitchen --ca fleet-ca/
+        """,
+    )
+    rev.add_argument("identity", help="the device id (or name) its certificate was issued to")
     rev.add_argument("--ca", required=True, help="the CA folder")
     rev.set_defaults(func=_cmd_revoke)
     add_rollout(fsub)
@@ -117,14 +144,21 @@ def _sender(args: argparse.Namespace):
 
 
 def _cmd_rollout(args: argparse.Namespace) -> int:
+    import math
     import sys
 
-    from edge.errors import ValidationError
-    from edge.fleet import open_store
-    from edge.fleet.rollout import RolloutPlan, run_rollout
+    from edge.errors import InputError, ValidationError
+    from fleet import open_store
+    from fleet.rollout import MAX_TIMEOUT_S, RolloutPlan, run_rollout
 
+    if not (math.isfinite(args.timeout) and 0.0 < args.timeout <= MAX_TIMEOUT_S):
+        raise InputError(f"--timeout {args.timeout:g}; expected seconds in (0, {MAX_TIMEOUT_S:g}]")
     plan = RolloutPlan(args.url, args.sha256.lower(), args.group, _canary(args.canary), args.abort_after, args.timeout)
     send = _sender(args)
+    if not args.tls_cert:
+        print("warning: no client certificate (--tls-cert): outcomes are only as authentic as the broker's ACL; "
+              "use a broker that requires the fleet's per-device certificates (edge-deploy fleet provision)",
+              file=sys.stderr)  # fmt: skip
     store = open_store(args.store)
     try:
         report = run_rollout(plan, store, send, progress=lambda line: print(line, file=sys.stderr))
@@ -146,16 +180,19 @@ def add_rollout(fsub: argparse._SubParsersAction) -> None:
     """Register ``edge-deploy fleet rollout``."""
     from edge_deploy.device_commands import add_broker_options
 
-    p = fsub.add_parser(
+    p = command_parser(
+        fsub,
         "rollout",
-        help="update a group of devices in waves (canary first), stop on failures",
-        description="Send a signed 'update' command to the devices that announced TAG (config 'tags'), a canary "
-        "wave first; watch the fleet store (fed by 'edge-deploy monitor') for each device's update.accepted / "
-        "rolled_back / failed; stop before the next wave once --abort-after devices failed; print a table.",
-        epilog="example:\n  edge-deploy fleet rollout https://files/rpi4-face.tar.gz --sha256 HEX --group beta "
-        "--canary 10% --abort-after 1 --store out/monitor/monitor.db --broker 10.0.0.2:8883 --tls-ca ca.crt "
-        "--secret-file command.key",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        summary="update a group of devices in waves (canary first), stop on failures",
+        description="Send a signed 'update' command to the devices tagged TAG (config 'tags'), a canary wave "
+        "first; follow each device's outcome in the fleet store (fed by 'edge-deploy monitor'); stop before the "
+        "next wave once --abort-after devices failed; print a table.",
+        examples="""
+        # 10% of the devices tagged beta first; stop at the first failure
+        edge-deploy fleet rollout https://files.example/rpi4-face.tar.gz --sha256 HEX --group beta --canary 10% \\
+            --abort-after 1 --store out/monitor/monitor.db --broker 10.0.0.2:8883 --tls-ca ca.crt \\
+            --secret-file command.key
+        """,
     )
     p.add_argument("url", help="http(s) URL of the signed bundle archive")
     p.add_argument("--sha256", required=True, help="the archive's sha256")

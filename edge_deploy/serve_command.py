@@ -10,21 +10,16 @@ import logging
 import sys
 from pathlib import Path
 
-from edge_deploy.common import print_json, run
-
-EXAMPLES = """\
-examples:
-  edge-deploy serve --config /etc/edge-deploy/edge-deploy.toml
-  edge-deploy serve --config edge-deploy.toml --once --json     analyse the folder's photos, then exit
-  edge-deploy serve --config edge-deploy.toml --check           validate the config and exit
-  edge-deploy command --config edge-deploy.toml bench --runs 20 send a signed command to the device
-"""
+from edge_deploy.common import command_parser, print_json, run
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
-    from edge.daemon.config import load_config
+    from edge.daemon.config import EXAMPLE_CONFIG, load_config
     from edge.daemon.service import Daemon
 
+    if args.example_config:
+        sys.stdout.write(EXAMPLE_CONFIG.read_text(encoding="utf-8"))
+        return 0
     config = load_config(Path(args.config))
     if args.check:
         from edge.daemon.preflight import preflight
@@ -47,22 +42,33 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
 def add_serve(sub: argparse._SubParsersAction) -> None:
     """Register ``serve``."""
-    p = sub.add_parser(
+    p = command_parser(
+        sub,
         "serve",
-        help="run the device daemon: frames -> face recognition -> MQTT, with commands and telemetry",
-        description="Read frames from a watched folder, a video file or a camera, recognise faces against "
-        "the gallery, and report every result through the durable outbox to MQTT; publish periodic "
-        "telemetry; obey signed commands (bench, reload, enroll, update) and answer text prompts. SIGTERM/SIGINT "
-        "stop cleanly. See docs/daemon.md.",
-        epilog=EXAMPLES,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        summary="run the device daemon: frames -> face recognition -> MQTT, with commands and telemetry",
+        description="Run the device daemon: recognise faces in frames from a watched folder, a video file or a "
+        "camera, send every result through a durable outbox to MQTT, publish telemetry, obey signed commands "
+        "and answer text prompts. SIGTERM or SIGINT stops it cleanly. docs/daemon.md.",
+        examples="""
+        # print the example config (every key, with its default): save it, e.g. as edge-deploy.toml, and edit it
+        edge-deploy serve --example-config
+        # validate the config and the files it names, then exit
+        edge-deploy serve --config edge-deploy.toml --check
+        # analyse the photos in the watched folder now, then exit
+        edge-deploy serve --config edge-deploy.toml --once --json
+        # as installed by a bundle's install.sh
+        edge-deploy serve --config /etc/edge-deploy/edge-deploy.toml
+        """,
     )
-    p.add_argument("--config", "-c", required=True, help="daemon config (TOML), see edge-deploy.example.toml")
+    config = p.add_mutually_exclusive_group(required=True)
+    config.add_argument("--config", "-c", help="daemon config (TOML); start from --example-config")
+    config.add_argument(
+        "--example-config",
+        action="store_true",
+        help="print the example config and exit (installed with a bundle: /etc/edge-deploy/)",
+    )
     p.add_argument("--once", action="store_true", help="stop when the source is exhausted (folder: files there now)")
-    p.add_argument(
-        "--check", action="store_true", help="validate the config and the files it names (secret, models, gallery, "
-        "state_dir), then exit"
-    )
+    p.add_argument("--check", action="store_true", help="validate the config and the files it names, then exit")
     p.add_argument("--json", action="store_true", help="print the run summary as JSON at exit")
     p.add_argument("--log-level", choices=["debug", "info", "warning", "error"], help="override log_level")
     p.set_defaults(func=_cmd_serve)
@@ -116,11 +122,22 @@ def _cmd_command(args: argparse.Namespace) -> int:
 
 def add_command(sub: argparse._SubParsersAction) -> None:
     """Register ``command``."""
-    p = sub.add_parser(
+    p = command_parser(
+        sub,
         "command",
-        help="send a signed command (bench, reload, enroll, update) to a device running 'serve'",
-        description="Sign a command with the shared secret named in the config (HMAC-SHA256, timestamp and "
-        "nonce against replay) and publish it on <prefix>/<device_id>/cmd with QoS 1.",
+        summary="send a signed command (bench, reload, enroll, update) to a device running 'serve'",
+        description="Sign a command with the shared secret the device's daemon config names (HMAC-SHA256, with a "
+        "timestamp and nonce against replay) and publish it on <prefix>/<device_id>/cmd with QoS 1. The answer "
+        "arrives as a command.done or command.failed result.",
+        examples="""
+        # time the device's model, 20 runs
+        edge-deploy command --config edge-deploy.toml bench --runs 20
+        # re-open the models and re-read the gallery
+        edge-deploy command --config edge-deploy.toml reload
+        # install a signed bundle over the air (--sha256: sha256sum rpi4-face.tar.gz)
+        edge-deploy command --config edge-deploy.toml update --url https://files.example/rpi4-face.tar.gz \\
+            --sha256 HEX
+        """,
     )
     p.add_argument("--config", "-c", required=True, help="the device's daemon config (device_id, broker, secret)")
     p.add_argument("name", choices=["bench", "reload", "enroll", "update"], help="what the device is to do")

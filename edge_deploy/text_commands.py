@@ -7,7 +7,7 @@ import dataclasses
 import sys
 from pathlib import Path
 
-from edge_deploy.common import print_json
+from edge_deploy.common import command_parser, print_json
 
 
 def _cmd_generate(args: argparse.Namespace) -> int:
@@ -43,15 +43,20 @@ def _cmd_generate(args: argparse.Namespace) -> int:
 
 
 def add_generate(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
+    p = command_parser(
+        sub,
         "generate",
-        help="stream an answer from a converted small language model",
-        description="Apply the model's chat template to PROMPT, run prefill and token-by-token decode with a "
-        "KV cache on onnxruntime (or LiteRT for a .tflite --model-file), and stream the answer as it comes. "
-        "Reports time to first token and decode tokens/s. Greedy by default; --temperature/--top-p/--seed for "
-        "sampling.",
-        epilog='example: edge-deploy generate out/slm "What is the capital of France?" --max-tokens 32',
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        summary="stream an answer from a converted small language model",
+        description="Stream an answer from a folder written by 'edge-deploy convert slm': the model's chat "
+        "template, prefill, then token-by-token decode with a KV cache on onnxruntime (LiteRT for a .tflite "
+        "--model-file). Reports time to first token and decode speed. Greedy unless --temperature is set.",
+        examples="""
+        edge-deploy generate out/slm "What is the capital of France?" --max-tokens 32
+        # sampled, repeatable with the same seed
+        edge-deploy generate out/slm "Write a haiku about the sea." --temperature 0.7 --top-p 0.9 --seed 1
+        # a folder whose default is the LiteRT twin (convert slm --format tflite): run its ONNX model instead
+        edge-deploy generate out/slm-litert "Hello" --model-file out/slm-litert/model.onnx
+        """,
     )
     p.add_argument("model_dir", help="folder from: edge-deploy convert slm")
     p.add_argument("prompt", help="the user's message")
@@ -62,9 +67,5 @@ def add_generate(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--raw", action="store_true", help="no chat template: continue PROMPT as plain text")
     p.add_argument("--threads", type=int, help="intra-op threads (default: all CPUs)")
     p.add_argument("--json", action="store_true", help="print only the result as JSON")
-    p.add_argument(
-        "--model-file",
-        help="run this model instead of the folder's ONNX one, with the folder's tokenizer and chat template; "
-        "a .tflite file (from the litert-torch export) runs on LiteRT",
-    )
+    p.add_argument("--model-file", help="run this model (.onnx, or .tflite on LiteRT) with the folder's tokenizer")
     p.set_defaults(func=_cmd_generate)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from edge.webserve import WebServer
+from edge_deploy.common import command_parser
 
 
 def _cmd_serve_web(args: argparse.Namespace) -> int:
@@ -21,10 +22,18 @@ def _cmd_serve_web(args: argparse.Namespace) -> int:
 
 def add_serve_web(sub: argparse._SubParsersAction) -> None:
     """Register ``serve-web`` on the CLI's subparsers."""
-    p = sub.add_parser(
+    p = command_parser(
+        sub,
         "serve-web",
-        help="serve a browser build (COOP/COEP headers for WebAssembly threads, wasm/mjs MIME types)",
-        description="Serve the static site written by 'edge-deploy build --target browser-wasm -o DIR'.",
+        summary="serve a browser build (COOP/COEP headers for WebAssembly threads, wasm/mjs MIME types)",
+        description="Serve the static site written by 'edge-deploy build --target browser-wasm -o DIR', with the "
+        "cross-origin-isolation headers WebAssembly threads need and the wasm/mjs MIME types. Ctrl-C stops.",
+        examples="""
+        # http://127.0.0.1:8080/ on this machine
+        edge-deploy serve-web dist/web
+        # another port, reachable from the network
+        edge-deploy serve-web dist/web --host 0.0.0.0 --port 8000
+        """,
     )
     p.add_argument("site", metavar="DIR", help="the site folder (with index.html and manifest.json)")
     p.add_argument("--port", type=int, default=8080, help="TCP port (default 8080; 0 picks a free one)")

@@ -21,7 +21,7 @@ bash scripts/setup_web.sh "the browser tests"
 bash scripts/arm/rootfs.sh
 phase "side venvs, browser and emulated Pi ready"
 dirs=()
-for d in edge converters edge_deploy tests scripts benchmarks; do [ -d "$d" ] && dirs+=("$d"); done
+for d in edge converters edge_deploy fleet tests scripts benchmarks; do [ -d "$d" ] && dirs+=("$d"); done
 .venv/bin/ruff check "${dirs[@]}"
 .venv/bin/mypy  # edge/ and edge_deploy/ (the files and settings are in pyproject.toml)
 phase "lint done; pytest starts"

@@ -29,9 +29,7 @@ def json_like(leaves=SCALARS, max_leaves: int = 12):
     """Nested lists/dicts of ``leaves`` (what a JSON document or a TOML table may hold)."""
     return st.recursive(
         leaves,
-        lambda inner: st.one_of(
-            st.lists(inner, max_size=4), st.dictionaries(st.text(max_size=12), inner, max_size=4)
-        ),
+        lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(st.text(max_size=12), inner, max_size=4)),
         max_leaves=max_leaves,
     )
 
@@ -155,7 +153,7 @@ def mutated_tables(draw, base: dict[str, dict], extra_keys: dict[str, list[str]]
         else:
             tables[table][key] = draw(json_like(max_leaves=4))
     text = toml_text(tables)
-    if draw(st.integers(0, 9)) == 0:  # sometimes damage the text itself
+    if draw(st.integers(0, 9)) == 7:  # sometimes damage the text itself
         i = draw(st.integers(0, len(text)))
         text = text[:i] + draw(st.sampled_from(["\x00", "[", "=", '"', "\n[x]\n", "a = " + "[" * 3000])) + text[i:]
     return text
@@ -230,9 +228,53 @@ def gallery_bytes(draw) -> bytes:
                 data = data[:i] + draw(st.binary(max_size=20)) + data[i:]
             zf.writestr(f"{key}.npy", data)
     data = buf.getvalue()
-    if draw(st.integers(0, 5)) == 0:
+    if draw(st.integers(0, 5)) == 3:
         data = data[: draw(st.integers(0, len(data)))]
     return data
 
 
 PROMPTS = st.one_of(TEXT, st.text(max_size=200), st.builds(lambda a, b: a + "<|im_start|>" + b, TEXT, TEXT))
+
+
+# --- telemetry fields for the fleet store (issue 44) -------------------------------------------------------
+
+TELEMETRY_TEXT_FIELDS = ("model", "model_version", "model_sha256", "bundle_id", "profile", "runtime", "precision",
+                         "int8_kernels")  # fmt: skip
+TELEMETRY_NUMBER_FIELDS = ("latency_p50_ms", "latency_p90_ms", "fps", "temperature_c", "window_s")
+_ODD_CHARS = st.sampled_from(["\x00", "\n", "\t", "\x1b", "\x7f", "\x85", "\x9f", "\u202e", "\u200f", "\u2028",
+                              "\ufeff", "\ufffd", "😀", "\U0010fffd", "é", "'", '"', "\\", "%", "_"])  # fmt: skip
+_PLAIN_CHARS = st.characters(codec="utf-8", exclude_categories=("Cc",))
+#: Ordinary texts, texts of every length around the bounds (32, 64, 255), and short texts of control, bidi
+#: and 4-byte characters.
+FIELD_TEXT = st.one_of(
+    st.text(_PLAIN_CHARS, max_size=32),
+    st.sampled_from([0, 1, 31, 32, 33, 63, 64, 65, 254, 255, 256]).flatmap(
+        lambda n: st.text(_PLAIN_CHARS, min_size=n, max_size=n)
+    ),
+    st.text(_ODD_CHARS, min_size=1, max_size=8),
+)
+WRONG_TYPES = st.one_of(
+    st.none(), st.booleans(), st.integers(-(2**53), 2**53), st.floats(allow_nan=False, allow_infinity=False),
+    st.lists(st.integers(), max_size=2), st.dictionaries(st.text(max_size=3), st.integers(), max_size=2),
+)  # fmt: skip
+NUMBERS = st.one_of(st.floats(-1e6, 1e6), st.integers(-10, 10**6), st.floats(allow_nan=False, allow_infinity=False))
+
+
+@st.composite
+def telemetry_overrides(draw, skew_edges: bool = True) -> tuple[dict, float]:
+    """Fields to lay over a good telemetry report, and how far ahead of its arrival its timestamp is (s).
+
+    Args:
+        skew_edges: include offsets a millisecond either side of the 300 s bound (only where the arrival
+            time is exact, i.e. not through a broker).
+    """
+    fields: dict = {}
+    for name in draw(st.lists(st.sampled_from(TELEMETRY_TEXT_FIELDS), max_size=3, unique=True)):
+        fields[name] = draw(WRONG_TYPES if draw(st.integers(0, 5)) == 3 else FIELD_TEXT)
+    for name in draw(st.lists(st.sampled_from(TELEMETRY_NUMBER_FIELDS), max_size=2, unique=True)):
+        fields[name] = draw(st.one_of(WRONG_TYPES, st.text(max_size=4)) if draw(st.integers(0, 5)) == 3 else NUMBERS)
+    if draw(st.integers(0, 9)) == 7:
+        fields["device_id"] = draw(st.sampled_from(["pi-g", "", "x" * 65, 5, None]))
+    edges = [-1e9, -1.0, 0.0, 299.999, 300.0, 300.001, 3600.0] if skew_edges else [-86400.0, 0.0, 3600.0, 1e6]
+    spread = st.floats(-1e6, 1e4) if skew_edges else st.floats(-1e6, 200.0) | st.floats(400.0, 1e6)
+    return fields, draw(st.floats(-1e6, 0.0) | st.sampled_from(edges) | spread)

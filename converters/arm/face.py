@@ -154,11 +154,11 @@ def run_face_both(
     work = Path(work).resolve()
     work.mkdir(parents=True, exist_ok=True)
     args = ["--models", str(Path(models).resolve())]
-    photos = [str(Path(p).resolve()) for p in photos]
+    photo_args = [str(Path(p).resolve()) for p in photos]
     outputs = (work / "host.json", work / f"{guest.cpu.value}.json")
     extra = ["--unfused"] if host_unfused else []
     return run_both(
-        guest, RUN_FACE, lambda out: [*args, "--out", str(out), *photos], outputs, timeout, host_python, extra
+        guest, RUN_FACE, lambda out: [*args, "--out", str(out), *photo_args], outputs, timeout, host_python, extra
     )
 
 

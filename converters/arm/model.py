@@ -89,8 +89,8 @@ def check_model_folder(folder: Path | ModelFolder, guest: ArmGuest, work: Path) 
     from edge.runtime.base import LoadOptions
     from edge.runtime.ort_session import Optimization
 
-    model = folder if isinstance(folder, ModelFolder) else read_model_folder(Path(folder))  # gate passed, unchanged
-    shipped, gated, evaluation = gate_files(model)
+    passed = folder if isinstance(folder, ModelFolder) else read_model_folder(Path(folder))  # gate passed, unchanged
+    shipped, gated, evaluation = gate_files(passed)
     work = Path(work).resolve()
     work.mkdir(parents=True, exist_ok=True)
     out = work / f"{guest.cpu.value}-{shipped.stem}.npz"

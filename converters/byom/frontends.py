@@ -16,6 +16,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from converters.byom.source import SourceModel, TensorSpec, read_source, write_fixed_copy
+from edge.errors import InputError
 
 
 class Frontend(Protocol):
@@ -60,11 +61,15 @@ def read_model(path: Path) -> tuple[SourceModel, Frontend]:
         MissingDependencyError: a ``.pt2`` without torch installed.
     """
     path = Path(path)
+    if not path.exists():
+        raise InputError(f"{path}: the model file does not exist")
+    if path.is_dir():
+        raise InputError(f"{path}: is a folder; expected a model file (ONNX, a torch.export .pt2 or a float .tflite)")
     try:
         with path.open("rb") as fh:
             head = fh.read(8)
-    except OSError:
-        head = b""  # read_source names the missing file
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read the model file ({exc.strerror or exc})") from None
     if head[:4] == ZIP_MAGIC:
         from converters.byom.pt2 import read_pt2
 

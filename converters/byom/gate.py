@@ -19,7 +19,7 @@ import enum
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -97,7 +97,7 @@ def thresholds_for(profile: TargetProfile, flags: Mapping[str, float | None]) ->
     Returns:
         The thresholds, with ``given_by`` naming the flag or the profile key of each.
     """
-    values: dict[str, float | None] = {"max_abs_error": flags.get("max_abs_error")}
+    values: dict[str, Any] = {"max_abs_error": flags.get("max_abs_error")}
     given_by = {"fp32_max_abs": f"{profile.source.name} thresholds.embed_max_abs_diff_fp32"}
     given_by["max_abs_error"] = "--max-abs-error" if values["max_abs_error"] is not None else "not gated"
     for name, (key, flag) in PROFILE_KEYS.items():

@@ -77,7 +77,8 @@ def _load_proto(path: Path) -> Any:
     import onnx
 
     if not path.is_file():
-        raise InputError(f"{path}: no such model file; expected an ONNX model (.onnx) or a torch.export program (.pt2)")
+        raise InputError(f"{path}: is a folder; expected an ONNX model file" if path.is_dir() else
+                         f"{path}: the model file does not exist")  # fmt: skip
     try:
         model = onnx.load(str(path))
     except Exception as exc:  # protobuf's DecodeError, onnx's external-data errors: no common narrower base

@@ -46,6 +46,11 @@ class TfliteFrontend:
         return run_model(self.path, batches, threads)
 
 
+def _shape(dims: tuple) -> tuple[int | str, ...]:
+    """A LiteRT input's shape as the other sources give it: an int per fixed dimension, a name per dynamic one."""
+    return tuple("N" if d is None else d for d in dims)
+
+
 def is_tflite(head: bytes) -> bool:
     """True for the first 8 bytes of a TFLite flatbuffer."""
     return len(head) >= 8 and head[4:8] == TFLITE_MAGIC
@@ -66,7 +71,7 @@ def read_tflite(path: Path) -> tuple[SourceModel, TfliteFrontend]:
     except InferenceError as exc:  # a damaged file is bad input, as a corrupt .onnx is
         raise InputError(str(exc)) from exc
     with model:
-        specs = tuple(TensorSpec(s.name, np.dtype(s.dtype), tuple(s.shape)) for s in model.inputs)
+        specs = tuple(TensorSpec(s.name, np.dtype(s.dtype), _shape(s.shape)) for s in model.inputs)
         outputs = tuple(o.name for o in model.outputs)
     bad = [s for s in specs if s.dtype != np.float32]
     if bad:

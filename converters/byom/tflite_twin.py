@@ -27,6 +27,7 @@ import shutil
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -157,7 +158,7 @@ def compare_twin(twin: Path, fp32: Path, inputs: Sequence[TensorSpec], arrays: M
     names, ref = run_model(fp32, batches, 1, Optimization.ALL)
     wanted = {name: want.shape for name, want in zip(names, ref, strict=True)}
     layout, twin_inputs, twin_names, values = _run_twin(twin, inputs, arrays, wanted)
-    outputs = {}
+    outputs: dict[str, dict[str, Any]] = {}
     for name, want in zip(names, ref, strict=True):
         a, b = values[name].astype(np.float64), want.astype(np.float64)
         if a.shape != b.shape:

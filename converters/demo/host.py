@@ -14,6 +14,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 
+from converters.demo.pi import PiRun
 from converters.face.boxes import match_boxes
 from converters.face.facedata import EVAL_PHOTOS, make_eval_images
 from edge.face.gallery import Gallery
@@ -40,7 +41,7 @@ class DemoResult:
     conversion: str
     enrolled: dict[str, int]
     images: list[dict] = field(default_factory=list)
-    pi: object | None = None
+    pi: PiRun | None = None
 
     def _faces(self) -> list[dict]:
         return [f for im in self.images for f in im["faces"]]

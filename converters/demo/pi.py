@@ -88,7 +88,7 @@ def _report_latency(profile: TargetProfile, run: PiRun, outbox: Path, broker, pr
     )
     pending = client.close(timeout=10.0 if connected else 0.5)
     address = f"{broker.host}:{broker.port}" if broker is not None else None
-    progress(f"telemetry: {'sent to ' + address if connected and pending == 0 else 'kept in the outbox'}")
+    progress(f"telemetry: {f'sent to {address}' if connected and pending == 0 else 'kept in the outbox'}")
     return {
         "device_id": device_id,
         "seq": msg.seq,

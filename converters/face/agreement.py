@@ -10,7 +10,7 @@ descriptors of the same face are apart, and which faces either pipeline missed.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -203,9 +203,9 @@ def compare_pipelines(
     report.extra_detections = {"reference": 0, "ours": 0}
     vectors: dict[tuple[int, int], dict[str, np.ndarray]] = {}
     for k, image in enumerate(eval_set.images):
-        found = {
-            "ours": [(tuple(map(float, f.detection.box)), f.descriptor) for f in pipeline.analyze(image.rgb)],
-            "reference": [(tuple(map(float, f.box)), f.descriptor) for f in reference.analyze(image.rgb)],
+        found: dict[str, list[tuple[Box, np.ndarray]]] = {
+            "ours": [(_box(f.detection.box), f.descriptor) for f in pipeline.analyze(image.rgb)],
+            "reference": [(_box(f.box), f.descriptor) for f in reference.analyze(image.rgb)],
         }
         per_face = {}
         for who, faces in found.items():
@@ -219,15 +219,23 @@ def compare_pipelines(
     return report
 
 
+def _box(box: Any) -> Box:
+    x0, y0, x1, y1 = (float(v) for v in box)
+    return (x0, y0, x1, y1)
+
+
 def _face_row(image: str, identity: str, ours: tuple | None, ref: tuple | None) -> FaceRow:
-    both = ours is not None and ref is not None
     return FaceRow(
         image=image,
         identity=identity,
         found_by_reference=ref is not None,
         found_by_ours=ours is not None,
-        box_iou=iou(ours[0], ref[0]) if both else None,
-        descriptor_distance=float(np.linalg.norm(np.subtract(ours[1], ref[1], dtype=np.float64))) if both else None,
+        box_iou=iou(ours[0], ref[0]) if ours is not None and ref is not None else None,
+        descriptor_distance=(
+            float(np.linalg.norm(np.subtract(ours[1], ref[1], dtype=np.float64)))
+            if ours is not None and ref is not None
+            else None
+        ),
     )
 
 

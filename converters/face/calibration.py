@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from converters.face.facedata import calibration_images
-from edge.errors import InputError
+from edge.errors import ConversionError, InputError
 from edge.face import models as face_models
 from edge.face.align import DLIB_CHIP_SIZE
 from edge.face.detect_mtcnn import MtcnnDetector
@@ -51,6 +51,13 @@ def chip_landmarks(fp32_dir: Path) -> ShapePredictor | None:
     if FaceModel.SHAPE5.role not in entries:
         return None
     return ShapePredictor(Path(fp32_dir) / entries[FaceModel.SHAPE5.role].file)
+
+
+class _NoEmbedder:
+    """The embedder of a pipeline used only to cut chips: being called is a bug."""
+
+    def embed(self, chips: np.ndarray) -> np.ndarray:
+        raise ConversionError("calibration: the chip-cutting pipeline has no embedder")
 
 
 class _RecordingDetector(MtcnnDetector):
@@ -158,7 +165,7 @@ def collect_calibration(
     nchw = recognition.get("layout", "nchw") == "nchw"
     with _RecordingDetector({k: paths[k] for k in DETECTOR_NETS}, threads) as detector:
         # Only the pipeline's chip cutting is used.
-        pipeline = FacePipeline(detector, embedder=None, shape_predictor=chip_landmarks(fp32_dir), chip_size=chip_size)
+        pipeline = FacePipeline(detector, _NoEmbedder(), shape_predictor=chip_landmarks(fp32_dir), chip_size=chip_size)
         for name, rgb in images:
             kind = name.split("/")[0]
             sources[kind] = sources.get(kind, 0) + 1
@@ -182,8 +189,8 @@ def collect_calibration(
             kept, calib.available[net] = pnet_windows(items, MAX_SAMPLES[net], rng)
         else:
             kept = _subsample(items, MAX_SAMPLES[net], rng)
-        batch = 1 if net is FaceModel.EMBEDDER and recognition.get("batch") == 1 else FEED_BATCH[net]
-        calib.feeds[net] = _feeds(kept, batch, EMBEDDER_INPUT if net is FaceModel.EMBEDDER else MTCNN_INPUT)
+        feed_batch = 1 if net is FaceModel.EMBEDDER and recognition.get("batch") == 1 else FEED_BATCH[net]
+        calib.feeds[net] = _feeds(kept, feed_batch, EMBEDDER_INPUT if net is FaceModel.EMBEDDER else MTCNN_INPUT)
         calib.samples[net] = sum(len(next(iter(f.values()))) for f in calib.feeds[net])
     progress("calibration samples: " + ", ".join(f"{n} {calib.samples[n]} of {calib.available[n]}" for n in FACE_NETS))
     return calib

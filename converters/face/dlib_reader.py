@@ -83,6 +83,15 @@ class DlibLayer:
     hyper: dict[str, tuple[int, int] | int] = field(default_factory=dict)
     offset: int = -1
 
+    def pair(self, name: str) -> tuple[int, int]:
+        """The (y, x) hyper-parameter ``name`` (``kernel``, ``stride``, ``padding``) of a con or pool layer."""
+        value = self.hyper[name]
+        if not isinstance(value, tuple):
+            raise ConversionError(
+                f"{self.version or self.kind.value} layer {self.index}: {name} = {value}; expected (y, x)"
+            )
+        return value
+
 
 @dataclass(frozen=True)
 class DlibFaceNet:
@@ -142,13 +151,13 @@ def _ares_down() -> list[_Spec]:
 
 
 def _face_resnet_v1() -> tuple[_Spec, ...]:
-    stem = [(_K.CON, None), (_K.AFFINE, None), (_K.RELU, None), (_K.MAX_POOL, None)]
+    stem: list[_Spec] = [(_K.CON, None), (_K.AFFINE, None), (_K.RELU, None), (_K.MAX_POOL, None)]
     level4 = _ares() * 3
     level3 = _ares_down() + _ares() * 3
     level2 = _ares_down() + _ares() * 2
     level1 = _ares_down() + _ares() * 2
     level0 = _ares_down()
-    head = [(_K.AVG_POOL, None), (_K.FC, None)]
+    head: list[_Spec] = [(_K.AVG_POOL, None), (_K.FC, None)]
     return tuple(stem + level4 + level3 + level2 + level1 + level0 + head)
 
 

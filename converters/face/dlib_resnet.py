@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -73,7 +74,7 @@ def _out_side(side: int, kernel: int, stride: int, padding: int, what: str) -> i
 
 
 def _spatial(shape: _Shape, layer: DlibLayer, channels: int) -> _Shape:
-    (ky, kx), (sy, sx), (py, px) = layer.hyper["kernel"], layer.hyper["stride"], layer.hyper["padding"]
+    (ky, kx), (sy, sx), (py, px) = layer.pair("kernel"), layer.pair("stride"), layer.pair("padding")
     what = f"{layer.kind.value} layer {layer.index}"
     return (channels, _out_side(shape[1], ky, sy, py, what), _out_side(shape[2], kx, sx, px, what))
 
@@ -97,9 +98,9 @@ def _conv_step(layer: DlibLayer, affine: DlibLayer | None, shape: _Shape) -> Ste
         "conv",
         _spatial(shape, layer, weight.shape[0]),
         arrays={"weight": weight.astype(np.float32), "bias": bias.astype(np.float32)},
-        kernel=layer.hyper["kernel"],
-        stride=layer.hyper["stride"],
-        padding=layer.hyper["padding"],
+        kernel=layer.pair("kernel"),
+        stride=layer.pair("stride"),
+        padding=layer.pair("padding"),
     )
 
 
@@ -116,16 +117,16 @@ def _add_step(layer: DlibLayer, shape: _Shape, tagged: _Shape) -> Step:
 
 def _pool_step(layer: DlibLayer, shape: _Shape) -> Step:
     kind = "max_pool" if layer.kind is LayerKind.MAX_POOL else "avg_pool"
-    if layer.hyper["kernel"] == (0, 0):  # dlib's avg_pool_everything
+    if layer.pair("kernel") == (0, 0):  # dlib's avg_pool_everything
         if kind != "avg_pool":
             raise ConversionError(f"max_pool layer {layer.index}: a whole-image max pool is not supported")
         return Step("global_avg_pool", (shape[0], 1, 1))
     return Step(
         kind,
         _spatial(shape, layer, shape[0]),
-        kernel=layer.hyper["kernel"],
-        stride=layer.hyper["stride"],
-        padding=layer.hyper["padding"],
+        kernel=layer.pair("kernel"),
+        stride=layer.pair("stride"),
+        padding=layer.pair("padding"),
     )
 
 
@@ -142,7 +143,7 @@ def plan_network(net: DlibFaceNet) -> list[Step]:
         ConversionError: when shapes do not fit together or a tag is used before it is set.
     """
     shape: _Shape = (3, *net.input_size)
-    tags: dict[int, _Shape] = {}
+    tags: dict[int | None, _Shape] = {}
     steps: list[Step] = []
     layers = list(net.layers)
     i = 0
@@ -227,6 +228,7 @@ def _module_class(torch):
     """Define the embedder module (torch is imported lazily, so the class is built here)."""
     nn = torch.nn
     functional = torch.nn.functional
+    module: Any = nn.Module  # torch is a parameter here, so the base class is a value to the type checker
 
     def pad_end(x, pads: _Shape):
         if not any(pads):
@@ -234,7 +236,7 @@ def _module_class(torch):
         dc, dy, dx = pads
         return functional.pad(x, (0, dx, 0, dy, 0, dc))
 
-    class DlibEmbedder(nn.Module):
+    class DlibEmbedder(module):
         """Raw RGB chips [N, 3, H, W] (0..255) -> dlib face descriptors [N, 128]."""
 
         def __init__(self, steps: list[Step], mean: tuple[float, float, float]) -> None:

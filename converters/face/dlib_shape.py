@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import io
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -126,7 +127,12 @@ def export_shape_predictor(dat_path: Path, out_path: Path) -> Path:
     arrays = read_shape_predictor(Path(dat_path))
     out_path = Path(out_path)
     buf = io.BytesIO()
-    np.savez(buf, schema_version=np.array(SHAPE5_SCHEMA_VERSION), source=np.array(Path(dat_path).name), **arrays)
+    payload: dict[str, Any] = {
+        "schema_version": np.array(SHAPE5_SCHEMA_VERSION),
+        "source": np.array(Path(dat_path).name),
+        **arrays,
+    }
+    np.savez(buf, **payload)
     try:
         out_path.parent.mkdir(parents=True, exist_ok=True)
         out_path.write_bytes(buf.getvalue())

@@ -121,7 +121,10 @@ def _hanks_padded() -> np.ndarray:
 def _t1_faces() -> tuple[FaceAnnotation, ...]:
     boxes = [(67, 283, 176, 391), (275, 176, 365, 266), (450, 295, 558, 403), (724, 367, 833, 475),
              (870, 67, 1000, 197), (1118, 283, 1227, 391)]  # fmt: skip
-    return tuple(FaceAnnotation(f"t1_person{i + 1}", tuple(map(float, b))) for i, b in enumerate(boxes))
+    return tuple(
+        FaceAnnotation(f"t1_person{i + 1}", (float(x0), float(y0), float(x1), float(y1)))
+        for i, (x0, y0, x1, y1) in enumerate(boxes)
+    )
 
 
 #: The photos of the evaluation set.
@@ -248,7 +251,10 @@ def apply_augmentation(rgb: np.ndarray, p: dict) -> tuple[np.ndarray, np.ndarray
     ok, buf = cv2.imencode(".jpg", cv2.cvtColor(out, cv2.COLOR_RGB2BGR), [cv2.IMWRITE_JPEG_QUALITY, p["jpeg_quality"]])
     if not ok:
         raise InputError(f"JPEG encoding failed at quality {p['jpeg_quality']}")
-    return cv2.cvtColor(cv2.imdecode(buf, cv2.IMREAD_COLOR), cv2.COLOR_BGR2RGB), hom
+    decoded = cv2.imdecode(buf, cv2.IMREAD_COLOR)
+    if decoded is None:
+        raise InputError(f"JPEG decoding failed at quality {p['jpeg_quality']}")
+    return cv2.cvtColor(decoded, cv2.COLOR_BGR2RGB), hom
 
 
 def _warp_face(face: FaceAnnotation, hom: np.ndarray, shape: tuple[int, ...]) -> FaceAnnotation | None:
@@ -384,7 +390,7 @@ def _camera_moves(frames: int, size: tuple[int, int]) -> list[np.ndarray]:
     moves = []
     for i in range(frames):
         m = cv2.getRotationMatrix2D(centre, 0.4 * i, 1.0 + 0.006 * i)
-        m[:, 2] += (2.5 * i, 1.0 * i)
+        m[:, 2] += np.array((2.5 * i, 1.0 * i))
         moves.append(m)
     return moves
 

@@ -24,6 +24,7 @@ import importlib.util
 import pickle
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -53,7 +54,7 @@ def _torch():
     return require("torch", "convert", "Rebuilding the MTCNN nets")
 
 
-def _build_modules() -> dict[FaceModel, object]:
+def _build_modules() -> dict[FaceModel, Any]:
     """Define PNet/RNet/ONet as torch modules (torch is imported lazily, so classes are built here)."""
     nn = _torch().nn
     return {FaceModel.PNET: _pnet_class(nn), FaceModel.RNET: _rnet_class(nn), FaceModel.ONET: _onet_class(nn)}
@@ -182,7 +183,7 @@ def _load_state_dict(path: Path) -> dict:
     return state
 
 
-def load_mtcnn_nets(data_dir: Path | None = None) -> dict[FaceModel, object]:
+def load_mtcnn_nets(data_dir: Path | None = None) -> dict[FaceModel, Any]:
     """Build PNet, RNet and ONet and load facenet-pytorch's pretrained weights into them.
 
     Args:
@@ -210,14 +211,14 @@ def load_mtcnn_nets(data_dir: Path | None = None) -> dict[FaceModel, object]:
     return nets
 
 
-def _dummy_input(name: str, batch: int, rng: np.random.Generator, hw: tuple[int, int] = (40, 52)):
+def _dummy_input(name: FaceModel, batch: int, rng: np.random.Generator, hw: tuple[int, int] = (40, 52)):
     side = INPUT_SIDE.get(name)
     h, w = (side, side) if side else hw
     # Same range as real inputs: (pixel - 127.5) * 0.0078125 lies in [-1, 1].
     return rng.uniform(-1.0, 1.0, size=(batch, 3, h, w)).astype(np.float32)
 
 
-def _export_one(name: str, net, path: Path) -> None:
+def _export_one(name: FaceModel, net, path: Path) -> None:
     torch = _torch()
     batch = torch.export.Dim("N", min=1, max=65536)
     if name in INPUT_SIDE:
@@ -244,7 +245,7 @@ def _export_one(name: str, net, path: Path) -> None:
 
 
 def compare_with_torch(
-    nets: dict[FaceModel, object], onnx_paths: dict[FaceModel, Path], seed: int = 0
+    nets: dict[FaceModel, Any], onnx_paths: dict[FaceModel, Path], seed: int = 0
 ) -> dict[FaceModel, float]:
     """Run each ONNX net and its torch net on seeded inputs and return the max abs difference per net.
 
@@ -266,7 +267,7 @@ def compare_with_torch(
     rng = np.random.default_rng(seed)
     worst: dict[FaceModel, float] = {}
     problems: list[str] = []
-    cases = {
+    cases: dict[FaceModel, list[tuple]] = {
         FaceModel.PNET: [(1, (12, 12)), (2, (37, 61)), (1, (120, 90))],
         FaceModel.RNET: [(1,), (7,)],
         FaceModel.ONET: [(1,), (7,)],

@@ -18,6 +18,7 @@ verdict (an AVX2-only host's u8s8 kernels saturate; docs/quantization.md, "What 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -26,6 +27,7 @@ import numpy as np
 from converters.face.boxes import MIN_IOU, iou, match_boxes
 from converters.face.facedata import EvalSet
 from edge.cosine import row_cosines
+from edge.errors import ConversionError
 from edge.face.detect_mtcnn import MtcnnDetector
 from edge.face.embed import FaceEmbedder
 from edge.face.models import DETECTOR_NETS, FaceModel
@@ -46,6 +48,13 @@ EVALUATED_AS = (
 TWIN_MIN_IOU = 0.5
 
 Key = tuple[int, int]  # (image index, annotated face index)
+
+
+class _NoDetector:
+    """The detector of a pipeline given its detections: being called is a bug."""
+
+    def detect(self, rgb: np.ndarray) -> list[Detection]:
+        raise ConversionError("quantization gate: the embedding pipeline is given its detections; it has no detector")
 
 
 @dataclass
@@ -73,7 +82,7 @@ def _faces_of(eval_set: EvalSet, k: int, dets: list[Detection]) -> dict[int, int
 
 def fp32_reference(
     eval_set: EvalSet,
-    nets: dict[str, Path],
+    nets: Mapping[FaceModel, Path],
     threads: int = 1,
     shape_predictor: ShapePredictor | None = None,
     threshold: float = DLIB_SAME_PERSON_THRESHOLD,
@@ -228,7 +237,7 @@ class DetectorStats:
 
 
 def evaluate_detector(
-    ref: Fp32Reference, nets: dict[str, Path], threads: int = 1, optimization: Optimization = Optimization.ALL
+    ref: Fp32Reference, nets: Mapping[FaceModel, Path], threads: int = 1, optimization: Optimization = Optimization.ALL
 ) -> tuple[DetectorStats, list]:
     """Run the cascade made of ``nets`` on the evaluation images and compare with fp32.
 
@@ -257,7 +266,7 @@ def evaluate_detector(
 
 def evaluate_end_to_end(
     ref: Fp32Reference,
-    nets: dict[str, Path],
+    nets: Mapping[FaceModel, Path],
     found: list,
     threads: int = 1,
     optimization: Optimization = Optimization.ALL,
@@ -266,7 +275,9 @@ def evaluate_end_to_end(
     keys, chips = [], []
     # The candidate's detections are given: the pipeline only cuts chips and embeds them.
     embedder = FaceEmbedder(nets[FaceModel.EMBEDDER], threads=threads, optimization=optimization)
-    with FacePipeline(None, embedder, shape_predictor=ref.shape_predictor, chip_size=embedder.chip_size) as pipe:
+    with FacePipeline(
+        _NoDetector(), embedder, shape_predictor=ref.shape_predictor, chip_size=embedder.chip_size
+    ) as pipe:
         for k, image in enumerate(ref.eval_set.images):
             for i, j in sorted(_faces_of(ref.eval_set, k, found[k]).items()):
                 keys.append((k, i))

@@ -65,7 +65,7 @@ class QuantBuild:
     precision: Precision
     mode: QuantMode
     out_dir: Path
-    settings: dict[str, QuantSettings]
+    settings: dict[FaceModel, QuantSettings]
     models: list[face_models.ModelEntry]
     onnx_files: dict[str, dict]
     ort_files: dict[str, dict]
@@ -190,7 +190,7 @@ def _file_info(path: Path) -> dict:
     return {"file": path.name, "size": path.stat().st_size, "sha256": file_sha256(path)}
 
 
-def _quantize_all(fp32, out_dir, settings, calib: CalibrationSet | None, tag: str, progress) -> dict[str, Path]:
+def _quantize_all(fp32, out_dir, settings, calib: CalibrationSet | None, tag: str, progress) -> dict[FaceModel, Path]:
     out = {}
     for net, path in fp32.items():
         if net not in settings:
@@ -203,7 +203,9 @@ def _quantize_all(fp32, out_dir, settings, calib: CalibrationSet | None, tag: st
     return out
 
 
-def _entries(fp32_dir: Path, out_dir: Path, shipped: dict[str, Path], fmt: str, precisions: dict[str, str]) -> list:
+def _entries(
+    fp32_dir: Path, out_dir: Path, shipped: dict[FaceModel, Path], fmt: str, precisions: dict[FaceModel, str]
+) -> list:
     """models.json entries: the nets as shipped, then every other role of the fp32 folder copied as it is."""
     sources = face_models.read_models_file(fp32_dir)
     entries = [
@@ -221,8 +223,8 @@ def _entries(fp32_dir: Path, out_dir: Path, shipped: dict[str, Path], fmt: str, 
 
 
 def _ort_copies(
-    quantized: dict[str, Path], out_dir: Path, profile: TargetProfile, progress: ProgressFn
-) -> tuple[dict[str, Path], dict[str, dict], str | None]:
+    quantized: dict[FaceModel, Path], out_dir: Path, profile: TargetProfile, progress: ProgressFn
+) -> tuple[dict[FaceModel, Path], dict[str, dict], str | None]:
     """ORT-format copies for the profile's CPU: (files to ship by net, their info, target platform).
 
     The browser has no ORT-format build: it ships the .onnx files.
@@ -258,7 +260,11 @@ def _int8_arithmetic(profile: TargetProfile) -> str:
 
 
 def _evaluate(
-    reference: Fp32Reference | None, fp32_dir: Path, candidate: dict[str, Path], threads: int, progress: ProgressFn
+    reference: Fp32Reference | None,
+    fp32_dir: Path,
+    candidate: dict[FaceModel, Path],
+    threads: int,
+    progress: ProgressFn,
 ) -> tuple:
     """The candidate nets against fp32 on the evaluation set: (embedder, detector, end-to-end) results.
 

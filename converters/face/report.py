@@ -28,7 +28,7 @@ def write_histogram(path: Path, cosines: np.ndarray, threshold: float, build: Qu
     fig, ax = plt.subplots(figsize=(7, 4), dpi=100)
     try:
         lo = min(float(np.min(cosines)), threshold) - 1e-4
-        ax.hist(cosines, bins=np.linspace(lo, 1.0, 41), color="#3b6ea8", edgecolor="white")
+        ax.hist(cosines, bins=np.linspace(lo, 1.0, 41).tolist(), color="#3b6ea8", edgecolor="white")
         ax.axvline(threshold, color="#c0392b", linestyle="--", label=f"gate: mean >= {threshold:g}")
         ax.axvline(float(np.mean(cosines)), color="#27ae60", label=f"mean {np.mean(cosines):.5f}")
         ax.set_xlabel("cosine similarity to the fp32 descriptor (same chip)")

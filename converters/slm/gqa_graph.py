@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from converters.slm.export import OPSET, decoder_shape, read_config
-from edge.errors import InputError, require
+from edge.errors import ConversionError, InputError, require
 from edge.text.decoder import KV_CACHE_KEY, KV_SHARED_BUFFER
 
 _MS = "com.microsoft"
@@ -174,6 +174,8 @@ def build_gqa_onnx(hf_dir: Path, out_path: Path, context_length: int | None = No
     residual = None
     for i in range(shape.num_layers):
         x, residual = _layer(g, w, i, x, residual, attrs, eps)
+    if residual is None:
+        raise ConversionError(f"num_hidden_layers = {shape.num_layers}; expected at least 1 decoder layer")
     gamma = g.init("model.norm.weight", w["model.norm.weight"])
     h, _ = g.skip_norm(x, residual, gamma, "/norm", eps, keep_sum=False)
     g.nodes.append(helper.make_node("MatMul", [h, head], ["logits"], name="/lm_head/MatMul"))

@@ -247,10 +247,10 @@ def _scales3(w: _Writer, table: _Table) -> str:
     return name
 
 
-def _rows(w: _Writer, table: _Table, ids: tuple[str, int], out: str) -> str:
-    """``GatherBlockQuantized``: rows ``ids`` (name, rank) of the 8-bit ``[N, K]`` table, dequantized
+def _rows(w: _Writer, table: _Table, index: tuple[str, int], out: str) -> str:
+    """``GatherBlockQuantized``: rows ``index`` (name, rank) of the 8-bit ``[N, K]`` table, dequantized
     exactly -> ``out`` of shape ``ids.shape + [K]``."""
-    ids, rank = ids
+    ids, rank = index
     blocks = f"{out}_blocks"
     w.nodes.append(
         w.helper.make_node(

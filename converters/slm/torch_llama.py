@@ -7,6 +7,8 @@ with q/k/v biases); parameter names match HF's so ``model.safetensors`` loads as
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import nn
 from torch.nn import functional as F  # noqa: N812
@@ -120,6 +122,8 @@ class _Body(nn.Module):
 
 
 class LlamaDecoder(nn.Module):
+    inv_freq: torch.Tensor  # a buffer: typed here, as register_buffer leaves it untyped
+
     """``forward(input_ids, attention_mask, position_ids, *past) -> (logits, *present)``.
 
     ``past`` is ``key_0, value_0, key_1, value_1, ...``, each ``[batch, kv_heads, past_seq, head_dim]``.
@@ -139,6 +143,7 @@ class LlamaDecoder(nn.Module):
 
     def fuse_projections(self) -> LlamaDecoder:
         """Fuse Q/K/V and gate/up into single projections for export (call after loading weights)."""
+        layer: Any
         for layer in self.model.layers:
             layer.self_attn.fuse()
             layer.mlp.fuse()

@@ -441,12 +441,12 @@ def _run_tflite(runner: Any, inputs: tuple[TensorInfo, ...], outputs: tuple[Tens
             f"sample shape {list(chip.shape)} (NHWC {list(x.shape)}) does not fit the input {list(spec.shape)}"
         )
     if spec.scale is not None:
-        x = quantize(x, spec.scale, spec.zero_point, np.dtype(spec.dtype))
+        x = quantize(x, spec.scale, spec.zero_point or 0, np.dtype(spec.dtype))
     raw = runner(**{spec.name: x})
     result = {}
     for out in outputs:
         y = raw[out.name]
-        y = dequantize(y, out.scale, out.zero_point) if out.scale is not None else y.astype(np.float32)
+        y = dequantize(y, out.scale, out.zero_point or 0) if out.scale is not None else y.astype(np.float32)
         result[out.name] = np.transpose(y, (0, 3, 1, 2)) if y.ndim == 4 else y
     return result
 

@@ -19,6 +19,7 @@ import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -45,7 +46,7 @@ def _import_tflite():
 class _Graph:
     """The ONNX graph being built, and what is known about each TFLite tensor."""
 
-    sub: object  # tflite.SubGraph
+    sub: Any  # tflite.SubGraph (the tflite package is imported lazily)
     values: dict[int, np.ndarray]  # constant tensors (weights), by TFLite tensor index
     nodes: list = field(default_factory=list)
     initializers: list = field(default_factory=list)
@@ -62,7 +63,7 @@ class _Graph:
         self._count += 1
         return f"{stem}_{self._count}"
 
-    def const(self, stem: str, array: np.ndarray) -> str:
+    def const(self, stem: str, array: np.ndarray | np.generic) -> str:
         from onnx import numpy_helper
 
         name = self.fresh(stem)
@@ -83,7 +84,7 @@ def _options(tflite, op, cls_name: str):
     return options
 
 
-def _same_pads(in_hw: tuple[int, int], kernel: tuple[int, int], stride: tuple[int, int], dilation=(1, 1)) -> list:
+def _same_pads(in_hw: tuple[int, ...], kernel: tuple[int, ...], stride: tuple[int, int], dilation=(1, 1)) -> list:
     """TensorFlow's SAME padding as ONNX pads [top, left, bottom, right] (the extra pixel at the end)."""
     begin, end = [], []
     for size, k, s, d in zip(in_hw, kernel, stride, dilation, strict=True):

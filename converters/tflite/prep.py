@@ -53,12 +53,13 @@ def fixed_input_shape(onnx_path: Path, input_name: str, input_shape: tuple[int, 
             f"{onnx_path}: input {input_name!r} has dynamic dimensions {list(onnx_shape)}; "
             "pass input_shape=(1, C, H, W) to convert at a fixed size"
         )
-    if shape[0] != 1 or any(d < 1 for d in shape):
+    fixed = tuple(int(d) for d in shape if d is not None)
+    if len(fixed) != 4 or fixed[0] != 1 or any(d < 1 for d in fixed):
         raise InputError(f"input_shape = {list(shape)}; expected (1, C, H, W) with positive sizes")
-    for want, have in zip(onnx_shape, shape, strict=True):
+    for want, have in zip(onnx_shape, fixed, strict=True):
         if want is not None and want != have:
             raise InputError(f"input_shape = {list(shape)} does not fit the model's {list(onnx_shape)}")
-    return tuple(int(d) for d in shape)
+    return fixed
 
 
 def write_sample_data(work_dir: Path, samples: np.ndarray | None = None) -> Path:

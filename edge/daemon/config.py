@@ -117,6 +117,7 @@ class UpdateSettings:
 
     max_bytes: int
     download_timeout_s: float
+    min_bytes_per_s: int
     max_latency_ms: float
     bench_runs: int
     crash_limit: int
@@ -160,6 +161,8 @@ _DEFAULT_STATE: Any = object()  # "a file or folder under state_dir", resolved a
 #: Most threads a thread-count key accepts (more only costs memory: a Pi has 4 cores).
 MAX_THREADS = 256
 _DAY_S = 86_400.0
+#: ``update.min_bytes_per_s``'s default: a server that trickles fails after the grace period, not at the deadline.
+DEFAULT_MIN_BYTES_PER_S = 4096
 
 
 def _seconds(default: float, low_open: bool = True, high: float = _DAY_S) -> Field:
@@ -231,6 +234,8 @@ _SCHEMA: Schema = {
     "update": {
         "max_bytes": Field(int, 1 << 30, low=1024, high=1 << 34),
         "download_timeout_s": _seconds(600.0),
+        # Least average download speed, from edge.update.download.SPEED_GRACE_S after the request on (0: off).
+        "min_bytes_per_s": Field(int, DEFAULT_MIN_BYTES_PER_S, low=0, high=1 << 30),
         "max_latency_ms": Field(float, 1000.0, low=0.0, high=600_000.0, low_open=True),
         "bench_runs": Field(int, 10, low=1, high=10_000),
         "crash_limit": Field(int, 3, low=1, high=100),

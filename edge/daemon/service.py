@@ -5,10 +5,10 @@ Crash safety: a frame's result goes into the outbox with the frame's receipt in 
 a frame counts as done only if its receipt is there (``edge.daemon.sources.receipt_key``), so a crash
 neither loses a frame nor reports it twice. The loop never waits for the disk: the outbox's writer thread
 group-commits results. Background threads only move bytes: the outbox writer, the telemetry link that
-drains the outbox, the inbound link that queues commands and requests. SIGTERM/SIGINT set a flag: the
-loop finishes the frame in hand, stops reading, reports a last telemetry window, and closes the telemetry
-client, which commits the outbox and waits up to ``telemetry.flush_timeout_s`` for the broker (what is
-left is sent after the next start).
+drains the outbox, the inbound link that queues commands and requests, an update's download. SIGTERM/SIGINT
+set a flag: the loop finishes the frame in hand, stops reading, cancels a download, reports a last
+telemetry window, and closes the telemetry client, which commits the outbox and waits up to
+``telemetry.flush_timeout_s`` for the broker (what is left is sent after the next start).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from edge.daemon.listener import Listener, command_topic, text_request_topic
 from edge.daemon.sources import Frame, open_source, receipt_key
 from edge.daemon.state import StateStore
 from edge.daemon.text_service import TextService
-from edge.daemon.updater import Updater
+from edge.daemon.updater import Finished, Updater
 from edge.errors import EdgeDeployError, InputError, TelemetryError
 from edge.face.models import embedder_role, read_models_file, running_of
 from edge.imageio import DEFAULT_MAX_PIXELS
@@ -154,6 +154,8 @@ class Daemon:
         self._held: list[tuple[Message, str | None]] = []
         self._suppressed = 0
         self._announced = False
+        #: An accepted update is proven by the next telemetry naming the new bundle (fleet rollout): send it now.
+        self._telemetry_now = False
 
     # -- control --------------------------------------------------------------------------------------
 
@@ -221,6 +223,7 @@ class Daemon:
                 self.summary.serve_s = time.monotonic() - serving
             done = self.summary
             log.info("%d frames in %.1f s of serving (%s frames/s)", done.frames, done.serve_s, done.frames_per_s)
+            self._answer_update(self._updater.stop())  # a download under way is cancelled
             self._updater.on_clean_stop()
         finally:
             self._shutdown(stack)
@@ -269,15 +272,15 @@ class Daemon:
         next_frame_at = 0.0
         while not self._stop.is_set():
             self._client.check()
-            self._updater.tick()
+            self._answer_update(self._updater.tick())
             if self._held and not self._release_held():
                 self._stop.wait(_HELD_WAIT_S)
                 continue
             self._handle_inbound()
             now = time.monotonic()
-            if now >= next_telemetry:
+            if now >= next_telemetry or self._telemetry_now:
                 self._report(window.telemetry(read_soc_state().temperature_c, self._running()))
-                window, next_telemetry = Window(), now + cfg.telemetry.interval_s
+                window, next_telemetry, self._telemetry_now = Window(), now + cfg.telemetry.interval_s, False
             if cfg.source.max_frames and self.summary.frames >= cfg.source.max_frames:
                 self._source.exhausted = True
             frame = None
@@ -407,14 +410,29 @@ class Daemon:
             return
         self.summary.commands += 1
         log.info("command %s (nonce %s) accepted", command.name, command.nonce)
-        base = {"cmd": command.name, "nonce": command.nonce}
         try:
-            data = {**base, **self._execute(command)}
+            data = self._execute(command)
         except EdgeDeployError as exc:
-            log.error("command %s (nonce %s) failed: %s", command.name, command.nonce, exc)
-            self._report(Result(task=TASK_FAILED, data={**base, "error": str(exc)}))
+            self._answer(command.name, command.nonce, error=exc)
             return
-        self._report(Result(task=TASK_DONE, data=data))
+        if data is not None:  # None: an update, answered when it ends (_answer_update)
+            self._answer(command.name, command.nonce, data)
+
+    def _answer(self, cmd: str, nonce: str, data: dict | None = None, error: EdgeDeployError | None = None) -> None:
+        """Report how a command ended: ``command.done`` with ``data``, or ``command.failed`` with ``error``."""
+        base = {"cmd": cmd, "nonce": nonce}
+        if error is not None:
+            log.error("command %s (nonce %s) failed: %s", cmd, nonce, error)
+            self._report(Result(task=TASK_FAILED, data={**base, "error": str(error)}))
+        else:
+            self._report(Result(task=TASK_DONE, data={**base, **(data or {})}))
+
+    def _answer_update(self, finished: Finished | None) -> None:
+        if finished is not None:  # an update command ended (Updater.tick / stop)
+            self._answer("update", finished.nonce, finished.data, finished.error)
+            # The next telemetry names the new bundle at once: a rollout takes it as the proof of acceptance.
+            if (finished.data or {}).get("outcome") == "accepted":
+                self._telemetry_now = True
 
     def _reject(self, exc: CommandRejected) -> None:
         self.summary.rejected += 1
@@ -429,13 +447,14 @@ class Daemon:
         self._suppressed = 0
         self._report(Result(task=TASK_REJECTED, data=data))
 
-    def _execute(self, command: Command) -> dict[str, Any]:
+    def _execute(self, command: Command) -> dict[str, Any] | None:
         if command.name == "bench":
             return self._bench(command.args)
         if command.name == "reload":
             return self._face.reload()
-        if command.name == "update":
-            return self._updater.run(command.args, command.nonce, self._face.use_models, self._text.use_model_dir)
+        if command.name == "update":  # downloads in the background; the loop goes on
+            self._updater.begin(command.args, command.nonce, self._face.use_models, self._text.use_model_dir)
+            return None
         return self._face.enroll()
 
     def _bench(self, args: dict[str, Any]) -> dict[str, Any]:

@@ -26,7 +26,7 @@ import functools
 from collections.abc import Mapping
 from enum import Enum
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, Self
 
 import numpy as np
 
@@ -397,7 +397,7 @@ class MtcnnDetector:
 
     def __init__(
         self,
-        model_dir: Path | Mapping[str, Path],
+        model_dir: Path | Mapping[FaceModel, Path] | Mapping[str, Path],
         threads: int = 1,
         min_face_size: int = DEFAULT_MIN_FACE_SIZE,
         thresholds: tuple[float, float, float] = (0.6, 0.7, 0.7),
@@ -451,7 +451,7 @@ class MtcnnDetector:
             model.close()
         self._sessions = None
 
-    def __enter__(self) -> MtcnnDetector:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:

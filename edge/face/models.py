@@ -8,6 +8,7 @@ guessing from file names.
 from __future__ import annotations
 
 import enum
+import hashlib
 import json
 import stat
 from collections.abc import Collection
@@ -169,20 +170,28 @@ def _checked_entry(path: Path, i: int, raw: object) -> ModelEntry:
     return entry
 
 
-def _models_json(folder: Path) -> dict:
-    """``folder/models.json`` parsed (size- and depth-limited), its schema version checked."""
+def _models_bytes(folder: Path) -> bytes:
+    """The bytes of ``folder/models.json`` (never through a link), at most ``MAX_MODELS_FILE_BYTES`` + 1."""
+    from edge.bundle import read_bundle_file
+
+    path = Path(folder) / MODELS_FILE
+    try:
+        return read_bundle_file(path, MAX_MODELS_FILE_BYTES + 1)
+    except FileNotFoundError:
+        raise InputError(
+            f"{path}: not found; expected a models folder written by 'edge-deploy convert face' (with {MODELS_FILE})"
+        ) from None
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read ({exc.strerror})") from None
+
+
+def _models_json(folder: Path, raw: bytes | None = None) -> dict:
+    """``folder/models.json`` (or its bytes ``raw``) parsed (size- and depth-limited), its schema version checked."""
     from edge.payload import PayloadError, parse_json
 
     path = Path(folder) / MODELS_FILE
-    if not path.is_file():
-        raise InputError(
-            f"{path}: not found; expected a models folder written by 'edge-deploy convert face' (with {MODELS_FILE})"
-        )
     try:
-        with open(path, "rb") as fh:
-            data = parse_json(fh.read(MAX_MODELS_FILE_BYTES + 1), str(path), MAX_MODELS_FILE_BYTES)
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read ({exc.strerror})") from None
+        data = parse_json(_models_bytes(folder) if raw is None else raw, str(path), MAX_MODELS_FILE_BYTES)
     except PayloadError as exc:
         raise InputError(str(exc)) from None
     if not isinstance(data, dict) or data.get("schema_version") != MODELS_SCHEMA_VERSION:
@@ -296,12 +305,13 @@ def running_of(folder: Path, role: str | None = None) -> dict[str, str]:
     entry = read_models_file(folder).get(role)
     if entry is None:
         raise InputError(f"{path}: no model with role {role!r}")
-    data = json.loads(path.read_text(encoding="utf-8"))
+    raw = _models_bytes(folder)
+    data = _models_json(folder, raw)
     return {
         "model": Path(entry.file).stem,
         "model_version": str(data.get("tool_version", "")),
         "model_sha256": entry.sha256,
-        "bundle_id": file_sha256(path)[:16],
+        "bundle_id": hashlib.sha256(raw).hexdigest()[:16],
         "profile": str(data.get("target", "")),
         "runtime": default_backend_name(ModelFormat(entry.format)) if entry.format in {f.value for f in ModelFormat}
         else entry.format,

@@ -1,7 +1,8 @@
 """Plot fleet telemetry into a PNG with plain OpenCV drawing (cv2 is already in the device extra).
 
 Three stacked panels share the time axis (seconds since the first report): latency p50 (thick) and p90
-(thin) in milliseconds, frames per second, and SoC temperature. One colour per device, legend on top.
+(thin) in milliseconds, frames per second, and SoC temperature. One colour per device, legend on top; at
+most ``MAX_DEVICES`` devices are drawn (those with the most rows), the legend counts the rest.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ _W, _H = 1000, 780
 _LEFT, _RIGHT, _TOP, _PANEL_H, _GAP = 80, 20, 50, 200, 40
 #: BGR colours, one per device (cycled).
 _PALETTE = ((180, 119, 31), (14, 127, 255), (44, 160, 44), (40, 39, 214), (189, 103, 148), (75, 86, 140))
+#: Devices drawn, one colour each (the legend says how many more were left out).
+MAX_DEVICES = len(_PALETTE)
 _PANELS = (
     ("latency ms (p50 thick, p90 thin)", ("latency_p50_ms", "latency_p90_ms")),
     ("frames per second", ("fps",)),
@@ -38,31 +41,40 @@ def plot_telemetry(rows: list[dict], path: Path) -> Path:
     cv2 = require("cv2", "device", "Plotting telemetry")
     np = require("numpy", "device", "Plotting telemetry")
     img = np.full((_H, _W, 3), 255, np.uint8)
-    devices = sorted({r["device_id"] for r in rows})
-    t0 = min((r["timestamp"] for r in rows), default=0.0)
-    t1 = max((r["timestamp"] for r in rows), default=1.0)
+    by_device: dict[str, list[dict]] = {}
+    for r in rows:
+        by_device.setdefault(r["device_id"], []).append(r)
+    devices = sorted(sorted(by_device), key=lambda d: -len(by_device[d]))[:MAX_DEVICES]
+    drawn = [r for d in devices for r in by_device[d]]
+    t0 = min((r["timestamp"] for r in drawn), default=0.0)
+    t1 = max((r["timestamp"] for r in drawn), default=1.0)
     span = max(t1 - t0, 1e-6)
     for i, device in enumerate(devices):
-        colour = _PALETTE[i % len(_PALETTE)]
-        x = _LEFT + 160 * i
-        cv2.line(img, (x, 22), (x + 24, 22), colour, 3)
-        cv2.putText(img, device[:16], (x + 30, 27), cv2.FONT_HERSHEY_SIMPLEX, 0.45, (0, 0, 0), 1, cv2.LINE_AA)
+        x = _LEFT + 150 * i
+        cv2.line(img, (x, 22), (x + 24, 22), _PALETTE[i], 3)
+        cv2.putText(img, device[:14], (x + 30, 27), cv2.FONT_HERSHEY_SIMPLEX, 0.45, (0, 0, 0), 1, cv2.LINE_AA)
+    if len(by_device) > len(devices):
+        more = f"+{len(by_device) - len(devices)} more"
+        cv2.putText(img, more, (_W - _RIGHT - 90, 42), cv2.FONT_HERSHEY_SIMPLEX, 0.4, (0, 0, 0), 1, cv2.LINE_AA)
     for p, (title, fields) in enumerate(_PANELS):
         top = _TOP + p * (_PANEL_H + _GAP)
-        values = [r[f] for r in rows for f in fields if r.get(f) is not None]
+        values = [r[f] for r in drawn for f in fields if r.get(f) is not None]
         lo, hi = (min(values), max(values)) if values else (0.0, 1.0)
         if hi - lo < 1e-9:
             lo, hi = lo - 1.0, hi + 1.0
         _axes(cv2, img, top, title, lo, hi, t0, span)
         for i, device in enumerate(devices):
-            mine = [r for r in rows if r["device_id"] == device]
             for j, f in enumerate(fields):
-                pts = [(_x(r["timestamp"], t0, span), _y(r[f], lo, hi, top)) for r in mine if r.get(f) is not None]
+                pts = [
+                    (_x(r["timestamp"], t0, span), _y(r[f], lo, hi, top))
+                    for r in by_device[device]
+                    if r.get(f) is not None
+                ]
                 if len(pts) >= 2:
                     arr = np.array(pts, np.int32).reshape(-1, 1, 2)
-                    cv2.polylines(img, [arr], False, _PALETTE[i % len(_PALETTE)], 2 if j == 0 else 1, cv2.LINE_AA)
+                    cv2.polylines(img, [arr], False, _PALETTE[i], 2 if j == 0 else 1, cv2.LINE_AA)
                 if len(pts) == 1:
-                    cv2.circle(img, pts[0], 3, _PALETTE[i % len(_PALETTE)], -1)
+                    cv2.circle(img, pts[0], 3, _PALETTE[i], -1)
     path = Path(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -34,7 +34,11 @@ MAX_MESSAGE_BYTES = 256 * 1024
 #: Deepest nesting a reader accepts (a face result: message -> data -> faces -> face -> box = 5).
 MAX_MESSAGE_DEPTH = 16
 
+#: Longest text of a string field a reader accepts, in characters (``TEXT_BOUNDS`` names the exceptions).
+MAX_TEXT = 64
+
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$")
+_CONTROL_RE = re.compile(r"[\x00-\x1f\x7f-\x9f]")  # Unicode category Cc
 _PREFIX_RE = re.compile(r"^[A-Za-z0-9_.:-]+(/[A-Za-z0-9_.:-]+)*$")
 
 
@@ -161,6 +165,12 @@ class Result(_Message):
 
 Message = Status | Telemetry | BenchReport | Result
 
+#: String fields whose bound is not ``MAX_TEXT`` characters: a model name is a file's stem (a file name has at
+#: most 255 bytes), a bench report's model ``role:file name``; a precision is a word (``int8``). These bounds
+#: keep the fleet store's key of what a device runs (device id + ``RUNNING_FIELDS``) within PostgreSQL's index
+#: row limit (2,704 bytes) even in 4-byte characters.
+TEXT_BOUNDS: dict[type, dict[str, int]] = {Telemetry: {"model": 255, "precision": 32}, BenchReport: {"model": 320}}
+
 _CLASSES: dict[MessageKind, type[_Message]] = {
     MessageKind.STATUS: Status,
     MessageKind.TELEMETRY: Telemetry,
@@ -254,7 +264,7 @@ def check_fields(message: Message, envelope: bool = True) -> dict[str, Any]:
     kind = kind_of(message)
     body: dict[str, Any] = {"type": kind.value}
     cls: type = type(message)  # as a plain type: mypy takes a frozen dataclass's class for unhashable
-    for name, plain, hint in _checks(cls):
+    for name, plain, hint, bound in _checks(cls):
         value = getattr(message, name)
         if not envelope and name in ("device_id", "seq"):
             body[name] = value
@@ -264,6 +274,7 @@ def check_fields(message: Message, envelope: bool = True) -> dict[str, Any]:
             type(value) in plain
             and (type(value) is not float or math.isfinite(value))
             and (type(value) is not int or value >= 0)
+            and (type(value) is not str or bound is None or (len(value) <= bound and not _CONTROL_RE.search(value)))
         ):
             body[name] = value
             continue
@@ -272,7 +283,7 @@ def check_fields(message: Message, envelope: bool = True) -> dict[str, Any]:
                 f"{kind.value} message from {message.device_id!r}: field {name!r} = {value!r}; expected a finite number"
             )
         value = value.value if isinstance(value, enum.Enum) else value
-        _convert(f"{kind.value} message to send", name, value, hint)
+        _convert(f"{kind.value} message to send", name, value, hint, bound)
         body[name] = value
     if envelope:
         check_name(f"{kind.value} message to send: field 'device_id'", message.device_id)
@@ -324,7 +335,8 @@ def from_json(data: str | bytes, source: str = "message") -> Message:
 
     Raises:
         TelemetryError: naming ``source`` and the field if the JSON is malformed, the type unknown, the
-            schema version different from ``SCHEMA_VERSION``, a field missing, unknown or of the wrong type.
+            schema version different from ``SCHEMA_VERSION``, a field missing, unknown or of the wrong type, or
+            a string longer than its bound (``MAX_TEXT``, ``TEXT_BOUNDS``) or holding a control character.
     """
     try:
         body = parse_json(data, source, MAX_MESSAGE_BYTES, MAX_MESSAGE_DEPTH)
@@ -344,6 +356,7 @@ def from_json(data: str | bytes, source: str = "message") -> Message:
         )
     cls = _CLASSES[MessageKind(raw_kind)]
     fields, hints, names = _layout(cast(type, cls))  # a plain type: mypy takes the class for unhashable
+    bounds = _bounds(cast(type, cls))
     too_new = {name for name in body if _SINCE.get(name, 1) > version}
     unknown = sorted((set(body) - names) | too_new)
     if unknown:
@@ -354,7 +367,7 @@ def from_json(data: str | bytes, source: str = "message") -> Message:
             if _required(f):
                 raise TelemetryError(f"{source}: field {f.name!r} is missing from a {raw_kind} message")
             continue
-        values[f.name] = _convert(source, f.name, body[f.name], hints[f.name])
+        values[f.name] = _convert(source, f.name, body[f.name], hints[f.name], bounds.get(f.name))
     message = cls(**values)
     check_name(f"{source}: field 'device_id'", message.device_id)
     return message  # type: ignore[return-value]
@@ -368,8 +381,17 @@ def _layout(cls: type) -> tuple[tuple[dataclasses.Field, ...], dict[str, Any], f
 
 
 @functools.cache
-def _checks(cls: type) -> tuple[tuple[str, frozenset[type], Any], ...]:
-    """Per field of a message class: its name, the plain types a value may have as is, its type hint."""
+def _bounds(cls: type) -> dict[str, int]:
+    """The longest text each string field of a message class may hold (``device_id``: see ``check_name``)."""
+    fields, hints, _ = _layout(cls)
+    special = TEXT_BOUNDS.get(cls, {})
+    return {f.name: special.get(f.name, MAX_TEXT) for f in fields if hints[f.name] is str and f.name != "device_id"}
+
+
+@functools.cache
+def _checks(cls: type) -> tuple[tuple[str, frozenset[type], Any, int | None], ...]:
+    """Per field of a message class: its name, the plain types a value may have as is, its type hint, and the
+    longest text it may hold (``device_id`` is checked by ``check_name``)."""
     fields, hints, _ = _layout(cls)
     out = []
     for f in fields:
@@ -377,7 +399,7 @@ def _checks(cls: type) -> tuple[tuple[str, frozenset[type], Any], ...]:
         options = typing.get_args(hint) if isinstance(hint, types.UnionType) else (hint,)
         plain = {o for o in options if o in (int, float, str, type(None))}
         plain |= {dict for o in options if typing.get_origin(o) is dict}
-        out.append((f.name, frozenset(plain), hint))
+        out.append((f.name, frozenset(plain), hint, _bounds(cls).get(f.name)))
     return tuple(out)
 
 
@@ -399,15 +421,32 @@ def _required(f: dataclasses.Field) -> bool:
     return f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
 
 
-def _convert(source: str, name: str, value: Any, hint: Any) -> Any:
-    """Check one JSON value against a field's type hint and return it as the field's type."""
+def _convert(source: str, name: str, value: Any, hint: Any, bound: int | None = None) -> Any:
+    """Check one JSON value against a field's type hint (and a string against ``bound``); return it as the
+    field's type."""
     options = typing.get_args(hint) if isinstance(hint, types.UnionType) else (hint,)
     for option in options:
         ok, converted = _try_type(value, option)
         if ok:
+            if bound is not None and isinstance(converted, str):
+                _check_text(source, name, converted, bound)
             return converted
     expected = " or ".join(_describe(o) for o in options)
     raise TelemetryError(f"{source}: field {name!r} = {value!r}; expected {expected}")
+
+
+def _check_text(source: str, name: str, value: str, bound: int) -> None:
+    """Refuse a string field longer than ``bound`` characters or holding a control character."""
+    if len(value) > bound:
+        raise TelemetryError(
+            f"{source}: field {name!r} = {value[:24]!r}... ({len(value)} characters); expected at most {bound}"
+        )
+    bad = _CONTROL_RE.search(value)
+    if bad:
+        raise TelemetryError(
+            f"{source}: field {name!r} = {value!r:.80} holds control character U+{ord(bad.group()):04X}; "
+            "expected printable text"
+        )
 
 
 def _try_type(value: Any, hint: Any) -> tuple[bool, Any]:

@@ -20,6 +20,7 @@ process-alive health check can't tell a model that loads from one that computes 
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import time
@@ -29,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from edge.bundle import read_bundle_file
 from edge.cosine import row_cosines
 from edge.errors import InputError, ValidationError
 from edge.payload import PayloadError, parse_json
@@ -139,12 +141,12 @@ def write_text_golden(
 
 def _read_body(bundle: Path) -> dict[str, Any]:
     where = bundle / GOLDEN_JSON
-    if not where.is_file():
+    try:
+        body = parse_json(read_bundle_file(where, (1 << 20) + 1), str(where), 1 << 20, 6)
+    except OSError:
         raise ValidationError(
             f"{bundle}: no {GOLDEN_JSON}; expected a bundle built with a golden set (edge-deploy build)"
-        )
-    try:
-        body = parse_json(where.read_bytes(), str(where), 1 << 20, 6)
+        ) from None
     except PayloadError as exc:
         raise ValidationError(str(exc)) from None
     if not isinstance(body, dict) or body.get("schema_version") != GOLDEN_SCHEMA_VERSION:
@@ -203,10 +205,14 @@ def read_face_golden(bundle: Path) -> tuple[dict[str, Any], np.ndarray, np.ndarr
     if isinstance(tol, bool) or not isinstance(tol, int | float) or not (math.isfinite(tol) and 0 < tol <= 1):
         raise ValidationError(f"{where}: face.min_cosine = {tol!r}; expected a number in (0, 1]")
     npz = bundle / FACE_GOLDEN
-    if not npz.is_file() or npz.stat().st_size > MAX_GOLDEN_BYTES:
+    try:
+        raw = read_bundle_file(npz, MAX_GOLDEN_BYTES + 1)
+    except OSError:
+        raw = b""
+    if not raw or len(raw) > MAX_GOLDEN_BYTES:
         raise ValidationError(f"{npz}: missing or larger than {MAX_GOLDEN_BYTES} bytes; expected the golden chips")
     try:
-        with np.load(npz, allow_pickle=False) as data:
+        with np.load(io.BytesIO(raw), allow_pickle=False) as data:
             chips, descriptors = data["chips"], data["descriptors"]
     except (OSError, KeyError, ValueError) as exc:
         raise ValidationError(f"{npz}: not a golden set ({exc}); expected arrays chips and descriptors") from None

@@ -152,6 +152,11 @@ class Broker:
         except subprocess.TimeoutExpired:
             self.kill()
 
+    def reload(self) -> None:
+        """Send SIGHUP: mosquitto re-reads its config, ACL, password file and CRL without dropping clients."""
+        if self.running:
+            self._proc.send_signal(signal.SIGHUP)
+
     def kill(self) -> None:
         """Kill mosquitto with SIGKILL (no persistence save)."""
         if self.running:

@@ -154,3 +154,24 @@ def test_the_daemons_telemetry_client_reports_with_its_certificate(fleet, tmp_pa
         client.close(5)
     got = monitor.received(1.0)
     assert [t for t, _ in got] == [f"{PREFIX}/pi-a/telemetry"]
+
+
+def test_revoke_cuts_off_the_revoked_devices_open_session(fleet, capsys) -> None:
+    connect = fleet["connect"]
+    monitor, ops, a, b = connect("monitor-1"), connect("ops"), connect("pi-a"), connect("pi-b")
+    assert monitor.subscribe(f"{PREFIX}/#") == "Granted QoS 1"
+    assert a.subscribe(f"{PREFIX}/pi-a/cmd") == "Granted QoS 1"
+    assert a.publish(f"{PREFIX}/pi-a/telemetry", b"before") == "Success"
+    assert monitor.received() == [(f"{PREFIX}/pi-a/telemetry", b"before")]
+    capsys.readouterr()
+    assert main(["fleet", "revoke", "pi-a", "--ca", str(fleet["ca"])]) == 0
+    assert "reload mosquitto now (systemctl reload mosquitto, or kill -HUP its pid)" in capsys.readouterr().out
+    fleet["broker"].reload()
+    time.sleep(1.0)
+    # the session opened before the revocation is still connected, but may neither publish nor receive
+    assert a.publish(f"{PREFIX}/pi-a/telemetry", b"after") == "Not authorized"
+    assert ops.publish(f"{PREFIX}/pi-a/cmd", b"for a") == "Success"
+    assert b.publish(f"{PREFIX}/pi-b/telemetry", b"b goes on") == "Success"
+    assert sorted(monitor.received()) == [(f"{PREFIX}/pi-a/cmd", b"for a"), (f"{PREFIX}/pi-b/telemetry", b"b goes on")]
+    assert a.received(0.2) == []
+    assert not connect("pi-a").ok

@@ -25,10 +25,10 @@ import paho.mqtt.publish as mqtt_publish
 import pytest
 
 from edge.daemon.commands import sign_command, write_secret
-from edge.fleet import Monitor, MonitorConfig
 from edge.imageio import save_image
 from edge.telemetry.link import BrokerConfig
 from edge_deploy import serve_command
+from fleet import Monitor, MonitorConfig
 from tests.integration.broker import Broker
 
 pytestmark = pytest.mark.integration

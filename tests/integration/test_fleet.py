@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from edge.fleet import Monitor, MonitorConfig, open_store
-from edge.fleet.records import DeviceRow, Running
 from edge.telemetry.link import BrokerConfig
 from edge.telemetry.mqtt import TelemetryClient, TelemetryConfig
 from edge.telemetry.schema import DeviceState, MessageKind, Result, Status, Telemetry, to_json
+from fleet import Monitor, MonitorConfig, open_store
+from fleet.records import DeviceRow, Running
 from tests.integration.broker import Broker
 from tests.integration.postgres import Postgres, postgres_missing, wait_until
 
@@ -94,7 +94,7 @@ def test_both_stores_answer_the_query_api_alike(backend: str, tmp_path: Path, re
 
 
 def test_postgres_store_retries_across_a_server_restart(pg: Postgres, pg_url: str) -> None:
-    from edge.fleet import StoreUnavailable
+    from fleet import StoreUnavailable
 
     with open_store(pg_url) as store:
         assert store.handle("edge-deploy/pi-1/telemetry", tele("pi-1", 1, 1.0)) == "stored"
@@ -279,9 +279,9 @@ def test_dashboard_in_headless_chromium(tmp_path: Path, pg_url: str) -> None:
         pytest.fail(why)
     from selenium.webdriver.common.by import By
 
-    from edge.fleet.dashboard import Dashboard
+    from fleet.dashboard import Dashboard, DashboardConfig
 
-    with open_store(pg_url) as store, Dashboard(store, "127.0.0.1", 0).start() as board:
+    with open_store(pg_url) as store, Dashboard(store, DashboardConfig(port=0)).start() as board:
         fill_fleet(store, time.time())
         browser = Chromium()
         try:
@@ -315,7 +315,7 @@ def test_dashboard_in_headless_chromium(tmp_path: Path, pg_url: str) -> None:
 @pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
 def test_both_stores_find_results_by_task_for_rollouts(backend: str, tmp_path: Path, request) -> None:
     """Issue 16: `fleet rollout` reads announcements and update outcomes through FleetStore.results."""
-    from edge.fleet.rollout import group_members
+    from fleet.rollout import group_members
 
     target = tmp_path / "fleet.db" if backend == "sqlite" else request.getfixturevalue("pg_url")
     reports = [

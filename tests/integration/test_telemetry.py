@@ -18,10 +18,10 @@ import paho.mqtt.client as mqtt
 import pytest
 
 from edge.errors import TelemetryError
-from edge.fleet import Monitor, MonitorConfig
 from edge.telemetry.link import BrokerConfig
 from edge.telemetry.mqtt import TelemetryClient, TelemetryConfig
 from edge.telemetry.schema import Telemetry
+from fleet import Monitor, MonitorConfig
 from tests.integration.broker import Broker, TlsFiles, make_tls_files
 
 pytestmark = pytest.mark.integration

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import http.server
 import json
+import re
 import shutil
 import signal
 import threading
@@ -30,10 +31,10 @@ import pytest
 from edge.bundle import verify_bundle
 from edge.daemon.commands import sign_command, write_secret
 from edge.digest import file_sha256
-from edge.fleet import Monitor, MonitorConfig
 from edge.imageio import save_image
 from edge.signing import generate_keypair, load_trusted_keys, sign_manifest
 from edge.telemetry.link import BrokerConfig
+from fleet import Monitor, MonitorConfig
 from tests.integration.broker import Broker
 from tests.integration.test_daemon import DEVICE, PREFIX, DaemonProcess, by_task, stored, wait_until
 
@@ -106,11 +107,27 @@ def _reseal(folder: Path, key: Path) -> Path:
 # --- an HTTP server on loopback, with one route that cuts its body short ------------------------------------
 
 
+#: /trickle answers 200 and then sends one byte this often (a slow retrieval attack), until the test ends.
+_TRICKLE_S = 0.5
+_SERVER_STOPS = threading.Event()
+
+
 class _Handler(http.server.SimpleHTTPRequestHandler):
     def log_message(self, *args: object) -> None:
         pass
 
     def do_GET(self) -> None:
+        if self.path == "/trickle":
+            self.close_connection = True
+            self.wfile.write(b"HTTP/1.1 200 OK\r\nContent-Length: 1000000\r\n\r\n")
+            for _ in range(600):  # at most 5 minutes
+                if _SERVER_STOPS.wait(_TRICKLE_S):
+                    return
+                try:
+                    self.wfile.write(b"0")
+                except OSError:
+                    return
+            return
         if not self.path.startswith("/truncated/"):
             return super().do_GET()
         data = (Path(self.directory) / self.path.removeprefix("/truncated/")).read_bytes()
@@ -373,3 +390,74 @@ def test_the_update_then_succeeds_and_a_clean_restart_counts_no_crash(scenario: 
     record = scenario["record"]
     assert (record["phase"], record["crashes"], record["to_id"]) == ("trial", 0, _bundle_id(bundles["v2"].folder))
     assert scenario["slot_verifies"] == bundles["release"].key_id
+
+
+# --- a server that trickles: the daemon goes on, and stops when asked ---------------------------------------------
+
+
+def test_frames_telemetry_and_sigterm_go_on_while_a_server_trickles_the_download(
+    tmp_path: Path, face_fp32_models: Path
+) -> None:
+    """Issue 44: a server that sends 200 and then a byte every 0.5 s must not stop the daemon's loop: a new
+    photo is analysed and telemetry goes on while update.json says ``downloading``; SIGTERM stops the daemon
+    promptly, cancelling the download (update.failed, command.failed, nothing left in download/)."""
+    release = generate_keypair(tmp_path / "release.key")
+    incoming = tmp_path / "incoming"
+    incoming.mkdir()
+    secret = write_secret(tmp_path / "command.key")
+    state = tmp_path / "state"
+    www = tmp_path / "www"
+    www.mkdir()
+    _SERVER_STOPS.clear()
+    server, url = _serve(www)
+    with Broker(tmp_path / "broker") as broker:
+        config = tmp_path / "edge-deploy.toml"
+        config.write_text(
+            f'device_id = "{DEVICE}"\nstate_dir = "state"\ntrusted_keys = ["{release.public_path}"]\n'
+            f'[face]\nmodels = "{face_fp32_models}"\n[source]\npath = "incoming"\nsettle_s = 0.0\n'
+            f'poll_interval_s = 0.2\n[broker]\nhost = "127.0.0.1"\nport = {broker.port}\n[telemetry]\n'
+            f'interval_s = 1.0\n[commands]\nsecret_file = "{secret}"\nmax_skew_s = 3600\n'
+            "[update]\ndownload_timeout_s = 3600\nmin_bytes_per_s = 0\n"
+        )
+        monitor = Monitor(MonitorConfig(BrokerConfig("127.0.0.1", broker.port), tmp_path / "monitor.db"))
+        assert monitor.start(timeout=10)
+        db = monitor.store.path
+        daemon = DaemonProcess(config, tmp_path / "daemon.log")
+        try:
+            daemon.wait_log("listening for commands on", 180)
+            body = sign_command(
+                secret.read_bytes().rstrip(b"\n"), DEVICE, "update", {"url": f"{url}/trickle", "sha256": "0" * 64}
+            )
+            mqtt_publish.single(f"{PREFIX}/{DEVICE}/cmd", body, qos=1, hostname="127.0.0.1", port=broker.port)
+            wait_until(lambda: _phase(state) == "downloading", 60, "update.json at downloading")
+            beats = len(stored(db, "telemetry"))
+            photo = next(img.rgb for img in _eval_images() if img.name.startswith("astronaut"))
+            save_image(incoming / "astronaut-1.png", photo)
+            wait_until(lambda: any(m["data"].get("frame_id") == "astronaut-1.png" for m in stored(db)), 60, "a frame")
+            wait_until(lambda: len(stored(db, "telemetry")) >= beats + 2, 30, "telemetry")
+            assert _phase(state) == "downloading"  # the frame and the heartbeats came during the download
+            started = time.monotonic()
+            assert daemon.stop(signal.SIGTERM, timeout=30) == 0, daemon.log()
+            took = time.monotonic() - started
+            wait_until(lambda: len(by_task(stored(db), "command.failed")) >= 1, 30, "the command's answer")
+            results = stored(db)
+        finally:
+            if daemon.proc.poll() is None:
+                daemon.proc.kill()
+            monitor.close()
+            _SERVER_STOPS.set()
+            server.shutdown()
+    assert took < 15, f"SIGTERM took {took:.1f} s\n{daemon.log()}"
+    (failed,) = [m["data"] for m in by_task(results, "update.failed")]
+    assert re.fullmatch(
+        rf"{re.escape(url)}/trickle: stopped after \d+ bytes in \d+\.\d s \(the daemon is stopping\)", failed["reason"]
+    ), failed["reason"]
+    (answer,) = [m["data"] for m in by_task(results, "command.failed")]
+    assert (answer["cmd"], answer["error"]) == ("update", failed["reason"])
+    assert _phase(state) == "failed" and list((state / "slots" / "download").iterdir()) == []
+
+
+def _eval_images():
+    from converters.face.facedata import make_eval_images
+
+    return make_eval_images(seed=0, variants=0)

@@ -118,6 +118,26 @@ def test_symlink_in_folder_is_refused(bundle: Path) -> None:
     )
 
 
+def _trusted(tmp_path: Path):
+    from edge.signing import generate_keypair, load_trusted_keys
+
+    return load_trusted_keys([generate_keypair(tmp_path / "release.key").public_path])
+
+
+@pytest.mark.parametrize("name", [MANIFEST_FILE, "manifest.sig"])
+def test_a_manifest_or_signature_that_is_a_link_is_refused(bundle: Path, tmp_path: Path, name: str) -> None:
+    """Issue 44: the files a bundle is trusted by are read by name, never through a link."""
+    real = tmp_path / f"real-{name}"
+    real.write_bytes((bundle / MANIFEST_FILE).read_bytes() if name == MANIFEST_FILE else b"sig")
+    (bundle / name).unlink(missing_ok=True)
+    (bundle / name).symlink_to(real)
+    with pytest.raises(BundleError) as err:
+        verify_bundle(bundle, _trusted(tmp_path) if name != MANIFEST_FILE else ())
+    assert str(err.value) == (
+        f"{bundle / name}: a symbolic link; expected the file itself (bundle files are not read through links)"
+    )
+
+
 def test_edited_manifest_hash_is_caught(bundle: Path) -> None:
     manifest = json.loads((bundle / MANIFEST_FILE).read_text())
     manifest["files"][2]["sha256"] = "0" * 64  # models/face/models.json

@@ -267,7 +267,7 @@ def test_cli_flags_and_help(files, tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["convert", "model", "--help"])
     out = capsys.readouterr().out
-    assert "--calib photos/calib/" in out and "a remainder is refused" in out
+    assert "--calib photos/calib/" in out and "--mean 123.675,116.28,103.53" in out
 
 
 def test_a_missing_path_names_both_kinds_of_data(files, tmp_path):

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-CHECKED = ("edge", "converters", "edge_deploy", "benchmarks", "scripts")
+CHECKED = ("edge", "converters", "edge_deploy", "fleet", "benchmarks", "scripts")
 MAX_LINES = 60
 
 

@@ -1,4 +1,4 @@
-"""Per-device credentials (edge/fleet/credentials.py): files, modes, the ACL text, refusals. The broker side is
+"""Per-device credentials (fleet/credentials.py): files, modes, the ACL text, refusals. The broker side is
 tests/integration/test_credentials.py."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 from cryptography import x509
 
 from edge.errors import InputError
-from edge.fleet.credentials import Role, acl_text, provision, revoke
+from fleet.credentials import Role, acl_text, provision, revoke
 
 
 def test_provision_makes_a_ca_once_and_a_certificate_named_after_the_device(tmp_path: Path) -> None:
@@ -29,19 +29,23 @@ def test_the_acl_confines_devices_to_their_own_topics() -> None:
     text = acl_text({"pi-a": {"role": "device"}, "mon": {"role": "monitor"}, "ops": {"role": "operator"}}, "fleet")
     lines = [line for line in text.splitlines() if line and not line.startswith("#")]
     assert lines == [
-        "pattern write fleet/%u/status",
-        "pattern write fleet/%u/telemetry",
-        "pattern write fleet/%u/bench",
-        "pattern write fleet/%u/result",
-        "pattern read fleet/%u/cmd",
-        "pattern read fleet/%u/text/request",
         "user mon",
         "topic read fleet/#",
         "user ops",
         "topic read fleet/#",
         "topic write fleet/+/cmd",
         "topic write fleet/+/text/request",
+        "user pi-a",
+        "topic write fleet/pi-a/status",
+        "topic write fleet/pi-a/telemetry",
+        "topic write fleet/pi-a/bench",
+        "topic write fleet/pi-a/result",
+        "topic read fleet/pi-a/cmd",
+        "topic read fleet/pi-a/text/request",
     ]
+    assert not [
+        line for line in lines if line.startswith("pattern")
+    ]  # a pattern would still match a revoked identity's open session
 
 
 def test_refusals_name_what_is_wrong(tmp_path: Path) -> None:
@@ -58,6 +62,9 @@ def test_refusals_name_what_is_wrong(tmp_path: Path) -> None:
     crl = x509.load_pem_x509_crl((ca / "crl.pem").read_bytes())
     assert len(list(crl)) == 1 and (ca / "crl.pem").read_bytes() != crl_before
     assert provision("pi-a", ca, tmp_path / "again", Role.DEVICE).cert.is_file()  # re-issued after revocation
+    for days in (-5, 0, 100000000):
+        with pytest.raises(InputError, match=f"^days = {days}; expected a whole number of days in 1..3650 "):
+            provision("pi-d", ca, tmp_path / "out", days=days)
     (ca / "ca.key").chmod(0o640)
     with pytest.raises(InputError, match="CA key '.*ca.key': mode 640 lets group or others read it"):
         provision("pi-c", ca, tmp_path / "out")

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from pathlib import Path
 
 import pytest
 
-from edge.errors import InputError
-from edge.face.models import read_models_file
+from edge.errors import BundleError, InputError
+from edge.face.models import embedder_role, read_models_file, running_of
 
 
 def _entry(name: str, data: bytes, **over) -> dict:
@@ -72,6 +73,30 @@ def test_a_link_to_a_file_outside_is_refused(tmp_path: Path) -> None:
     (tmp_path / "m.onnx").symlink_to("/etc/hostname")
     _write(tmp_path, [_entry("m.onnx", Path("/etc/hostname").read_bytes())])
     assert _error(tmp_path) == "DIR/models.json: models[0].file = 'm.onnx': not a regular file; expected the model file itself"
+
+
+def test_a_models_json_that_is_a_link_or_a_fifo_is_refused(tmp_path: Path) -> None:
+    """Issue 44: a symbolic link named models.json was followed (any file on the device taken for the list of
+    models); a FIFO must be refused too, not hang the reader."""
+    elsewhere = tmp_path / "elsewhere"
+    (elsewhere / "m.onnx").parent.mkdir()
+    (elsewhere / "m.onnx").write_bytes(b"weights")
+    real = _write(elsewhere, [_entry("m.onnx", b"weights")])
+    folder = tmp_path / "models"
+    folder.mkdir()
+    (folder / "m.onnx").write_bytes(b"weights")
+    (folder / "models.json").symlink_to(real)
+    for read in (read_models_file, embedder_role, running_of):
+        with pytest.raises(BundleError) as err:
+            read(folder)
+        assert str(err.value) == (
+            f"{folder}/models.json: a symbolic link; expected the file itself (bundle files are not read through links)"
+        )
+    (folder / "models.json").unlink()
+    os.mkfifo(folder / "models.json")
+    with pytest.raises(BundleError) as err:
+        read_models_file(folder)
+    assert str(err.value) == f"{folder}/models.json: not a regular file; expected the file itself"
 
 
 def test_a_deeply_nested_models_file_is_an_error(tmp_path: Path) -> None:

@@ -11,13 +11,13 @@ import pytest
 
 from edge.errors import MissingDependencyError, TelemetryError
 from edge.face.models import FaceModel, describe, running_of, write_models_file
-from edge.fleet import MonitorConfig, SqliteStore, open_store
-from edge.fleet.dashboard import fleet_data, render_page, sparkline
-from edge.fleet.records import decode
-from edge.fleet.store import plan_batch
 from edge.telemetry.link import BrokerConfig
 from edge.telemetry.schema import RUNNING_FIELDS, DeviceState, Result, Status, Telemetry, to_json
 from edge_deploy.cli import main
+from fleet import MonitorConfig, SqliteStore, open_store
+from fleet.dashboard_page import fleet_data, render_page, sparkline
+from fleet.records import decode
+from fleet.store import plan_batch
 
 BROKER = BrokerConfig("127.0.0.1", 1883)
 
@@ -34,6 +34,9 @@ def test_monitor_config_topics_and_checks(tmp_path: Path) -> None:
     with pytest.raises(TelemetryError) as info:
         MonitorConfig(BROKER, tmp_path / "m.db", flush_s=float("nan"))
     assert str(info.value) == "monitor flush_s = nan; expected a number in (0, 10]"
+    with pytest.raises(TelemetryError) as info:
+        MonitorConfig(BROKER, tmp_path / "m.db", max_skew_s=float("inf"))
+    assert str(info.value) == "monitor max_skew_s = inf; expected a number in (0, 86400]"
 
 
 def test_postgres_store_names_the_extra_when_psycopg_is_missing(monkeypatch) -> None:
@@ -69,13 +72,15 @@ def test_dashboard_page_from_a_sqlite_store(tmp_path: Path) -> None:
             body = Telemetry(device_id="pi-1", seq=k + 1, timestamp=90.0 + k, latency_p50_ms=10.0 + k,
                              latency_p90_ms=20.0, fps=5.0, model="m<x>", model_sha256="ab" * 32)  # fmt: skip
             store.handle("edge-deploy/pi-1/telemetry", to_json(body), received=100.0 + k)
+        assert store.handle("edge-deploy/pi-1/telemetry", b"{oops") == "rejected"
         data = fleet_data(store, window_s=60.0, now=120.0)
-    assert data["counts"] == {"devices": 1, "online": 0, "offline": 1}
+    assert data["counts"] == {"devices": 1, "online": 0, "offline": 1, "rejected": 1}
     assert data["history"] == {"pi-1": [(90.0, 10.0, 20.0), (91.0, 11.0, 20.0), (92.0, 12.0, 20.0)]}
     assert data["models"] == {"m<x>  (, )": 1}
     page = render_page(data)
     assert "m&lt;x&gt;" in page and "m<x>" not in page  # a device's strings are escaped
     assert "<td class=offline>offline</td>" in page and "<script" not in page
+    assert '<div class="card" id="count-rejected">rejected<b>1</b></div>' in page
     assert json.dumps(data)  # /fleet.json serves the same data
 
 

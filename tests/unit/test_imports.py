@@ -1,4 +1,4 @@
-"""edge/ runs on a Pi with only the device extra: it must never import converters, torch, onnx or TF.
+"""edge/ runs on a Pi with only the device extra: it must never import converters, the fleet server, torch, onnx or TF.
 
 Reads every module's imports with ast (lazy imports inside functions count too)."""
 
@@ -19,6 +19,8 @@ FORBIDDEN = {
     "face_recognition",
     "skimage",
     "edge_deploy",
+    "fleet",
+    "psycopg",
 }
 
 EDGE = Path(__file__).resolve().parents[2] / "edge"

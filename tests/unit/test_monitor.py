@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from edge.errors import TelemetryError
-from edge.fleet import CSV_COLUMNS, DeviceRow, MonitorStore, format_table
 from edge.telemetry.plot import plot_telemetry
 from edge.telemetry.schema import DeviceState, Result, Status, Telemetry, to_json
+from fleet import CSV_COLUMNS, DeviceRow, MonitorStore, format_table
 
 
 def tele(device: str, seq: int, p50: float, ts: float, temp: float | None = 50.0) -> bytes:
@@ -163,3 +163,27 @@ def test_a_nested_status_is_rejected(store: MonitorStore) -> None:
     assert store.handle("edge-deploy/x/status", payload, retained=True) == "rejected"
     assert store.last_rejection == "topic edge-deploy/x/status: nested 100001 levels deep; expected at most 16"
     assert store.devices() == []
+
+
+# --- issue 44: a message the database refuses is isolated, rejected and counted; the rest is stored ---------
+
+
+def test_messages_the_database_refuses_are_isolated_rejected_and_counted(store: MonitorStore, tmp_path: Path) -> None:
+    import sqlite3
+
+    from fleet.ingest import commit_messages
+
+    with sqlite3.connect(tmp_path / "m.db") as db:  # an operator's rule the schema doesn't know
+        db.execute(
+            "CREATE TRIGGER refuse BEFORE INSERT ON messages WHEN NEW.device_id = 'pi-bad' "
+            "BEGIN SELECT RAISE(ABORT, 'refused by the test'); END"
+        )
+    mixed = [("pi-1", 1), ("pi-bad", 1), ("pi-1", 2), ("pi-2", 1), ("pi-bad", 2), ("pi-2", 2), ("pi-1", 3)]
+    items = [(f"edge-deploy/{d}/telemetry", tele(d, s, 1.0, 100.0), 1000.0, False) for d, s in mixed]
+    result = commit_messages(store, "edge-deploy", items)
+    assert (result.stored, result.rejected, store.count(), store.rejected) == (5, 2, 5, 2)
+    assert (store.seqs("pi-1"), store.seqs("pi-2"), store.seqs("pi-bad")) == ([1, 2, 3], [1, 2], [])
+    why = f"topic edge-deploy/pi-bad/telemetry: monitor database {tmp_path / 'm.db'}: refuses the message (refused by the test)"
+    assert store.last_rejection == why
+    assert store.handle("edge-deploy/pi-bad/telemetry", tele("pi-bad", 3, 1.0, 100.0)) == "rejected"
+    assert (store.rejected, store.last_rejection) == (3, why)

@@ -107,6 +107,26 @@ def test_integers_are_accepted_for_floats_and_become_floats() -> None:
         (body(gpu=1), "t: unknown field 'gpu' in a telemetry message"),
         (body(fps=float("nan")).replace("NaN", "NaN"), "t: NaN is not allowed; expected a finite number"),
         (
+            body(model="m" * 256),
+            "t: field 'model' = 'mmmmmmmmmmmmmmmmmmmmmmmm'... (256 characters); expected at most 255",
+        ),
+        (
+            body(runtime="r" * 65),
+            "t: field 'runtime' = 'rrrrrrrrrrrrrrrrrrrrrrrr'... (65 characters); expected at most 64",
+        ),
+        (
+            body(precision="p" * 33),
+            "t: field 'precision' = 'pppppppppppppppppppppppp'... (33 characters); expected at most 32",
+        ),
+        (
+            body(model="a\u0000b"),
+            "t: field 'model' = 'a\\x00b' holds control character U+0000; expected printable text",
+        ),
+        (
+            body(profile="\u009b31m"),
+            "t: field 'profile' = '\\x9b31m' holds control character U+009B; expected printable text",
+        ),
+        (
             body(device_id="a/b"),
             "t: field 'device_id' = 'a/b'; expected 1-64 characters of letters, digits, '_', '.', ':' or '-' "
             "(it becomes one MQTT topic level)",
@@ -170,3 +190,22 @@ def test_version_2_reports_are_read_without_the_int8_kernels_and_may_not_carry_t
         from_json(json.dumps(v2 | {"int8_kernels": "x86-avx2"}), source="t")
     assert str(info.value) == "t: unknown field 'int8_kernels' in a telemetry message"
     assert from_json(body(int8_kernels="x86-avx2"), source="t").int8_kernels == "x86-avx2"
+
+
+def test_every_string_field_is_bounded_on_both_sides() -> None:
+    """A reader refuses what is too long or holds a control character; a writer never produces it."""
+    wide = Telemetry(device_id="pi-1", latency_p50_ms=1.0, latency_p90_ms=1.0, fps=1.0, model="é" * 255,
+                     precision="😀" * 32, runtime="onnxruntime \u202e", bundle_id="b" * 64)  # fmt: skip
+    assert from_json(to_json(wide)) == wide
+    bench = BenchReport(device_id="pi-1", model="m" * 320, backend="ort", runs=1, first_ms=1.0, p50_ms=1.0, p90_ms=1.0)
+    assert from_json(to_json(bench)) == bench
+    with pytest.raises(TelemetryError) as info:
+        to_json(Result(device_id="pi-1", task="t" * 65))
+    assert str(info.value) == (
+        "result message to send: field 'task' = 'tttttttttttttttttttttttt'... (65 characters); expected at most 64"
+    )
+    with pytest.raises(TelemetryError) as info:
+        to_json(Telemetry(device_id="pi-1", latency_p50_ms=1.0, latency_p90_ms=1.0, fps=1.0, model="a\nb"))
+    assert str(info.value) == (
+        "telemetry message to send: field 'model' = 'a\\nb' holds control character U+000A; expected printable text"
+    )

@@ -24,7 +24,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from edge.errors import BundleError, InputError, ValidationError
 from edge.signing import generate_keypair, load_trusted_keys, sign_manifest
-from edge.update.download import download
+from edge.update.download import Download, DownloadLimits, download
 from edge.update.golden import check_golden, read_face_golden, write_face_golden
 from edge.update.slots import Phase, Slots, UpdateRecord
 
@@ -139,6 +139,20 @@ def test_a_missing_or_malformed_golden_set_is_named(tmp_path: Path) -> None:
         write_face_golden(good, np.zeros((2, 10, 10, 3), np.uint8), np.zeros((3, 128)), 0.9, "", "")
 
 
+@pytest.mark.parametrize("name", ["golden/golden.json", "golden/face.npz"])
+def test_a_golden_file_that_is_a_link_is_refused(tmp_path: Path, name: str) -> None:
+    """Issue 44: bundle files read by name are never read through a link."""
+    good = _bundle(tmp_path / "good", None, "1")
+    real = tmp_path / "elsewhere"
+    (good / name).rename(real)
+    (good / name).symlink_to(real)
+    with pytest.raises(BundleError) as err:
+        read_face_golden(good)
+    assert str(err.value) == (
+        f"{good / name}: a symbolic link; expected the file itself (bundle files are not read through links)"
+    )
+
+
 def test_a_golden_set_of_another_chip_or_descriptor_size_is_named(tmp_path: Path) -> None:
     """Any embedder's chip and descriptor sizes are stored (a user's: convert face --embedder); a golden set
     whose sizes are not the bundle's embedder's is refused with both named, before anything is compared."""
@@ -152,6 +166,14 @@ def test_a_golden_set_of_another_chip_or_descriptor_size_is_named(tmp_path: Path
 
 
 # --- download ---------------------------------------------------------------------------------------------------
+
+
+#: The trickling routes send one byte this often, at most _TRICKLE_BYTES of them, until the test ends.
+_TRICKLE_S = 0.5
+_TRICKLE_BYTES = 30
+#: What a bounded download may take beyond its bound on a loaded machine.
+_SLACK_S = 1.5
+_SERVER_STOPS = threading.Event()
 
 
 class _Handler(http.server.SimpleHTTPRequestHandler):
@@ -172,6 +194,31 @@ class _Handler(http.server.SimpleHTTPRequestHandler):
             self.wfile.write(data[:100])
             self.close_connection = True
             return
+        if self.path.startswith("/slow/"):  # slow but steady: 1 KiB every 50 ms
+            data = (Path(self.directory) / self.path.removeprefix("/slow/")).read_bytes()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            for i in range(0, len(data), 1024):
+                time.sleep(0.05)
+                self.wfile.write(data[i : i + 1024])
+            return
+        trickles = {
+            "/trickle": b"HTTP/1.1 200 OK\r\nContent-Length: 10000\r\n\r\n",  # the body, byte by byte
+            "/trickle-headers": b"HTTP/1.1 200 OK\r\nX-Slow: ",  # a header that never ends
+            "/trickle-chunked": b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n",  # a chunk-size line
+        }
+        if self.path in trickles:
+            self.close_connection = True
+            self.wfile.write(trickles[self.path])
+            for _ in range(_TRICKLE_BYTES):
+                if _SERVER_STOPS.wait(_TRICKLE_S):
+                    return
+                try:
+                    self.wfile.write(b"0")
+                except OSError:
+                    return
+            return
         super().do_GET()
 
 
@@ -180,9 +227,11 @@ def server(tmp_path: Path):
     www = tmp_path / "www"
     www.mkdir()
     (www / "b.tar.gz").write_bytes(bytes(range(256)) * 40)
+    _SERVER_STOPS.clear()
     srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), lambda *a: _Handler(*a, directory=str(www)))
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     yield f"http://127.0.0.1:{srv.server_address[1]}", www
+    _SERVER_STOPS.set()
     srv.shutdown()
     srv.server_close()
 
@@ -192,7 +241,7 @@ def test_download_checks_size_sha256_and_leaves_nothing_when_it_fails(server, tm
     data = (www / "b.tar.gz").read_bytes()
     sha = hashlib.sha256(data).hexdigest()
     dest = tmp_path / "got.tar.gz"
-    assert download(f"{url}/b.tar.gz", dest, sha, 1 << 20, 30) == len(data)
+    assert download(f"{url}/b.tar.gz", dest, sha, DownloadLimits(1 << 20, 30)) == len(data)
     assert dest.read_bytes() == data
     cases = [
         (f"{url}/cut/b.tar.gz", sha, 1 << 20, f"{url}/cut/b.tar.gz: truncated: received 100 of {len(data)} bytes"),
@@ -205,9 +254,77 @@ def test_download_checks_size_sha256_and_leaves_nothing_when_it_fails(server, tm
     for url_, sha_, limit, message in cases:
         dest = tmp_path / "x.tar.gz"
         with pytest.raises(BundleError) as err:
-            download(url_, dest, sha_, limit, 30)
+            download(url_, dest, sha_, DownloadLimits(limit, 30))
         assert str(err.value) == message
         assert not dest.exists() and not dest.with_name("x.tar.gz.partial").exists()
+
+
+def _refused(url: str, limits: DownloadLimits, tmp_path: Path) -> tuple[str, float]:
+    """The error of a download that must fail, and how long it took; nothing may be left behind."""
+    dest = tmp_path / "x.tar.gz"
+    started = time.monotonic()
+    with pytest.raises(BundleError) as err:
+        download(url, dest, "0" * 64, limits)
+    took = time.monotonic() - started
+    assert not dest.exists() and not dest.with_name("x.tar.gz.partial").exists()
+    return str(err.value), took
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("route", ["trickle", "trickle-headers", "trickle-chunked"])
+def test_a_server_that_trickles_is_cut_at_the_deadline(server, tmp_path: Path, route: str) -> None:
+    """A slow retrieval attack (200, then a byte every 0.5 s: in the body, in a header, in a chunk-size line)
+    ends at download_timeout_s, not when 64 KiB have come."""
+    url, _ = server
+    message, took = _refused(f"{url}/{route}", DownloadLimits(1 << 20, 2.0), tmp_path)
+    found = re.fullmatch(
+        rf"{re.escape(url)}/{route}: (\d+) bytes in (\d+\.\d) s; expected the whole file within 2 s "
+        r"\(update.download_timeout_s\)",
+        message,
+    )
+    assert found, message
+    body_bytes = int(2.0 / _TRICKLE_S) if route == "trickle" else 0
+    assert int(found[1]) <= body_bytes and 2.0 <= float(found[2]) < 2.0 + _SLACK_S
+    assert took < 2.0 + _SLACK_S
+
+
+@pytest.mark.timeout(60)
+def test_a_server_below_the_least_average_speed_is_cut_after_the_grace_period(server, tmp_path: Path) -> None:
+    url, _ = server
+    limits = DownloadLimits(1 << 20, 30.0, min_bytes_per_s=100, grace_s=1.0)
+    message, took = _refused(f"{url}/trickle", limits, tmp_path)
+    found = re.fullmatch(
+        rf"{re.escape(url)}/trickle: (\d) bytes in (\d+\.\d) s \((\d+\.\d) bytes/s\); expected at least 100 "
+        r"bytes/s on average after the first 1 s \(update.min_bytes_per_s\)",
+        message,
+    )
+    assert found, message
+    assert 1.0 <= float(found[2]) < 1.0 + _SLACK_S and float(found[3]) < 100
+    assert took < 1.0 + _SLACK_S
+
+
+def test_a_slow_but_steady_server_is_within_the_bounds(server, tmp_path: Path) -> None:
+    url, www = server
+    data = (www / "b.tar.gz").read_bytes()
+    limits = DownloadLimits(1 << 20, 30.0, min_bytes_per_s=1000, grace_s=0.2)
+    dest = tmp_path / "got.tar.gz"
+    assert download(f"{url}/slow/b.tar.gz", dest, hashlib.sha256(data).hexdigest(), limits) == len(data)
+    assert dest.read_bytes() == data
+
+
+@pytest.mark.timeout(60)
+def test_a_download_cancelled_from_another_thread_stops_at_once(server, tmp_path: Path) -> None:
+    url, _ = server
+    fetch = Download(f"{url}/trickle", tmp_path / "x.tar.gz", "0" * 64, DownloadLimits(1 << 20, 600.0))
+    threading.Timer(1.0, fetch.cancel, args=("the daemon is stopping",)).start()
+    started = time.monotonic()
+    with pytest.raises(BundleError) as err:
+        fetch.run()
+    assert re.fullmatch(
+        rf"{re.escape(url)}/trickle: stopped after \d bytes in \d+\.\d s \(the daemon is stopping\)", str(err.value)
+    ), str(err.value)
+    assert time.monotonic() - started < 1.0 + _SLACK_S
+    assert not (tmp_path / "x.tar.gz.partial").exists()
 
 
 # --- slots --------------------------------------------------------------------------------------------------------
@@ -281,6 +398,9 @@ def test_run_accepts_a_good_bundle_and_rolls_back_a_wrong_one(tmp_path: Path, ke
     assert events[2][1]["reason"].startswith("acceptance check failed: ") and events[2][1]["reason"].endswith(
         "; back on base"
     )
+    # the refused update leaves nothing behind: not its archive, not its slot
+    assert not updater.slots.archive.exists() and list((updater.slots.root / "download").iterdir()) == []
+    assert not (updater.slots.root / "a").exists()
     events.clear()
     out = updater.run({"url": f"{url}/good.tar.gz", "sha256": sha("good.tar.gz")}, "n2", used.append)
     assert out["outcome"] == "accepted" and updater.slots.current() == "a"
@@ -290,6 +410,32 @@ def test_run_accepts_a_good_bundle_and_rolls_back_a_wrong_one(tmp_path: Path, ke
     assert updater.record.phase == "trial" and updater.active_models() == used[0]
     with pytest.raises(InputError, match="is still in its trial window"):
         updater.run({"url": f"{url}/good.tar.gz", "sha256": sha("good.tar.gz")}, "n3", used.append)
+
+
+@pytest.mark.timeout(60)
+def test_an_update_downloads_off_the_loop_and_a_stop_cancels_it(tmp_path: Path, keys, server) -> None:
+    """The daemon's loop goes on while a server trickles (tick returns at once); a stop ends the download
+    promptly with update.failed, and nothing is left in the download folder."""
+    url, _ = server
+    updater, events, _ = _updater(tmp_path, keys)
+    updater.begin({"url": f"{url}/trickle", "sha256": "0" * 64}, "n1", lambda _p: None)
+    with pytest.raises(InputError, match=rf"update: {re.escape(url)}/trickle is still downloading; send it again"):
+        updater.begin({"url": f"{url}/trickle", "sha256": "0" * 64}, "n2", lambda _p: None)
+    for _ in range(3):
+        assert updater.tick() is None
+        time.sleep(_TRICKLE_S)
+    assert updater.slots.read_record().phase == "downloading"
+    finished = updater.stop()
+    assert finished is not None and (finished.nonce, finished.data) == ("n1", None)
+    reason = str(finished.error)
+    assert re.fullmatch(
+        rf"{re.escape(url)}/trickle: stopped after \d bytes in \d+\.\d s \(the daemon is stopping\)", reason
+    )
+    assert events[1] == ("update.failed", {"nonce": "n1", "from": events[0][1]["from"], "to": "", "slot": "a",
+                                           "url": f"{url}/trickle", "reason": reason})  # fmt: skip
+    assert [t for t, _ in events] == ["update.downloading", "update.failed"]
+    assert updater.slots.read_record().phase == "failed"
+    assert list((updater.slots.root / "download").iterdir()) == []
 
 
 def test_updates_need_trusted_keys_and_well_formed_arguments(tmp_path: Path, keys) -> None:

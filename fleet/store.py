@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from edge.errors import TelemetryError
-from edge.fleet.records import (
+from edge.telemetry.schema import MessageKind, check_prefix
+from fleet.records import (
     CSV_COLUMNS,
     RUNNING_COLUMNS,
     DeviceRow,
@@ -34,11 +35,15 @@ from edge.fleet.records import (
     decode,
     online_of,
 )
-from edge.telemetry.schema import MessageKind, check_prefix
 
 
 class StoreUnavailable(TelemetryError):
     """The store can't commit right now (database down or restarting); the batch is to be retried."""
+
+
+class DataRefused(TelemetryError):
+    """The database refuses a batch's data (a value out of its range, a row too large for an index): a message
+    in the batch can never be stored; ``FleetStore.commit`` finds it and rejects it."""
 
 
 class FleetStore:
@@ -69,8 +74,38 @@ class FleetStore:
 
         Raises:
             StoreUnavailable: the database can't be reached; nothing was committed, retry the batch.
+            DataRefused: the database refuses a message of the batch; nothing was committed (see ``commit``).
         """
         raise NotImplementedError
+
+    def commit(self, batch: list[Incoming], rejected: int = 0) -> WriteResult:
+        """Commit a batch; messages the database refuses are found by halving the batch, rejected and counted.
+
+        The halves are committed in arrival order, each in its own transaction: one bad message in a batch of
+        n costs about 2 log2(n) more transactions, and the good messages around it are stored.
+
+        Args:
+            batch: decoded messages, in arrival order.
+            rejected: messages of the same delivery that ``decode`` refused.
+
+        Returns:
+            What was committed; its ``rejected`` includes the messages the database refused.
+
+        Raises:
+            StoreUnavailable: the database can't be reached; retry the batch (a message already committed is
+                then counted as a duplicate).
+        """
+        try:
+            return self.write(batch, rejected)
+        except DataRefused as exc:
+            if not batch:  # only the counters were written: the server, not a message, is the problem
+                raise StoreUnavailable(str(exc)) from exc
+            if len(batch) == 1:
+                item = batch[0]
+                self.last_rejection = f"topic {self.prefix}/{item.device_id}/{item.kind.value}: {exc}"
+                return self.commit([], rejected + 1)
+        half = len(batch) // 2
+        return self.commit(batch[:half], rejected) + self.commit(batch[half:])
 
     def handle(self, topic: str, payload: bytes | str, received: float | None = None, retained: bool = False) -> str:
         """Validate and store one incoming message (a batch of one).
@@ -99,7 +134,7 @@ class FleetStore:
         self.write([], rejected=1)
 
     def write_one(self, item: Incoming) -> str:
-        """Commit one decoded message; one the database refuses (e.g. a number beyond its range) is rejected.
+        """Commit one decoded message; one the database refuses (e.g. a row too large) is rejected.
 
         Returns:
             ``"stored"``, ``"duplicate"``, ``"status"`` or ``"rejected"`` (see ``last_rejection``).
@@ -107,12 +142,8 @@ class FleetStore:
         Raises:
             StoreUnavailable: the database can't be reached; retry.
         """
-        try:
-            result = self.write([item])
-        except StoreUnavailable:
-            raise
-        except TelemetryError as exc:
-            self.count_rejected(f"topic {self.prefix}/{item.device_id}/{item.kind.value}: {exc}")
+        result = self.commit([item])
+        if result.rejected:
             return "rejected"
         if result.statuses:
             return "status"
@@ -192,14 +223,32 @@ class FleetStore:
         bodies = (body_of(payload) for (payload,) in rows)
         return [b for b in bodies if b.get("task") in tasks]
 
-    def devices(self) -> list[DeviceRow]:
-        """The fleet table: one row per device seen, sorted by device id."""
-        newest = {dev: reports[0] for dev, reports in self.latest(MessageKind.TELEMETRY).items()}
-        counts = dict(self._rows("SELECT device_id, COUNT(*) FROM messages GROUP BY device_id"))
+    def devices(self, offset: int = 0, limit: int | None = None) -> list[DeviceRow]:
+        """The fleet table: one row per device seen, sorted by device id.
+
+        Args:
+            offset: rows to skip (with ``limit``: a page of the table).
+            limit: rows at most; None: every device (``offset`` then ignored).
+        """
+        sql = "SELECT device_id, state, status, last_seen, last_error FROM devices ORDER BY device_id"
+        if limit is None:
+            found = self._rows(sql)
+            newest = {dev: reports[0] for dev, reports in self.latest(MessageKind.TELEMETRY).items()}
+            counts = dict(self._rows("SELECT device_id, COUNT(*) FROM messages GROUP BY device_id"))
+        else:  # a page: read only its devices' newest reports and counts
+            found = self._rows(sql + " LIMIT ? OFFSET ?", (int(limit), int(offset)))
+            ids = tuple(row[0] for row in found)
+            newest = {dev: self.latest(MessageKind.TELEMETRY, dev).get(dev, [{}])[0] for dev in ids}
+            marks = ", ".join("?" * len(ids))
+            counts = dict(
+                self._rows(
+                    f"SELECT device_id, COUNT(*) FROM messages WHERE device_id IN ({marks}) GROUP BY device_id", ids
+                )
+                if ids
+                else []
+            )
         rows = []
-        for device_id, state, status, last_seen, last_error in self._rows(
-            "SELECT device_id, state, status, last_seen, last_error FROM devices ORDER BY device_id"
-        ):
+        for device_id, state, status, last_seen, last_error in found:
             t = newest.get(device_id, {})
             rows.append(
                 DeviceRow(
@@ -217,15 +266,38 @@ class FleetStore:
             )
         return rows
 
-    def running(self) -> list[Running]:
-        """What each device runs now (its newest telemetry that named a model), by device id."""
+    def state_counts(self) -> dict[str, int]:
+        """``{"devices": n, "online": n, "offline": n}`` over the whole fleet (one aggregate query)."""
+        counts = {"devices": 0, "online": 0, "offline": 0}
+        for state, n in self._rows("SELECT state, COUNT(*) FROM devices GROUP BY state"):
+            counts["devices"] += int(n)
+            online = online_of(state)
+            if online is not None:
+                counts["online" if online else "offline"] += int(n)
+        return counts
+
+    def running(self, device_ids: tuple[str, ...] | None = None) -> list[Running]:
+        """What each device (or each of ``device_ids``) runs now: its newest telemetry that named a model."""
         cols = ", ".join(RUNNING_COLUMNS)
+        where = "" if device_ids is None else f"WHERE device_id IN ({', '.join('?' * len(device_ids))})"
+        if device_ids is not None and not device_ids:
+            return []
         rows = self._rows(
             f"SELECT device_id, {cols}, first_seen, last_seen FROM (SELECT *, ROW_NUMBER() OVER "
-            "(PARTITION BY device_id ORDER BY last_seen DESC) AS rank FROM running) AS r WHERE rank = 1 "
-            "ORDER BY device_id"
+            f"(PARTITION BY device_id ORDER BY last_seen DESC) AS rank FROM running {where}) AS r WHERE rank = 1 "
+            "ORDER BY device_id",
+            tuple(device_ids or ()),
         )
         return [Running(*row) for row in rows]
+
+    def models_in_use(self) -> list[tuple[str, str, str, str, int]]:
+        """(model, model_version, precision, runtime, devices) over what every device runs now, most used first."""
+        rows = self._rows(
+            "SELECT model, model_version, precision, runtime, COUNT(*) FROM (SELECT *, ROW_NUMBER() OVER "
+            "(PARTITION BY device_id ORDER BY last_seen DESC) AS rank FROM running) AS r WHERE rank = 1 "
+            "GROUP BY model, model_version, precision, runtime ORDER BY COUNT(*) DESC, model, model_version"
+        )
+        return [(*row[:4], int(row[4])) for row in rows]
 
     def running_history(self, device_id: str) -> list[Running]:
         """Everything ``device_id`` was seen running, oldest first."""
@@ -236,32 +308,46 @@ class FleetStore:
         )
         return [Running(*row) for row in rows]
 
-    def telemetry(self, device_id: str | None = None, since: float | None = None) -> list[dict]:
+    def telemetry(
+        self,
+        device_id: str | None = None,
+        since: float | None = None,
+        until: float | None = None,
+        limit: int | None = None,
+    ) -> list[dict]:
         """Telemetry reports as dicts of ``CSV_COLUMNS``, by device then seq.
 
         Args:
             device_id: one device, or all.
             since: only reports made at or after this time (Unix seconds, the device's clock).
+            until: only reports made at or before this time.
+            limit: only the newest ``limit`` reports (highest ``stored`` first, then returned in order).
         """
-        sql = "SELECT payload FROM messages WHERE kind = ?"
+        sql = "SELECT device_id, seq, payload FROM messages WHERE kind = ?"
         params: list[Any] = [MessageKind.TELEMETRY.value]
-        if device_id is not None:
-            sql, params = sql + " AND device_id = ?", [*params, device_id]
-        if since is not None:
-            sql, params = sql + " AND timestamp >= ?", [*params, float(since)]
+        for clause, value in (("device_id = ?", device_id), ("timestamp >= ?", since), ("timestamp <= ?", until)):
+            if value is not None:
+                sql, params = f"{sql} AND {clause}", [*params, value]
+        if limit is not None:  # the newest by arrival (``stored``), so a device's clock can't pick what is kept
+            sql, params = f"{sql} ORDER BY stored DESC, seq DESC LIMIT ?", [*params, int(limit)]
+            sql = f"SELECT device_id, seq, payload FROM ({sql}) AS newest"
         out = []
-        for (payload,) in self._rows(sql + " ORDER BY device_id, seq", tuple(params)):
+        for _dev, _seq, payload in self._rows(sql + " ORDER BY device_id, seq", tuple(params)):
             body = body_of(payload)
             out.append({k: body.get(k) for k in CSV_COLUMNS})
         return out
 
-    def export_csv(self, path: Path) -> int:
-        """Write every telemetry report as CSV (``CSV_COLUMNS``); return the number of data rows.
+    def export_csv(self, path: Path, limit: int | None = None) -> int:
+        """Write telemetry reports as CSV (``CSV_COLUMNS``); return the number of data rows.
+
+        Args:
+            path: the CSV file (parent created).
+            limit: only the newest ``limit`` reports (None: all).
 
         Raises:
             TelemetryError: if the file can't be written.
         """
-        rows = self.telemetry()
+        rows = self.telemetry(limit=limit)
         try:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
             with open(path, "w", newline="", encoding="utf-8") as fh:
@@ -381,9 +467,9 @@ def open_store(target: str | Path, prefix: str = "edge-deploy") -> FleetStore:
     """
     text = str(target)
     if text.startswith(("postgresql://", "postgres://")):
-        from edge.fleet.store_postgres import PostgresStore
+        from fleet.store_postgres import PostgresStore
 
         return PostgresStore(text, prefix)
-    from edge.fleet.store_sqlite import SqliteStore
+    from fleet.store_sqlite import SqliteStore
 
     return SqliteStore(Path(text), prefix)

@@ -151,17 +151,21 @@ def _client_cert(ca_cert: Any, ca_key: Any, identity: str, days: int) -> tuple[A
 
 
 def acl_text(issued: dict[str, Any], prefix: str) -> str:
-    """mosquitto's ACL for the identities in ``issued`` (id -> {"role", ...}); devices by pattern."""
+    """mosquitto's ACL for the identities in ``issued`` (id -> {"role", ...}): one block per identity."""
     lines = [
-        "# Written by 'edge-deploy fleet provision' (edge/fleet/credentials.py); regenerated on every provision.",
+        "# Written by 'edge-deploy fleet provision' (fleet/credentials.py); regenerated on every provision.",
         "# Identities are certificate common names (mosquitto: use_identity_as_username true).",
         "# Every device: publish only under its own prefix, read only its own commands and prompts.",
+        "# One block per issued identity and no 'pattern' lines: a revoked identity has no rights at all, so",
+        "# the reload after 'fleet revoke' also stops a session it still has open.",
     ]
-    lines += [f"pattern write {prefix}/%u/{kind.value}" for kind in MessageKind]
-    lines += [f"pattern read {prefix}/%u/{sub}" for sub in DEVICE_READS]
     for identity in sorted(issued):
         role = issued[identity].get("role")
-        if role == Role.MONITOR.value:
+        if role == Role.DEVICE.value:
+            lines += ["", f"user {identity}"]
+            lines += [f"topic write {prefix}/{identity}/{kind.value}" for kind in MessageKind]
+            lines += [f"topic read {prefix}/{identity}/{sub}" for sub in DEVICE_READS]
+        elif role == Role.MONITOR.value:
             lines += ["", f"user {identity}", f"topic read {prefix}/#"]
         elif role == Role.OPERATOR.value:
             lines += ["", f"user {identity}", f"topic read {prefix}/#"]
@@ -195,10 +199,10 @@ def provision(
         out_dir: where ``<identity>.crt`` and ``<identity>.key`` (mode 600) go.
         role: device, monitor or operator.
         prefix: the fleet's topic prefix (``telemetry.prefix``).
-        days: validity of the certificate.
+        days: validity of the certificate, 1 to ``CA_DAYS``.
 
     Raises:
-        InputError: a bad identity or prefix, an identity already issued and not revoked, a CA key others may
+        InputError: a bad identity, prefix or validity, an identity already issued and not revoked, a CA key others may
             read, or a damaged CA folder.
     """
     try:
@@ -206,6 +210,10 @@ def provision(
         check_prefix(prefix)
     except TelemetryError as exc:
         raise InputError(str(exc)) from None
+    if isinstance(days, bool) or not isinstance(days, int) or not 1 <= days <= CA_DAYS:
+        raise InputError(
+            f"days = {days!r}; expected a whole number of days in 1..{CA_DAYS} (no certificate outlives the CA)"
+        )
     ca_dir, out_dir = Path(ca_dir), Path(out_dir)
     ca_cert, ca_key = _load_ca(ca_dir)
     issued = _read_json(ca_dir / ISSUED)

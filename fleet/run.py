@@ -9,10 +9,21 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from edge.fleet.ingest import Monitor, MonitorConfig
-from edge.fleet.records import DeviceRow
-from edge.fleet.store import FleetStore, StoreUnavailable
+from fleet.ingest import Monitor, MonitorConfig
+from fleet.records import DeviceRow
+from fleet.store import FleetStore, StoreUnavailable
+
+if TYPE_CHECKING:
+    from fleet.dashboard import DashboardConfig
+
+#: Newest reports written to telemetry.csv, and drawn in telemetry.png, at the end of a watch: the export
+#: must end within seconds of a SIGTERM (a service manager kills what takes longer), whatever the store holds.
+EXPORT_ROWS = 50_000
+PLOT_ROWS = 20_000
+#: Devices listed in the text table (the first by id; the dashboard pages through all of them).
+TABLE_ROWS = 50
 
 
 @dataclass(frozen=True)
@@ -25,6 +36,7 @@ class MonitorSummary:
     rejected: int
     csv_path: Path
     png_path: Path
+    exported: int = 0
 
 
 def format_table(rows: list[DeviceRow], now: float | None = None) -> str:
@@ -48,6 +60,14 @@ def format_table(rows: list[DeviceRow], now: float | None = None) -> str:
         )
     widths = [max(len(line[i]) for line in lines) for i in range(len(head))]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip() for line in lines)
+
+
+def fleet_table(store: FleetStore) -> str:
+    """``format_table`` of the first ``TABLE_ROWS`` devices, and a line counting the others."""
+    rows = store.devices(limit=TABLE_ROWS)
+    total = store.state_counts()["devices"]
+    more = f"\n... and {total - len(rows)} more device(s): see the dashboard (--web) or telemetry.csv"
+    return format_table(rows) + (more if total > len(rows) else "")
 
 
 def state_text(online: bool | None) -> str:
@@ -102,7 +122,7 @@ def run_monitor(
     out_dir: Path,
     print_fn=print,
     refresh_s: float = 2.0,
-    web: tuple[str, int] | None = None,
+    web: DashboardConfig | None = None,
     table: bool = True,
 ) -> MonitorSummary:
     """Watch the fleet, print the table every ``refresh_s``, then export CSV and PNG into ``out_dir``.
@@ -110,10 +130,10 @@ def run_monitor(
     Args:
         config: broker, store and prefix.
         duration: seconds to watch; None watches until Ctrl-C or SIGTERM (either ends the watch normally).
-        out_dir: where ``telemetry.csv`` and ``telemetry.png`` go.
+        out_dir: where ``telemetry.csv`` and ``telemetry.png`` go (the newest ``EXPORT_ROWS`` reports).
         print_fn: called with the whole table text at each refresh (the CLI may clear the screen first).
         refresh_s: seconds between tables.
-        web: (host, port) to serve the fleet dashboard on while watching, or None.
+        web: where and how to serve the fleet dashboard while watching, or None.
         table: build and print the table at each refresh (it reads the whole fleet from the store).
 
     Returns:
@@ -133,7 +153,7 @@ def run_monitor(
             def step() -> None:
                 try:
                     if table:
-                        print_fn(format_table(monitor.store.devices()))
+                        print_fn(fleet_table(monitor.store))
                 except StoreUnavailable as exc:  # e.g. PostgreSQL restarting: ingest retries, so does the table
                     print_fn(f"fleet store unavailable, retrying: {exc}")
                 monitor.check()
@@ -141,11 +161,11 @@ def run_monitor(
             _watch(duration, step, refresh_s)
         monitor.stop()  # commit what arrived before the signal: the table and the export must include it
         if table:
-            print_fn(format_table(monitor.store.devices()))
+            print_fn(fleet_table(monitor.store))
         return _export(monitor, out_dir)
 
 
-def serve_dashboard(store: FleetStore, web: tuple[str, int], duration: float | None, print_fn=print) -> None:
+def serve_dashboard(store: FleetStore, web: DashboardConfig, duration: float | None, print_fn=print) -> None:
     """Serve the dashboard over ``store`` without ingesting (another monitor writes the store).
 
     Raises:
@@ -155,21 +175,31 @@ def serve_dashboard(store: FleetStore, web: tuple[str, int], duration: float | N
         _watch(duration, lambda: None, 1.0)
 
 
-def _dashboard(store: FleetStore, web: tuple[str, int] | None, print_fn):
+def _dashboard(store: FleetStore, web: DashboardConfig | None, print_fn):
     from contextlib import nullcontext
 
     if web is None:
         return nullcontext()
-    from edge.fleet.dashboard import Dashboard
+    from fleet.dashboard import Dashboard, is_loopback
 
-    board = Dashboard(store, *web).start()
-    print_fn(f"fleet dashboard on {board.url}")
+    board = Dashboard(store, web).start()
+    if is_loopback(web.host):
+        print_fn(f"fleet dashboard on {board.url} (loopback only, {'login required' if web.token else 'no login'})")
+    else:
+        names = ", ".join(sorted(web.allowed_hosts))
+        print_fn(f"fleet dashboard on {board.url}: reachable from the network; login required; Host names: {names}")
     return board
 
 
 def _export(monitor: Monitor, out_dir: Path) -> MonitorSummary:
+    """Write telemetry.csv and telemetry.png from the newest reports (bounded: see ``EXPORT_ROWS``)."""
+    from edge.telemetry.plot import plot_telemetry
+
     store = monitor.store
     csv_path = out_dir / "telemetry.csv"
-    store.export_csv(csv_path)
-    png_path = monitor.export_png(out_dir / "telemetry.png")
-    return MonitorSummary(len(store.devices()), store.count(), store.duplicates, store.rejected, csv_path, png_path)
+    exported = store.export_csv(csv_path, limit=EXPORT_ROWS)
+    png_path = plot_telemetry(store.telemetry(limit=PLOT_ROWS), out_dir / "telemetry.png")
+    counts = store.state_counts()
+    return MonitorSummary(
+        counts["devices"], store.count(), store.duplicates, store.rejected, csv_path, png_path, exported
+    )

@@ -7,12 +7,18 @@
 2. The first wave is ``ceil(canary x members)`` devices (at least one, in device-id order); the rest is the
    second wave.
 3. Each device of a wave gets its own signed ``update`` command; the rollout then watches the fleet store
-   for that command's outcome, matched by its nonce: ``update.accepted`` (success), ``update.rolled_back``,
-   ``update.failed``, ``command.failed``, ``command.rejected`` (failures), or nothing within the timeout
-   (a failure too: the device may be off).
+   for that command's outcome, matched by its nonce: ``update.rolled_back``, ``update.failed``,
+   ``command.failed``, ``command.rejected`` (failures), or ``update.accepted`` followed by the device's own
+   telemetry naming the new bundle (success: the device runs it), or neither within the timeout (a failure
+   too: the device may be off).
 4. Once ``abort_after`` devices have failed, no further wave is sent.
 
 Every device ends with one outcome: accepted, rolled_back, failed, rejected, timeout, or not_sent.
+
+The store's rows are only as trustworthy as the broker that carried them: the monitor files a report under
+the device id of its topic, and the fleet's ACL (``fleet.credentials``) lets a device publish under its own
+id only, by its certificate. Rows are still read defensively: one whose fields have the wrong type is
+skipped and listed in the report, never a crash.
 """
 
 from __future__ import annotations
@@ -24,8 +30,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from edge.errors import InputError
+from edge.telemetry.schema import MessageKind
 
 TASK_ANNOUNCE = "device.announce"
+TASK_ACCEPTED = "update.accepted"
+#: Bounds of ``--timeout`` (seconds a wave may take).
+MAX_TIMEOUT_S = 86_400.0
 #: Result task -> the outcome it means for the update command whose nonce it carries.
 TERMINAL = {
     "update.accepted": "accepted",
@@ -62,6 +72,9 @@ class RolloutPlan:
             raise InputError(f"canary = {self.canary!r}; expected a fraction in (0, 1], e.g. 10%")
         if isinstance(self.abort_after, bool) or not isinstance(self.abort_after, int) or self.abort_after < 1:
             raise InputError(f"abort_after = {self.abort_after!r}; expected a whole number >= 1")
+        for name, value in (("timeout_s", self.timeout_s), ("poll_s", self.poll_s)):
+            if not (math.isfinite(value) and 0.0 < value <= MAX_TIMEOUT_S):
+                raise InputError(f"{name} = {value!r}; expected seconds in (0, {MAX_TIMEOUT_S:g}]")
 
 
 @dataclass
@@ -75,6 +88,8 @@ class DeviceOutcome:
     to_id: str = ""
     reason: str = ""
     nonce: str = ""
+    #: seq of the device's ``update.accepted``; the outcome is accepted once a later telemetry names ``to_id``.
+    claimed_seq: int = -1
 
 
 @dataclass
@@ -84,6 +99,8 @@ class RolloutReport:
     plan: RolloutPlan
     devices: list[DeviceOutcome] = field(default_factory=list)
     aborted: bool = False
+    #: Stored rows that were skipped because a field has the wrong type (one line each, no repeats).
+    skipped: list[str] = field(default_factory=list)
 
     @property
     def failed(self) -> int:
@@ -101,6 +118,7 @@ class RolloutReport:
                 f"{d.device_id:24} {d.wave:>4}  {d.outcome:12} {d.from_id or '-':16} -> {d.to_id or '-':16} "
                 f"{d.reason[:100]}"
             )
+        lines += [f"skipped a malformed stored row: {line}" for line in self.skipped]
         state = "ABORTED" if self.aborted else ("done" if self.ok else "done with failures")
         lines.append(f"rollout to group {self.plan.group}: {state}; {self.failed} of {len(self.devices)} failed")
         return "\n".join(lines)
@@ -112,15 +130,52 @@ class RolloutReport:
             "aborted": self.aborted,
             "ok": self.ok,
             "devices": [d.__dict__ for d in self.devices],
+            "skipped": list(self.skipped),
         }
 
 
-def group_members(store: Any, group: str) -> list[str]:
-    """Devices whose newest ``device.announce`` carries ``group`` in its tags, sorted."""
+def _malformed(body: Any, fields: dict[str, type | tuple[type, ...]]) -> str:
+    """Why a stored result can't be used ("" when it can): ``fields`` are the ``data`` keys it needs, by type."""
+    if not isinstance(body, dict) or not isinstance(body.get("device_id"), str):
+        return f"a result without a device id: {str(body)[:120]}"
+    where = f"{body['device_id']} {str(body.get('task'))[:40]} seq {str(body.get('seq'))[:20]}"
+    seq, data = body.get("seq"), body.get("data")
+    if isinstance(seq, bool) or not isinstance(seq, int):
+        return f"{where}: seq = {str(seq)[:40]!r}; expected a whole number"
+    if not isinstance(data, dict):
+        return f"{where}: data = {str(data)[:40]!r}; expected an object"
+    for key, kind in fields.items():
+        value = data.get(key)
+        if isinstance(value, bool) or not isinstance(value, kind):
+            names = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
+            return f"{where}: data.{key} = {str(value)[:40]!r}; expected {names}"
+    bad_tags = [t for t in data["tags"] if not isinstance(t, str)] if "tags" in fields else []
+    if bad_tags:
+        return f"{where}: data.tags holds {str(bad_tags[0])[:40]!r}; expected strings"
+    return ""
+
+
+def _skip(skipped: list[str] | None, why: str) -> None:
+    if skipped is not None and why not in skipped:
+        skipped.append(why)
+
+
+def group_members(store: Any, group: str, skipped: list[str] | None = None) -> list[str]:
+    """Devices whose newest well-formed ``device.announce`` carries ``group`` in its tags, sorted.
+
+    Args:
+        store: the fleet store.
+        group: the tag.
+        skipped: collects a line per malformed announcement (skipped, not fatal).
+    """
     newest: dict[str, dict] = {}
     for body in store.results((TASK_ANNOUNCE,)):
+        why = _malformed(body, {"tags": list})
+        if why:
+            _skip(skipped, why)
+            continue
         newest[body["device_id"]] = body  # oldest first per device: the last one wins
-    return sorted(d for d, body in newest.items() if group in (body.get("data") or {}).get("tags", []))
+    return sorted(d for d, body in newest.items() if group in body["data"]["tags"])
 
 
 def waves(members: list[str], canary: float) -> list[list[str]]:
@@ -129,17 +184,45 @@ def waves(members: list[str], canary: float) -> list[list[str]]:
     return [w for w in (members[:first], members[first:]) if w]
 
 
-def _collect(store: Any, pending: dict[str, DeviceOutcome]) -> None:
+#: The fields an outcome's ``data`` must carry, by type (``from``/``to``/``reason``/``error`` are optional).
+_OUTCOME_FIELDS: dict[str, type | tuple[type, ...]] = {"nonce": str}
+_OPTIONAL_TEXT = ("from", "to", "reason", "error")
+
+
+def _collect(store: Any, pending: dict[str, DeviceOutcome], skipped: list[str]) -> None:
     """Fill in the outcome of every pending device whose command's terminal report arrived."""
     by_nonce = {d.nonce: d for d in pending.values()}
     for body in store.results(tuple(TERMINAL)):
-        data = body.get("data") or {}
-        device = by_nonce.get(data.get("nonce"))
-        if device is None or device.device_id != body.get("device_id") or device.outcome != "sent":
+        why = _malformed(body, _OUTCOME_FIELDS)
+        data = body.get("data") if not why else {}
+        if not why and (bad := [k for k in _OPTIONAL_TEXT if not isinstance(data.get(k, ""), str | None)]):
+            why = f"{body['device_id']} {body.get('task')} seq {body['seq']}: data.{bad[0]} is not a string"
+        if why:
+            _skip(skipped, why)
             continue
-        device.outcome = TERMINAL[body["task"]]
-        device.from_id, device.to_id = str(data.get("from", "")), str(data.get("to", ""))
-        device.reason = str(data.get("reason") or data.get("error") or "")
+        device = by_nonce.get(data["nonce"])
+        if device is None or device.device_id != body["device_id"] or device.outcome != "sent":
+            continue
+        device.from_id, device.to_id = data.get("from") or "", data.get("to") or ""
+        device.reason = data.get("reason") or data.get("error") or ""
+        if body["task"] == TASK_ACCEPTED:
+            device.claimed_seq = body["seq"] if device.claimed_seq < 0 else device.claimed_seq
+        else:
+            device.outcome = TERMINAL[body["task"]]
+    for device in pending.values():
+        if device.outcome == "sent" and device.claimed_seq >= 0 and _runs(store, device, skipped):
+            device.outcome = "accepted"
+
+
+def _runs(store: Any, device: DeviceOutcome, skipped: list[str]) -> bool:
+    """Whether the device's newest telemetry came after its ``update.accepted`` and names the new bundle."""
+    for body in store.latest(MessageKind.TELEMETRY, device.device_id, 1).get(device.device_id, []):
+        seq, bundle = body.get("seq") if isinstance(body, dict) else None, body.get("bundle_id")
+        if isinstance(seq, bool) or not isinstance(seq, int) or not isinstance(bundle, str):
+            _skip(skipped, f"{device.device_id} telemetry: seq/bundle_id of the wrong type")
+            return False
+        return seq > device.claimed_seq and bool(device.to_id) and bundle == device.to_id
+    return False
 
 
 def run_rollout(
@@ -153,7 +236,7 @@ def run_rollout(
 
     Args:
         plan: what, where, and when to stop.
-        store: an open fleet store (``edge.fleet.open_store``) that a monitor keeps filling.
+        store: an open fleet store (``fleet.open_store``) that a monitor keeps filling.
         send: sends the signed ``update`` command to one device; returns the command's nonce.
         sleep: waits between store reads.
         progress: called with a line per step.
@@ -164,10 +247,12 @@ def run_rollout(
     Raises:
         InputError: no device announced the group's tag.
     """
-    members = group_members(store, plan.group)
+    report = RolloutReport(plan)
+    members = group_members(store, plan.group, report.skipped)
+    for line in report.skipped:
+        progress(f"skipped a malformed stored row: {line}")
     if not members:
         raise InputError(f"group {plan.group!r}: no device announced this tag (config 'tags'; seen at daemon start)")
-    report = RolloutReport(plan)
     plan_waves = waves(members, plan.canary)
     for number, wave in enumerate(plan_waves, 1):
         report.devices += [DeviceOutcome(d, number) for d in wave]
@@ -183,8 +268,14 @@ def run_rollout(
         deadline = time.monotonic() + plan.timeout_s
         while any(d.outcome == "sent" for d in pending.values()) and time.monotonic() < deadline:
             sleep(plan.poll_s)
-            _collect(store, pending)
+            _collect(store, pending, report.skipped)
         for device in pending.values():
             if device.outcome == "sent":
-                device.outcome, device.reason = "timeout", f"no outcome within {plan.timeout_s:g} s"
+                device.outcome, device.reason = "timeout", _timeout_reason(device, plan.timeout_s)
     return report
+
+
+def _timeout_reason(device: DeviceOutcome, timeout_s: float) -> str:
+    if device.claimed_seq < 0:
+        return f"no outcome within {timeout_s:g} s"
+    return f"update.accepted reported, but no telemetry naming bundle {device.to_id or '?'} within {timeout_s:g} s"

@@ -6,20 +6,22 @@
 - ``ingest``: ``Monitor`` subscribes (alone or in an MQTT v5 shared group), commits batches, and
   acknowledges each message only after its row is committed.
 - ``run``: ``run_monitor`` (the ``edge-deploy monitor`` command) and the text table.
-- ``dashboard``: the fleet web page (stdlib HTTP server, SVG drawn on the server, no JavaScript).
+- ``dashboard``: the fleet web page's server (login off loopback, Host allow-list, cached pages);
+  ``dashboard_page`` draws the page (SVG on the server, no JavaScript); ``httpd`` is the bounded HTTP server.
 """
 
-from edge.fleet.ingest import Monitor, MonitorConfig
-from edge.fleet.records import CSV_COLUMNS, DeviceRow, Running
-from edge.fleet.run import MonitorSummary, format_table, run_monitor
-from edge.fleet.store import FleetStore, StoreUnavailable, open_store
-from edge.fleet.store_sqlite import SqliteStore
+from fleet.ingest import Monitor, MonitorConfig
+from fleet.records import CSV_COLUMNS, DeviceRow, Running
+from fleet.run import MonitorSummary, format_table, run_monitor
+from fleet.store import DataRefused, FleetStore, StoreUnavailable, open_store
+from fleet.store_sqlite import SqliteStore
 
 #: The SQLite store under its former name (``edge.monitor.MonitorStore``).
 MonitorStore = SqliteStore
 
 __all__ = [
     "CSV_COLUMNS",
+    "DataRefused",
     "DeviceRow",
     "FleetStore",
     "Monitor",

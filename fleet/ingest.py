@@ -9,8 +9,11 @@ persistent session (fixed client id, a session that never expires) when it comes
 (device_id, seq) key drops the copies that were already committed. While the store is down, batches are
 retried with backoff and nothing is acknowledged; the v5 Receive Maximum stops the broker from sending
 more than ``receive_maximum`` unacknowledged messages, so memory stays bounded and the broker queues the
-rest. A message that can never be stored (malformed, misaddressed) is counted as rejected in the same
-transaction and acknowledged: resending can't fix it.
+rest; the outage is logged once when it starts (then once a minute) and once when it ends. A message that
+can never be stored is counted as rejected and acknowledged, resending can't fix it: one ``decode`` refuses
+(malformed, misaddressed, a string beyond its bound, a timestamp from the future) in the same transaction,
+one the database refuses (``DataRefused``) after ``FleetStore.commit`` has isolated it from the rest of its
+batch.
 
 ``shared_group`` subscribes through ``$share/<group>/<prefix>/#``: the broker hands each message to one
 member of the group, so N monitors split the stream.
@@ -27,13 +30,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from edge.errors import TelemetryError
-from edge.fleet.records import Incoming, decode
-from edge.fleet.store import FleetStore, StoreUnavailable, open_store
 from edge.telemetry.link import BrokerConfig, Link, LinkHooks, backoff_delay
 from edge.telemetry.schema import check_prefix
+from fleet.records import MAX_CLOCK_SKEW_S, Incoming, WriteResult, decode
+from fleet.store import FleetStore, StoreUnavailable, open_store
 
 log = logging.getLogger(__name__)
 _GROUP_RE = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
+#: Seconds between two log lines about the same ongoing problem (an outage, rejected messages).
+LOG_EVERY_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -51,6 +56,7 @@ class MonitorConfig:
         batch_max: commit at most this many messages per transaction.
         flush_s: commit a partial batch once its oldest message waited this long.
         receive_maximum: unacknowledged messages the broker may have in flight to this monitor.
+        max_skew_s: how far a message's timestamp may be ahead of the monitor's clock (seconds).
     """
 
     broker: BrokerConfig
@@ -62,6 +68,7 @@ class MonitorConfig:
     batch_max: int = 500
     flush_s: float = 0.05
     receive_maximum: int = 1000
+    max_skew_s: float = MAX_CLOCK_SKEW_S
 
     def __post_init__(self) -> None:
         check_prefix(self.prefix)
@@ -73,8 +80,10 @@ class MonitorConfig:
             value = getattr(self, key)
             if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
                 raise TelemetryError(f"monitor {key} = {value!r}; expected an integer in {low}..{high}")
-        if isinstance(self.flush_s, bool) or not isinstance(self.flush_s, int | float) or not 0 < self.flush_s <= 10:
-            raise TelemetryError(f"monitor flush_s = {self.flush_s!r}; expected a number in (0, 10]")
+        for key, top in (("flush_s", 10.0), ("max_skew_s", 86400.0)):
+            value = getattr(self, key)
+            if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= top:
+                raise TelemetryError(f"monitor {key} = {value!r}; expected a number in (0, {top:g}]")
 
     @property
     def topic(self) -> str:
@@ -112,6 +121,10 @@ class Monitor(LinkHooks):
         self._arrived = 0
         self._retry_at = 0.0
         self._failures = 0
+        self._down_since: float | None = None
+        self._down_logged = 0.0
+        self._unlogged_rejections = 0
+        self._rejections_logged = -LOG_EVERY_S
         self._rng = random.Random()
         self._subscribed = threading.Event()
         self._link = Link(
@@ -256,15 +269,13 @@ class Monitor(LinkHooks):
     def _flush(self, client: object) -> None:
         """Commit up to ``batch_max`` pending messages, then acknowledge them; on a store outage retry later."""
         items = self._pending.items[: self.config.batch_max]
-        batch, rejected = self._decode(items)
         try:
-            self._commit(batch, rejected)
+            result = commit_messages(self.store, self.config.prefix, [i[:4] for i in items], self.config.max_skew_s)
         except StoreUnavailable as exc:
-            self.store_error = str(exc)
-            self._retry_at = time.monotonic() + backoff_delay(self._failures, 0.2, 5.0, self._rng)
-            self._failures += 1
+            self._store_down(exc, len(items))
             return
-        self._failures, self.store_error = 0, None
+        self._store_up(len(items))
+        self._note_rejections(result.rejected)
         self.committed += len(items)
         del self._pending.items[: len(items)]
         self._pending.since = time.monotonic()
@@ -272,33 +283,79 @@ class Monitor(LinkHooks):
             if qos > 0:
                 client.ack(mid, qos)
 
-    def _decode(self, items: list[tuple]) -> tuple[list[Incoming], int]:
-        batch, rejected = [], 0
-        for topic, payload, received, retained, _mid, _qos in items:
-            try:
-                batch.append(decode(self.config.prefix, topic, payload, received, retained))
-            except TelemetryError as exc:
-                self.store.last_rejection = str(exc)
-                rejected += 1
-            except Exception as exc:  # noqa: BLE001 - a network boundary: a poison message must not stop ingest
-                log.exception("monitor: message on %r not readable", topic)
-                self.store.last_rejection = f"topic {topic}: not readable ({type(exc).__name__}: {exc})"[:300]
-                rejected += 1
-        return batch, rejected
+    def _store_down(self, exc: StoreUnavailable, waiting: int) -> None:
+        """Schedule the retry (backoff with jitter); log when the outage starts, then once a minute."""
+        now = time.monotonic()
+        self.store_error = str(exc)
+        self._retry_at = now + backoff_delay(self._failures, 0.2, 5.0, self._rng)
+        self._failures += 1
+        if self._down_since is None:
+            self._down_since = self._down_logged = now
+            log.warning(
+                "monitor: fleet store unavailable (%s); %d message(s) wait unacknowledged, retrying with backoff",
+                exc,
+                waiting,
+            )
+        elif now - self._down_logged >= LOG_EVERY_S:
+            self._down_logged = now
+            log.warning(
+                "monitor: fleet store still unavailable after %.0f s (%s); %d message(s) wait",
+                now - self._down_since,
+                exc,
+                waiting,
+            )
 
-    def _commit(self, batch: list[Incoming], rejected: int) -> None:
-        """Write the batch; if the database refuses its data (not an outage), write one by one, rejecting the bad.
+    def _store_up(self, committed: int) -> None:
+        if self._down_since is not None:
+            log.warning(
+                "monitor: fleet store back after %.1f s; %d message(s) committed",
+                time.monotonic() - self._down_since,
+                committed,
+            )
+        self._down_since, self._failures, self.store_error = None, 0, None
 
-        Raises:
-            StoreUnavailable: the store is down (what was committed so far is deduplicated on the retry).
-        """
+    def _note_rejections(self, count: int) -> None:
+        """Log rejected messages: the first at once, then at most one line a minute (a flood stays one line)."""
+        self._unlogged_rejections += count
+        now = time.monotonic()
+        if self._unlogged_rejections and now - self._rejections_logged >= LOG_EVERY_S:
+            log.warning(
+                "monitor: %d message(s) rejected (the last: %s)", self._unlogged_rejections, self.store.last_rejection
+            )
+            self._unlogged_rejections, self._rejections_logged = 0, now
+
+
+def commit_messages(
+    store: FleetStore,
+    prefix: str,
+    items: list[tuple[str, bytes, float, bool]],
+    max_skew_s: float = MAX_CLOCK_SKEW_S,
+) -> WriteResult:
+    """Decode and commit one delivery of messages off the broker: the monitor's path from payload to row.
+
+    Args:
+        store: where to commit.
+        prefix: the fleet's topic prefix.
+        items: ``(topic, payload, received, retained)`` per message, in arrival order.
+        max_skew_s: how far a timestamp may be ahead of its arrival (seconds).
+
+    Returns:
+        What was committed; ``rejected`` counts the messages ``decode`` or the database refused
+        (``store.last_rejection`` says why, for the last of them).
+
+    Raises:
+        StoreUnavailable: the store is down; retry the delivery (what was committed is deduplicated).
+    """
+    batch: list[Incoming] = []
+    rejected = 0
+    for topic, payload, received, retained in items:
         try:
-            self.store.write(batch, rejected)
-            return
-        except StoreUnavailable:
-            raise
-        except TelemetryError:
-            pass  # e.g. a number beyond the database's range: find the message(s) it refuses
-        for item in batch:
-            self.store.write_one(item)
-        self.store.write([], rejected)
+            batch.append(decode(prefix, topic, payload, received, retained, max_skew_s))
+        except TelemetryError as exc:
+            store.last_rejection = str(exc)
+            rejected += 1
+        except Exception as exc:  # noqa: BLE001 - a network boundary: a poison message must not stop ingest
+            log.exception("monitor: message on %r not readable", topic)
+            store.last_rejection = f"topic {topic}: not readable ({type(exc).__name__}: {exc})"[:300]
+            rejected += 1
+    return store.commit(batch, rejected)

@@ -7,8 +7,8 @@ import time
 from pathlib import Path
 
 from edge.errors import TelemetryError
-from edge.fleet.records import RUNNING_COLUMNS, Incoming, WriteResult
-from edge.fleet.store import BatchPlan, FleetStore, StoreUnavailable, plan_batch, plan_statements
+from fleet.records import RUNNING_COLUMNS, Incoming, WriteResult
+from fleet.store import BatchPlan, DataRefused, FleetStore, StoreUnavailable, plan_batch, plan_statements
 
 _RUNNING_KEY = ", ".join(("device_id", *RUNNING_COLUMNS))
 
@@ -80,10 +80,10 @@ class SqliteStore(FleetStore):
                 except BaseException:
                     self._db.execute("ROLLBACK")
                     raise
-        except sqlite3.OperationalError as exc:  # locked, busy, disk I/O: worth another try
+        except (sqlite3.IntegrityError, sqlite3.DataError, OverflowError) as exc:  # this row, not the database
+            raise DataRefused(f"monitor database {self.path}: refuses the message ({exc})") from exc
+        except sqlite3.Error as exc:  # locked, busy, disk full or I/O, a damaged file: worth another try
             raise StoreUnavailable(f"monitor database {self.path}: cannot write now ({exc})") from exc
-        except (sqlite3.Error, OverflowError) as exc:
-            raise TelemetryError(f"monitor database {self.path}: cannot write ({exc})") from exc
         return WriteResult(stored, duplicates, len(plan.statuses), rejected)
 
     def _write_plan(self, plan: BatchPlan, now: float) -> int:

@@ -4,8 +4,11 @@ A batch is written in one transaction: its reports are ``COPY``-ed into a sessio
 moved into ``messages`` with ``INSERT ... ON CONFLICT DO NOTHING`` (the (device_id, seq) primary key drops
 redeliveries); device rows, newest reports and model history are upserted with pipelined ``executemany``.
 Rows are locked in device-id order, so several monitors writing at once never deadlock each other.
-A lost connection (server restart, network) raises ``StoreUnavailable``: nothing of the batch was
-committed and the caller retries it; the next call reconnects.
+A refusal of the data (SQLSTATE classes ``REFUSED_CLASSES``, e.g. a value out of range or an index row
+too large) raises ``DataRefused``: a message of the batch can never be stored, and ``FleetStore.commit``
+isolates it. Any other error (a lost connection, the server shutting down, out of disk, a serialization
+failure, a missing table) raises ``StoreUnavailable``: nothing of the batch was committed and the caller
+retries it; the next call reconnects (and recreates what is missing).
 """
 
 from __future__ import annotations
@@ -14,12 +17,18 @@ import threading
 from typing import Any
 
 from edge.errors import TelemetryError, require
-from edge.fleet.records import RUNNING_COLUMNS, Incoming, WriteResult, body_of
-from edge.fleet.store import BatchPlan, FleetStore, StoreUnavailable, plan_batch, plan_statements
+from fleet.records import RUNNING_COLUMNS, Incoming, WriteResult, body_of
+from fleet.store import BatchPlan, DataRefused, FleetStore, StoreUnavailable, plan_batch, plan_statements
 
 _RUNNING_KEY = ", ".join(("device_id", *RUNNING_COLUMNS))
 #: pg_advisory_xact_lock key serialising schema creation between monitors starting together.
 _SCHEMA_LOCK = 0x0ED6E_F1EE7
+#: SQLSTATE classes that refuse the data of a row, not the request: 22 data exception (a value out of range,
+#: bad encoding), 23 integrity constraint violation (an operator's CHECK), 54 program limit exceeded (a row or
+#: index entry too large). Resending can't fix these. Every other class (08 connection, 40 transaction
+#: rollback, 53 insufficient resources, 57 operator intervention, 42 a missing table...) says the server can't
+#: take any row now: the batch is retried.
+REFUSED_CLASSES = ("22", "23", "54")
 
 SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS messages (
@@ -126,11 +135,11 @@ class PostgresStore(FleetStore):
                         "UPDATE counters SET value = value + %s WHERE name = %s",
                         [(v, k) for k, v in (("duplicates", duplicates), ("rejected", rejected)) if v],
                     )
-            except self._pg.OperationalError as exc:  # connection lost, server restarting, deadlock
-                self._drop_writer()
-                raise StoreUnavailable(f"fleet store {self.location}: cannot write now ({_first_line(exc)})") from exc
             except self._pg.Error as exc:
-                raise TelemetryError(f"fleet store {self.location}: cannot write ({_first_line(exc)})") from exc
+                if _refuses_data(self._pg, exc):
+                    raise DataRefused(f"fleet store {self.location}: refuses the message ({_why(exc)})") from exc
+                self._drop_writer()  # a fresh connection sets the schema up again
+                raise StoreUnavailable(f"fleet store {self.location}: cannot write now ({_why(exc)})") from exc
         return WriteResult(stored, duplicates, len(plan.statuses), rejected)
 
     def _write_plan(self, cur: Any, plan: BatchPlan) -> int:
@@ -222,6 +231,21 @@ def _safe_location(pg: Any, url: str) -> str:
     except pg.ProgrammingError as exc:
         raise TelemetryError(f"fleet store URL: not a valid PostgreSQL URL ({_first_line(exc)})") from exc
     return f"postgresql://{info.get('host', '')}:{info.get('port', 5432)}/{info.get('dbname', '')}"
+
+
+def _refuses_data(pg: Any, exc: Exception) -> bool:
+    """Whether a psycopg error refuses the data (``REFUSED_CLASSES``; or, raised before reaching the server,
+    a value psycopg can't send, e.g. a NUL character)."""
+    state = getattr(exc, "sqlstate", None)
+    if state:
+        return state[:2] in REFUSED_CLASSES
+    return isinstance(exc, pg.DataError | pg.IntegrityError)
+
+
+def _why(exc: Exception) -> str:
+    """``SQLSTATE 54000: <first line>``, or the first line alone for an error without a SQLSTATE."""
+    state = getattr(exc, "sqlstate", None)
+    return f"SQLSTATE {state}: {_first_line(exc)}" if state else _first_line(exc)
 
 
 def _first_line(exc: BaseException) -> str:

@@ -1,13 +1,14 @@
 """What the fleet store receives and returns: decoded messages, device rows, what a device runs.
 
-``decode`` is the monitor's one parse path for a message off the broker: topic, JSON, schema and the
-topic/body agreement. A message it refuses is counted as rejected and acknowledged (resending can't fix it).
+``decode`` is the monitor's one parse path for a message off the broker: topic, JSON, schema (every string
+bounded), the topic/body agreement and a timestamp not ahead of the monitor's clock by more than
+``MAX_CLOCK_SKEW_S``. A message it refuses is counted as rejected and acknowledged (resending can't fix it).
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 from typing import Any
 
 from edge.errors import TelemetryError
@@ -26,6 +27,10 @@ from edge.telemetry.schema import (
 CSV_COLUMNS = (
     "device_id", "seq", "timestamp", "latency_p50_ms", "latency_p90_ms", "fps", "temperature_c", "window_s",
 )  # fmt: skip
+
+#: How far a message's timestamp may be ahead of the monitor's clock (seconds); later ones are refused, else a
+#: device with a wrong clock would stay in every "last N minutes" view for ever.
+MAX_CLOCK_SKEW_S = 300.0
 
 #: Columns of ``devices`` that say what a device runs now (the same names as the Telemetry fields).
 RUNNING_COLUMNS = RUNNING_FIELDS
@@ -70,10 +75,17 @@ class Incoming:
         m = self.message
         if not isinstance(m, Result) or "error" not in m.data:
             return None
-        return f"{m.task}: {m.data['error']}"[:500]
+        return f"{m.task}: {m.data['error']}"[:500].replace("\x00", "\ufffd")  # PostgreSQL text can't hold NUL
 
 
-def decode(prefix: str, topic: str, payload: bytes | str, received: float, retained: bool = False) -> Incoming:
+def decode(
+    prefix: str,
+    topic: str,
+    payload: bytes | str,
+    received: float,
+    retained: bool = False,
+    max_skew_s: float = MAX_CLOCK_SKEW_S,
+) -> Incoming:
     """Validate one message off the broker.
 
     Args:
@@ -82,13 +94,14 @@ def decode(prefix: str, topic: str, payload: bytes | str, received: float, retai
         payload: the message JSON.
         received: arrival time (Unix seconds).
         retained: whether the broker replayed it as retained.
+        max_skew_s: how far its timestamp may be ahead of ``received``.
 
     Returns:
         The decoded message.
 
     Raises:
-        TelemetryError: naming the topic, if the topic, the JSON or the schema is wrong, or the body's kind
-            or device differs from the topic's.
+        TelemetryError: naming the topic, if the topic, the JSON or the schema is wrong, the body's kind
+            or device differs from the topic's, or its timestamp is more than ``max_skew_s`` ahead.
     """
     device_id, kind = parse_topic(prefix, topic)
     try:
@@ -99,6 +112,12 @@ def decode(prefix: str, topic: str, payload: bytes | str, received: float, retai
         raise TelemetryError(
             f"topic {topic}: carries a {kind_of(message).value} message from "
             f"{message.device_id!r}; expected a {kind.value} message from {device_id!r}"
+        )
+    ahead = message.timestamp - received
+    if ahead > max_skew_s:
+        raise TelemetryError(
+            f"topic {topic}: timestamp {message.timestamp} is {ahead:.1f} s ahead of the monitor's clock; expected "
+            f"at most {max_skew_s:g} s (is the device's clock set?)"
         )
     text = payload.decode() if isinstance(payload, bytes) else payload
     return Incoming(device_id, kind, message, text, received, retained)
@@ -112,13 +131,17 @@ class WriteResult:
         stored: new reports.
         duplicates: reports already in the store (a QoS 1 redelivery or a device's resend).
         statuses: status messages applied.
-        rejected: messages refused by ``decode`` counted in the same transaction.
+        rejected: messages not stored: refused by ``decode`` (counted in the same transaction) or by the
+            database (``FleetStore.commit``).
     """
 
     stored: int = 0
     duplicates: int = 0
     statuses: int = 0
     rejected: int = 0
+
+    def __add__(self, other: WriteResult) -> WriteResult:
+        return WriteResult(*(a + b for a, b in zip(astuple(self), astuple(other), strict=True)))
 
 
 @dataclass(frozen=True)
