@@ -14,8 +14,9 @@ cd "$(dirname "$0")/.."
 say() { printf '[setup] %s\n' "$*" >&2; }
 
 # Debian packages the tool and its tests use (a real broker, openssl for TLS tests, PostgreSQL for the
-# fleet store's tests: they start their own cluster with its initdb/pg_ctl, as the postgres user when root).
-APT_PACKAGES=(mosquitto mosquitto-clients openssl postgresql)
+# fleet store's tests: they start their own cluster with its initdb/pg_ctl, as the postgres user when root;
+# systemd for systemd-analyze, which scores the daemon's unit in tests/unit/test_daemon_config.py).
+APT_PACKAGES=(mosquitto mosquitto-clients openssl postgresql systemd)
 PY=${PYTHON:-python3}
 if ! "$PY" -c 'import venv, ensurepip' 2>/dev/null; then
   APT_PACKAGES+=(python3-venv python3-pip)

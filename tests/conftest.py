@@ -8,6 +8,9 @@ Tiers (markers, applied here, so no test file has to remember them):
 - ``slow``: the integration tests that convert models, build bundles, start a browser or an emulated Pi, or
   pip-install a wheel (minutes each): those using the shared converted-model fixtures below, those marked
   ``arm``, and the modules in ``SLOW_MODULES``. ``pytest -m "integration and not slow"`` is the quick half.
+
+Under ``CI`` any skipped or xfailed test fails the session (tests/skip_gate.py): every package and tool the
+tests use is installed by scripts/setup.sh and the scripts it names, so a skip there means a check did not run.
 """
 
 from __future__ import annotations
@@ -15,6 +18,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
+pytest_plugins = ("pytester", "tests.skip_gate")
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -71,7 +76,6 @@ def face_fp32_models(tmp_path_factory) -> Path:
     (``converters.face.build.export_face_models``, the export half of ``edge-deploy convert face``).
     Read-only for the tests that share it: a test that damages a model copies the folder first.
     """
-    pytest.importorskip("torch")
     from converters.face.build import export_face_models
 
     return export_face_models(tmp_path_factory.mktemp("face-fp32-shared"), "rpi4")
@@ -115,7 +119,6 @@ def slm_int4(tmp_path_factory) -> dict:
     import os
     import shutil
 
-    pytest.importorskip("torch")
     from converters.slm.build import SlmOptions, convert_slm
     from edge.profiles import Precision, load_profile
 
@@ -143,7 +146,6 @@ def slm_twin(slm_int4, tmp_path_factory) -> dict:
     its LiteRT twin gated by greedy agreement with the fp32 ONNX, generation.json naming the twin the default.
     ``{"hf_dir", "out": the folder, "result": SlmBuild, "tflite": its TfliteBuild}``. Read-only for the tests
     that share it (test_slm_tflite, test_build_slm)."""
-    pytest.importorskip("ai_edge_litert")
     from converters.slm.build import SlmOptions, TfliteTwin, convert_slm
     from converters.slm.tflite import TfliteOptions
     from edge.profiles import Precision, load_profile

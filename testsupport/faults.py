@@ -24,7 +24,7 @@ PAD = "x" * 2000  # ~2 KB a report: a 256 KiB filesystem fills after a few
 
 
 class MountRefused(Exception):
-    """``mount`` failed (not root, no CAP_SYS_ADMIN): the caller says so and skips."""
+    """``mount`` failed (not root, no CAP_SYS_ADMIN): the caller says so."""
 
 
 def remount(mnt: Path, options: str) -> None:
@@ -38,7 +38,7 @@ def tmpfs(mnt: Path, size: str) -> Iterator[Path]:
     run = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mnt)], capture_output=True,
                          text=True, timeout=30)  # fmt: skip
     if run.returncode != 0:
-        raise MountRefused(f"cannot mount a tmpfs here ({run.stderr.strip()}); the fault checks need root")
+        raise MountRefused(f"cannot mount a tmpfs on {mnt} ({run.stderr.strip()}); the disk-fault checks need root")
     try:
         yield mnt
     finally:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import cv2
+import dlib
 import numpy as np
 import pytest
 
@@ -11,7 +12,6 @@ from converters.face.reference import dlib_model_path
 from edge.face import align
 
 pytestmark = pytest.mark.integration
-dlib = pytest.importorskip("dlib")
 
 # get_face_chip_details' 68-point branch: points 27..54 and 60..64 of the mean face (no brows, no lower lip)
 _DLIB68_POINTS = [i for i in range(17, 68) if not (55 <= i <= 59 or 65 <= i <= 67 or 17 <= i <= 26)]
@@ -63,14 +63,18 @@ def test_five_point_chip_describes_the_face_like_dlibs_own_chip(models):
 def test_dlib5_chip_is_bit_exact_with_dlib(models):
     detector, _ = models
     shape5 = dlib.shape_predictor(str(dlib_model_path("landmarks5")))
+    faces = {}
     for photo in EVAL_PHOTOS:
         rgb = photo.load()
-        for rect in detector(rgb, 1):
+        rects = detector(rgb, 1)
+        faces[photo.name] = len(rects)
+        for rect in rects:
             shape = shape5(rgb, rect)
             pts = np.array([[p.x, p.y] for p in shape.parts()], np.float64)
             assert np.array_equal(
                 align.align_chip_dlib5(rgb, pts, exact=True), dlib.get_face_chip(rgb, shape, 150, 0.25)
-            )
+            ), f"{photo.name} {rect}"
+    assert faces == {"astronaut": 2, "t1": 6, "tom_hanks": 1}  # every face HOG finds, each one compared
 
 
 def test_default_chip_is_within_the_stated_tolerance_of_dlibs_on_every_evaluation_face():

@@ -12,17 +12,15 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("torch")
-
-from converters.arm.cost import RUN_MODEL, build_plugin, count_instructions  # noqa: E402
-from converters.arm.face import (  # noqa: E402
+from converters.arm.cost import RUN_MODEL, build_plugin, count_instructions
+from converters.arm.face import (
     INT8_DESCRIPTOR_TOLERANCE,
     compare_face_results,
     run_face_both,
     write_probe_photos,
 )
-from converters.arm.guest import ArmGuest, prepare_guest  # noqa: E402
-from edge.errors import InferenceError  # noqa: E402
+from converters.arm.guest import ArmGuest, prepare_guest
+from edge.errors import InferenceError
 
 pytestmark = [pytest.mark.integration, pytest.mark.arm]
 

@@ -20,11 +20,9 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("torch")
-
-from converters.arm.cost import build_plugin  # noqa: E402
-from converters.arm.guest import ArmGuest, prepare_guest  # noqa: E402
-from converters.arm.text import RUN_TEXT, measure_generation, run_text_both  # noqa: E402
+from converters.arm.cost import build_plugin
+from converters.arm.guest import ArmGuest, prepare_guest
+from converters.arm.text import RUN_TEXT, measure_generation, run_text_both
 
 pytestmark = [pytest.mark.integration, pytest.mark.arm]
 

@@ -50,7 +50,6 @@ def photos() -> dict[str, np.ndarray]:
 
 @pytest.fixture(scope="module")
 def mtcnn(tmp_path_factory):
-    pytest.importorskip("torch")
     from converters.face.mtcnn import export_mtcnn
     from edge.face.detect_mtcnn import MtcnnDetector
 

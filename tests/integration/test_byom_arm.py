@@ -9,10 +9,8 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("onnx")
-
-from converters.arm.guest import ArmGuest, prepare_guest  # noqa: E402
-from converters.arm.model import check_model_folder, compare  # noqa: E402
+from converters.arm.guest import ArmGuest, prepare_guest
+from converters.arm.model import check_model_folder, compare
 
 pytestmark = [pytest.mark.integration, pytest.mark.arm]
 

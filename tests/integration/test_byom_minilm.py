@@ -10,8 +10,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-pytest.importorskip("torch")
-
 pytestmark = pytest.mark.integration
 
 SEQ = 32

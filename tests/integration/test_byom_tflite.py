@@ -16,9 +16,6 @@ from edge_deploy.cli import main
 
 pytestmark = pytest.mark.integration
 
-pytest.importorskip("onnx")
-pytest.importorskip("ai_edge_litert")
-
 
 @pytest.fixture(scope="module")
 def files(tmp_path_factory) -> Path:

@@ -9,14 +9,16 @@ and rotated by 8 degrees before detection. The reference is ``dlib.face_recognit
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 from collections import Counter
 from pathlib import Path
 
+import cv2
+import dlib
 import numpy as np
 import pytest
 
 from converters.face.dlib_resnet import export_dlib_embedder
+from converters.face.facedata import package_dir
 from converters.sources import DLIB_RESNET
 from edge.errors import InferenceError, InputError
 from edge.face.embed import FaceEmbedder
@@ -24,19 +26,13 @@ from edge.face.types import DLIB_SAME_PERSON_THRESHOLD
 
 pytestmark = pytest.mark.integration
 
-dlib = pytest.importorskip("dlib", reason="dlib-bin (the reference) is in the 'reference' extra")
-cv2 = pytest.importorskip("cv2")
-
 #: Required agreement with dlib (max abs difference over all descriptor values).
 DLIB_TOLERANCE = 1e-4
 MIN_DETECTION_SCORE = 0.3
 
 
 def _insightface_images() -> Path:
-    spec = importlib.util.find_spec("insightface")  # located, never imported
-    if spec is None or not spec.submodule_search_locations:
-        pytest.skip("the insightface wheel (test photos) is not installed")
-    return Path(next(iter(spec.submodule_search_locations))) / "data" / "images"
+    return package_dir("insightface") / "data" / "images"  # located, never imported
 
 
 def _read_rgb(path: Path) -> np.ndarray:

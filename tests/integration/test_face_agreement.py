@@ -20,8 +20,6 @@ from edge.face.pipeline import FacePipeline
 from edge.imageio import load_image, save_image
 
 pytestmark = pytest.mark.integration
-pytest.importorskip("dlib")
-pytest.importorskip("torch")
 
 
 class _CachedReference:

@@ -15,18 +15,16 @@ import onnx
 import onnxruntime as ort
 import pytest
 
-pytest.importorskip("torch")
-
-from converters.compile import to_ort_format  # noqa: E402
-from converters.face.calibration import constant_calibration  # noqa: E402
-from converters.face.quantize import DEFAULT_CALIBRATION_COUNT, quantize_face_models  # noqa: E402
-from converters.quantize import QuantMode, op_counts, quantize_model, settings_for  # noqa: E402
+from converters.compile import to_ort_format
+from converters.face.calibration import constant_calibration
+from converters.face.quantize import DEFAULT_CALIBRATION_COUNT, quantize_face_models
+from converters.quantize import QuantMode, op_counts, quantize_model, settings_for
 from edge.digest import file_sha256
-from edge.errors import ValidationError  # noqa: E402
-from edge.face import models as face_models  # noqa: E402
-from edge.face.embed import FaceEmbedder  # noqa: E402
-from edge.profiles import Precision, load_profile  # noqa: E402
-from tests.conftest import TEST_CALIBRATION_COUNT  # noqa: E402
+from edge.errors import ValidationError
+from edge.face import models as face_models
+from edge.face.embed import FaceEmbedder
+from edge.profiles import Precision, load_profile
+from tests.conftest import TEST_CALIBRATION_COUNT
 
 pytestmark = pytest.mark.integration
 

@@ -23,7 +23,6 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture(scope="module")
 def fp32_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    pytest.importorskip("dlib")
     return build_fp32(tmp_path_factory.mktemp("bench"))
 
 

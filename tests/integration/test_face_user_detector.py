@@ -13,16 +13,12 @@ from __future__ import annotations
 import json
 import shutil
 
-import pytest
-
-pytest.importorskip("ai_edge_litert")
-
-from converters.face.blazeface import FULL_RANGE, fetch_blazeface  # noqa: E402
-from converters.face.facedata import package_dir  # noqa: E402
-from edge.digest import file_sha256  # noqa: E402
-from edge.face.gallery import Gallery  # noqa: E402
-from edge.face.models import open_face_pipeline  # noqa: E402
-from edge_deploy.cli import main  # noqa: E402
+from converters.face.blazeface import FULL_RANGE, fetch_blazeface
+from converters.face.facedata import package_dir
+from edge.digest import file_sha256
+from edge.face.gallery import Gallery
+from edge.face.models import open_face_pipeline
+from edge_deploy.cli import main
 
 
 def test_a_user_detector_is_shipped_recorded_and_run(tmp_path, capsys) -> None:

@@ -15,28 +15,23 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import gguf
 import numpy as np
 import pytest
+from gguf import GGMLQuantizationType as QT
 
-gguf = pytest.importorskip("gguf")
-pytest.importorskip("onnxruntime")
-pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
-
-from gguf import GGMLQuantizationType as QT  # noqa: E402
-
-from converters.slm.export import export_onnx  # noqa: E402
-from converters.slm.gguf_source import read_gguf, write_hf_folder  # noqa: E402
-from converters.slm.gqa_graph import build_gqa_onnx  # noqa: E402
-from converters.slm.grid_quant import repack_grid  # noqa: E402
-from edge.errors import ConversionError  # noqa: E402
-from edge_deploy.cli import main  # noqa: E402
-from testsupport.gguf_models import HEAD_DIM, HEADS, HIDDEN, K_TYPES, LAYERS, TOKENS, write_gguf  # noqa: E402
-from testsupport.gguf_models import finish as _finish  # noqa: E402
-from testsupport.gguf_models import ours_run as _ours  # noqa: E402
-from testsupport.gguf_models import reference_model as _reference  # noqa: E402
-from testsupport.gguf_models import reference_run as _reference_run  # noqa: E402
-from testsupport.gguf_models import write_header as _header  # noqa: E402
+from converters.slm.export import export_onnx
+from converters.slm.gguf_source import read_gguf, write_hf_folder
+from converters.slm.gqa_graph import build_gqa_onnx
+from converters.slm.grid_quant import repack_grid
+from edge.errors import ConversionError
+from edge_deploy.cli import main
+from testsupport.gguf_models import HEAD_DIM, HEADS, HIDDEN, K_TYPES, LAYERS, TOKENS, write_gguf
+from testsupport.gguf_models import finish as _finish
+from testsupport.gguf_models import ours_run as _ours
+from testsupport.gguf_models import reference_model as _reference
+from testsupport.gguf_models import reference_run as _reference_run
+from testsupport.gguf_models import write_header as _header
 
 ATOL = 1e-4
 GRID_RTOL = 3e-5

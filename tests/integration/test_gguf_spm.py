@@ -14,22 +14,19 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import gguf
 import numpy as np
 import pytest
+import transformers
 
-gguf = pytest.importorskip("gguf")
-pytest.importorskip("onnxruntime")
-pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
-
-from converters.slm.gguf_source import read_gguf  # noqa: E402
-from converters.slm.tokenizer import build_tokenizer  # noqa: E402
-from edge.errors import ConversionError, InputError  # noqa: E402
-from edge.text import SamplingConfig, TextGenerator  # noqa: E402
-from edge_deploy.cli import main  # noqa: E402
-from testsupport.gguf_models import FFN, HEADS, HIDDEN, KV_HEADS, LAYERS  # noqa: E402
-from testsupport.gguf_models import finish as _finish  # noqa: E402
-from testsupport.gguf_models import layer_tensors as _layer_tensors  # noqa: E402
+from converters.slm.gguf_source import read_gguf
+from converters.slm.tokenizer import build_tokenizer
+from edge.errors import ConversionError, InputError
+from edge.text import SamplingConfig, TextGenerator
+from edge_deploy.cli import main
+from testsupport.gguf_models import FFN, HEADS, HIDDEN, KV_HEADS, LAYERS
+from testsupport.gguf_models import finish as _finish
+from testsupport.gguf_models import layer_tensors as _layer_tensors
 
 #: pieces ranked best first (score 0, -1, ...); "<s", "s>" make the vocabulary imply merges that spell "<s>"
 PIECES = [

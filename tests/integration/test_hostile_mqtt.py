@@ -81,16 +81,22 @@ def _device_config(tmp_path: Path, port: int, broker_extra: str) -> Path:
 
 
 def _listen(port: int, topic: str, tls: dict | None = None):
+    """A client subscribed to ``topic``: returns once the broker has acknowledged the subscription."""
+    import threading
+
     import paho.mqtt.client as mqtt
 
     got: list[bytes] = []
+    subscribed = threading.Event()
     client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2)
     if tls:
         client.tls_set(**tls)
     client.on_message = lambda c, u, m: got.append(m.payload)
+    client.on_subscribe = lambda c, u, mid, codes, props: subscribed.set()
     client.connect("127.0.0.1", port)
     client.subscribe(topic, qos=1)
     client.loop_start()
+    assert subscribed.wait(10), f"the listener's subscription to {topic} was not acknowledged in 10 s"
     return client, got
 
 
@@ -104,15 +110,20 @@ def _command(config: Path) -> subprocess.CompletedProcess:
 def test_command_never_falls_back_to_plaintext(tmp_path: Path) -> None:
     import time
 
+    topic = "edge-deploy/pi-tls/cmd"
     with Broker(tmp_path / "broker") as broker:  # a plaintext broker: what the outside test captured on
-        client, got = _listen(broker.port, "edge-deploy/pi-tls/cmd")
-        time.sleep(0.5)
+        client, got = _listen(broker.port, topic)
         run = _command(_device_config(tmp_path, broker.port, "tls = true\n"))
-        time.sleep(1.0)
+        # a plaintext message sent after the command has exited: the listener sees it, so it would have seen
+        # the command had it been sent in the clear (QoS 1 from one broker to one subscriber keeps order)
+        _publish(broker.port, topic, b"canary")
+        deadline = time.monotonic() + 10
+        while b"canary" not in got and time.monotonic() < deadline:
+            time.sleep(0.05)
         client.loop_stop()
         client.disconnect()
     assert run.returncode == 3 and run.stderr.startswith(f"Error: cannot publish to broker 127.0.0.1:{broker.port}: ")
-    assert got == []  # nothing reached the broker in the clear
+    assert got == [b"canary"]  # the listener was listening, and nothing reached the broker in the clear
 
 
 def test_command_uses_the_client_certificate(tmp_path: Path) -> None:
@@ -124,7 +135,6 @@ def test_command_uses_the_client_certificate(tmp_path: Path) -> None:
     with Broker(tmp_path / "broker", tls=files, require_client_cert=True) as broker:
         tls = {"ca_certs": str(files.ca), "certfile": str(files.client_cert), "keyfile": str(files.client_key)}
         client, got = _listen(broker.port, "edge-deploy/pi-tls/cmd", tls)
-        time.sleep(0.5)
         extra = f'tls_ca = "{files.ca}"\ntls_cert = "{files.client_cert}"\ntls_key = "{files.client_key}"\n'
         run = _command(_device_config(tmp_path, broker.port, extra))
         deadline = time.monotonic() + 10

@@ -17,19 +17,19 @@ from pathlib import Path
 import cv2
 import numpy as np
 import pytest
+import skimage.data as skimage_data
+import torch
 
-torch = pytest.importorskip("torch")
-skimage_data = pytest.importorskip("skimage.data")
-
-from converters.face.mtcnn import (  # noqa: E402
+from converters.face.facedata import package_dir
+from converters.face.mtcnn import (
     TOLERANCE,
     compare_with_torch,
     export_mtcnn,
     facenet_data_dir,
     load_mtcnn_nets,
 )
-from edge.errors import ConversionError, InferenceError, InputError, ValidationError  # noqa: E402
-from edge.face.detect_mtcnn import MtcnnDetector, area_resize  # noqa: E402
+from edge.errors import ConversionError, InferenceError, InputError, ValidationError
+from edge.face.detect_mtcnn import MtcnnDetector, area_resize
 
 pytestmark = pytest.mark.integration
 
@@ -99,10 +99,7 @@ def detector(onnx_paths):
 
 @pytest.fixture(scope="module")
 def t1() -> np.ndarray:
-    spec = importlib.util.find_spec("insightface")
-    if spec is None:
-        pytest.skip("insightface (the t1.jpg photo) is not installed")
-    path = Path(spec.submodule_search_locations[0]) / "data" / "images" / "t1.jpg"
+    path = package_dir("insightface") / "data" / "images" / "t1.jpg"
     bgr = cv2.imread(str(path))
     assert bgr is not None, path
     return cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)
@@ -146,7 +143,7 @@ def test_onnx_nets_equal_torch(nets, onnx_paths):
 
 
 def test_onnx_inputs_have_the_documented_dynamic_shapes(onnx_paths):
-    onnx = pytest.importorskip("onnx")
+    import onnx
 
     def dims(path):
         graph = onnx.load(str(path)).graph

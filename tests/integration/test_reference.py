@@ -14,13 +14,10 @@ from converters.face.facedata import make_eval_set
 from converters.face.reference import ReferencePipeline
 
 pytestmark = pytest.mark.integration
-pytest.importorskip("dlib")
 
 
 @pytest.fixture(scope="module")
 def face_recognition():
-    if importlib.util.find_spec("face_recognition") is None:
-        pytest.skip("face_recognition is not installed (pip install --no-deps face-recognition==1.3.0)")
     # face_recognition_models looks its files up with pkg_resources, which setuptools >= 81 no longer has:
     # give it the one function it calls, for this test only.
     saved = sys.modules.get("pkg_resources")

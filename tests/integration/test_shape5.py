@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dlib
 import numpy as np
 import pytest
 
@@ -11,7 +12,6 @@ from converters.face.reference import dlib_model_path
 from edge.face.shape5 import ShapePredictor
 
 pytestmark = pytest.mark.integration
-dlib = pytest.importorskip("dlib")
 
 
 @pytest.fixture(scope="module")

@@ -16,20 +16,19 @@ from collections import Counter
 from pathlib import Path
 
 import numpy as np
+import onnx
 import pytest
+import torch
+import transformers
+
+from converters.slm.gguf_source import SMOLLM2_FILE, locate_smollm2_gguf
+from converters.slm.perplexity import DEFAULT_TEXT, gate, perplexity, text_windows
+from converters.slm.quantize import quantize_int4
+from edge.errors import InputError, ValidationError
+from edge.profiles import LmHead
+from edge.text import SamplingConfig, TextGenerator
 
 pytestmark = pytest.mark.integration
-
-torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
-onnx = pytest.importorskip("onnx")
-
-from converters.slm.gguf_source import SMOLLM2_FILE, locate_smollm2_gguf  # noqa: E402
-from converters.slm.perplexity import DEFAULT_TEXT, gate, perplexity, text_windows  # noqa: E402
-from converters.slm.quantize import quantize_int4  # noqa: E402
-from edge.errors import InputError, ValidationError  # noqa: E402
-from edge.profiles import LmHead  # noqa: E402
-from edge.text import SamplingConfig, TextGenerator  # noqa: E402
 
 PROMPTS = [
     ("What is the capital of France?", True),
@@ -356,12 +355,18 @@ def test_generation_input_errors(build, tmp_path: Path) -> None:
 
 
 def test_context_cap_stops_generation(build) -> None:
+    """Greedy, the model counts on past the cap (no stop token before it): the cap is what stops it."""
     gen = TextGenerator(build["result"].out_dir, max_context=12)
     result = gen.generate("one two three four five", SamplingConfig(max_new_tokens=50), chat=False)
-    assert result.stop_reason in ("context", "stop_token")
-    assert result.prompt_tokens + len(result.token_ids) <= 12
+    print(f"\n{result.prompt_tokens} prompt tokens + {result.token_ids} -> {result.text!r} ({result.stop_reason})")
     ids = np.array(gen.encode("one two three four five"))
     assert result.prompt_tokens == len(ids)
+    assert (result.stop_reason, result.prompt_tokens + len(result.token_ids)) == ("context", 12)
+    uncapped = TextGenerator(build["result"].out_dir).generate(
+        "one two three four five", SamplingConfig(max_new_tokens=12 - len(ids) + 1), chat=False
+    )
+    assert uncapped.stop_reason == "max_tokens"  # without the cap it would have gone on
+    assert uncapped.token_ids[: len(result.token_ids)] == result.token_ids
 
 
 def test_control_tokens_in_a_prompt_are_refused_not_obeyed(build) -> None:

@@ -7,19 +7,17 @@ import json
 import re
 from collections import Counter
 
+import onnx
 import pytest
 
+from converters.slm.build import MODEL_FILE, SlmOptions, convert_slm
+from converters.slm.perplexity import DEFAULT_TEXT, gate, perplexity, text_windows
+from converters.slm.quantize import quantize_int8_dynamic
+from edge.errors import ValidationError
+from edge.profiles import LmHead, Precision, load_profile
+from edge.text import SamplingConfig, TextGenerator
+
 pytestmark = pytest.mark.integration
-
-onnx = pytest.importorskip("onnx")
-pytest.importorskip("torch")
-
-from converters.slm.build import MODEL_FILE, SlmOptions, convert_slm  # noqa: E402
-from converters.slm.perplexity import DEFAULT_TEXT, gate, perplexity, text_windows  # noqa: E402
-from converters.slm.quantize import quantize_int8_dynamic  # noqa: E402
-from edge.errors import ValidationError  # noqa: E402
-from edge.profiles import LmHead, Precision, load_profile  # noqa: E402
-from edge.text import SamplingConfig, TextGenerator  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -20,23 +20,19 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.conftest import TWIN_KV_LEN, TWIN_PREFILL
-
-pytestmark = pytest.mark.integration
-
-pytest.importorskip("torch")
-pytest.importorskip("ai_edge_litert")
-
-from converters.slm.build import SlmOptions, TfliteTwin, convert_slm  # noqa: E402
-from converters.slm.tflite import (  # noqa: E402
+from converters.slm.build import SlmOptions, TfliteTwin, convert_slm
+from converters.slm.tflite import (
     TfliteOptions,
     convert_tflite,
 )
-from edge.errors import ConversionError, InputError, MissingDependencyError  # noqa: E402
-from edge.profiles import Precision, load_profile  # noqa: E402
-from edge.text import SamplingConfig, TextGenerator  # noqa: E402
-from edge.text.decoder import OnnxDecoder  # noqa: E402
-from edge.text.litert_decoder import LiteRtDecoder  # noqa: E402
+from edge.errors import ConversionError, InputError, MissingDependencyError
+from edge.profiles import Precision, load_profile
+from edge.text import SamplingConfig, TextGenerator
+from edge.text.decoder import OnnxDecoder
+from edge.text.litert_decoder import LiteRtDecoder
+from tests.conftest import TWIN_KV_LEN, TWIN_PREFILL
+
+pytestmark = pytest.mark.integration
 
 KV_LEN = TWIN_KV_LEN
 PREFILL = TWIN_PREFILL

@@ -354,6 +354,15 @@ def test_a_good_update_is_accepted_and_runs(scenario: dict, bundles: dict) -> No
     order = [m["task"] for m in scenario["results"] if m["task"].startswith("update.")]
     first_good = order.index("update.accepted")
     assert order[first_good - 2 : first_good + 1] == ["update.downloading", "update.installed", "update.accepted"]
+    # runs: the frame that arrived after the switch is analysed by the update as the same photo was by the base
+    accepted_seq = next(m["seq"] for m in scenario["results"] if m["task"] == "update.accepted")
+    frames = {m["data"]["frame_id"]: m for m in by_task(scenario["results"], "face.identify")}
+    before, after = frames["astronaut-1.png"], frames["astronaut-2.png"]
+    assert before["seq"] < accepted_seq < after["seq"]
+    print("\nbase:", before["data"]["faces"], "\nupdate:", after["data"]["faces"])
+    (face,) = after["data"]["faces"]
+    (base_face,) = before["data"]["faces"]
+    assert face["box"] == pytest.approx(base_face["box"], abs=0.5) and face["score"] > 0.5, (face, base_face)
 
 
 def test_two_crashes_in_the_trial_window_roll_back(scenario: dict, bundles: dict) -> None:

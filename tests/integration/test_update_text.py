@@ -16,11 +16,15 @@ from edge.update.golden import GOLDEN_JSON, check_golden
 pytestmark = pytest.mark.integration
 
 
-def _copy_stage(kind, source: Path):
-    from converters.package.stages import ModelStage, StageContext, StageResult
+def _copy_stage(kind, source: Path, slm_build=None):
+    """A stage that ships ``source`` as built: the face models as the fp32 build they are, the language model
+    with its own build's record (``slm_result``: its precision, quantization and gate)."""
+    from converters.package.stages import ModelStage, StageContext, StageResult, slm_result
 
     def run(ctx: StageContext) -> StageResult:
         shutil.copytree(source, ctx.out_dir, dirs_exist_ok=True)
+        if slm_build is not None:
+            return slm_result(slm_build, ctx.out_dir)
         files = tuple(sorted(p.name for p in ctx.out_dir.iterdir()))
         return StageResult(kind, ctx.precision.value, "onnx", files, (), {}, {})
 
@@ -37,12 +41,25 @@ def bundle(tmp_path_factory, face_fp32_models: Path, slm_int4: dict) -> Path:
     root = tmp_path_factory.mktemp("update-text")
     saved = dict(package.STAGES)
     package.STAGES[ModelKind.FACE] = _copy_stage(ModelKind.FACE, face_fp32_models)
-    package.STAGES[ModelKind.SLM] = _copy_stage(ModelKind.SLM, slm_int4["result"].out_dir)
+    package.STAGES[ModelKind.SLM] = _copy_stage(ModelKind.SLM, slm_int4["result"].out_dir, slm_int4["result"])
     try:
         opts = BuildOptions(precision=Precision.FP32, wheels=False, archive=False)
         return build_bundle(load_profile("rpi4"), ["all"], root, root / "cache", options=opts).folder
     finally:
         package.STAGES.update(saved)
+
+
+def test_the_manifest_names_each_model_at_the_precision_it_was_built(bundle: Path) -> None:
+    """The language model is the session's rpi4 INT4 build: the bundle says INT4, as its own build did."""
+    models = {m["kind"]: m for m in json.loads((bundle / "manifest.json").read_text())["models"]}
+    assert (models["face"]["precision"], models["face"]["quantization"]) == ("fp32", {})
+    slm = models["slm"]
+    assert (slm["precision"], slm["quantization"].get("method"), slm["metrics"].get("passed")) == (
+        "int4",
+        "gguf_grid",
+        True,
+    )
+    assert json.loads((bundle / "models" / "slm" / "report.json").read_text())["precision"] == "int4"
 
 
 def test_the_bundle_carries_prompts_and_greedy_tokens_and_the_device_reproduces_them(bundle: Path) -> None:

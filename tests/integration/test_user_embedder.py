@@ -11,8 +11,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-pytest.importorskip("onnx")
-
 #: The user model's descriptor size.
 USER_SIZE = 64
 

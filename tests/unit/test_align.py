@@ -157,6 +157,7 @@ def test_bilinear_equals_the_previous_code_byte_for_byte():
 
 
 def test_surely_inside_never_claims_a_pixel_that_is_outside():
+    claimed, inside = 0, 0
     for src, m, size in _random_warps(seed=6, count=600):
         rows, cols = src.shape[:2]
         grid = np.arange(size, dtype=np.float64)
@@ -164,5 +165,10 @@ def test_surely_inside_never_claims_a_pixel_that_is_outside():
         y = (m[1, 0] * grid)[None, :] + (m[1, 1] * grid)[:, None] + m[1, 2]
         all_in = (np.floor(x) >= 0).all() and (np.floor(y) >= 0).all()
         all_in = all_in and (np.floor(x) + 1 < cols).all() and (np.floor(y) + 1 < rows).all()
+        inside += bool(all_in)
         if align._surely_inside(m, size, rows, cols):
+            claimed += 1
             assert all_in, (src.shape, m.tolist(), size)
+    # the claim was put to the test (measured: 239 of the 239 warps inside), not vacuously true by never claiming
+    print(f"{claimed} of the {inside} warps wholly inside claimed, of 600")
+    assert claimed >= 100 and claimed >= 0.9 * inside, (claimed, inside)

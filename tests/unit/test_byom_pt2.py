@@ -7,14 +7,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from converters.byom.build import ModelJob, convert_model
 from converters.byom.gate import Task
 from edge.errors import InputError
 from edge.profiles import Precision, load_profile
 from testsupport.byom_models import image_pairs, write_npz
-
-torch = pytest.importorskip("torch")
 
 
 class _Embedder(torch.nn.Module):

@@ -8,22 +8,21 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import gguf
 import numpy as np
 import pytest
 
-gguf = pytest.importorskip("gguf")
-
-from converters.slm.chat_template import derive_chat_format  # noqa: E402
-from converters.slm.gguf_file import check_header  # noqa: E402
-from converters.slm.gguf_source import (  # noqa: E402
+from converters.slm.chat_template import derive_chat_format
+from converters.slm.gguf_file import check_header
+from converters.slm.gguf_source import (
     dequantized_tensors,
     hf_name,
     read_gguf,
     unpermute_rows,
     write_hf_folder,
 )
-from converters.slm.tokenizer import build_tokenizer  # noqa: E402
-from edge.errors import ConversionError, InputError  # noqa: E402
+from converters.slm.tokenizer import build_tokenizer
+from edge.errors import ConversionError, InputError
 
 TEMPLATE = (
     "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"

@@ -10,16 +10,14 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("gguf")
-
-from converters.slm.agreement import GreedyAgreement, PromptAgreement  # noqa: E402
-from converters.slm.build import TfliteBuild, _generation_spec  # noqa: E402
-from converters.slm.chat_template import derive_chat_format  # noqa: E402
-from converters.slm.gguf_source import read_gguf, write_hf_folder  # noqa: E402
-from converters.slm.report import _tflite_lines  # noqa: E402
-from converters.slm.tflite import TfliteQuant  # noqa: E402
-from edge.profiles import Precision  # noqa: E402
-from tests.unit.test_gguf_source import write_tiny_gguf  # noqa: E402
+from converters.slm.agreement import GreedyAgreement, PromptAgreement
+from converters.slm.build import TfliteBuild, _generation_spec
+from converters.slm.chat_template import derive_chat_format
+from converters.slm.gguf_source import read_gguf, write_hf_folder
+from converters.slm.report import _tflite_lines
+from converters.slm.tflite import TfliteQuant
+from edge.profiles import Precision
+from tests.unit.test_gguf_source import write_tiny_gguf
 
 
 def _twin(tmp_path: Path, passed: bool, default: bool = True) -> TfliteBuild:

@@ -8,14 +8,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import safetensors.numpy as safetensors_numpy
 
-pytest.importorskip("onnx")
-pytest.importorskip("onnxruntime")
-safetensors_numpy = pytest.importorskip("safetensors.numpy")
-
-from converters.slm.gqa_graph import build_gqa_onnx  # noqa: E402
-from edge.errors import InferenceError  # noqa: E402
-from edge.text.decoder import OnnxDecoder, SharedKvCache  # noqa: E402
+from converters.slm.gqa_graph import build_gqa_onnx
+from edge.errors import InferenceError
+from edge.text.decoder import OnnxDecoder, SharedKvCache
 
 CONFIG = {
     "model_type": "llama",

@@ -6,15 +6,13 @@ from collections import Counter
 from pathlib import Path
 
 import numpy as np
+import onnx
+import onnxruntime as ort
 import pytest
+from onnx import TensorProto, helper, numpy_helper
 
-onnx = pytest.importorskip("onnx")
-ort = pytest.importorskip("onnxruntime")
-
-from onnx import TensorProto, helper, numpy_helper  # noqa: E402
-
-from converters.slm.grid_quant import find_grid, pack, repack_grid  # noqa: E402
-from edge.errors import ConversionError  # noqa: E402
+from converters.slm.grid_quant import find_grid, pack, repack_grid
+from edge.errors import ConversionError
 
 K, N = 64, 8
 
@@ -52,8 +50,8 @@ def test_finds_q8_0_grid() -> None:
 
 def test_finds_q4_0_grid_as_symmetric_codes() -> None:
     """A weight quantized by gguf-py's Q4_0 (llama.cpp's reference code) is MatMulNBits' own format."""
-    gguf_quants = pytest.importorskip("gguf.quants")
     from gguf import GGMLQuantizationType
+    from gguf import quants as gguf_quants
 
     rows = np.random.default_rng(4).normal(size=(N, K)).astype(np.float32)  # GGUF rows: [N, K]
     q4_0 = gguf_quants.quantize(rows, GGMLQuantizationType.Q4_0)

@@ -8,15 +8,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import onnx
 import pytest
+from onnx import TensorProto, helper
 
-onnx = pytest.importorskip("onnx")
-
-from onnx import TensorProto, helper  # noqa: E402
-
-from converters.face.user_detector import CONTRACT, read_user_detector  # noqa: E402
-from edge.errors import InputError  # noqa: E402
-from edge_deploy.cli import main  # noqa: E402
+from converters.face.user_detector import CONTRACT, read_user_detector
+from edge.errors import InputError
+from edge_deploy.cli import main
 
 
 def _model(path: Path, input_shape: list[int], outputs: dict[str, list[int]]) -> Path:
