@@ -189,7 +189,8 @@ def _with_litert_embedder(int8: Path, twin: Path, progress) -> Path:
     from edge.face import models as face_models
 
     folder = int8.with_name(f"{int8.name}-{LITERT_EMBEDDER}")
-    if (folder / face_models.MODELS_FILE).is_file() and face_models.embedder_role(folder) != "embedder":
+    models_file = folder / face_models.MODELS_FILE
+    if models_file.is_file() and face_models.read_models_folder(folder).embedder_role != "embedder":
         return folder
     progress(f"copying {int8.name} to run its embedder's TFLite twin ({twin.name}) on LiteRT")
     tmp = folder.with_name(folder.name + ".tmp")
@@ -198,7 +199,7 @@ def _with_litert_embedder(int8: Path, twin: Path, progress) -> Path:
     shutil.copyfile(twin, tmp / twin.name)
     path = tmp / face_models.MODELS_FILE
     data = json.loads(path.read_text(encoding="utf-8"))
-    source = face_models.read_models_file(tmp)[face_models.FaceModel.EMBEDDER.role].source
+    source = face_models.read_models_folder(tmp).entries[face_models.FaceModel.EMBEDDER.role].source
     entry = face_models.describe(tmp / twin.name, face_models.TFLITE_EMBEDDER_ROLE, "tflite", "int8", source)
     data["models"] = [m for m in data["models"] if m["role"] != entry.role] + [entry.to_dict()]
     path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
@@ -211,9 +212,9 @@ def _with_litert_embedder(int8: Path, twin: Path, progress) -> Path:
 def _with_short_range(folder: Path, progress) -> Path:
     """``folder`` with BlazeFace short range added too (``convert blazeface`` with the default range)."""
     from converters.face.blazeface import add_blazeface
-    from edge.face.models import BLAZEFACE_ROLES, Detector, read_models_file
+    from edge.face.models import BLAZEFACE_ROLES, Detector, read_models_folder
 
-    if BLAZEFACE_ROLES[Detector.BLAZEFACE] not in read_models_file(folder):
+    if BLAZEFACE_ROLES[Detector.BLAZEFACE] not in read_models_folder(folder).entries:
         progress(f"adding BlazeFace short range to {folder.name}")
         add_blazeface(folder, SHORT_RANGE)
     return folder
@@ -221,10 +222,10 @@ def _with_short_range(folder: Path, progress) -> Path:
 
 def precisions(folder: Path) -> str:
     """What a face folder's models.json says each role runs at, grouped: ``"embedder int8; ... fp32"``."""
-    from edge.face.models import read_models_file
+    from edge.face.models import read_models_folder
 
     by: dict[str, list[str]] = {}
-    for role, entry in read_models_file(folder).items():
+    for role, entry in read_models_folder(folder).entries.items():
         by.setdefault(entry.precision, []).append(role)
     return "; ".join(f"{', '.join(roles)} {precision}" for precision, roles in sorted(by.items(), reverse=True))
 
@@ -548,7 +549,7 @@ def count_networks(
     onnxruntime, the .tflite on LiteRT), and the detector and embedder networks of the core's cheapest frame
     (the embedder file its build's models.json says the device runs); kept in ``path``."""
     from converters.arm.cost import measure_model
-    from edge.face.models import embedder_role, model_path
+    from edge.face.models import read_models_folder
 
     cpu = guest.cpu.value
 
@@ -565,7 +566,8 @@ def count_networks(
     if detector is None:
         return
     count(f"{cpu}/{detector}", dirs["fp32"] / detector)
-    embedder = model_path(dirs[precision], embedder_role(dirs[precision]))
+    face = read_models_folder(dirs[precision])
+    embedder = face.model_path(face.embedder_role)
     count(embedder_key(cpu, precision, embedder.name), embedder, build=precision)
 
 

@@ -213,10 +213,10 @@ def with_blazeface(folder: Path, progress) -> Path:
     import shutil
 
     from converters.face.blazeface import add_blazeface
-    from edge.face.models import BLAZEFACE_ROLES, Detector, read_models_file
+    from edge.face.models import BLAZEFACE_ROLES, Detector, read_models_folder
 
     copy = folder.with_name(folder.name + "-blazeface-full")
-    if copy.is_dir() and BLAZEFACE_ROLES[Detector.BLAZEFACE_FULL] in read_models_file(copy):
+    if copy.is_dir() and BLAZEFACE_ROLES[Detector.BLAZEFACE_FULL] in read_models_folder(copy).entries:
         return copy
     shutil.rmtree(copy, ignore_errors=True)
     shutil.copytree(folder, copy)

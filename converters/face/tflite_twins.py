@@ -168,7 +168,7 @@ def _check(net: FaceModel, path: Path, int8: bool, profile: TargetProfile, refer
 
 def _reuse(fp32_dir: Path, out_dir: Path, net: FaceModel) -> Path | None:
     """The fp32 twin already in ``fp32_dir`` (copied into ``out_dir``), or None."""
-    entry = face_models.read_models_file(fp32_dir).get(twin_role(net)) if fp32_dir != out_dir else None
+    entry = face_models.read_models_folder(fp32_dir).entries.get(twin_role(net)) if fp32_dir != out_dir else None
     if entry is None or entry.precision != "fp32":
         return None
     shutil.copy2(fp32_dir / entry.file, out_dir / entry.file)
@@ -220,7 +220,7 @@ def write_tflite_twins(
         ValidationError: a twin is off its ONNX source or misses the gate; the report on disk says which.
     """
     fp32_dir, out_dir = Path(fp32_dir), Path(out_dir)
-    sources = face_models.read_models_file(fp32_dir)
+    sources = face_models.read_models_folder(fp32_dir).entries
     threads = max(1, min(profile.runtime.threads, default_threads()))
     report, entries = TwinReport(profile.name, out_dir), []
     for i, net in enumerate(TWIN_NETS, 1):
@@ -256,7 +256,8 @@ def run_embedder_twin(folder: Path) -> None:
         InputError: the folder has no ``tflite.embedder`` twin (``write_tflite_twins`` makes it).
     """
     path = Path(folder) / face_models.MODELS_FILE
-    face_models.model_path(folder, face_models.TFLITE_EMBEDDER_ROLE)  # raises naming the role when absent
+    # raises naming the role when absent
+    face_models.read_models_folder(folder).model_path(face_models.TFLITE_EMBEDDER_ROLE)
     data = json.loads(path.read_text(encoding="utf-8"))
     data[face_models.EMBEDDER_RUNTIME_KEY] = "litert"
     path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
