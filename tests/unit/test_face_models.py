@@ -254,3 +254,49 @@ def test_a_face_build_writes_what_is_asked_else_the_profile_s_formats() -> None:
     assert said == [
         "--embedder: your embedder gets no TFLite twin; ONNX only (rpi4's runtime.face_formats = 'tflite' is for dlib's)"
     ]
+
+
+def test_the_folder_is_read_once_and_answers_from_that_read(tmp_path: Path) -> None:
+    """``read_models_folder`` reads models.json once; every query answers from that read (issue 41): with the
+    file gone afterwards, the roles, paths, detector, runtimes, threshold and telemetry fields still come back,
+    and the bundle id is the sha256 of the bytes that were read."""
+    from edge.face.models import Detector
+
+    (tmp_path / "m.onnx").write_bytes(b"weights")
+    (tmp_path / "bf.onnx").write_bytes(b"bf")
+    bf = _entry("bf.onnx", b"bf", role="detector.blazeface_full")
+    path = _write(tmp_path, [_entry("m.onnx", b"weights"), bf])
+    data = {**json.loads(path.read_text()), "detector": "blazeface-full", "target": "rpi4", "tool_version": "9",
+            "recognition": {"threshold": 0.42, "descriptor_size": 64}}  # fmt: skip
+    path.write_text(json.dumps(data))
+    raw = path.read_bytes()
+    folder = read_models_folder(tmp_path)
+    path.unlink()
+    assert folder.model_path("embedder") == tmp_path / "m.onnx"
+    assert folder.detector is Detector.BLAZEFACE_FULL and folder.detector_runtime == "onnxruntime"
+    assert folder.detector_file(folder.detector) == tmp_path / "bf.onnx"
+    assert (folder.embedder_role, folder.threshold, folder.recognition["descriptor_size"]) == ("embedder", 0.42, 64)
+    running = folder.running()
+    assert (running["model"], running["profile"], running["model_version"]) == ("m", "rpi4", "9")
+    assert running["bundle_id"] == hashlib.sha256(raw).hexdigest()[:16]
+
+
+def test_an_optional_key_is_refused_only_when_asked_for(tmp_path: Path) -> None:
+    """A wrong ``detector`` does not stop the entries being read (a detector asked for by name still runs, and
+    ``set_default_detector`` can still rewrite the key): the error comes from ``.detector``, naming the key."""
+    from converters.face.blazeface import set_default_detector
+    from edge.face.models import Detector
+
+    (tmp_path / "m.onnx").write_bytes(b"weights")
+    path = _write(tmp_path, [_entry("m.onnx", b"weights")])
+    path.write_text(json.dumps({**json.loads(path.read_text()), "detector": "haar"}))
+    folder = read_models_folder(tmp_path)
+    assert folder.detector_file(Detector.MTCNN) is None
+    with pytest.raises(InputError) as info:
+        _ = folder.detector
+    assert str(info.value).replace(str(tmp_path), "DIR") == (
+        "DIR/models.json: detector = 'haar'; expected one of 'mtcnn', 'blazeface', 'blazeface-full', "
+        "'blazeface-full-tiled'"
+    )
+    set_default_detector(tmp_path, "mtcnn")
+    assert read_models_folder(tmp_path).detector is Detector.MTCNN
