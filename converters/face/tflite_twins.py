@@ -166,9 +166,10 @@ def _check(net: FaceModel, path: Path, int8: bool, profile: TargetProfile, refer
     return record, failures
 
 
-def _reuse(fp32_dir: Path, out_dir: Path, net: FaceModel) -> Path | None:
-    """The fp32 twin already in ``fp32_dir`` (copied into ``out_dir``), or None."""
-    entry = face_models.read_models_folder(fp32_dir).entries.get(twin_role(net)) if fp32_dir != out_dir else None
+def _reuse(sources: dict[str, face_models.ModelEntry], fp32_dir: Path, out_dir: Path, net: FaceModel) -> Path | None:
+    """The fp32 twin already in ``fp32_dir`` (``sources``: its models.json entries), copied into ``out_dir``, or
+    None."""
+    entry = sources.get(twin_role(net)) if fp32_dir != out_dir else None
     if entry is None or entry.precision != "fp32":
         return None
     shutil.copy2(fp32_dir / entry.file, out_dir / entry.file)
@@ -226,7 +227,7 @@ def write_tflite_twins(
     for i, net in enumerate(TWIN_NETS, 1):
         int8 = net in int8_nets
         onnx_path = fp32_dir / sources[net.role].file
-        path = None if int8 else _reuse(fp32_dir, out_dir, net)
+        path = None if int8 else _reuse(sources, fp32_dir, out_dir, net)
         if path is None:
             kind = "full-integer INT8" if int8 else "fp32"
             progress(f"TFLite twin {i}/{len(TWIN_NETS)}: {net} {kind} with onnx2tf (seconds to minutes)")
