@@ -119,7 +119,7 @@ def count_cpu(cpu: str, nets: list[str], fp32: Path, inputs: dict[str, Path], ar
     int8 = int8_folder(fp32, PROFILE_OF_CPU.get(cpu, "rpi4"), args.calibration)
     variants = []
     for net in nets:
-        plain = face_models.model_path(fp32, net.role)
+        plain = face_models.read_models_folder(fp32).model_path(net.role)
         variants.append((net, "fp32", plain))
         try:
             variants.append((net, "int8", int8_file(int8, plain)))

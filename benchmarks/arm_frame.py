@@ -136,10 +136,10 @@ def build_label(profile: str, precision: str) -> str:
 
 def precisions(folder: Path) -> str:
     """What a face folder's models.json says each role runs at, grouped: ``"embedder int8; ... fp32"``."""
-    from edge.face.models import read_models_file
+    from edge.face.models import read_models_folder
 
     by: dict[str, list[str]] = {}
-    for role, entry in read_models_file(folder).items():
+    for role, entry in read_models_folder(folder).entries.items():
         by.setdefault(entry.precision, []).append(role)
     return "; ".join(f"{', '.join(roles)} {precision}" for precision, roles in sorted(by.items(), reverse=True))
 
@@ -463,7 +463,7 @@ def count_networks(
     onnxruntime, the .tflite on LiteRT), and the detector and embedder networks of the core's cheapest frame
     (the embedder file its build's models.json says the device runs); kept in ``path``."""
     from converters.arm.cost import measure_model
-    from edge.face.models import embedder_role, model_path
+    from edge.face.models import read_models_folder
 
     cpu = guest.cpu.value
 
@@ -480,7 +480,8 @@ def count_networks(
     if detector is None:
         return
     count(f"{cpu}/{detector}", dirs["fp32"] / detector)
-    embedder = model_path(dirs[precision], embedder_role(dirs[precision]))
+    face = read_models_folder(dirs[precision])
+    embedder = face.model_path(face.embedder_role)
     count(embedder_key(cpu, precision, embedder.name), embedder, build=precision)
 
 

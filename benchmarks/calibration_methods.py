@@ -92,9 +92,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
-    fp32 = face_models.model_paths(args.fp32_dir, face_models.FACE_NETS)
-    calib = collect_calibration(args.fp32_dir, args.count, threads=args.threads, progress=print)
-    ref = fp32_reference(make_eval_set(0), fp32, args.threads, chip_landmarks(args.fp32_dir))
+    folder = face_models.read_models_folder(args.fp32_dir)
+    fp32 = folder.model_paths(face_models.FACE_NETS)
+    calib = collect_calibration(folder, args.count, threads=args.threads, progress=print)
+    ref = fp32_reference(make_eval_set(0), fp32, args.threads, chip_landmarks(folder))
     print(f"evaluation: {ref.faces_found} annotated faces found by fp32, {len(ref.eval_set.pairs)} pairs")
     rows = []
     with tempfile.TemporaryDirectory(prefix="calib-bench-") as tmp:

@@ -189,12 +189,12 @@ def measure_agreement() -> dict | None:
     from converters.face.blazeface import add_blazeface
     from converters.face.build import export_face_models
     from converters.face.facedata import make_eval_set
-    from edge.face.models import BLAZEFACE_ROLES, Detector, open_face_pipeline, read_models_file
+    from edge.face.models import BLAZEFACE_ROLES, Detector, open_face_pipeline, read_models_folder
 
     folder = CACHE / "face-fp32"
     if not (folder / "models.json").is_file():
         export_face_models(folder, "rpi4")
-    roles = read_models_file(folder)
+    roles = read_models_folder(folder).entries
     for detector, variant in ((Detector.BLAZEFACE, SHORT_RANGE), (Detector.BLAZEFACE_FULL, FULL_RANGE)):
         if BLAZEFACE_ROLES[detector] not in roles:
             add_blazeface(folder, variant)

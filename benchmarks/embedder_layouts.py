@@ -86,7 +86,7 @@ def build(fp32: Path, layout: Layout, index: int, target: str, calibration, cali
         "agreement": embedder["decisions"]["agreement"],
         "passed": not [f for f in data.get("failures", []) if f.startswith("embedder")],
     }
-    return int8_file(out, face_models.model_path(fp32, FaceModel.EMBEDDER.role)), gate
+    return int8_file(out, face_models.read_models_folder(fp32).model_path(FaceModel.EMBEDDER.role)), gate
 
 
 def table(rows: list[dict], fp32: dict[str, int]) -> str:
@@ -125,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     rows, fp32_steady = [], {}
     for cpu in [c.strip() for c in args.cpus.split(",") if c.strip()]:
         guest = prepare_guest(cpu, progress=say)
-        plain = face_models.model_path(fp32, FaceModel.EMBEDDER.role)
+        plain = face_models.read_models_folder(fp32).model_path(FaceModel.EMBEDDER.role)
         fp32_steady[cpu] = measure_model(guest, plain, "onnxruntime", args.k, DEFAULT_PLUGIN, chip).steady.total
         say(f"fp32 on {cpu}: {fp32_steady[cpu] / 1e6:.2f} M")
         for layout, path, gate in built:

@@ -77,9 +77,10 @@ def _build(say) -> tuple[Path, object]:
     fp32_dir = build_fp32(CACHE, say)
     folder, _ = build_int8(fp32_dir, load_profile("rpi4"), CACHE, DEFAULT_CALIBRATION_COUNT, say)
     report = json.loads((folder / "quant_report.json").read_text(encoding="utf-8"))
-    nets = face_models.model_paths(fp32_dir, face_models.FACE_NETS)
+    fp32 = face_models.read_models_folder(fp32_dir)
+    nets = fp32.model_paths(face_models.FACE_NETS)
     say("the gate's fp32 reference (the fp32 cascade over the evaluation set)")
-    reference = fp32_reference(make_eval_set(0), nets, 2, chip_landmarks(fp32_dir))
+    reference = fp32_reference(make_eval_set(0), nets, 2, chip_landmarks(fp32))
     return folder / report["onnx_files"]["embedder"]["file"], reference
 
 

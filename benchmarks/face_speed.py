@@ -257,7 +257,7 @@ def sizes(models: RaceModels, dlib_model: Path) -> dict:
     from edge.face import models as face_models
 
     def folder_total(folder: Path) -> int:
-        return sum(e.size for e in face_models.read_models_file(folder).values())
+        return sum(e.size for e in face_models.read_models_folder(folder).entries.values())
 
     embedder = {
         "dlib .dat": dlib_model.stat().st_size,

@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     folder, _ = build_int8(fp32_dir, load_profile("rpi4"), CACHE, DEFAULT_CALIBRATION_COUNT, lambda _line: None)
     report = json.loads((folder / "quant_report.json").read_text(encoding="utf-8"))
     int8 = folder / report["onnx_files"]["embedder"]["file"]
-    fp32 = face_models.model_path(fp32_dir, face_models.FaceModel.EMBEDDER.role)
+    fp32 = face_models.read_models_folder(fp32_dir).model_path(face_models.FaceModel.EMBEDDER.role)
     chips = real_chips(fp32_dir, eval_photos(), 8).transpose(0, 3, 1, 2).astype(np.float32)  # NCHW, raw 0..255
     sessions = {"fp32": _session(fp32, False), "int8, defaults": _session(int8, False),
                 "int8, x64quantprecision=1": _session(int8, True)}  # fmt: skip

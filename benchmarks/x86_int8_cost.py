@@ -115,7 +115,7 @@ def _models(faces: int) -> tuple[dict[str, Path], np.ndarray]:
 
     CACHE.mkdir(parents=True, exist_ok=True)
     fp32_dir = build_fp32(CACHE, say)
-    files = {"fp32": face_models.model_path(fp32_dir, face_models.FaceModel.EMBEDDER.role)}
+    files = {"fp32": face_models.read_models_folder(fp32_dir).model_path(face_models.FaceModel.EMBEDDER.role)}
     for target in ("x86_64-host", "rpi4"):
         folder, _ = build_int8(fp32_dir, load_profile(target), CACHE, CALIBRATION, say)
         report = json.loads((folder / "quant_report.json").read_text(encoding="utf-8"))

@@ -75,18 +75,19 @@ def _cmd_enroll(args: argparse.Namespace) -> int:
 def _recognize_all(args: argparse.Namespace) -> list[dict]:
     """One entry per image: its faces, or the error that image gave (the others are still analysed)."""
     from edge.errors import EdgeDeployError
+    from edge.face.folder_pipeline import open_pipeline
     from edge.face.gallery import Gallery
-    from edge.face.models import default_min_score, folder_detector, open_face_pipeline
+    from edge.face.models import default_min_score, read_models_folder
     from edge.face.recognize import recognize_image
     from edge.imageio import load_image
 
     results: list[dict[str, Any]] = []
     limit = _max_pixels()
     min_score = args.min_score
+    face = read_models_folder(Path(args.models))
     if min_score is None:
-        detector = folder_detector(Path(args.models)) if args.detector is None else Detector(args.detector)
-        min_score = default_min_score(detector)
-    with open_face_pipeline(Path(args.models), _threads(args), detector=args.detector) as pipeline:
+        min_score = default_min_score(face.detector if args.detector is None else Detector(args.detector))
+    with open_pipeline(face, _threads(args), detector=args.detector) as pipeline:
         gallery = Gallery.load(Path(args.gallery), pipeline.embedder.descriptor_size)
         for image in args.images:
             try:

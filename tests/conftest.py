@@ -97,9 +97,10 @@ def face_int8_rpi4(face_fp32_models, tmp_path_factory) -> dict:
     from edge.face import models as face_models
     from edge.profiles import Precision, load_profile
 
-    fp32 = face_models.model_paths(face_fp32_models, face_models.FACE_NETS)
-    calibration = collect_calibration(face_fp32_models, TEST_CALIBRATION_COUNT, seed=0, threads=2)
-    reference = fp32_reference(make_eval_set(0), fp32, 2, chip_landmarks(face_fp32_models))
+    folder = face_models.read_models_folder(face_fp32_models)
+    fp32 = folder.model_paths(face_models.FACE_NETS)
+    calibration = collect_calibration(folder, TEST_CALIBRATION_COUNT, seed=0, threads=2)
+    reference = fp32_reference(make_eval_set(0), fp32, 2, chip_landmarks(folder))
     build = quantize_face_models(
         face_fp32_models,
         tmp_path_factory.mktemp("face-int8-rpi4-shared"),

@@ -68,7 +68,8 @@ def with_litert_embedder(int8: Path, twin: Path, progress) -> Path:
     from edge.face import models as face_models
 
     folder = int8.with_name(f"{int8.name}-{LITERT_EMBEDDER}")
-    if (folder / face_models.MODELS_FILE).is_file() and face_models.embedder_role(folder) != "embedder":
+    models_file = folder / face_models.MODELS_FILE
+    if models_file.is_file() and face_models.read_models_folder(folder).embedder_role != "embedder":
         return folder
     progress(f"copying {int8.name} to run its embedder's TFLite twin ({twin.name}) on LiteRT")
     tmp = folder.with_name(folder.name + ".tmp")
@@ -77,7 +78,7 @@ def with_litert_embedder(int8: Path, twin: Path, progress) -> Path:
     shutil.copyfile(twin, tmp / twin.name)
     path = tmp / face_models.MODELS_FILE
     data = json.loads(path.read_text(encoding="utf-8"))
-    source = face_models.read_models_file(tmp)[face_models.FaceModel.EMBEDDER.role].source
+    source = face_models.read_models_folder(tmp).entries[face_models.FaceModel.EMBEDDER.role].source
     entry = face_models.describe(tmp / twin.name, face_models.TFLITE_EMBEDDER_ROLE, "tflite", "int8", source)
     data["models"] = [m for m in data["models"] if m["role"] != entry.role] + [entry.to_dict()]
     path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
@@ -90,9 +91,9 @@ def with_litert_embedder(int8: Path, twin: Path, progress) -> Path:
 def with_short_range(folder: Path, progress) -> Path:
     """``folder`` with BlazeFace short range added too (``convert blazeface`` with the default range)."""
     from converters.face.blazeface import add_blazeface
-    from edge.face.models import BLAZEFACE_ROLES, Detector, read_models_file
+    from edge.face.models import BLAZEFACE_ROLES, Detector, read_models_folder
 
-    if BLAZEFACE_ROLES[Detector.BLAZEFACE] not in read_models_file(folder):
+    if BLAZEFACE_ROLES[Detector.BLAZEFACE] not in read_models_folder(folder).entries:
         progress(f"adding BlazeFace short range to {folder.name}")
         add_blazeface(folder, SHORT_RANGE)
     return folder

@@ -60,7 +60,7 @@ class RaceModels:
 
 def _usable(folder: Path) -> bool:
     try:
-        face_models.read_models_file(folder)
+        face_models.read_models_folder(folder)
     except EdgeDeployError:
         return False
     return True
@@ -82,7 +82,7 @@ def build_int8(fp32_dir: Path, profile: TargetProfile, cache: Path, calibration_
     from converters.face.calibration import collect_calibration
     from converters.face.quantize import quantize_face_models
 
-    key = face_models.read_models_file(fp32_dir)[face_models.FaceModel.EMBEDDER.role].sha256[:KEY_CHARS]
+    key = face_models.read_models_folder(fp32_dir).entries[face_models.FaceModel.EMBEDDER.role].sha256[:KEY_CHARS]
     folder = cache / f"face-int8-{profile.name}-c{calibration_count}-{key}"
     if _usable(folder) and (folder / "quant_report.json").is_file():
         return folder, None
@@ -123,7 +123,7 @@ def race_models(profile: TargetProfile, calibration_count: int, progress: Progre
     CACHE.mkdir(parents=True, exist_ok=True)
     fp32_dir = build_fp32(CACHE, progress)
     int8_dir, calib = build_int8(fp32_dir, profile, CACHE, calibration_count, progress)
-    onnx_fp32 = face_models.model_path(fp32_dir, face_models.FaceModel.EMBEDDER.role)
+    onnx_fp32 = face_models.read_models_folder(fp32_dir).model_path(face_models.FaceModel.EMBEDDER.role)
     chips = None
     if calib is not None:
         chips = np.concatenate([f["chip"] for f in calib.feeds[FaceModel.EMBEDDER]])
@@ -140,7 +140,7 @@ def race_models(profile: TargetProfile, calibration_count: int, progress: Progre
         int8_dir=int8_dir,
         onnx_fp32=onnx_fp32,
         onnx_int8=int8_onnx,
-        ort_int8=face_models.model_path(int8_dir, face_models.FaceModel.EMBEDDER.role),
+        ort_int8=face_models.read_models_folder(int8_dir).model_path(face_models.FaceModel.EMBEDDER.role),
         tflite=tflite,
         quant_report=report,
     )
@@ -180,10 +180,10 @@ def with_blazeface(folder: Path, progress) -> Path:
     import shutil
 
     from converters.face.blazeface import add_blazeface
-    from edge.face.models import BLAZEFACE_ROLES, Detector, read_models_file
+    from edge.face.models import BLAZEFACE_ROLES, Detector, read_models_folder
 
     copy = folder.with_name(folder.name + "-blazeface-full")
-    if copy.is_dir() and BLAZEFACE_ROLES[Detector.BLAZEFACE_FULL] in read_models_file(copy):
+    if copy.is_dir() and BLAZEFACE_ROLES[Detector.BLAZEFACE_FULL] in read_models_folder(copy).entries:
         return copy
     shutil.rmtree(copy, ignore_errors=True)
     shutil.copytree(folder, copy)

@@ -85,7 +85,7 @@ class FaceComparison:
 
 def compare_face_results(host: Mapping, guest: Mapping, threshold: float | None = None) -> FaceComparison:
     """Compare two ``run_face.py`` outputs photo by photo, face by face, and every pair's decision at
-    ``threshold`` (None: dlib's 0.6; a folder's own is ``edge.face.models.same_person_threshold``).
+    ``threshold`` (None: dlib's 0.6; a folder's own is ``edge.face.models.ModelsFolder.threshold``).
 
     Raises:
         InputError: the two outputs are not of the same photos.
@@ -192,9 +192,10 @@ def check_face_models(
         ValidationError: the guest does not match the host (every problem listed).
         InferenceError: the rootfs, pip or a run failed.
     """
-    from edge.face.models import read_models_file, same_person_threshold
+    from edge.face.models import read_models_folder
 
-    quantized = any(e.precision not in ("fp32", "fp16") for e in read_models_file(models).values())
+    folder = read_models_folder(models)
+    quantized = any(e.precision not in ("fp32", "fp16") for e in folder.entries.values())
     if descriptor_tolerance is None:
         descriptor_tolerance = INT8_DESCRIPTOR_TOLERANCE if quantized else FP32_DESCRIPTOR_TOLERANCE
     guest = prepare_guest(cpu, wheel_dir=wheel_dir, progress=progress)
@@ -202,7 +203,7 @@ def check_face_models(
     against = "the gate's unfused arithmetic on the host" if quantized else "the host"
     progress(f"running the face pipeline on emulated {guest.cpu.value} and comparing with {against}")
     host, emulated = run_face_both(guest, models, photos, Path(work), host_unfused=quantized)
-    result = compare_face_results(host, emulated, same_person_threshold(models))
+    result = compare_face_results(host, emulated, folder.threshold)
     problems = result.problems(descriptor_tolerance)
     if problems:
         raise ValidationError(f"{models} on emulated {guest.cpu.value} differs from the host: " + "; ".join(problems))

@@ -306,10 +306,10 @@ def add_blazeface(folder: Path, variant: BlazeFaceFile = SHORT_RANGE, cache_dir:
         TFLITE_BLAZEFACE_ROLES,
         Detector,
         describe,
-        read_models_file,
+        read_models_folder,
     )
 
-    read_models_file(folder)  # the folder must be a valid models folder before anything is written
+    read_models_folder(folder)  # the folder must be a valid models folder before anything is written
     export = export_blazeface_onnx(folder, variant, cache_dir)
     kind = Detector.BLAZEFACE if variant is SHORT_RANGE else Detector.BLAZEFACE_FULL
     role, original_role = BLAZEFACE_ROLES[kind], TFLITE_BLAZEFACE_ROLES[kind]
@@ -340,10 +340,10 @@ def set_default_detector(folder: Path, detector: str) -> None:
         InputError: ``folder`` has no valid models.json, the name is unknown, or a BlazeFace detector's model
             is not in the folder (``add_blazeface`` adds it).
     """
-    from edge.face.models import BLAZEFACE_ROLES, DETECTOR_KEY, MODELS_FILE, Detector, read_models_file
+    from edge.face.models import BLAZEFACE_ROLES, DETECTOR_KEY, MODELS_FILE, Detector, read_models_folder
 
     path = Path(folder) / MODELS_FILE
-    entries = read_models_file(folder)
+    entries = read_models_folder(folder).entries
     try:
         kind = Detector(detector)
     except ValueError:
@@ -367,9 +367,9 @@ def set_detector_runtime(folder: Path, runtime: str) -> None:
         InputError: ``folder`` has no valid models.json, or ``runtime`` is not one of
             ``edge.face.models.DETECTOR_RUNTIMES``.
     """
-    from edge.face.models import DETECTOR_RUNTIME_KEY, DETECTOR_RUNTIMES, MODELS_FILE, read_models_file
+    from edge.face.models import DETECTOR_RUNTIME_KEY, DETECTOR_RUNTIMES, MODELS_FILE, read_models_folder
 
-    read_models_file(folder)
+    read_models_folder(folder)
     if runtime not in DETECTOR_RUNTIMES:
         known = ", ".join(repr(r) for r in DETECTOR_RUNTIMES)
         raise InputError(f"detector runtime {runtime!r:.80} is unknown; expected one of {known}")
@@ -401,13 +401,13 @@ def add_profile_detector(
     Raises:
         InputError, ConversionError, ValidationError: as ``add_blazeface``.
     """
-    from edge.face.models import BLAZEFACE_ROLES, TFLITE_BLAZEFACE_ROLES, Detector, folder_detector, read_models_file
+    from edge.face.models import BLAZEFACE_ROLES, TFLITE_BLAZEFACE_ROLES, Detector, read_models_folder
 
     if detector is Detector.MTCNN:
         return None
     roles = (BLAZEFACE_ROLES[detector], TFLITE_BLAZEFACE_ROLES[detector])
-    entries = read_models_file(folder)
-    if folder_detector(folder) is not detector or any(role not in entries for role in roles):
+    face = read_models_folder(folder)
+    if face.detector is not detector or any(role not in face.entries for role in roles):
         variant = SHORT_RANGE if detector is Detector.BLAZEFACE else FULL_RANGE
         progress(
             f"adding the profile's detector {detector.value} ({variant.name}, and its ONNX translation proven "
@@ -416,4 +416,4 @@ def add_profile_detector(
         add_blazeface(folder, variant)
         set_default_detector(folder, detector.value)
     set_detector_runtime(folder, runtime)
-    return read_models_file(folder)[roles[1] if runtime == "litert" else roles[0]]
+    return read_models_folder(folder).entries[roles[1] if runtime == "litert" else roles[0]]

@@ -190,7 +190,11 @@ def _reference_checks(out_dir: Path, profile: TargetProfile, threads: int, progr
     progress("building the evaluation set from the photos shipped in packages")
     eval_set = make_eval_set(seed=0)
     reference = ReferencePipeline()
-    with face_models.open_face_pipeline(out_dir, threads) as pipeline:
+    from edge.face.folder_pipeline import open_pipeline
+
+    folder = face_models.read_models_folder(out_dir)
+    detector = folder.detector
+    with open_pipeline(folder, threads) as pipeline:
         progress("proving the embedder equal to dlib's compute_face_descriptor on real chips")
         chips = []
         for image in eval_set.images:
@@ -206,7 +210,7 @@ def _reference_checks(out_dir: Path, profile: TargetProfile, threads: int, progr
             "chips": int(len(chips_arr)),
             "max_abs_diff": diff,
             "tolerance": profile.thresholds.embed_max_abs_diff_fp32,
-            "chips_from": f"our pipeline's chips ({face_models.folder_detector(out_dir).value} box, dlib 5-point "
+            "chips_from": f"our pipeline's chips ({detector.value} box, dlib 5-point "
             "landmarks, dlib-exact chip) of every evaluation image (docs/evaluation.md)",
         }
         progress(f"comparing our pipeline with face_recognition's on {len(eval_set.pairs)} evaluation pairs")
@@ -298,7 +302,7 @@ def convert_face(
         # before the checks: the pipeline compared with face_recognition is the one that ships
         add_detector(out_dir, profile, detector, progress)
         proof, agreement = _reference_checks(out_dir, profile, threads, progress)
-    entries = list(face_models.read_models_file(out_dir).values())  # with the detector the folder runs
+    entries = list(face_models.read_models_folder(out_dir).entries.values())  # with the detector the folder runs
     build = FaceBuild(profile.name, out_dir, entries, checks, proof, agreement, recognition=recognition)
     build.failures = _gate(build)
     build.seconds = time.perf_counter() - start
@@ -329,10 +333,11 @@ def twin_inputs(fp32_dir: Path, profile: TargetProfile, count: int, progress: Pr
     from converters.face.quant_eval import fp32_reference
 
     threads = max(1, min(profile.runtime.threads, default_threads()))
-    calibration = collect_calibration(fp32_dir, count, threads=threads, progress=progress)
+    fp32 = face_models.read_models_folder(fp32_dir)
+    calibration = collect_calibration(fp32, count, threads=threads, progress=progress)
     progress("running the fp32 pipeline on the evaluation set (the reference of the gate)")
-    nets = face_models.model_paths(fp32_dir, face_models.FACE_NETS)
-    return calibration, fp32_reference(make_eval_set(0), nets, threads, chip_landmarks(fp32_dir))
+    nets = fp32.model_paths(face_models.FACE_NETS)
+    return calibration, fp32_reference(make_eval_set(0), nets, threads, chip_landmarks(fp32))
 
 
 def add_tflite_twins(
@@ -417,7 +422,8 @@ def build_face_models(
             ``write_tflite_twins``.
     """
     built = _build_face_models(profile, out_dir, precision, dynamic, progress, output_format, embedder, detector)
-    add_detector(Path(out_dir), profile, detector, progress)
+    if built.quant is not None:  # convert_face added it to the fp32 folder, which is out_dir itself at fp32
+        add_detector(Path(out_dir), profile, detector, progress)
     return built
 
 

@@ -42,15 +42,14 @@ FEED_BATCH = {FaceModel.PNET: 256, FaceModel.RNET: 64, FaceModel.ONET: 32, FaceM
 _PNET_WINDOW, _PNET_STRIDE = 12, 2
 
 
-def chip_landmarks(fp32_dir: Path) -> ShapePredictor | None:
+def chip_landmarks(fp32: face_models.ModelsFolder) -> ShapePredictor | None:
     """The folder's 5-point landmark model (``landmarks.shape5``) when it has one, as the device uses it.
 
     Without one, chips are placed by MTCNN's own five landmarks.
     """
-    entries = face_models.read_models_file(fp32_dir)
-    if FaceModel.SHAPE5.role not in entries:
+    if FaceModel.SHAPE5.role not in fp32.entries:
         return None
-    return ShapePredictor(Path(fp32_dir) / entries[FaceModel.SHAPE5.role].file)
+    return ShapePredictor(fp32.model_path(FaceModel.SHAPE5.role))
 
 
 class _NoEmbedder:
@@ -136,12 +135,17 @@ def pnet_windows(levels: list[np.ndarray], cap: int, rng: np.random.Generator) -
 
 
 def collect_calibration(
-    fp32_dir: Path, count: int, seed: int = 0, threads: int = 1, progress: ProgressFn = silent
+    fp32_dir: Path | face_models.ModelsFolder,
+    count: int,
+    seed: int = 0,
+    threads: int = 1,
+    progress: ProgressFn = silent,
 ) -> CalibrationSet:
     """Run the fp32 pipeline over ``count`` calibration images and keep what each net is fed.
 
     Args:
-        fp32_dir: folder with the fp32 models and models.json (``edge-deploy convert face``).
+        fp32_dir: folder with the fp32 models and models.json (``edge-deploy convert face``), or that folder
+            already read (``edge.face.models.read_models_folder``).
         count: number of calibration images (>= 1).
         seed: seed of the images' augmentations and of the sub-sampling.
         threads: ONNX Runtime intra-op threads.
@@ -155,17 +159,18 @@ def collect_calibration(
     """
     if count < 1:
         raise InputError(f"calibration count = {count}; expected at least 1 image")
-    paths = face_models.model_paths(fp32_dir, FACE_NETS)
+    fp32 = fp32_dir if isinstance(fp32_dir, face_models.ModelsFolder) else face_models.read_models_folder(fp32_dir)
+    paths = fp32.model_paths(FACE_NETS)
     images = calibration_images(count, seed)
     progress(f"calibration: running the fp32 cascade on {len(images)} calibration images")
     samples: dict[FaceModel, list[np.ndarray]] = {net: [] for net in FACE_NETS}
     sources: dict[str, int] = {}
-    recognition = face_models.read_recognition(fp32_dir) or {}  # a user embedder's chip; else dlib's
+    recognition = fp32.recognition or {}  # a user embedder's chip; else dlib's
     chip_size = int(recognition.get("chip_size", DLIB_CHIP_SIZE))
     nchw = recognition.get("layout", "nchw") == "nchw"
     with _RecordingDetector({k: paths[k] for k in DETECTOR_NETS}, threads) as detector:
         # Only the pipeline's chip cutting is used.
-        pipeline = FacePipeline(detector, _NoEmbedder(), shape_predictor=chip_landmarks(fp32_dir), chip_size=chip_size)
+        pipeline = FacePipeline(detector, _NoEmbedder(), shape_predictor=chip_landmarks(fp32), chip_size=chip_size)
         for name, rgb in images:
             kind = name.split("/")[0]
             sources[kind] = sources.get(kind, 0) + 1

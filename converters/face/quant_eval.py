@@ -94,7 +94,7 @@ def fp32_reference(
         nets: fp32 model paths by net (every one of ``FACE_NETS``).
         threads: ONNX Runtime intra-op threads.
         shape_predictor: the 5-point landmark model that places chips (``calibration.chip_landmarks``).
-        threshold: the same-person distance the decisions are taken at (``models.same_person_threshold``).
+        threshold: the same-person distance the decisions are taken at (``edge.face.models.ModelsFolder.threshold``).
 
     Returns:
         Fp32Reference.

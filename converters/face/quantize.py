@@ -204,10 +204,10 @@ def _quantize_all(fp32, out_dir, settings, calib: CalibrationSet | None, tag: st
 
 
 def _entries(
-    fp32_dir: Path, out_dir: Path, shipped: dict[FaceModel, Path], fmt: str, precisions: dict[FaceModel, str]
+    fp32: face_models.ModelsFolder, out_dir: Path, shipped: dict[FaceModel, Path], fmt: str, precisions: dict
 ) -> list:
     """models.json entries: the nets as shipped, then every other role of the fp32 folder copied as it is."""
-    sources = face_models.read_models_file(fp32_dir)
+    sources = fp32.entries
     entries = [
         face_models.describe(shipped[net], net.role, fmt, precisions[net], sources[net.role].source)
         for net in FACE_NETS
@@ -215,7 +215,7 @@ def _entries(
     for role, entry in sources.items():
         # e.g. the 5-point landmark model (numpy, not quantized); TFLite twins are made apart (face.tflite_twins)
         if role not in {net.role for net in FACE_NETS} and not role.startswith("tflite."):
-            shutil.copy(fp32_dir / entry.file, out_dir / entry.file)
+            shutil.copy(fp32.path / entry.file, out_dir / entry.file)
             entries.append(
                 face_models.describe(out_dir / entry.file, role, entry.format, entry.precision, entry.source)
             )
@@ -261,7 +261,7 @@ def _int8_arithmetic(profile: TargetProfile) -> str:
 
 def _evaluate(
     reference: Fp32Reference | None,
-    fp32_dir: Path,
+    fp32_folder: face_models.ModelsFolder,
     candidate: dict[FaceModel, Path],
     threads: int,
     progress: ProgressFn,
@@ -269,13 +269,13 @@ def _evaluate(
     """The candidate nets against fp32 on the evaluation set: (embedder, detector, end-to-end) results.
 
     ``candidate`` are the quantized .onnx files, run unfused (``EVALUATED_AS``). ``reference`` (fp32's
-    results on ``make_eval_set(0)``) is computed from ``fp32_dir`` when None.
+    results on ``make_eval_set(0)``) is computed from ``fp32_folder`` when None.
     """
     progress("comparing with fp32 on the evaluation set (quantized graphs unfused: host-independent)")
     if reference is None:
-        fp32 = face_models.model_paths(fp32_dir, FACE_NETS)
-        threshold = face_models.same_person_threshold(fp32_dir)
-        reference = fp32_reference(make_eval_set(0), fp32, threads, chip_landmarks(fp32_dir), threshold)
+        fp32 = fp32_folder.model_paths(FACE_NETS)
+        threshold = fp32_folder.threshold
+        reference = fp32_reference(make_eval_set(0), fp32, threads, chip_landmarks(fp32_folder), threshold)
     unfused = Optimization.NONE
     emb = evaluate_embedder(reference, candidate[FaceModel.EMBEDDER], threads, unfused)
     det, found = evaluate_detector(reference, candidate, threads, unfused)
@@ -335,24 +335,25 @@ def quantize_face_models(
     fp32_dir, out_dir = Path(fp32_dir), Path(out_dir)
     if out_dir.resolve() == fp32_dir.resolve():
         raise InputError(f"{out_dir}: the quantized models need their own folder, not the fp32 folder")
-    fp32 = face_models.model_paths(fp32_dir, FACE_NETS)
+    fp32_folder = face_models.read_models_folder(fp32_dir)
+    fp32 = fp32_folder.model_paths(FACE_NETS)
     overrides = overrides or {}
     settings = {net: settings_for(profile, quant_mode, **overrides.get(net, {})) for net in fp32 if net in nets}
     threads = max(1, min(profile.runtime.threads, default_threads()))
     out_dir = make_output_dir(out_dir)
     if quant_mode is QuantMode.STATIC_QDQ and calibration is None:
-        calibration = collect_calibration(fp32_dir, calibration_count, threads=threads, progress=progress)
+        calibration = collect_calibration(fp32_folder, calibration_count, threads=threads, progress=progress)
         lap("calibration")
     quantized = _quantize_all(fp32, out_dir, settings, calibration, precision.value, progress)
     lap("quantize")
     shipped, ort_files, platform = _ort_copies(quantized, out_dir, profile, progress)
     lap("ort_format")
-    emb, det, e2e = _evaluate(reference, fp32_dir, quantized, threads, progress)
+    emb, det, e2e = _evaluate(reference, fp32_folder, quantized, threads, progress)
     lap("evaluate")
     precisions = {net: precision.value if net in settings else "fp32" for net in fp32}
-    entries = _entries(fp32_dir, out_dir, shipped, "ort" if ort_files else "onnx", precisions)
+    entries = _entries(fp32_folder, out_dir, shipped, "ort" if ort_files else "onnx", precisions)
     arithmetic = _int8_arithmetic(profile) if quant_mode is not QuantMode.FP16 else None
-    recognition = face_models.read_recognition(fp32_dir)  # a user embedder's threshold, kept as calibrated
+    recognition = fp32_folder.recognition  # a user embedder's threshold, kept as calibrated
     face_models.write_models_file(out_dir, entries, profile.name, __version__, arithmetic, recognition)
     build = QuantBuild(
         target=profile.name,

@@ -166,9 +166,10 @@ def _check(net: FaceModel, path: Path, int8: bool, profile: TargetProfile, refer
     return record, failures
 
 
-def _reuse(fp32_dir: Path, out_dir: Path, net: FaceModel) -> Path | None:
-    """The fp32 twin already in ``fp32_dir`` (copied into ``out_dir``), or None."""
-    entry = face_models.read_models_file(fp32_dir).get(twin_role(net)) if fp32_dir != out_dir else None
+def _reuse(sources: dict[str, face_models.ModelEntry], fp32_dir: Path, out_dir: Path, net: FaceModel) -> Path | None:
+    """The fp32 twin already in ``fp32_dir`` (``sources``: its models.json entries), copied into ``out_dir``, or
+    None."""
+    entry = sources.get(twin_role(net)) if fp32_dir != out_dir else None
     if entry is None or entry.precision != "fp32":
         return None
     shutil.copy2(fp32_dir / entry.file, out_dir / entry.file)
@@ -220,13 +221,13 @@ def write_tflite_twins(
         ValidationError: a twin is off its ONNX source or misses the gate; the report on disk says which.
     """
     fp32_dir, out_dir = Path(fp32_dir), Path(out_dir)
-    sources = face_models.read_models_file(fp32_dir)
+    sources = face_models.read_models_folder(fp32_dir).entries
     threads = max(1, min(profile.runtime.threads, default_threads()))
     report, entries = TwinReport(profile.name, out_dir), []
     for i, net in enumerate(TWIN_NETS, 1):
         int8 = net in int8_nets
         onnx_path = fp32_dir / sources[net.role].file
-        path = None if int8 else _reuse(fp32_dir, out_dir, net)
+        path = None if int8 else _reuse(sources, fp32_dir, out_dir, net)
         if path is None:
             kind = "full-integer INT8" if int8 else "fp32"
             progress(f"TFLite twin {i}/{len(TWIN_NETS)}: {net} {kind} with onnx2tf (seconds to minutes)")
@@ -256,7 +257,8 @@ def run_embedder_twin(folder: Path) -> None:
         InputError: the folder has no ``tflite.embedder`` twin (``write_tflite_twins`` makes it).
     """
     path = Path(folder) / face_models.MODELS_FILE
-    face_models.model_path(folder, face_models.TFLITE_EMBEDDER_ROLE)  # raises naming the role when absent
+    # raises naming the role when absent
+    face_models.read_models_folder(folder).model_path(face_models.TFLITE_EMBEDDER_ROLE)
     data = json.loads(path.read_text(encoding="utf-8"))
     data[face_models.EMBEDDER_RUNTIME_KEY] = "litert"
     path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")

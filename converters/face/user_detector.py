@@ -20,7 +20,7 @@ from pathlib import Path
 from converters.face.user_embedder import user_file_source
 from edge.digest import file_sha256
 from edge.errors import InferenceError, InputError
-from edge.face.models import BLAZEFACE_ROLES, MODELS_FILE, Detector, ModelEntry, describe, read_models_file
+from edge.face.models import BLAZEFACE_ROLES, MODELS_FILE, Detector, ModelEntry, describe, read_models_folder
 
 #: What ``--detector`` must be, in the words of the errors.
 CONTRACT = (
@@ -83,7 +83,7 @@ def add_user_detector(folder: Path, user: UserDetector) -> ModelEntry:
     from converters.face.blazeface import set_default_detector
 
     folder = Path(folder)
-    entries = read_models_file(folder)
+    entries = read_models_folder(folder).entries
     role = BLAZEFACE_ROLES[user.kind]
     taken = {e.file for r, e in entries.items() if r != role}
     if user.path.name in taken:

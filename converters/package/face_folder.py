@@ -85,11 +85,12 @@ def read_face_folder(folder: Path) -> FaceFolder:
             sha256); no report, or a report whose gate did not pass; no 'target'.
     """
     folder = Path(folder)
-    entries = face_models.read_models_file(folder)  # every listed file's size and sha256 checked
+    models = face_models.read_models_folder(folder)  # every listed file's size and sha256 checked
+    entries = models.entries
     embedder = entries.get(FaceModel.EMBEDDER.role)
     if embedder is None:
         raise InputError(f"{folder / MODELS_FILE}: no {FaceModel.EMBEDDER.role!r} entry; not a convert face folder")
-    target = json.loads((folder / MODELS_FILE).read_text(encoding="utf-8")).get("target")
+    target = models.document.get("target")
     if not isinstance(target, str):
         raise InputError(f"{folder / MODELS_FILE}: no 'target'; expected the profile convert face built for")
     try:

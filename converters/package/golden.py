@@ -17,7 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from edge.face.models import embedder_role, model_path, open_face_pipeline
+from edge.face.folder_pipeline import open_pipeline
+from edge.face.models import read_models_folder
 from edge.profiles import TargetProfile
 
 #: Chips in a bundle's golden set (67.5 kB each before compression).
@@ -48,7 +49,8 @@ def make_face_golden(models: Path, bundle: Path, profile: TargetProfile) -> dict
     used: list[str] = []
     # The gate's arithmetic (each .ort file's .onnx twin, unfused), not this build host's INT8 kernels: an
     # AVX2-only host's fused u8s8 kernels saturate, and a Pi would then miss a golden set it computes right.
-    with open_face_pipeline(models, threads=1, unfused=True) as pipeline:
+    face = read_models_folder(models)
+    with open_pipeline(face, threads=1, unfused=True) as pipeline:
         for photo in EVAL_PHOTOS:
             rgb = photo.load()
             found = pipeline.chips(rgb, pipeline.detector.detect(rgb))
@@ -60,8 +62,8 @@ def make_face_golden(models: Path, bundle: Path, profile: TargetProfile) -> dict
             raise ValidationError(f"{models}: the face models found no face in {', '.join(used)}; no golden set")
         batch = np.stack(chips)
         descriptors = pipeline.embedder.embed(batch)
-    role = embedder_role(models)  # the embedder the device runs: the pipeline above ran it too
-    embedder = model_path(models, role)
+    role = face.embedder_role  # the embedder the device runs: the pipeline above ran it too
+    embedder = face.model_path(role)
     source = f"first {len(chips)} faces of {', '.join(used)} (converters.face.facedata.EVAL_PHOTOS)"
     return write_face_golden(
         bundle, batch, descriptors, profile.thresholds.embed_mean_cosine, file_sha256(embedder), source, role

@@ -274,10 +274,10 @@ def _face_quantized(ctx: StageContext) -> dict:
     )  # fmt: skip
     if inputs:
         _twins(ctx, fp32_dir, q_dir, inputs, tuple(build.settings))
-    quantized = face_models.read_models_file(q_dir)
+    quantized = face_models.read_models_folder(q_dir).entries
     entries = []
     # A role the quantizer leaves alone (e.g. the numpy landmark model) ships as its fp32 file.
-    for role, entry in face_models.read_models_file(fp32_dir).items():
+    for role, entry in face_models.read_models_folder(fp32_dir).entries.items():
         chosen, folder = (quantized[role], q_dir) if role in quantized else (entry, fp32_dir)
         shutil.copy2(folder / chosen.file, ctx.out_dir / chosen.file)
         gated = (folder / chosen.file).with_suffix(".onnx")

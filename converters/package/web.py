@@ -138,7 +138,7 @@ def _check_profile(profile: TargetProfile) -> None:
 
 
 def _copy_models(profile: TargetProfile, models: Path, dest: Path) -> list[dict]:
-    entries = face_models.read_models_file(models)
+    entries = face_models.read_models_folder(models).entries
     missing = [r for r in face_models.FACE_ROLES if r not in entries]
     if missing:
         raise InputError(f"{models / face_models.MODELS_FILE}: no model with role {', '.join(missing)}")

@@ -19,8 +19,9 @@ import numpy as np
 
 from edge.daemon.config import FaceSettings
 from edge.errors import InputError
+from edge.face.folder_pipeline import open_pipeline
 from edge.face.gallery import Gallery
-from edge.face.models import default_min_score, folder_detector, open_face_pipeline
+from edge.face.models import default_min_score, read_models_folder
 from edge.face.recognize import recognize_image
 from edge.face.track import FaceTracker
 from edge.imageio import DEFAULT_MAX_PIXELS
@@ -76,9 +77,9 @@ class FaceService:
         """The pipeline with ``face.detector`` (else the models folder's), that detector, and the score cut-off the
         daemon applies (``face.min_score``, else that detector's default). The pipeline itself keeps every
         detection (``min_score=0``): the daemon's cut-off alone decides what is reported."""
-        models = self.settings.models
-        detector = self.settings.detector or folder_detector(models)
-        pipeline = open_face_pipeline(models, self.threads, min_score=0.0, detector=detector)
+        face = read_models_folder(self.settings.models)
+        detector = self.settings.detector or face.detector
+        pipeline = open_pipeline(face, self.threads, min_score=0.0, detector=detector)
         min_score = default_min_score(detector) if self.settings.min_score is None else self.settings.min_score
         return pipeline, detector, min_score
 

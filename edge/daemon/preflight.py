@@ -54,7 +54,7 @@ def preflight(config: DaemonConfig) -> list[str]:
     """
     from edge.daemon.commands import load_secret
     from edge.face.gallery import Gallery
-    from edge.face.models import FACE_ROLES, detector_file, folder_detector, model_path, read_recognition
+    from edge.face.models import FACE_ROLES, read_models_folder
     from edge.face.types import DLIB_DESCRIPTOR_SIZE
 
     where = str(config.source_file)
@@ -66,20 +66,21 @@ def preflight(config: DaemonConfig) -> list[str]:
             raise _named(where, "commands.secret_file", exc) from None
         done.append(f"commands.secret_file: {config.commands.secret_file} (mode 600)")
     try:
+        face = read_models_folder(config.face.models)
         for role in FACE_ROLES:
-            model_path(config.face.models, role)
+            face.model_path(role)
     except InputError as exc:
         raise _named(where, "face.models", exc) from None
     done.append(f"face.models: {config.face.models} ({len(FACE_ROLES)} models)")
     try:  # the detector serve will run: face.detector, else the folder's; a BlazeFace one needs its model
-        detector = config.face.detector or folder_detector(config.face.models)
-        file = detector_file(config.face.models, detector)
+        detector = config.face.detector or face.detector
+        file = face.detector_file(detector)
     except InputError as exc:
         raise _named(where, "face.detector", exc) from None
     done.append(f"face.detector: {detector.value}" + (f" ({file.name})" if file else ""))
     if config.face.gallery.is_file():
         try:
-            recognition = read_recognition(config.face.models) or {}
+            recognition = face.recognition or {}
             size = int(recognition.get("descriptor_size", DLIB_DESCRIPTOR_SIZE))
             people = len(Gallery.load(config.face.gallery, size))
         except InputError as exc:

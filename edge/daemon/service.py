@@ -35,7 +35,7 @@ from edge.daemon.state import StateStore
 from edge.daemon.text_service import TextService
 from edge.daemon.updater import Finished, Updater
 from edge.errors import EdgeDeployError, InputError, TelemetryError
-from edge.face.models import embedder_role, read_models_file, running_of
+from edge.face.models import read_models_folder
 from edge.imageio import DEFAULT_MAX_PIXELS
 from edge.telemetry.mqtt import TelemetryClient, TelemetryConfig
 from edge.telemetry.schema import BenchReport, Message, Result, Telemetry
@@ -83,7 +83,7 @@ class Window:
 
         Args:
             temperature_c: SoC temperature, None where unknown.
-            running: what runs (``edge.face.models.running_of``), so every heartbeat names it.
+            running: what runs (``edge.face.models.ModelsFolder.running``), so every heartbeat names it.
         """
         span = max(time.monotonic() - self.started, 1e-6)
         lat = np.asarray(self.latencies_ms or [0.0])
@@ -300,7 +300,7 @@ class Daemon:
 
     def _running(self) -> dict[str, str]:
         """What runs now (every heartbeat names it; an update changes it)."""
-        return running_of(self._face.settings.models)
+        return read_models_folder(self._face.settings.models).running()
 
     def _report(self, message: Message, key: str | None = None) -> Message:
         """Store a report; while the disk refuses (full, read-only) hold it in memory instead of failing.
@@ -465,8 +465,9 @@ class Daemon:
         runs = args.get("runs", cfg.bench_runs)
         if isinstance(runs, bool) or not isinstance(runs, int) or not 1 <= runs <= cfg.max_bench_runs:
             raise InputError(f"bench: runs = {runs!r}; expected a whole number in 1..{cfg.max_bench_runs}")
-        role = args["role"] if "role" in args else embedder_role(self.config.face.models)  # the one it runs
-        entries = read_models_file(self.config.face.models)
+        face = read_models_folder(self.config.face.models)
+        role = args["role"] if "role" in args else face.embedder_role  # noqa: SIM401 - the one it runs, read only then
+        entries = face.entries
         runnable = sorted(r for r, e in entries.items() if e.format in RUNTIME_FORMATS)
         if role not in runnable:
             raise InputError(f"bench: role = {role!r}; expected one of {', '.join(runnable)}")

@@ -36,7 +36,7 @@ from typing import Any
 
 from edge.daemon.config import DaemonConfig
 from edge.errors import BundleError, EdgeDeployError, InputError
-from edge.face.models import running_of
+from edge.face.models import read_models_folder
 from edge.signing import PublicKey, load_trusted_keys
 from edge.update.download import Download, DownloadLimits, check_url
 from edge.update.golden import check_golden
@@ -80,7 +80,7 @@ class _Pending:
 
 def _bundle_id(models: Path) -> str:
     try:
-        return running_of(models)["bundle_id"]
+        return read_models_folder(models).running()["bundle_id"]
     except EdgeDeployError:
         return ""
 

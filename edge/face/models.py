@@ -185,13 +185,13 @@ def _models_bytes(folder: Path) -> bytes:
         raise InputError(f"{path}: cannot read ({exc.strerror})") from None
 
 
-def _models_json(folder: Path, raw: bytes | None = None) -> dict:
-    """``folder/models.json`` (or its bytes ``raw``) parsed (size- and depth-limited), its schema version checked."""
+def _models_json(folder: Path, raw: bytes) -> dict:
+    """``folder/models.json``'s bytes ``raw`` parsed (size- and depth-limited), its schema version checked."""
     from edge.payload import PayloadError, parse_json
 
     path = Path(folder) / MODELS_FILE
     try:
-        data = parse_json(_models_bytes(folder) if raw is None else raw, str(path), MAX_MODELS_FILE_BYTES)
+        data = parse_json(raw, str(path), MAX_MODELS_FILE_BYTES)
     except PayloadError as exc:
         raise InputError(str(exc)) from None
     if not isinstance(data, dict) or data.get("schema_version") != MODELS_SCHEMA_VERSION:
@@ -200,39 +200,174 @@ def _models_json(folder: Path, raw: bytes | None = None) -> dict:
     return data
 
 
-def read_models_file(folder: Path) -> dict[str, ModelEntry]:
-    """The entries of ``folder/models.json`` by role, each file checked against its size and sha256.
+@dataclass(frozen=True)
+class ModelsFolder:
+    """A models folder (``convert face``'s, or ``convert model``'s) as ``read_models_folder`` found it: models.json
+    read once, its entries checked (each listed file against its size and sha256). Stages pass this value instead
+    of reading the file again.
+
+    The optional keys (``recognition``, ``detector``, ``detector_runtime``, ``embedder_runtime``) are checked when
+    asked for, each raising the InputError that names the file and the key: a folder whose ``detector`` is wrong
+    still runs a detector asked for by name, and ``convert blazeface --default-detector`` can still rewrite it.
+    """
+
+    path: Path
+    #: the models by role
+    entries: dict[str, ModelEntry]
+    #: models.json as parsed (schema version checked)
+    document: dict
+    #: the first 16 hex digits of models.json's sha256 (any change to the set of models changes it)
+    bundle_id: str
+
+    @property
+    def models_file(self) -> Path:
+        return self.path / MODELS_FILE
+
+    @property
+    def recognition(self) -> dict | None:
+        """``RECOGNITION_KEY``'s table (a user's embedder), None for dlib's embedder; ``threshold`` (a finite
+        distance > 0) and ``descriptor_size`` (a whole number >= 1) checked.
+
+        Raises:
+            InputError: ``recognition`` not an object or its two keys wrong.
+        """
+        return _checked_recognition(self.models_file, self.document.get(RECOGNITION_KEY))
+
+    @property
+    def detector(self) -> Detector:
+        """The detector it runs when none is asked for: ``DETECTOR_KEY``, else MTCNN (InputError: not a name)."""
+        return _checked_detector(self.models_file, self.document.get(DETECTOR_KEY))
+
+    @property
+    def detector_runtime(self) -> str:
+        """The runtime its BlazeFace detector runs on: ``DETECTOR_RUNTIME_KEY``, else ``"onnxruntime"`` (InputError:
+        not one of ``DETECTOR_RUNTIMES``)."""
+        return _runtime_key(self.models_file, self.document, DETECTOR_RUNTIME_KEY, DETECTOR_RUNTIMES)
+
+    @property
+    def embedder_runtime(self) -> str:
+        """The runtime its embedder runs on: ``EMBEDDER_RUNTIME_KEY``, else ``"onnxruntime"`` (InputError: not a
+        runtime name)."""
+        return _runtime_key(self.models_file, self.document, EMBEDDER_RUNTIME_KEY, EMBEDDER_RUNTIMES)
+
+    @property
+    def embedder_role(self) -> str:
+        """The role of the embedder the device runs: ``tflite.embedder`` where models.json says
+        ``embedder_runtime = "litert"``, else ``embedder``."""
+        return EMBEDDER_RUNTIMES[self.embedder_runtime]
+
+    @property
+    def threshold(self) -> float:
+        """The same-person descriptor distance: the calibrated one of a user's embedder (``recognition.threshold``),
+        else dlib's ``DLIB_SAME_PERSON_THRESHOLD`` (0.6). Raises as ``recognition``."""
+        from edge.face.types import DLIB_SAME_PERSON_THRESHOLD
+
+        table = self.recognition
+        return float(table["threshold"]) if table else DLIB_SAME_PERSON_THRESHOLD
+
+    def model_path(self, role: str) -> Path:
+        """The file that plays ``role``.
+
+        Raises:
+            InputError: when models.json has no model for that role.
+        """
+        if role not in self.entries:
+            found = ", ".join(sorted(self.entries)) or "none"
+            raise InputError(f"{self.models_file}: no model with role {role!r}; found {found}")
+        return self.path / self.entries[role].file
+
+    def model_paths(self, models: tuple[FaceModel, ...] = tuple(FaceModel)) -> dict[FaceModel, Path]:
+        """The files of ``models``, by model.
+
+        Raises:
+            InputError: models.json has no model for one of their roles.
+        """
+        return {model: self.model_path(model.role) for model in models}
+
+    def running(self, role: str | None = None) -> dict[str, str]:
+        """What the folder runs, as the telemetry fields that name it (``edge.telemetry.schema.RUNNING_FIELDS``).
+
+        The model is the file playing ``role`` (default: the embedder the device runs, ``embedder_role``).
+
+        Raises:
+            InputError: when no model plays ``role``.
+        """
+        from edge.runtime import default_backend_name
+        from edge.runtime.base import ModelFormat
+
+        role = self.embedder_role if role is None else role
+        entry = self.entries.get(role)
+        if entry is None:
+            raise InputError(f"{self.models_file}: no model with role {role!r}")
+        return {
+            "model": Path(entry.file).stem,
+            "model_version": str(self.document.get("tool_version", "")),
+            "model_sha256": entry.sha256,
+            "bundle_id": self.bundle_id,
+            "profile": str(self.document.get("target", "")),
+            "runtime": default_backend_name(ModelFormat(entry.format))
+            if entry.format in {f.value for f in ModelFormat} else entry.format,
+            "precision": entry.precision,
+        }  # fmt: skip
+
+    def detector_file(self, detector: Detector) -> Path | None:
+        """The file a BlazeFace ``detector`` runs (None for MTCNN, whose nets are face roles).
+
+        Raises:
+            InputError: models.json lacks the detector's role (naming the command that adds it).
+        """
+        return None if detector is Detector.MTCNN else self.blazeface_file(detector)
+
+    def blazeface_file(self, detector: Detector, detector_model: Path | None = None) -> Path:
+        """The file a BlazeFace ``detector`` runs: ``detector_model`` when given, else its role's
+        (``BLAZEFACE_ROLES``, or ``TFLITE_BLAZEFACE_ROLES`` where ``detector_runtime`` is ``"litert"``).
+
+        Raises:
+            InputError: models.json lacks the detector's role (naming the command that adds it).
+        """
+        if detector_model is not None:
+            return Path(detector_model)
+        litert = self.detector_runtime == "litert"
+        role = (TFLITE_BLAZEFACE_ROLES if litert else BLAZEFACE_ROLES)[detector]
+        if role not in self.entries:
+            command = "edge-deploy convert blazeface MODELS" + (
+                "" if detector is Detector.BLAZEFACE else " --range full"
+            )
+            runs = f" on {DETECTOR_RUNTIME_KEY} 'litert'" if litert else ""
+            raise InputError(
+                f"{self.models_file}: no model with role {role!r} for detector {detector.value!r}{runs}; add "
+                f"it with '{command}' (converters.face.blazeface.add_blazeface), or pass detector_model"
+            )
+        return self.path / self.entries[role].file
+
+
+def read_models_folder(folder: Path) -> ModelsFolder:
+    """``folder/models.json`` read once (never through a link), its schema version and entries checked (each
+    listed file against its size and sha256); the optional keys are checked when asked for (``ModelsFolder``).
 
     Raises:
         InputError: a missing folder or file, bad JSON, a missing or mistyped key, or a listed file that is
             absent, outside the folder, or not the file the conversion wrote (size or sha256 differ).
     """
-    path = Path(folder) / MODELS_FILE
-    data = _models_json(folder)
+    folder = Path(folder)
+    path = folder / MODELS_FILE
+    raw = _models_bytes(folder)
+    data = _models_json(folder, raw)
     models = data.get("models", [])
     if not isinstance(models, list):
         raise InputError(f"{path}: models = {models!r:.80}; expected a list of model entries")
     entries: dict[str, ModelEntry] = {}
-    for i, raw in enumerate(models):
-        entry = _checked_entry(path, i, raw)
+    for i, item in enumerate(models):
+        entry = _checked_entry(path, i, item)
         entries[entry.role] = entry
-    return entries
+    return ModelsFolder(folder, entries, data, hashlib.sha256(raw).hexdigest()[:16])
 
 
-def read_recognition(folder: Path) -> dict | None:
-    """``folder/models.json``'s ``recognition`` (a user's embedder), checked; None for dlib's embedder.
-
-    Returns:
-        The table as written by the conversion; ``threshold`` (a finite distance > 0) and ``descriptor_size``
-        (a whole number >= 1) are checked.
-
-    Raises:
-        InputError: models.json unreadable, or ``recognition`` not an object or its two keys wrong.
-    """
+def _checked_recognition(path: Path, table: object) -> dict | None:
+    """models.json's ``recognition`` (a user's embedder), None for dlib's: ``threshold`` (a finite distance > 0)
+    and ``descriptor_size`` (a whole number >= 1) checked."""
     import math
 
-    path = Path(folder) / MODELS_FILE
-    table = _models_json(folder).get(RECOGNITION_KEY)
     if table is None:
         return None
     if not isinstance(table, dict):
@@ -251,95 +386,24 @@ def read_recognition(folder: Path) -> dict | None:
     return table
 
 
-def same_person_threshold(folder: Path) -> float:
-    """The same-person descriptor distance of a models folder: the calibrated one of a user's embedder
-    (models.json ``recognition.threshold``), else dlib's ``DLIB_SAME_PERSON_THRESHOLD`` (0.6).
-
-    Raises:
-        InputError: as ``read_recognition``.
-    """
-    return _threshold_of(read_recognition(folder))
-
-
-def _threshold_of(table: dict | None) -> float:
-    """The threshold of a ``recognition`` table (``read_recognition``), dlib's when there is none."""
-    from edge.face.types import DLIB_SAME_PERSON_THRESHOLD
-
-    return float(table["threshold"]) if table else DLIB_SAME_PERSON_THRESHOLD
-
-
-def embedder_role(folder: Path) -> str:
-    """The models.json role of the embedder the device runs: ``tflite.embedder`` where models.json says
-    ``embedder_runtime = "litert"`` (``EMBEDDER_RUNTIME_KEY``), else ``embedder``.
-
-    Raises:
-        InputError: models.json unreadable, or ``embedder_runtime`` not a runtime name.
-    """
-    return EMBEDDER_RUNTIMES[_runtime_key(folder, EMBEDDER_RUNTIME_KEY, EMBEDDER_RUNTIMES)]
-
-
-def _runtime_key(folder: Path, key: str, runtimes: Collection[str]) -> str:
+def _runtime_key(path: Path, data: dict, key: str, runtimes: Collection[str]) -> str:
     """models.json ``key`` (a runtime name, one of ``runtimes``), else ``"onnxruntime"``; InputError naming the
     file, the key and the choices otherwise."""
-    value = _models_json(folder).get(key, "onnxruntime")
+    value = data.get(key, "onnxruntime")
     if not isinstance(value, str) or value not in runtimes:
         known = ", ".join(repr(k) for k in runtimes)
-        raise InputError(f"{Path(folder) / MODELS_FILE}: {key} = {value!r:.80}; expected one of {known}")
+        raise InputError(f"{path}: {key} = {value!r:.80}; expected one of {known}")
     return value
 
 
-def running_of(folder: Path, role: str | None = None) -> dict[str, str]:
-    """What a models folder runs, as the telemetry fields that name it (``edge.telemetry.schema.RUNNING_FIELDS``).
-
-    The model is the file playing ``role`` (default: the embedder the device runs, ``embedder_role``); the
-    bundle id is the first 16 hex digits of models.json's sha256 (any change to the set of models changes it).
-
-    Raises:
-        InputError: as ``read_models_file``, or when no model plays ``role``.
-    """
-    from edge.runtime import default_backend_name
-    from edge.runtime.base import ModelFormat
-
-    role = embedder_role(folder) if role is None else role
-    path = Path(folder) / MODELS_FILE
-    entry = read_models_file(folder).get(role)
-    if entry is None:
-        raise InputError(f"{path}: no model with role {role!r}")
-    raw = _models_bytes(folder)
-    data = _models_json(folder, raw)
-    return {
-        "model": Path(entry.file).stem,
-        "model_version": str(data.get("tool_version", "")),
-        "model_sha256": entry.sha256,
-        "bundle_id": hashlib.sha256(raw).hexdigest()[:16],
-        "profile": str(data.get("target", "")),
-        "runtime": default_backend_name(ModelFormat(entry.format)) if entry.format in {f.value for f in ModelFormat}
-        else entry.format,
-        "precision": entry.precision,
-    }  # fmt: skip
-
-
-def model_path(folder: Path, role: str) -> Path:
-    """The file that plays ``role`` in ``folder``.
-
-    Raises:
-        InputError: when models.json has no model for that role.
-    """
-    entries = read_models_file(folder)
-    if role not in entries:
-        raise InputError(
-            f"{Path(folder) / MODELS_FILE}: no model with role {role!r}; found {', '.join(sorted(entries)) or 'none'}"
-        )
-    return Path(folder) / entries[role].file
-
-
-def model_paths(folder: Path, models: tuple[FaceModel, ...] = tuple(FaceModel)) -> dict[FaceModel, Path]:
-    """The files of ``models`` in ``folder``, by model.
-
-    Raises:
-        InputError: models.json is missing, or has no model for one of their roles.
-    """
-    return {model: model_path(folder, model.role) for model in models}
+def _checked_detector(path: Path, value: object) -> Detector:
+    """models.json ``detector`` (``DETECTOR_KEY``) as a Detector, MTCNN when absent."""
+    if value is None:
+        return Detector.MTCNN
+    if isinstance(value, str) and value in {d.value for d in Detector}:
+        return Detector(value)
+    known = ", ".join(repr(d.value) for d in Detector)
+    raise InputError(f"{path}: {DETECTOR_KEY} = {value!r:.80}; expected one of {known}")
 
 
 def open_net(path: Path, threads: int, options: LoadOptions, backend: str | None = None) -> Model:
@@ -366,16 +430,6 @@ def open_net(path: Path, threads: int, options: LoadOptions, backend: str | None
     return open_model(path, threads, backend=backend, options=options)
 
 
-def _onnx_source(path: Path) -> Path:
-    """The ``.onnx`` an ``.ort`` file was made from (beside it), or ``path`` itself when it is one."""
-    if path.suffix != ".ort":
-        return path
-    source = path.with_suffix(".onnx")
-    if not source.is_file():
-        raise InputError(f"{source}: not found; the gate's unfused arithmetic needs the .onnx beside {path.name}")
-    return source
-
-
 class Detector(enum.StrEnum):
     """The face detectors ``open_face_pipeline`` can run."""
 
@@ -398,33 +452,6 @@ BLAZEFACE_ROLES = {
 TFLITE_BLAZEFACE_ROLES = {kind: f"tflite.{role}" for kind, role in BLAZEFACE_ROLES.items()}
 
 
-def folder_detector(folder: Path) -> Detector:
-    """The detector a models folder runs by default: models.json ``detector`` (``DETECTOR_KEY``), else MTCNN.
-
-    Raises:
-        InputError: models.json unreadable, or ``detector`` not a known detector name.
-    """
-    value = _models_json(folder).get(DETECTOR_KEY)
-    if value is None:
-        return Detector.MTCNN
-    try:
-        return Detector(value)
-    except ValueError:
-        known = ", ".join(repr(d.value) for d in Detector)
-        where = Path(folder) / MODELS_FILE
-        raise InputError(f"{where}: {DETECTOR_KEY} = {value!r:.80}; expected one of {known}") from None
-
-
-def detector_runtime(folder: Path) -> str:
-    """The runtime a folder's BlazeFace detector runs on: models.json ``detector_runtime``
-    (``DETECTOR_RUNTIME_KEY``), else ``"onnxruntime"``.
-
-    Raises:
-        InputError: models.json unreadable, or ``detector_runtime`` not one of ``DETECTOR_RUNTIMES``.
-    """
-    return _runtime_key(folder, DETECTOR_RUNTIME_KEY, DETECTOR_RUNTIMES)
-
-
 def default_min_score(detector: Detector) -> float:
     """The detection score below which a face is not reported when no cut-off is asked for: MTCNN's
     ``edge.face.recognize.DEFAULT_MIN_SCORE`` (0.9; its last stage passes a fist at 0.87), 0 for BlazeFace (its
@@ -432,53 +459,6 @@ def default_min_score(detector: Detector) -> float:
     from edge.face.recognize import DEFAULT_MIN_SCORE
 
     return DEFAULT_MIN_SCORE if detector is Detector.MTCNN else 0.0
-
-
-def _blazeface_path(folder: Path, entries: dict, detector: Detector, detector_model: Path | None) -> Path:
-    if detector_model is not None:
-        return Path(detector_model)
-    litert = detector_runtime(folder) == "litert"
-    role = (TFLITE_BLAZEFACE_ROLES if litert else BLAZEFACE_ROLES)[detector]
-    if role not in entries:
-        command = "edge-deploy convert blazeface MODELS" + ("" if detector is Detector.BLAZEFACE else " --range full")
-        runs = f" on {DETECTOR_RUNTIME_KEY} 'litert'" if litert else ""
-        raise InputError(
-            f"{Path(folder) / MODELS_FILE}: no model with role {role!r} for detector {detector.value!r}{runs}; add "
-            f"it with '{command}' (converters.face.blazeface.add_blazeface), or pass detector_model"
-        )
-    return Path(folder) / entries[role].file
-
-
-def detector_file(folder: Path, detector: Detector) -> Path | None:
-    """The file a BlazeFace ``detector`` runs from ``folder`` (None for MTCNN, whose nets are face roles).
-
-    Raises:
-        InputError: models.json is invalid or lacks the detector's role (naming the command that adds it).
-    """
-    if detector is Detector.MTCNN:
-        return None
-    return _blazeface_path(folder, read_models_file(folder), detector, None)
-
-
-def _open_detector(
-    folder: Path, entries: dict, paths: dict, threads: int, optimization, detector, detector_model, min_face_size
-):
-    if detector is Detector.MTCNN:
-        from edge.face.detect_mtcnn import DEFAULT_MIN_FACE_SIZE, MtcnnDetector
-
-        nets: dict[str, Path] = {net: paths[net] for net in DETECTOR_NETS}
-        min_face = DEFAULT_MIN_FACE_SIZE if min_face_size is None else min_face_size
-        return MtcnnDetector(nets, threads=threads, min_face_size=min_face, optimization=optimization)
-    from edge.face.detect_blazeface import BlazeFaceDetector
-    from edge.face.tiles import DEFAULT_TILING
-    from edge.runtime import Optimization, detect_format
-    from edge.runtime.base import ModelFormat
-
-    tiling = DEFAULT_TILING if detector is Detector.BLAZEFACE_FULL_TILED else None
-    path = _blazeface_path(folder, entries, detector, detector_model)
-    # unfused (the gate's arithmetic) concerns ONNX files; a .tflite runs on LiteRT as it is
-    onnx_optimization = optimization if detect_format(path) is not ModelFormat.TFLITE else Optimization.ALL
-    return BlazeFaceDetector(path, threads=threads, tiling=tiling, optimization=onnx_optimization)
 
 
 def open_face_pipeline(
@@ -490,42 +470,13 @@ def open_face_pipeline(
     detector: Detector | str | None = None,
     detector_model: Path | None = None,
 ):
-    """The device pipeline over the models of a converted folder.
+    """The device pipeline over the models of a converted folder: models.json read once (``read_models_folder``,
+    every file's sha256 checked), then ``edge.face.folder_pipeline.open_pipeline``, whose arguments these are.
 
-    MTCNN (or BlazeFace, if asked) finds the faces; dlib's 5-point landmark model (numpy, OpenCV) places the landmarks
-    on each box, as face_recognition does on its HOG boxes; the chip is cut as dlib's ``get_face_chip`` (at
-    the embedder's chip size; within ``edge.face.align.CHIP_TOLERANCE`` of it); the ONNX ResNet (or a user's
-    embedder) describes it, or its TFLite twin on LiteRT where models.json says so (``embedder_role``). The
-    pipeline's ``threshold`` is the folder's same-person distance (``same_person_threshold``).
-
-    Args:
-        folder: a folder written by ``edge-deploy convert face`` (with models.json).
-        threads: the pipeline's threads: each ONNX Runtime session's intra-op threads, and OpenCV's (set for
-            the whole process with ``cv2.setNumThreads``: left at its default, OpenCV's pool splits the chip's
-            warpAffine across every core and spins there after it, about 0.5 M instructions a one-face frame on
-            emulated Cortex-A72 that a one-thread figure would not own).
-        unfused: run the accuracy gate's arithmetic instead of the shipped files: each net's ``.onnx``
-            (the ``.ort`` file's source, beside it) with onnxruntime's graph optimisations off, so that QDQ
-            runs as dequantize -> float op -> quantize whatever INT8 kernels this CPU has (a TFLite embedder
-            twin runs as it is: its gate measured LiteRT's arithmetic). The emulated-Pi
-            check compares the Pi's own results with these.
-        min_score: detections scoring lower are left out; None: ``default_min_score`` of the detector
-            (MTCNN: ``edge.face.recognize.DEFAULT_MIN_SCORE``, 0.9, as the daemon and the browser page; on
-            t1.jpg MTCNN's last stage also passes a fist and a metal bowl at 0.87 and 0.86; BlazeFace: 0, its
-            own threshold, MediaPipe's 0.5 short range and 0.6 full range, already applies); 0 keeps every
-            detection the detector returns.
-        detector: None (default): the folder's (``folder_detector``: models.json ``detector``, else MTCNN);
-            ``"mtcnn"``, ``"blazeface"`` (short range), ``"blazeface-full"`` or
-            ``"blazeface-full-tiled"`` (``Detector``): full range on the whole frame and, when its long side
-            is at least 576 pixels, on a grid of overlapping tiles too (``edge.face.tiles.DEFAULT_TILING``;
-            it finds the 80-120 pixel faces of a 1280-pixel group photo that the whole-frame pass misses, for
-            about four more network runs).
-        detector_model: the BlazeFace ``.onnx``/``.tflite`` to run; None: the file of its role in models.json
-            (``BLAZEFACE_ROLES``; ``TFLITE_BLAZEFACE_ROLES``, the ``.tflite`` original on LiteRT, where
-            models.json's ``detector_runtime`` is ``"litert"``). MTCNN always comes from models.json.
-        min_face_size: smallest face side MTCNN looks for, in pixels (None: MtcnnDetector's default, 20). The
-            first level of its image pyramid is scaled by 12 / min_face_size, so doubling it cuts the
-            detector's work about fourfold (benchmarks/frame_speed.py measures speed and faces found).
+    MTCNN (or BlazeFace, if asked) finds the faces; dlib's 5-point landmark model places the landmarks, the chip
+    is cut as dlib's ``get_face_chip``; the embedder (dlib's ResNet, a user's, or its TFLite twin where models.json
+    says so) describes it. The pipeline's ``threshold`` is the folder's same-person distance
+    (``ModelsFolder.threshold``).
 
     Returns:
         An ``edge.face.pipeline.FacePipeline`` (close it, or use it in a ``with`` block).
@@ -535,67 +486,8 @@ def open_face_pipeline(
             ``detector_model``), or the detector name is unknown; InferenceError: a model does not load, or
             ``threads`` is not a whole number >= 1.
     """
-    import cv2
+    from edge.face.folder_pipeline import detector_choice, open_pipeline
 
-    from edge.face.pipeline import FacePipeline
-    from edge.face.shape5 import ShapePredictor
-    from edge.runtime.base import check_threads
-    from edge.runtime.ort_session import Optimization
-
-    try:
-        kind = folder_detector(folder) if detector is None else Detector(detector)
-    except ValueError:
-        known = ", ".join(repr(d.value) for d in Detector)
-        raise InputError(f"face detector {detector!r} is unknown; expected one of {known}") from None
-    entries = read_models_file(folder)  # once: every file's sha256 is checked
-    cv2.setNumThreads(check_threads(threads))
-    role = embedder_role(folder)  # its TFLite twin, where the folder says so
-    missing = [r for r in (*(model.role for model in FaceModel), role) if r not in entries]
-    if missing:
-        model_path(folder, missing[0])  # raises naming the role
-    paths = {model: Path(folder) / entries[model.role].file for model in FaceModel}
-    paths[FaceModel.EMBEDDER] = Path(folder) / entries[role].file
-    optimization = Optimization.ALL
-    if unfused:
-        paths = {model: _onnx_source(path) if model in FACE_NETS else path for model, path in paths.items()}
-        optimization = Optimization.NONE
-    found = _open_detector(folder, entries, paths, threads, optimization, kind, detector_model, min_face_size)
-    embedder = None
-    try:
-        embedder = _open_embedder(paths[FaceModel.EMBEDDER], threads, optimization)
-        shape = ShapePredictor(paths[FaceModel.SHAPE5])
-        threshold = _threshold_for(folder, embedder)
-    except BaseException:
-        found.close()
-        if embedder is not None:
-            embedder.close()
-        raise
-    score = default_min_score(kind) if min_score is None else min_score
-    chip = embedder.chip_size
-    return FacePipeline(found, embedder, shape_predictor=shape, chip_size=chip, min_score=score, threshold=threshold)
-
-
-def _open_embedder(path: Path, threads: int, optimization):
-    """The embedder on the runtime its file calls for; onnxruntime's optimisation concerns ONNX files only (a
-    ``.tflite`` twin runs on LiteRT as it is, its arithmetic the one its gate measured)."""
-    from edge.face.embed import FaceEmbedder
-    from edge.runtime import detect_format
-    from edge.runtime.base import ModelFormat
-
-    if detect_format(path) is ModelFormat.TFLITE:
-        return FaceEmbedder(path, threads=threads)
-    return FaceEmbedder(path, threads=threads, optimization=optimization)
-
-
-def _threshold_for(folder: Path, embedder) -> float:
-    """The folder's same-person threshold, after checking that models.json's descriptor size is the model's."""
-    from edge.face.types import DLIB_DESCRIPTOR_SIZE
-
-    table = read_recognition(folder)
-    size = table["descriptor_size"] if table else DLIB_DESCRIPTOR_SIZE
-    if embedder.descriptor_size != size:
-        raise InputError(
-            f"{Path(folder) / MODELS_FILE}: the embedder gives {embedder.descriptor_size}-d descriptors, but "
-            f"models.json says {size}; expected the folder 'edge-deploy convert face' wrote"
-        )
-    return _threshold_of(table)
+    detector = detector_choice(detector)  # an unknown name before reading the folder
+    face = read_models_folder(folder)  # once: every file's sha256 is checked
+    return open_pipeline(face, threads, unfused, min_score, min_face_size, detector, detector_model)

@@ -77,7 +77,7 @@ class FacePipeline:
         box_map: how dlib's HOG box sits on this detector's box (``edge.face.shape5.hog_like_rect``), for the
             shape predictor; None: the detector's ``hog_box_map`` attribute, else MTCNN's.
         threshold: the embedder's same-person descriptor distance (dlib's 0.6; a user's embedder has the one
-            its conversion calibrated, ``edge.face.models.same_person_threshold``), the default of
+            its conversion calibrated, ``edge.face.models.ModelsFolder.threshold``), the default of
             ``edge.face.recognize.recognize_image``.
         """
         self.detector = detector

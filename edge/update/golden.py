@@ -244,11 +244,12 @@ def check_golden(bundle: Path, threads: int, max_latency_ms: float, bench_runs: 
         InputError / InferenceError: the model does not load or run.
     """
     from edge.face.embed import FaceEmbedder
-    from edge.face.models import model_path
+    from edge.face.models import read_models_folder
 
     record, chips, expected = read_face_golden(bundle)
     models = bundle / "models" / "face"
-    with FaceEmbedder(model_path(models, str(record.get("role", "embedder"))), threads=threads) as embedder:
+    embedder_file = read_models_folder(models).model_path(str(record.get("role", "embedder")))
+    with FaceEmbedder(embedder_file, threads=threads) as embedder:
         size = (embedder.chip_size, embedder.descriptor_size)
         if size != (chips.shape[1], expected.shape[1]):
             raise ValidationError(

@@ -264,7 +264,7 @@ def test_the_profile_s_detector_ships_in_the_bundle(tmp_path: Path) -> None:
     ``detector_runtime``); the bundle's pipeline runs it without being told (t1.jpg: all 6 people, at
     BlazeFace's scores, which MTCNN's all exceed 0.95: test_face_pipeline)."""
     from converters.face.facedata import EVAL_PHOTOS
-    from edge.face.models import Detector, folder_detector, open_face_pipeline
+    from edge.face.models import Detector, open_face_pipeline, read_models_folder
 
     text = Path(load_profile("rpi4").source).read_text()
     assert 'face_detector = "mtcnn"' in text
@@ -276,7 +276,7 @@ def test_the_profile_s_detector_ships_in_the_bundle(tmp_path: Path) -> None:
     )
     assert verify_bundle(built.folder).files == len(built.manifest["files"])
     folder = built.folder / "models" / "face"
-    assert folder_detector(folder) is Detector.BLAZEFACE_FULL_TILED
+    assert read_models_folder(folder).detector is Detector.BLAZEFACE_FULL_TILED
     (face,) = built.manifest["models"]
     licences = {s["package"]: s["licence"] for s in face["sources"]}
     shipped = {f["path"] for f in built.manifest["files"]}
@@ -310,7 +310,7 @@ def test_int8_bundle_ships_the_gated_quantized_models(int8_bundle) -> None:
     assert face["quantization"]["mode"] == "static-qdq"
     assert face["metrics"]["embedder"]["cosine_mean"] >= load_profile("rpi4").thresholds.embed_mean_cosine
     folder = int8_bundle.folder / "models" / "face"
-    entries = face_models.read_models_file(folder)
+    entries = face_models.read_models_folder(folder).entries
     assert set(entries) == set(face_models.FACE_ROLES)
     assert entries[face_models.FaceModel.EMBEDDER.role].precision == "int8"
     shipped = {e.file for e in entries.values()}

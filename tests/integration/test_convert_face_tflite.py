@@ -55,7 +55,7 @@ def test_models_json_lists_the_twins_beside_the_onnx_models(converted):
         assert twin["sha256"] == file_sha256(out / twin["file"]) and twin["size"] == (out / twin["file"]).stat().st_size
         assert twin["source"] == onnx["source"] and twin["source"]["licence"] in ("CC0-1.0", "MIT")
     assert "tflite.detector.pnet" not in by_role  # PNet runs at every pyramid size: no fixed-size twin
-    assert set(face_models.read_models_file(out)) == {
+    assert set(face_models.read_models_folder(out).entries) == {
         *TWIN_ROLES,
         *TWIN_ROLES.values(),
         "detector.pnet",
@@ -107,7 +107,7 @@ def test_format_tflite_makes_the_device_run_the_embedder_twin(converted, tmp_pat
     assert len(faces) == len(want) >= 1
     diffs = [float(np.abs(f.descriptor - w.descriptor).max()) for f, w in zip(faces, want, strict=True)]
     assert max(diffs) < FP32_TOLERANCE
-    running = face_models.running_of(out)
+    running = face_models.read_models_folder(out).running()
     assert (running["model"], running["runtime"]) == ("face_embedder_fp32", "litert")
     record = make_face_golden(out, tmp_path / "bundle", load_profile("rpi4"))
     assert record["role"] == "tflite.embedder"
@@ -123,7 +123,7 @@ def test_fp32_twins_equal_onnx_on_the_device_runtimes(converted):
     from edge.runtime import open_model
 
     out, _, _ = converted
-    paths = {role: out / e.file for role, e in face_models.read_models_file(out).items()}
+    paths = {role: out / e.file for role, e in face_models.read_models_folder(out).entries.items()}
     with face_models.open_face_pipeline(out, 2) as pipeline:
         chips = np.concatenate(
             [
@@ -225,4 +225,4 @@ def test_a_twin_that_misses_its_threshold_fails_the_build_after_writing_the_repo
     )
     md = (folder / "tflite_report.md").read_text()
     assert "Verdict: **FAILED**" in md and failure in md
-    assert "tflite.embedder" in {e.role for e in face_models.read_models_file(folder).values()}
+    assert "tflite.embedder" in {e.role for e in face_models.read_models_folder(folder).entries.values()}

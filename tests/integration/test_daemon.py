@@ -302,9 +302,9 @@ def test_sigterm_exits_0_with_the_outbox_flushed(scenario: dict) -> None:
 
 
 def test_every_heartbeat_names_what_runs(scenario: dict, face_models: Path) -> None:
-    from edge.face.models import FaceModel, read_models_file
+    from edge.face.models import FaceModel, read_models_folder
 
-    embedder = read_models_file(face_models)[FaceModel.EMBEDDER.role]
+    embedder = read_models_folder(face_models).entries[FaceModel.EMBEDDER.role]
     beats = scenario["telemetry"]
     print(f"\n{len(beats)} heartbeats")
     assert len(beats) >= 5, beats  # one a second (interval_s = 1.0) over two runs of many seconds

@@ -13,7 +13,7 @@ from converters.face.boxes import iou
 from converters.face.facedata import EVAL_PHOTOS, package_dir
 from edge.errors import InputError
 from edge.face.gallery import Gallery
-from edge.face.models import Detector, ModelEntry, open_face_pipeline, read_models_file
+from edge.face.models import Detector, ModelEntry, open_face_pipeline, read_models_folder
 from edge_deploy.cli import main
 
 pytestmark = pytest.mark.integration
@@ -68,10 +68,10 @@ def test_blazeface_as_the_detector_describes_the_same_faces(face_fp32_models, tm
 
     folder = tmp_path / "face"
     shutil.copytree(face_fp32_models, folder)
-    before = read_models_file(folder)
+    before = read_models_folder(folder).entries
     assert main(["convert", "blazeface", str(folder), "--range", "full", "--json"]) == 0
     entry = ModelEntry(**json.loads(capsys.readouterr().out))
-    after = read_models_file(folder)  # sizes and sha256 of every file checked again
+    after = read_models_folder(folder).entries  # sizes and sha256 of every file checked again
     assert set(after) == set(before) | {"detector.blazeface_full", "tflite.detector.blazeface_full"}
     original = after["tflite.detector.blazeface_full"]  # MediaPipe's file as published, listed beside it
     assert (original.file, original.format, original.precision, original.source["licence"]) == (
@@ -144,7 +144,7 @@ def test_runtime_litert_runs_the_tflite_original(face_fp32_models, tmp_path, cap
     run MediaPipe's .tflite on LiteRT, for ``face recognize`` and ``open_face_pipeline`` alike, unfused too (the
     emulated-Pi check's reference); it finds the faces the ONNX translation finds (the translation is proven
     equal to it within 1e-3 on the network's outputs); ``--runtime onnxruntime`` goes back."""
-    from edge.face.models import detector_file
+    from edge.face.models import read_models_folder
 
     folder = tmp_path / "face"
     shutil.copytree(face_fp32_models, folder)
@@ -152,7 +152,10 @@ def test_runtime_litert_runs_the_tflite_original(face_fp32_models, tmp_path, cap
     assert main([*args, "--runtime", "litert"]) == 0
     assert "BlazeFace runs on litert (models.json detector_runtime)" in capsys.readouterr().out
     assert json.loads((folder / "models.json").read_text())["detector_runtime"] == "litert"
-    assert detector_file(folder, Detector.BLAZEFACE_FULL) == folder / "face_detection_full_range_sparse.tflite"
+    assert (
+        read_models_folder(folder).detector_file(Detector.BLAZEFACE_FULL)
+        == folder / "face_detection_full_range_sparse.tflite"
+    )
     t1 = package_dir("insightface") / "data" / "images" / "t1.jpg"
     gallery = Gallery().save(tmp_path / "g.npz")
     assert main(["face", "recognize", str(folder), str(t1), "-g", str(gallery), "--json"]) == 0

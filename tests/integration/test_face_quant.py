@@ -43,7 +43,7 @@ def calib(face_int8_rpi4):
 
 @pytest.fixture(scope="module")
 def fp32_paths(fp32_dir) -> dict[str, Path]:
-    return face_models.model_paths(fp32_dir, face_models.FACE_NETS)
+    return face_models.read_models_folder(fp32_dir).model_paths(face_models.FACE_NETS)
 
 
 @pytest.fixture(scope="module")
@@ -83,7 +83,7 @@ def test_rpi4_int8_passes_the_gate(rpi4_build, reference):
 
 
 def test_models_json_points_at_the_shipped_ort_files(rpi4_build):
-    entries = face_models.read_models_file(rpi4_build.out_dir)
+    entries = face_models.read_models_folder(rpi4_build.out_dir).entries
     assert set(entries) == set(face_models.FACE_ROLES)
     assert {r: (e.format, e.precision) for r, e in entries.items()} == {
         face_models.FaceModel.EMBEDDER.role: ("ort", "int8"),

@@ -81,7 +81,9 @@ def user_build(face_fp32_models, tmp_path_factory) -> dict:
     from edge_deploy.cli import main
 
     root = tmp_path_factory.mktemp("user-embedder")
-    user = make_user_embedder(face_models.model_path(face_fp32_models, "embedder"), root / "my_embedder.onnx")
+    user = make_user_embedder(
+        face_models.read_models_folder(face_fp32_models).model_path("embedder"), root / "my_embedder.onnx"
+    )
     out = root / "face"
     args = ["convert", "face", "-t", "rpi4", "--precision", "fp32", "--embedder", str(user), "--licence",
             "CC0-1.0 (test)", "-o", str(out), "--json"]  # fmt: skip
@@ -116,14 +118,14 @@ def test_recognition_with_the_calibrated_threshold_names_the_evaluation_faces(us
     from converters.face.boxes import match_boxes
     from converters.face.facedata import make_eval_set
     from edge.face.gallery import Gallery
-    from edge.face.models import open_face_pipeline, same_person_threshold
+    from edge.face.models import open_face_pipeline, read_models_folder
     from edge.face.recognize import recognize_image
 
     out = user_build["out"]
     eval_set = make_eval_set(0)
     right = wrong = unknown = 0
     with open_face_pipeline(out, threads=2) as pipeline:
-        assert pipeline.threshold == same_person_threshold(out) != 0.6
+        assert pipeline.threshold == read_models_folder(out).threshold != 0.6
         assert pipeline.embedder.descriptor_size == USER_SIZE and pipeline.embedder.chip_size == 150
         gallery = Gallery(USER_SIZE)
         for image in eval_set.images:
@@ -150,13 +152,13 @@ def test_int8_is_gated_against_the_user_fp32_model_at_its_threshold(user_build, 
     import onnx
 
     from converters.face.quantize import quantize_face_models
-    from edge.face.models import read_recognition
+    from edge.face.models import read_models_folder
     from edge.profiles import Precision, load_profile
 
     fp32 = user_build["out"]
     build = quantize_face_models(fp32, tmp_path / "int8", load_profile("rpi4"), Precision.INT8, calibration_count=48)
-    threshold = read_recognition(fp32)["threshold"]
-    assert build.passed and read_recognition(build.out_dir) == read_recognition(fp32)
+    threshold = read_models_folder(fp32).recognition["threshold"]
+    assert build.passed and read_models_folder(build.out_dir).recognition == read_models_folder(fp32).recognition
     e = build.embedder
     assert e["decisions"]["threshold"] == threshold and e["decisions"]["pairs"] > 1000
     assert e["cosine_mean"] > 0.999 and e["decisions"]["agreement"] >= 0.995
@@ -171,7 +173,7 @@ def test_another_chip_size_layout_and_normalisation(user_build, tmp_path):
     shipped graph, and the descriptors equal the user model's on the evaluation chips."""
     import onnx
 
-    from edge.face.models import open_face_pipeline, read_recognition
+    from edge.face.models import open_face_pipeline, read_models_folder
     from edge_deploy.cli import main
 
     user = make_nhwc_112_embedder(user_build["user"], tmp_path / "nhwc112.onnx")
@@ -179,7 +181,7 @@ def test_another_chip_size_layout_and_normalisation(user_build, tmp_path):
     args = ["convert", "face", "-t", "rpi4", "--precision", "fp32", "--embedder", str(user), "--chip-mean", "127.5",
             "--chip-std", "127.5", "-o", str(out)]  # fmt: skip
     assert main(args) == 0
-    rec = read_recognition(out)
+    rec = read_models_folder(out).recognition
     assert (rec["chip_size"], rec["layout"], rec["mean"], rec["std"]) == (112, "nhwc", [127.5] * 3, [127.5] * 3)
     assert rec["descriptor_size"] == USER_SIZE and rec["calibration"]["pair_accuracy"] > 0.9
     assert rec["threshold"] != 0.6 and rec["calibration"]["pairs"] > 1000
@@ -200,7 +202,7 @@ def test_face_enroll_and_recognize_commands_use_the_folder_threshold(user_build,
     import cv2
 
     from converters.face.facedata import make_eval_set
-    from edge.face.models import same_person_threshold
+    from edge.face.models import read_models_folder
     from edge_deploy.cli import main
 
     images = {im.name: im for im in make_eval_set(0).images}
@@ -216,7 +218,7 @@ def test_face_enroll_and_recognize_commands_use_the_folder_threshold(user_build,
     assert main(["face", "recognize", str(out), str(probe), "--gallery", str(gallery), "--json"]) == 0
     (result,) = json.loads(capsys.readouterr().out)
     (face,) = result["faces"]
-    assert face["name"] == "astronaut" and face["distance"] <= same_person_threshold(out)
+    assert face["name"] == "astronaut" and face["distance"] <= read_models_folder(out).threshold
     assert main(["face", "recognize", str(out), str(probe), "-g", str(gallery), "--threshold", "0.01", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)[0]["faces"][0]["name"] is None
 
@@ -232,7 +234,7 @@ def test_the_folder_is_bundled_with_the_daemon_and_its_golden_set(user_build, tm
     from converters.package.golden import GOLDEN_CHIPS
     from edge.bundle import verify_bundle
     from edge.errors import InputError
-    from edge.face.models import open_face_pipeline, same_person_threshold
+    from edge.face.models import open_face_pipeline, read_models_folder
     from edge.update.golden import check_golden
     from edge_deploy.cli import main
 
@@ -252,7 +254,9 @@ def test_the_folder_is_bundled_with_the_daemon_and_its_golden_set(user_build, tm
     golden = check_golden(bundle, threads=1, max_latency_ms=1e9, bench_runs=1)
     assert golden.count == GOLDEN_CHIPS and golden.worst_cosine > 0.9999
     with open_face_pipeline(faces) as pipeline:
-        assert pipeline.threshold == same_person_threshold(out) and pipeline.embedder.descriptor_size == USER_SIZE
+        assert (
+            pipeline.threshold == read_models_folder(out).threshold and pipeline.embedder.descriptor_size == USER_SIZE
+        )
 
     assert main(["build", "--model", str(out), "-o", str(dist), "--no-wheels", "--licence", "MIT"]) == 3
     assert "its models.json records every model's licence" in capsys.readouterr().err

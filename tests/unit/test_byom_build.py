@@ -14,7 +14,7 @@ from converters.byom.gate import Task
 from converters.quantize import op_counts
 from edge.digest import file_sha256
 from edge.errors import InputError, ValidationError
-from edge.face.models import read_models_file
+from edge.face.models import read_models_folder
 from edge.profiles import Precision, load_profile
 from edge.runtime.ort_session import build_session
 from testsupport.byom_models import (
@@ -83,7 +83,7 @@ def test_int8_embedder_passes_and_ships_the_ort_file(files, tmp_path):
     assert models["gate"]["figures"]["embedding"]["cosine_mean"] == e["cosine_mean"]
     assert models["inputs"] == [{"name": "x", "dtype": "float32", "shape": [4, 3, 16, 16]}]
     assert models["int8_arithmetic"].startswith("gate: QDQ .onnx unfused (ORT_DISABLE_ALL)")
-    assert read_models_file(out)["model"].file == "emb.int8.ort"  # the face folders' reader accepts it
+    assert read_models_folder(out).entries["model"].file == "emb.int8.ort"  # the face folders' reader accepts it
     build_session(out / "emb.int8.ort", 1)  # onnxruntime loads the ARM ORT-format file here too
     report = json.loads((out / "report.json").read_text())
     assert report["evaluation"]["shared_with_calibration"] == 0 and report["calibration"]["samples"] == 64

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from edge.errors import MissingDependencyError, TelemetryError
-from edge.face.models import FaceModel, describe, running_of, write_models_file
+from edge.face.models import FaceModel, describe, read_models_folder, write_models_file
 from edge.telemetry.link import BrokerConfig
 from edge.telemetry.schema import RUNNING_FIELDS, DeviceState, Result, Status, Telemetry, to_json
 from edge_deploy.cli import main
@@ -95,7 +95,7 @@ def test_a_models_folder_says_what_runs(tmp_path: Path) -> None:
     model = tmp_path / "embedder.onnx"
     model.write_bytes(b"\x08\x07" + b"0" * 30)
     write_models_file(tmp_path, [describe(model, FaceModel.EMBEDDER.role, "onnx", "int8", {})], "rpi4", "0.1.0")
-    running = running_of(tmp_path)
+    running = read_models_folder(tmp_path).running()
     assert tuple(running) == RUNNING_FIELDS
     assert {k: running[k] for k in ("model", "model_version", "profile", "runtime", "precision")} == {
         "model": "embedder", "model_version": "0.1.0", "profile": "rpi4", "runtime": "onnxruntime", "precision": "int8"

@@ -95,12 +95,12 @@ def check_manifest(data: bytes, tmp: Path) -> None:
 
 def check_models_json(data: bytes, tmp: Path) -> None:
     from edge.errors import InputError
-    from edge.face.models import read_models_file
+    from edge.face.models import read_models_folder
 
     (tmp / "m.onnx").write_bytes(b"abc")
     (tmp / "models.json").write_bytes(data)
     try:
-        read_models_file(tmp)
+        read_models_folder(tmp)
     except InputError as exc:
         _names(exc, str(tmp))
 
@@ -231,7 +231,7 @@ def test_the_base_inputs_are_valid(tmp_path: Path) -> None:
     """The structured strategies start from inputs the readers accept (else they would only test refusals)."""
     from edge.bundle import parse_manifest
     from edge.daemon.config import load_config
-    from edge.face.models import read_models_file
+    from edge.face.models import read_models_folder
     from edge.telemetry.schema import from_json
 
     for name in ("face", "incoming"):
@@ -243,5 +243,5 @@ def test_the_base_inputs_are_valid(tmp_path: Path) -> None:
     parse_manifest(json.dumps(fs.MANIFEST).encode(), "m")
     (tmp_path / "m.onnx").write_bytes(b"abc")
     (tmp_path / "models.json").write_text(json.dumps(MODELS_BASE))
-    assert list(read_models_file(tmp_path)) == ["embedder"]
+    assert list(read_models_folder(tmp_path).entries) == ["embedder"]
     check_profile(fs.toml_text(_profile_base()), tmp_path)
