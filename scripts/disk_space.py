@@ -14,8 +14,8 @@ Sizes were measured on 2026-12-07 at commit 953accc (x86-64, Python 3.11) in a n
 with ``du -sm FOLDER`` after ``bash scripts/demo.sh`` and ``bash scripts/test.sh``; the peak as the largest
 of ``du -sm /tmp/pytest-of-$USER``, taken every 20 s while ``bash scripts/test.sh`` ran (1,384 tests), and
 the same 8,853 MB again in a fresh clone's ``bash .ci/run`` at 751b317 (1,389 tests). Debian packages
-(qemu, Chromium; about 1 GB, README "Set-up") go to the system disk and are not counted. Stdlib only: it
-runs before the venv exists.
+(qemu, Chromium; about 1 GB, installed by the set-up scripts) go to the system disk and are not counted.
+Stdlib only: it runs before the venv exists.
 """
 
 from __future__ import annotations

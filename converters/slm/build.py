@@ -51,7 +51,8 @@ SUPPORTED = (Precision.FP32, Precision.INT8, Precision.INT4)
 def default_precision(profile: TargetProfile) -> Precision:
     """The language model's precision when none is asked for: the profile's ``runtime.precision``, except that
     int8 (what the profile asks of its CNNs) becomes int4: the GGUF's own codes repacked, which passes both
-    gates, where 8-bit weights re-rounded from them miss the greedy gate (docs/slm.md, INT8)."""
+    gates, where 8-bit weights re-rounded from them miss the greedy gate (docs/slm.md, "INT4 on the GGUF's own
+    grid")."""
     precision = profile.runtime.precision
     return Precision.INT4 if precision is Precision.INT8 else precision
 
