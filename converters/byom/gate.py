@@ -8,7 +8,8 @@
 * raw (every output): max absolute difference (``max_abs_error``, off by default) and max relative
   difference = max |candidate - source| / max |source| per output (``max_rel_error``).
 
-An fp32 copy is held to ``fp32_max_abs`` on every output whatever the task (it is the same graph).
+An fp32 copy is held to ``fp32_max_abs`` on every output whatever the task (it is the same graph), relative to
+the output's largest value where that is above 1.
 Thresholds come from the target profile's ``[thresholds] model_*`` keys, each overridden by its flag
 (``thresholds_for``).
 """
@@ -205,9 +206,12 @@ def failures(task: Task, figures: dict, t: GateThresholds) -> list[str]:
 
 
 def fp32_failures(figures: dict, limit: float) -> list[str]:
-    """Outputs of an fp32 copy further than ``limit`` from the source (any task)."""
+    """Outputs of an fp32 copy further than ``limit`` from the source (any task), scaled by the output's largest
+    magnitude where that is above 1: float32 rounding grows with the values, and how it rounds depends on the
+    host's kernels, so an absolute bound on large logits made the verdict depend on the build host's CPU."""
     return [
-        f"output {name!r}: fp32 copy differs from the source by {f['max_abs']:.3g} > {limit:g}"
+        f"output {name!r}: fp32 copy differs from the source by {f['max_abs']:.3g} (relative {f['max_rel']:.3g}); "
+        f"expected at most {limit:g}, relative to the output's largest value where that is above 1"
         for name, f in figures["outputs"].items()
-        if f["max_abs"] > limit
+        if f["max_abs"] > limit and f["max_rel"] > limit
     ]

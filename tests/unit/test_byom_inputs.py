@@ -295,3 +295,19 @@ def test_weight_only_is_int8_not_calibrated_and_not_dynamic(files, tmp_path):
 
 def test_fp16_is_not_offered(files, tmp_path):
     assert _refused(files, tmp_path, precision=Precision.FP16) == "--precision fp16: convert model builds fp32, int8"
+
+
+def test_an_fp32_copy_is_held_to_its_bound_relative_to_large_outputs():
+    """float32 rounding grows with the values: a logit near 67 off by 1.2e-4 (relative 1.8e-6) is rounding, on
+    any host; the same absolute difference on a unit-scale output, or 1e-3 relative on the logits, is not."""
+    from converters.byom.gate import fp32_failures
+
+    def figures(max_abs: float, scale: float) -> dict:
+        return {"outputs": {"y": {"max_abs": max_abs, "max_rel": max_abs / scale if scale > 1 else max_abs}}}
+
+    assert fp32_failures(figures(1.22e-4, 66.7), 1e-4) == []
+    assert fp32_failures(figures(1.22e-4, 0.8), 1e-4) == [
+        "output 'y': fp32 copy differs from the source by 0.000122 (relative 0.000122); expected at most 0.0001, "
+        "relative to the output's largest value where that is above 1"
+    ]
+    assert len(fp32_failures(figures(0.0667, 66.7), 1e-4)) == 1
