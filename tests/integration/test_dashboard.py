@@ -26,7 +26,7 @@ from fleet.httpd import BoundedHTTPServer, PreReadHandler, ServerLimits
 from fleet.run import EXPORT_ROWS
 from tests.unit.fleet_flood import flood
 from testsupport.broker import Broker, free_port
-from testsupport.postgres import Postgres, postgres_missing, wait_until
+from testsupport.postgres import Postgres, wait_until
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
@@ -208,16 +208,6 @@ def test_20000_device_ids_give_a_bounded_page(tmp_path: Path) -> None:
             data = json.loads(get(board.port, "/fleet.json?page=200")[2])
             assert [d["device_id"] for d in data["devices"]][-1] == "fake-19999" and len(data["devices"]) == 100
             assert get(board.port, "/?page=abc")[:2][0] == 400
-
-
-@pytest.fixture(scope="module")
-def pg():
-    why = postgres_missing()
-    if why:
-        pytest.fail(why)
-    server = Postgres().start()
-    yield server
-    server.close()
 
 
 def test_paged_reads_and_the_window_on_postgresql(pg: Postgres) -> None:

@@ -9,7 +9,6 @@ import signal
 import subprocess
 import sys
 import time
-import uuid
 from pathlib import Path
 
 import pytest
@@ -20,29 +19,11 @@ from edge.telemetry.schema import DeviceState, MessageKind, Result, Status, Tele
 from fleet import Monitor, MonitorConfig, open_store
 from fleet.records import DeviceRow, Running
 from testsupport.broker import Broker
-from testsupport.postgres import Postgres, postgres_missing, wait_until
+from testsupport.postgres import Postgres, wait_until
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
 DEVICES = "testsupport.fleet_devices"
-
-
-@pytest.fixture(scope="module")
-def pg():
-    why = postgres_missing()
-    if why:
-        pytest.fail(why)
-    server = Postgres().start()
-    yield server
-    server.close()
-
-
-@pytest.fixture()
-def pg_url(pg: Postgres) -> str:
-    """A fresh database on the module's cluster, so tests don't see each other's rows."""
-    name = f"t_{uuid.uuid4().hex[:12]}"
-    pg.psql(f"CREATE DATABASE {name}")
-    return pg.url.rsplit("/", 1)[0] + f"/{name}"
 
 
 def fast(port: int) -> BrokerConfig:

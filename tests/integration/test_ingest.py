@@ -13,7 +13,6 @@ import re
 import string
 import time
 import unicodedata
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -28,30 +27,12 @@ from fleet.ingest import commit_messages
 from fleet.records import Incoming, WriteResult
 from tests import fuzz_strategies as fs
 from testsupport.broker import Broker
-from testsupport.postgres import Postgres, postgres_missing, wait_until
+from testsupport.postgres import Postgres, wait_until
 
 pytestmark = pytest.mark.integration
 #: Fuzz cases per store, and through the broker (each case: 1-6 reports).
 FUZZ_CASES = 150
 BROKER_CASES = 12
-
-
-@pytest.fixture(scope="module")
-def pg():
-    why = postgres_missing()
-    if why:
-        pytest.fail(why)
-    server = Postgres().start()
-    yield server
-    server.close()
-
-
-@pytest.fixture()
-def pg_url(pg: Postgres) -> str:
-    """A fresh database on the module's cluster, so tests don't see each other's rows."""
-    name = f"t_{uuid.uuid4().hex[:12]}"
-    pg.psql(f"CREATE DATABASE {name}")
-    return pg.url.rsplit("/", 1)[0] + f"/{name}"
 
 
 def fast(port: int) -> BrokerConfig:
