@@ -10,7 +10,7 @@ annotated ones of the evaluation photos (dlib HOG boxes: astronaut 1, insightfac
 Contenders, interleaved photo by photo in every round, 1 thread:
 
 * ``previous``: ``benchmarks/harness/align_reference.py``, the code before vectorisation (tree by tree);
-* ``a94bba3``: ``benchmarks/harness/align_first_vectorised.py``, the first vectorised code, one face at a time
+* ``first vectorised``: ``benchmarks/harness/align_first_vectorised.py``, the first vectorised code, one face at a time
   and all faces of a photo at once;
 * ``exact``: ``edge.face`` now with ``exact=True`` (dlib's bilinear arithmetic), one face at a time and all
   faces at once (``ShapePredictor.predict_many`` over a photo's faces, then the chips);
@@ -51,8 +51,8 @@ SECTIONS = ("align-speed",)
 CACHE = REPO / ".cache" / "bench"
 CONTENDERS = (
     "previous",
-    "a94bba3, one at a time",
-    "a94bba3, all faces at once",
+    "first vectorised, one at a time",
+    "first vectorised, all faces at once",
     "exact, one at a time",
     "exact, all faces at once",
     "now, one at a time",
@@ -60,8 +60,8 @@ CONTENDERS = (
 )
 #: The rows each row's second speed-up is taken against (the code before it, run the same way).
 BASELINE = {
-    "exact, one at a time": "a94bba3, one at a time",
-    "exact, all faces at once": "a94bba3, all faces at once",
+    "exact, one at a time": "first vectorised, one at a time",
+    "exact, all faces at once": "first vectorised, all faces at once",
     "now, one at a time": "exact, one at a time",
     "now, all faces at once": "exact, all faces at once",
 }
@@ -119,7 +119,7 @@ def _batched(exact: bool) -> Aligner:
     return align
 
 
-#: a94bba3's predictor for each of ours (same model file), made in ``measure``
+#: first vectorised's predictor for each of ours (same model file), made in ``measure``
 _A94: dict[ShapePredictor, a94.ShapePredictorA94] = {}
 ALIGNERS: dict[str, Aligner] = dict(
     zip(
@@ -214,7 +214,7 @@ def markdown(result: dict) -> str:
             "runs per face (dlib's 5-point shape predictor in numpy and OpenCV, then the 150×150 chip as dlib's",
             f"`get_face_chip`), on the {result['faces']} annotated faces of the evaluation photos, 1 thread (OpenCV's",
             f"too), CPU time, median of {result['rounds']} interleaved rounds.",
-            "`previous` is the code before vectorisation (`benchmarks/harness/align_reference.py`), `a94bba3` the first",  # noqa: E501
+            "`previous` is the code before vectorisation (`benchmarks/harness/align_reference.py`), `first vectorised` the first",  # noqa: E501
             "vectorised code (`benchmarks/harness/align_first_vectorised.py`), `exact` the code in `edge/face` with `exact=True`",  # noqa: E501 (one line of the generated doc)
             "(dlib's bilinear arithmetic), `now` the same code as the pipeline runs it (the chip by OpenCV's",
             "`warpAffine` on float32, truncated as dlib truncates). Every round checked that all contenders gave the",
@@ -240,18 +240,19 @@ def _off_line(off: list[int]) -> str:
 
 
 def _goal_lines(best_ms: float, load_end: float) -> list[str]:
-    """Where the best contender stands against issue 13's goal, what changed since a94bba3, what is left."""
+    """Where the best contender stands against issue 13's goal, what changed since first vectorised, what is left."""
     ratio = best_ms / GOAL_MS
     verdict = f"met within 25 % ({ratio:.2f}× the goal)" if ratio <= 1.25 else f"**missed by {ratio:.2f}×**"
     return [
         f"Goal (issue 13): about {GOAL_MS:.0f} ms a face — {verdict}, {best_ms:.2f} ms all faces at once. CPU",
         "time still rises with the load of this shared 2-core machine (1-minute load in the machine line at the",
-        f"start, {load_end:.1f} at the end of this run): the ratios to a94bba3, timed in the same interleaved",
+        f"start, {load_end:.1f} at the end of this run): the ratios to first vectorised, timed in the same interleaved",
         "rounds, are what holds from run to run. The issue's 43 ms a face (346 ms for t1.jpg's 8 detections)",
         "was wall time inside a whole-pipeline run on another, loaded, AVX2-only host; these rows are the code",
         "alone, here, in CPU time.",
         "",
-        "From a94bba3 to `exact`, all bit-exact: the shape predictor keeps x and y as rows of hundreds of values",
+        "From the first vectorised code to `exact`, all bit-exact: the shape predictor keeps x and y as rows of",
+        "hundreds of values",
         "(numpy's loops ran along pairs); reads the feature pixels with OpenCV's `remap` (nearest, 0 outside the",
         "image) and their grey level with `transform` (the row 1/3, 1/3, 1/3, -1/3 rounds to dlib's",
         "(r + g + b) // 3 for every colour); takes both pixels of every split node of one face with a second",

@@ -380,7 +380,7 @@ def floor_lines(nets: dict[str, dict], rows: list[tuple[str, str, FrameCost]]) -
 
 SECTION_HEAD = """## The frame on ARM: instructions per 640x480 one-face frame, emulated Cortex-A72 / A76 (Pi 4 / 5)
 
-The whole device pipeline, Python included (`open_face_pipeline`, one thread, OpenCV's too since 1ecfe9a: detect,
+The whole device pipeline, Python included (`open_face_pipeline`, one thread, OpenCV's too: detect,
 align, embed, match a gallery of 100), on matplotlib's grace_hopper letterboxed to 640x480 (one face), counted by
 the TCG plugin (`scripts/arm/insncount.c`) under qemu-user: per frame = (whole run of {n1} frames - whole run of 1
 frame) / {n}{cycles}, so start-up, imports and model loading stay out. The stages are marked regions counted the

@@ -149,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _markdown(target: str, hosts: str, machine: str, runs: dict[tuple[str, str], dict]) -> str:
-    walls = ", ".join(f"{t} {h} {r['wall_s'] / 60:.0f} min (commit {r['commit']})" for (t, h), r in runs.items())
+    walls = ", ".join(f"{t} {h} {r['wall_s'] / 60:.0f} min" for (t, h), r in runs.items())
     return "\n".join([
         f"## SmolLM2's gates on a VNNI host and on an AVX2-only x86 (`convert slm --target {target}`, INT4)",
         "",
@@ -160,7 +160,7 @@ def _markdown(target: str, hosts: str, machine: str, runs: dict[tuple[str, str],
         "once, natively, and shared. Perplexity on the first 2,048 tokens of the shipped text (windows of 512); "
         "greedy: leading tokens of each of the five fixed prompts equal to fp32's (of the profile's "
         "`slm_greedy_tokens`, or of fp32's whole answer when shorter), fp32 and the gate copy both computed on "
-        "that host. Wall time per conversion (TCG is slow; times mean nothing else) and the commit it ran: "
+        "that host. Wall time per conversion (TCG is slow; times mean nothing else): "
         + walls + ".",
         "",
         _table(runs),

@@ -1,4 +1,4 @@
-"""The first vectorised numpy alignment (labelled ``a94bba3`` in the tables), kept verbatim as the yardstick of
+"""The first vectorised numpy alignment (labelled ``first vectorised`` in the tables), kept verbatim as the yardstick of
 issue 13's "alignment in ~1 ms a face" step.
 
 ``benchmarks/align_speed.py`` times it beside ``edge.face`` now and checks, every round, that both give the same

@@ -10,7 +10,6 @@ import json
 import os
 import platform
 import re
-import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -42,19 +41,13 @@ def machine_line() -> str:
         load = f"load {os.getloadavg()[0]:.1f}"
     except OSError:
         load = "load ?"
-    try:
-        commit = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True, timeout=10
-        ).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        commit = "?"
     cores = len(os.sched_getaffinity(0))
     # INT8 (and fp32) speed on x86 depends on VNNI / AVX-512: every figure names what it ran on (edge.cpu)
     from edge.cpu import int8_kernels
 
     features = f"CPU features {int8_kernels().describe()}"
     stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    return f"{stamp}, {cpu}, {cores} cores, {features}, {load}, commit {commit}"
+    return f"{stamp}, {cpu}, {cores} cores, {features}, {load}"
 
 
 def publish(name: str, markdown: str, result: dict, cache_dir: Path, plot: Callable[[Path], object] | None) -> None:
