@@ -128,22 +128,22 @@ def _cmd_convert_face(args: argparse.Namespace) -> int:
 
 
 def _user_detector(args: argparse.Namespace):
-    """``--detector MODEL`` as a read ``converters.face.user_detector.UserDetector`` (None: the profile's)."""
+    """``--detector MODEL`` as a read ``converters.byom.face_detector.UserDetector`` (None: the profile's)."""
     from edge.errors import InputError
 
     if args.detector is None:
         if args.detector_licence is not None:
             raise InputError("--detector-licence describes a user detector; it needs --detector MODEL")
         return None
-    from converters.face.user_detector import read_user_detector
+    from converters.byom.face_detector import read_user_detector
 
     return read_user_detector(Path(args.detector), args.detector_licence)
 
 
 def _embedder_options(args: argparse.Namespace):
-    """``--embedder`` and its flags as ``converters.face.user_embedder.EmbedderOptions`` (None: dlib's ResNet)."""
+    """``--embedder`` and its flags as ``converters.byom.face_embedder.EmbedderOptions`` (None: dlib's ResNet)."""
+    from converters.byom.face_embedder import DEFAULT_MEAN, DEFAULT_STD, EmbedderOptions
     from converters.byom.images import parse_channels
-    from converters.face.user_embedder import DEFAULT_MEAN, DEFAULT_STD, EmbedderOptions
     from edge.errors import InputError
 
     flags = {"--licence": args.licence, "--chip-size": args.chip_size, "--chip-mean": args.chip_mean,

@@ -32,8 +32,8 @@ from edge.progress import ProgressFn, silent
 from edge.runtime import default_threads
 
 if TYPE_CHECKING:
-    from converters.face.user_detector import UserDetector
-    from converters.face.user_embedder import EmbedderOptions
+    from converters.byom.face_detector import UserDetector
+    from converters.byom.face_embedder import EmbedderOptions
 
 EMBEDDER_FILE = "face_embedder.onnx"
 SHAPE5_FILE = "shape5.npz"
@@ -264,9 +264,9 @@ def convert_face(
         profile: the target (its thresholds and thread count are used).
         out_dir: output folder (created).
         progress: called with a line per stage.
-        embedder: a user's ONNX embedder to ship instead of dlib's ResNet (``converters.face.user_embedder``):
+        embedder: a user's ONNX embedder to ship instead of dlib's ResNet (``converters.byom.face_embedder``):
             read and checked before anything is written; its threshold is calibrated on the evaluation pairs.
-        detector: a user's detector in BlazeFace's layout (``converters.face.user_detector``, already read) to
+        detector: a user's detector in BlazeFace's layout (``converters.byom.face_detector``, already read) to
             ship as the folder's detector instead of the profile's; the pipeline checks run with it.
 
     Returns:
@@ -280,7 +280,7 @@ def convert_face(
     start = time.perf_counter()
     user = None
     if embedder is not None:
-        from converters.face.user_embedder import read_user_embedder
+        from converters.byom.face_embedder import read_user_embedder
 
         user = read_user_embedder(embedder)  # before any output: bad input leaves nothing
     out_dir = make_output_dir(out_dir)
@@ -289,7 +289,7 @@ def convert_face(
     threads = max(1, min(profile.runtime.threads, default_threads()))
     recognition: dict = {}
     if user is not None:
-        from converters.face.user_build import NO_DLIB_REFERENCE, add_user_embedder
+        from converters.byom.face_build import NO_DLIB_REFERENCE, add_user_embedder
 
         entries, check, recognition = add_user_embedder(
             *user, out_dir, entries, profile.name, EMBEDDER_FILE, threads, progress
@@ -410,7 +410,7 @@ def build_face_models(
     build keeps the threshold calibrated on fp32 and gates decisions at it. No TFLite twins for it. The
     profile's ``runtime.face_detector``, when a BlazeFace one, is added to ``out_dir`` and named its detector
     (``converters.face.blazeface.add_profile_detector``); ``detector``, a user's (``convert face --detector``,
-    ``converters.face.user_detector``), is added and named instead, to both folders.
+    ``converters.byom.face_detector``), is added and named instead, to both folders.
 
     Returns:
         ``FaceModels(fp32, quantized or None, TFLite twin reports)``.
@@ -537,7 +537,7 @@ def add_detector(folder: Path, profile: TargetProfile, detector: UserDetector | 
         runtime = profile.runtime
         add_profile_detector(folder, runtime.face_detector, progress, runtime.face_detector_runtime.value)
         return
-    from converters.face.user_detector import add_user_detector
+    from converters.byom.face_detector import add_user_detector
 
     side = f"{detector.side}x{detector.side}"
     progress(f"adding your detector {detector.path.name} (BlazeFace {side}, {detector.format})")

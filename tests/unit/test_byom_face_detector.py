@@ -12,7 +12,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from converters.face.user_detector import CONTRACT, read_user_detector
+from converters.byom.face_detector import CONTRACT, read_user_detector
 from edge.errors import InputError
 from edge_deploy.cli import main
 

@@ -17,7 +17,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from converters.face.user_embedder import user_file_source
+from converters.byom.face_embedder import user_file_source
 from edge.digest import file_sha256
 from edge.errors import InferenceError, InputError
 from edge.face.models import BLAZEFACE_ROLES, MODELS_FILE, Detector, ModelEntry, describe, read_models_folder

@@ -1,6 +1,6 @@
 """The user-embedder stage of ``edge-deploy convert face --embedder MODEL.onnx``.
 
-After MTCNN and the 5-point model are exported: ship the user's embedder (``converters.face.user_embedder``),
+After MTCNN and the 5-point model are exported: ship the user's embedder (``converters.byom.face_embedder``),
 run the device pipeline over the evaluation set (docs/evaluation.md) with it, check the shipped copy against
 the user's model on those real chips, and calibrate the same/different threshold on the evaluation pairs
 (``converters.face.threshold``). models.json records the descriptor size, the chip it takes and the threshold
@@ -12,11 +12,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from converters.byom.face_embedder import UserEmbedder, check_copy, write_shipped_copy
 from converters.face.calibration import chip_landmarks
 from converters.face.facedata import make_eval_set
 from converters.face.quant_eval import fp32_reference, pair_distances
 from converters.face.threshold import calibrate_threshold
-from converters.face.user_embedder import UserEmbedder, check_copy, write_shipped_copy
 from converters.validate import OutputCheck
 from edge import __version__
 from edge.face import models as face_models

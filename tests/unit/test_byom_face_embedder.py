@@ -1,4 +1,4 @@
-"""A user's face embedder (``converters.face.user_embedder``, ``convert face --embedder``): what is accepted, the
+"""A user's face embedder (``converters.byom.face_embedder``, ``convert face --embedder``): what is accepted, the
 shipped copy, and every bad input refused with its exact text before anything is written. Small models made
 here with onnx.helper (``byom_models``), run by real onnxruntime."""
 
@@ -9,7 +9,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from converters.face.user_embedder import (
+from converters.byom.face_embedder import (
     EmbedderOptions,
     Layout,
     check_copy,
