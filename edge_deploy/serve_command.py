@@ -10,7 +10,7 @@ import logging
 import sys
 from pathlib import Path
 
-from edge_deploy.common import command_parser, print_json, run
+from edge_deploy.common import Parser, add_commands, command_parser, print_json, run
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
@@ -149,8 +149,8 @@ def add_command(sub: argparse._SubParsersAction) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Run ``serve``/``command`` without the full CLI (``python -m edge_deploy.serve_command serve ...``)."""
-    parser = argparse.ArgumentParser(prog="edge-deploy")
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = Parser(prog="edge-deploy")
+    sub = add_commands(parser, "command", "COMMAND")
     add_serve(sub)
     add_command(sub)
     return run(parser, argv)

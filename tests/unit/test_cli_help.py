@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from edge.daemon.config import EXAMPLE_CONFIG
+from edge.errors import InputError, ProfileError, UsageError
 from edge_deploy.cli import build_parser, main
 from testsupport.byom_models import write_embedder_files, write_npz
 
@@ -78,7 +79,7 @@ def test_every_example_parses(name, line):
 def test_the_reader_sees_a_broken_example():
     """An example the parser refuses is one ``test_every_example_parses`` reports (``serve``'s old one)."""
     line = examples("examples:\n  edge-deploy command --config c.toml bench --runs 20 send a signed command\n")[0]
-    with pytest.raises(SystemExit):
+    with pytest.raises(UsageError, match="unrecognized arguments: send a signed command"):
         build_parser().parse_args(shlex.split(line)[1:])
 
 
@@ -232,7 +233,7 @@ def test_bad_input_leaves_no_output_folder(files, tmp_path, capsys, argv, messag
     def fill(text: str) -> str:
         return text.replace("TMP", str(tmp_path)).replace("FILES", str(files))
 
-    assert main([fill(a) for a in argv]) == (2 if "rpi9" in argv else 3)
+    assert main([fill(a) for a in argv]) == (ProfileError.exit_code if "rpi9" in argv else InputError.exit_code)
     err = capsys.readouterr().err
     assert err.startswith(fill(message)) if message.endswith(" ") else err == fill(message)
     assert not (tmp_path / "out").exists()
