@@ -104,6 +104,10 @@ def test_help_prints_the_examples_as_written(capsys):
 def test_serve_prints_its_example_config(capsys):
     assert main(["serve", "--example-config"]) == 0
     assert capsys.readouterr().out == EXAMPLE_CONFIG.read_text(encoding="utf-8")
+    with pytest.raises(SystemExit):
+        main(["serve", "--help"])
+    assert f"\n  # (the file: {EXAMPLE_CONFIG})\n  edge-deploy serve --example-config\n" in capsys.readouterr().out
+    assert EXAMPLE_CONFIG.is_file()
 
 
 # --- examples that write files work from a fresh checkout -------------------------------------------------
