@@ -298,3 +298,20 @@ def test_a_host_command_looks_for_its_extra_before_it_starts(monkeypatch):
         "edge-deploy convert face needs the Python module 'no_such_module_45' (No module named 'no_such_module_45'); "
         "install it with: pip install 'edge-deploy[convert]'"
     )
+
+
+def test_the_extras_table_names_what_pyproject_puts_in_each_extra():
+    """``EXTRA_MODULES`` (import names) lists exactly the distributions of each extra in pyproject.toml."""
+    import importlib.metadata
+    import tomllib
+
+    from edge_deploy.common import EXTRA_MODULES
+
+    def norm(name: str) -> str:
+        return re.sub(r"[-_.]+", "-", name).lower()
+
+    extras = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]["optional-dependencies"]
+    dists = importlib.metadata.packages_distributions()
+    for extra, modules in EXTRA_MODULES.items():
+        declared = {norm(re.match(r"[\w.-]+", req)[0]) for req in extras[extra]} - {"edge-deploy"}  # type: ignore[index]
+        assert {norm(d) for m in modules for d in dists[m]} == declared, extra
