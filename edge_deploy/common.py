@@ -30,9 +30,9 @@ class HelpFormatter(argparse.HelpFormatter):
 
 
 #: The third-party modules each pip extra brings (pyproject.toml), by import name. ``convert`` and ``fleet``
-#: include ``device``.
+#: include ``device``; numpy is the base install's.
 EXTRA_MODULES = {
-    "device": ("numpy", "onnxruntime", "ai_edge_litert", "cv2", "paho", "tokenizers", "cryptography"),
+    "device": ("onnxruntime", "ai_edge_litert", "cv2", "paho", "tokenizers", "cryptography"),
     "convert": (
         "onnx",
         "onnxscript",
