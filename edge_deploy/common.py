@@ -107,6 +107,7 @@ class Parser(argparse.ArgumentParser):
 
     def parse_known_args(self, args=None, namespace=None):
         args = sys.argv[1:] if args is None else list(args)
+        self._check_option_before_command(args)
         try:
             parsed, extras = super().parse_known_args(args, copy.copy(namespace))
         except UsageError as exc:
@@ -119,6 +120,19 @@ class Parser(argparse.ArgumentParser):
         if extras:
             self._unrecognized(extras)
         return parsed, extras
+
+    def _check_option_before_command(self, args: list[str]) -> None:
+        """Refuse a group's unknown option given before its command (``edge-deploy --target rpi4``), naming the
+        commands that take it, rather than reading its value as the command."""
+        commands = [a for a in self._actions if isinstance(a, argparse._SubParsersAction)]
+        flag = args[0].split("=", 1)[0] if args else ""
+        known = self._parse_optional(args[0]) if flag.startswith("-") else None
+        if not commands or known is None or known[0] is not None:
+            return
+        takers = [name for name, sub in _walk(self) if flag in sub._option_string_actions]
+        if takers:
+            self.error(f"{flag} goes after the command; the commands that take it: {', '.join(takers)}")
+        self._unrecognized([flag])
 
     def _extras_without_required(self, args: list[str], namespace) -> list[str]:
         """What :meth:`parse_known_args` leaves over when no argument is required."""
@@ -139,6 +153,15 @@ class Parser(argparse.ArgumentParser):
         flags = [e.split("=", 1)[0] for e in extras if e.startswith("-") and len(e) > 1]
         hint = did_you_mean(flags[0], options).replace("'", "") if flags else ""
         self.error(f"unrecognized arguments: {' '.join(extras)}{hint}")
+
+
+def _walk(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()) -> Iterator[tuple[str, Any]]:
+    """``(command path, parser)`` for every subcommand under ``parser``."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield " ".join((*path, name)), sub
+                yield from _walk(sub, (*path, name))
 
 
 def add_commands(parser: argparse.ArgumentParser, dest: str, metavar: str) -> argparse._SubParsersAction:

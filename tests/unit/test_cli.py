@@ -116,6 +116,16 @@ def test_a_group_alone_prints_its_help(capsys, group, choices):
             "edge-deploy targets: error: unrecognized arguments: --jsn; did you mean --json?",
         ),
         (["targets", "show", "rpi4", "extra"], "edge-deploy targets: error: unrecognized arguments: extra"),
+        (
+            ["--target", "rpi-4"],
+            "edge-deploy: error: --target goes after the command; the commands that take it: convert face, "
+            "convert slm, convert model, demo, build, bench",
+        ),
+        (
+            ["convert", "--target", "rpi4", "face"],
+            "edge-deploy convert: error: --target goes after the command; the commands that take it: face, slm, model",
+        ),
+        (["--verson"], "edge-deploy: error: unrecognized arguments: --verson; did you mean --version?"),
         (["convert", "face", "-o", "out/x"], "edge-deploy convert face: error: the following arguments are required"),
     ],
 )
