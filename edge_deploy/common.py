@@ -245,9 +245,10 @@ def print_json(data: object) -> None:
 def run(parser: argparse.ArgumentParser, argv: Sequence[str] | None = None) -> int:
     """Parse ``argv``, run the chosen subcommand and return its exit code; the only place errors are printed.
 
-    A usage error prints the command's usage and the error and returns 2; any other ``EdgeDeployError`` prints
-    ``Error: ...`` and returns its ``exit_code``; Ctrl-C returns 130; a reader that left a pipe
-    (``edge-deploy targets | head``) is not an error.
+    A usage error prints the command's usage, the error and where the examples are, and returns 2; a failed
+    import of a pip extra's module names the extra (9); any other ``EdgeDeployError`` prints ``Error: ...`` and
+    returns its ``exit_code``; Ctrl-C returns 130; a reader that left a pipe (``edge-deploy targets | head``) is
+    not an error.
     """
     from edge.errors import EdgeDeployError
 
@@ -264,7 +265,7 @@ def run(parser: argparse.ArgumentParser, argv: Sequence[str] | None = None) -> i
         print(f"Error: {missing}", file=sys.stderr)
         return missing.exit_code
     except UsageError as exc:
-        print(f"{exc.usage}{exc.prog}: error: {exc}", file=sys.stderr)
+        print(f"{exc.usage}{exc.prog}: error: {exc}\n(examples: {exc.prog} --help)", file=sys.stderr)
         return exc.exit_code
     except EdgeDeployError as exc:
         print(f"Error: {exc}", file=sys.stderr)

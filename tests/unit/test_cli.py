@@ -134,6 +134,7 @@ def test_usage_errors_have_their_own_exit_code_and_suggest(capsys, argv, error):
     err = capsys.readouterr().err
     assert err.startswith("usage: edge-deploy")
     assert f"\n{error}" in err, err
+    assert err.endswith(f"\n(examples: {error.split(': error: ')[0]} --help)\n")
     assert "required" not in err or "required" in error
 
 
