@@ -62,9 +62,11 @@ def check_extra(command: str, extra: str | None) -> None:
     """
     import importlib.util
 
-    for module in EXTRA_FIRST.get(extra or "", ()):
+    if extra is None:
+        return
+    for module in EXTRA_FIRST.get(extra, ()):
         if importlib.util.find_spec(module) is None:
-            raise MissingExtraError(extra or "", module, command, f"No module named {module!r}")
+            raise MissingExtraError(extra, module, command, f"No module named {module!r}")
 
 
 def missing_extra(exc: ImportError, command: str, command_extra: str = "device") -> MissingExtraError | None:
