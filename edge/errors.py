@@ -6,6 +6,9 @@ code. Every message names the file, key or value at fault and what was expected.
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable
+
 
 class EdgeDeployError(Exception):
     """Base class of every error edge-deploy raises on purpose."""
@@ -13,10 +16,26 @@ class EdgeDeployError(Exception):
     exit_code = 1
 
 
+class UsageError(EdgeDeployError):
+    """The command line is wrong: an unknown command, option or choice, a missing argument (argparse's exit 2).
+
+    Attributes:
+        usage: the usage line of the command that refused it, printed before the error.
+        prog: that command, e.g. ``"edge-deploy convert face"``.
+    """
+
+    exit_code = 2
+
+    def __init__(self, message: str, usage: str = "", prog: str = "edge-deploy"):
+        super().__init__(message)
+        self.usage = usage
+        self.prog = prog
+
+
 class ProfileError(EdgeDeployError):
     """A target profile is missing, unknown or invalid."""
 
-    exit_code = 2
+    exit_code = 10
 
 
 class InputError(EdgeDeployError):
@@ -56,9 +75,36 @@ class TelemetryError(EdgeDeployError):
 
 
 class MissingDependencyError(EdgeDeployError):
-    """An optional dependency is not installed; the message names the pip extra to install."""
+    """An optional dependency (a Python module, an npm package, a side venv, a tool) is not installed; the message
+    says how to install it."""
 
     exit_code = 9
+
+
+class MissingExtraError(MissingDependencyError):
+    """A command needs a Python package its pip extra brings, and it is not installed.
+
+    Attributes:
+        extra: the extra to install (``device``, ``convert`` or ``fleet``).
+        module: the module that failed to import, e.g. ``"torch"``.
+    """
+
+    def __init__(self, extra: str, module: str, purpose: str, detail: str = ""):
+        super().__init__(
+            f"{purpose} needs the Python module '{module}' ({detail or 'not installed'}); install it with: "
+            f"pip install 'edge-deploy[{extra}]'"
+        )
+        self.extra = extra
+        self.module = module
+
+
+def did_you_mean(word: str, choices: Iterable[str]) -> str:
+    """``"; did you mean 'x'?"`` naming the choices closest to ``word`` (difflib; ties all named), or ``""`` when
+    none is close."""
+    ratios = {choice: difflib.SequenceMatcher(None, word, choice).ratio() for choice in set(choices)}
+    best = max(ratios.values(), default=0.0)
+    close = sorted(choice for choice, ratio in ratios.items() if ratio == best >= 0.6)
+    return f"; did you mean {' or '.join(map(repr, close))}?" if close else ""
 
 
 def require(module: str, extra: str, purpose: str):
@@ -73,13 +119,11 @@ def require(module: str, extra: str, purpose: str):
         The imported module.
 
     Raises:
-        MissingDependencyError: if the module cannot be imported.
+        MissingExtraError: if the module cannot be imported.
     """
     import importlib
 
     try:
         return importlib.import_module(module)
     except ImportError as exc:
-        raise MissingDependencyError(
-            f"{purpose} needs the Python module '{module}' ({exc}); install it with: pip install 'edge-deploy[{extra}]'"
-        ) from exc
+        raise MissingExtraError(extra, module, purpose, str(exc)) from exc

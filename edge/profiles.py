@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any
 
-from edge.errors import ProfileError
+from edge.errors import ProfileError, did_you_mean
 from edge.face.models import Detector
 from edge.tomlschema import REQUIRED, Field, Schema, read_tables, read_toml
 
@@ -421,7 +421,7 @@ def load_profile(name: str, profile_dir: Path = DEFAULT_PROFILE_DIR) -> TargetPr
     if name not in names:
         raise ProfileError(
             f"unknown target {name!r}; expected one of {', '.join(names) or '(none found)'} "
-            f"(profiles in {_display(profile_dir)})"
+            f"(profiles in {_display(profile_dir)}){did_you_mean(name, names)}"
         )
     return load_profile_file(profile_dir / f"{name}.toml")
 

@@ -173,6 +173,7 @@ def add_build(sub: argparse._SubParsersAction) -> None:
     p = command_parser(
         sub,
         "build",
+        extra="convert",
         summary="build an offline-installable bundle for a Raspberry Pi (host side)",
         description="Build an offline-installable bundle for a Pi: the target's models converted and gated (or a "
         "passed 'convert model' / 'convert face' folder: --model FOLDER), the device extra's aarch64 wheels, "
@@ -202,10 +203,7 @@ def add_build(sub: argparse._SubParsersAction) -> None:
         metavar="{face,slm,all,FOLDER}",
         help="ours (face, slm, all) or a passed 'convert model' / 'convert face' folder (./face for one named face)",
     )
-    p.add_argument(
-        "--licence",
-        help="--model FOLDER: the model's licence for the manifest (default: convert model's --licence)",
-    )
+    p.add_argument("--licence", help="--model FOLDER: the model's licence for the manifest (default: the folder's)")
     p.add_argument("--output", "-o", default="dist", help="output folder (default: dist; parents created)")
     p.add_argument(
         "--precision",

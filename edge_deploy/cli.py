@@ -17,7 +17,16 @@ from edge import __version__
 from edge.errors import EdgeDeployError
 from edge.face.models import DETECTOR_RUNTIMES, Detector
 from edge.profiles import DEFAULT_PROFILE_DIR, ModelFormats, available_targets, load_all, load_profile
-from edge_deploy.common import HelpFormatter, command_parser, examples_epilog, output_folder, print_json, run
+from edge_deploy.common import (
+    HelpFormatter,
+    Parser,
+    add_commands,
+    command_parser,
+    examples_epilog,
+    output_folder,
+    print_json,
+    run,
+)
 
 EPILOG = examples_epilog(
     """
@@ -40,9 +49,10 @@ EPILOG = examples_epilog(
     edge-deploy face recognize out/face photo.jpg --gallery out/gallery.npz
     """
 ) + (
-    "\nEvery command has --help. Exit codes: 0 ok, 1 error, 2 bad profile, 3 bad input, 4 conversion failed,\n"
-    "5 validation/accuracy gate failed, 6 bad bundle, 7 runtime failure, 8 telemetry/broker, 9 missing optional\n"
-    "dependency, 130 interrupted.\n"
+    "\nEvery command has --help; a command group alone lists its commands. Exit codes: 0 ok, 1 error,\n"
+    "2 usage (an unknown command/option/choice or a missing argument), 3 bad input, 4 conversion failed,\n"
+    "5 validation/accuracy gate failed, 6 bad bundle, 7 runtime failure, 8 telemetry/broker,\n"
+    "9 missing optional dependency (names the pip extra), 10 bad profile, 130 interrupted.\n"
 )
 
 
@@ -349,6 +359,7 @@ def _add_convert(sub: argparse._SubParsersAction) -> None:
     p = command_parser(
         sub,
         "convert",
+        extra="convert",
         summary="convert models for a target (host side)",
         description="Convert models for a target on the host: export to the target's formats, check each "
         "against its source, quantize per the target profile behind an accuracy gate, and write a report next to "
@@ -360,7 +371,7 @@ def _add_convert(sub: argparse._SubParsersAction) -> None:
         edge-deploy convert blazeface out/face --range full
         """,
     )
-    csub = p.add_subparsers(dest="model", required=True, metavar="MODEL")
+    csub = add_commands(p, "model", "MODEL")
     _add_convert_face(csub)
     _add_convert_blazeface(csub)
     _add_convert_slm(csub)
@@ -402,7 +413,7 @@ def _registrars() -> list[Callable[[argparse._SubParsersAction], None]]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="edge-deploy",
         description="Take real face-recognition models and small language models from a workstation to "
         "Raspberry Pi-class ARM boards and the browser: convert, quantize, check, package, run, measure.",
@@ -410,7 +421,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=HelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"edge-deploy {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    sub = add_commands(parser, "command", "COMMAND")
     for register in _registrars():
         register(sub)
     return parser

@@ -148,6 +148,7 @@ def add_emulate(sub: argparse._SubParsersAction) -> None:
     p = command_parser(
         sub,
         "emulate",
+        extra="convert",
         summary="run a converted folder on an emulated Pi core (qemu-aarch64): outputs vs the gate, instructions",
         description="Run what a passed 'convert model' or 'convert face' folder ships in an arm64 guest under "
         "qemu-aarch64 and compare its outputs with what the accuracy gate measured on this host; --count adds "

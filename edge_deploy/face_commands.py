@@ -12,7 +12,7 @@ from edge.errors import InputError
 from edge.face.models import Detector
 from edge.face.types import DLIB_SAME_PERSON_THRESHOLD
 from edge.profiles import DEFAULT_PROFILE_DIR
-from edge_deploy.common import command_parser, output_folder, print_json
+from edge_deploy.common import add_commands, command_parser, output_folder, print_json
 
 
 def _threads(args: argparse.Namespace) -> int:
@@ -133,7 +133,7 @@ def add_face(sub: argparse._SubParsersAction) -> None:
         edge-deploy face recognize out/face photo.jpg --gallery out/gallery.npz
         """,
     )
-    fsub = p.add_subparsers(dest="action", required=True, metavar="ACTION")
+    fsub = add_commands(p, "action", "ACTION")
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--threads", type=int, help="intra-op threads (default: all CPUs this process may use)")
     common.add_argument("--json", action="store_true", help="machine-readable output")
@@ -225,6 +225,7 @@ def add_demo(sub: argparse._SubParsersAction) -> None:
     p = command_parser(
         sub,
         "demo",
+        extra="convert",
         summary="the main job: build + verify the Pi bundle, recognise faces, run it on an emulated Pi, report",
         description="The main job, end to end on photos shipped in Python packages: build and verify the face "
         "bundle for --target, enroll a gallery and recognise faces on this host, then run the bundle on an "

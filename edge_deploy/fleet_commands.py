@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from edge_deploy.common import command_parser, output_folder, print_json
+from edge_deploy.common import add_commands, command_parser, output_folder, print_json
 
 
 def _cmd_provision(args: argparse.Namespace) -> int:
@@ -63,7 +63,7 @@ def add_fleet(sub: argparse._SubParsersAction) -> None:
             --store out/monitor/monitor.db --broker 127.0.0.1:1883 --secret-file command.key
         """,
     )
-    fsub = p.add_subparsers(dest="fleet_command", required=True, metavar="ACTION")
+    fsub = add_commands(p, "fleet_command", "ACTION")
     prov = command_parser(
         fsub,
         "provision",

@@ -10,11 +10,12 @@ import logging
 import sys
 from pathlib import Path
 
-from edge_deploy.common import command_parser, print_json, run
+from edge.daemon import EXAMPLE_CONFIG
+from edge_deploy.common import Parser, add_commands, command_parser, print_json, run
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
-    from edge.daemon.config import EXAMPLE_CONFIG, load_config
+    from edge.daemon.config import load_config
     from edge.daemon.service import Daemon
 
     if args.example_config:
@@ -49,8 +50,9 @@ def add_serve(sub: argparse._SubParsersAction) -> None:
         description="Run the device daemon: recognise faces in frames from a watched folder, a video file or a "
         "camera, send every result through a durable outbox to MQTT, publish telemetry, obey signed commands "
         "and answer text prompts. SIGTERM or SIGINT stops it cleanly. docs/daemon.md.",
-        examples="""
+        examples=f"""
         # print the example config (every key, with its default): save it, e.g. as edge-deploy.toml, and edit it
+        # (the file: {EXAMPLE_CONFIG})
         edge-deploy serve --example-config
         # validate the config and the files it names, then exit
         edge-deploy serve --config edge-deploy.toml --check
@@ -65,7 +67,7 @@ def add_serve(sub: argparse._SubParsersAction) -> None:
     config.add_argument(
         "--example-config",
         action="store_true",
-        help="print the example config and exit (installed with a bundle: /etc/edge-deploy/)",
+        help="print the example config (its file: see the examples) and exit (bundles: /etc/edge-deploy/)",
     )
     p.add_argument("--once", action="store_true", help="stop when the source is exhausted (folder: files there now)")
     p.add_argument("--check", action="store_true", help="validate the config and the files it names, then exit")
@@ -149,8 +151,8 @@ def add_command(sub: argparse._SubParsersAction) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Run ``serve``/``command`` without the full CLI (``python -m edge_deploy.serve_command serve ...``)."""
-    parser = argparse.ArgumentParser(prog="edge-deploy")
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = Parser(prog="edge-deploy")
+    sub = add_commands(parser, "command", "COMMAND")
     add_serve(sub)
     add_command(sub)
     return run(parser, argv)

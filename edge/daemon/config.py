@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from edge.daemon import EXAMPLE_CONFIG as EXAMPLE_CONFIG
 from edge.errors import InputError, TelemetryError
 from edge.face.models import Detector
 from edge.face.track import KEEP_DESCRIPTOR_WITHIN, MAX_DETECT_EVERY
@@ -27,8 +28,6 @@ from edge.telemetry.link import BrokerConfig
 from edge.telemetry.schema import check_name, check_prefix
 from edge.tomlschema import Field, Schema, read_tables, read_toml
 
-#: The example config shipped next to this module (every key, documented).
-EXAMPLE_CONFIG = Path(__file__).resolve().parent / "edge-deploy.example.toml"
 #: The systemd unit shipped next to this module.
 SYSTEMD_UNIT = Path(__file__).resolve().parent / "edge-deploy.service"
 

@@ -354,3 +354,21 @@ def test_rpi4_int8_bundle_on_emulated_cortex_a72_equals_the_host(int8_bundle, bu
     )
     assert comparison.problems(INT8_DESCRIPTOR_TOLERANCE) == []
     assert (comparison.faces_guest, comparison.pairs, comparison.decisions_agree) == (5, 10, 10)
+
+
+def test_the_bench_example_runs_on_what_the_demo_writes(int8_bundle, tmp_path, capsys) -> None:
+    """``bench``'s first example names the embedder ``edge-deploy demo`` bundles: its defaults (rpi4, out/demo)
+    build this bundle into out/demo/dist (converters/demo/pi.py)."""
+    from edge_deploy.cli import build_parser, main
+
+    demo = build_parser().parse_args(["demo"])
+    assert (demo.target, demo.output) == ("rpi4", "out/demo")
+    bench = build_parser()._subparsers._group_actions[0].choices["bench"]  # type: ignore[union-attr]
+    text = " ".join(bench.epilog.replace("\\\n", " ").split())
+    argv = ["bench", *text.split("edge-deploy bench ")[1].split(" # ")[0].split()]
+    model = Path(argv[1]).relative_to(Path(demo.output) / "dist")
+    assert (int8_bundle.folder.parent / model).is_file()
+    argv[1] = str(int8_bundle.folder.parent / model)
+    argv[argv.index("--plot") + 1] = str(tmp_path / "latency.png")
+    assert main([*argv, "--count", "2", "--warmup", "0", "--min-duration", "0"]) == 0
+    assert (tmp_path / "latency.png").is_file() and "p50" in capsys.readouterr().out

@@ -70,7 +70,8 @@ def test_an_unknown_override_lists_the_targets(tmp_path, repo_root, monkeypatch)
     with pytest.raises(ProfileError) as err:
         detect_board(tmp_path / "absent", override="rpi9")
     assert str(err.value) == (
-        f"unknown target 'rpi9'; expected one of {', '.join(available_targets())} (profiles in firmware_configs)"
+        f"unknown target 'rpi9'; expected one of {', '.join(available_targets())} (profiles in firmware_configs); "
+        "did you mean 'rpi4' or 'rpi5'?"
     )
     assert "rpi4" in available_targets()
 

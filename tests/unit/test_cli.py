@@ -3,10 +3,17 @@
 from __future__ import annotations
 
 import json
+import re
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
+from edge.errors import ProfileError, UsageError
 from edge_deploy.cli import main
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_targets_table(capsys):
@@ -30,9 +37,14 @@ def test_targets_show_json(capsys):
 
 
 def test_unknown_target_is_a_clear_error(capsys):
-    assert main(["targets", "show", "rpi9"]) == 2
+    assert main(["targets", "show", "rpi9"]) == ProfileError.exit_code
     err = capsys.readouterr().err
     assert err.startswith("Error: unknown target 'rpi9'; expected one of aarch64-generic")
+
+
+def test_an_unknown_target_gets_a_did_you_mean(capsys):
+    assert main(["convert", "face", "--target", "rpi-4", "-o", "out/x"]) == ProfileError.exit_code
+    assert capsys.readouterr().err.endswith("(profiles in firmware_configs); did you mean 'rpi4'?\n")
 
 
 def test_help_teaches(capsys):
@@ -52,11 +64,83 @@ def test_help_lists_every_exit_code(capsys):
         for cls in vars(errors).values()
         if isinstance(cls, type) and issubclass(cls, errors.EdgeDeployError)
     }
-    assert codes == set(range(1, 10))
+    assert codes == set(range(1, 11))
+    kinds = [c for c in vars(errors).values() if isinstance(c, type) and errors.EdgeDeployError in c.__bases__]
+    assert len({c.exit_code for c in kinds}) == len(kinds)  # a subclass (MissingExtraError) refines its parent's
     with pytest.raises(SystemExit):
         main(["--help"])
     listed = " ".join(capsys.readouterr().out.split()).split("Exit codes: ")[1]
     assert [int(item.split()[0]) for item in listed.split(", ")] == [0, *sorted(codes), 130]
+
+
+# --- issue 45: help without arguments, "did you mean", a usage error's own exit code -------------------------
+
+
+def test_no_arguments_prints_the_help(capsys):
+    assert main([]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: edge-deploy ") and "Exit codes: " in out
+
+
+@pytest.mark.parametrize(
+    ("group", "choices"),
+    [("convert", ["face", "blazeface", "slm", "model"]), ("face", ["enroll", "recognize"]),
+     ("fleet", ["provision", "revoke", "rollout"])],
+)  # fmt: skip
+def test_a_group_alone_prints_its_help(capsys, group, choices):
+    assert main([group]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"usage: edge-deploy {group} ")
+    section = out.split("\npositional arguments:\n")[1].split("\n\n")[0]
+    assert re.findall(r"^ {4}(\S+)", section, re.M) == choices, out
+
+
+@pytest.mark.parametrize(
+    ("argv", "error"),
+    [
+        (["convrt", "face"], "edge-deploy: error: argument COMMAND: invalid choice: 'convrt'; did you mean 'convert'?"),
+        (
+            ["convert", "fase"],
+            "edge-deploy convert: error: argument MODEL: invalid choice: 'fase'; did you mean 'face'?",
+        ),
+        (
+            ["convert", "face", "--target", "rpi4", "-o", "out/x", "--precision", "int4"],
+            "edge-deploy convert face: error: argument --precision: invalid choice: 'int4'; did you mean 'int8'?",
+        ),
+        (
+            ["face", "recognize", "m", "a.jpg", "--galery", "g.npz"],
+            "edge-deploy face recognize: error: unrecognized arguments: --galery g.npz; did you mean --gallery?",
+        ),
+        (
+            ["targets", "--jsn"],
+            "edge-deploy targets: error: unrecognized arguments: --jsn; did you mean --json?",
+        ),
+        (["targets", "show", "rpi4", "extra"], "edge-deploy targets: error: unrecognized arguments: extra"),
+        (
+            ["--target", "rpi-4"],
+            "edge-deploy: error: --target goes after the command; the commands that take it: convert face, "
+            "convert slm, convert model, demo, build, bench",
+        ),
+        (
+            ["convert", "--target", "rpi4", "face"],
+            "edge-deploy convert: error: --target goes after the command; the commands that take it: face, slm, model",
+        ),
+        (["--verson"], "edge-deploy: error: unrecognized arguments: --verson; did you mean --version?"),
+        (["convert", "face", "-o", "out/x"], "edge-deploy convert face: error: the following arguments are required"),
+    ],
+)
+def test_usage_errors_have_their_own_exit_code_and_suggest(capsys, argv, error):
+    assert main(argv) == UsageError.exit_code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: edge-deploy")
+    assert f"\n{error}" in err, err
+    assert err.endswith(f"\n(examples: {error.split(': error: ')[0]} --help)\n")
+    assert "required" not in err or "required" in error
+
+
+def test_choices_are_listed_after_the_suggestion(capsys):
+    assert main(["targets", "lst"]) == 2
+    assert "invalid choice: 'lst'; did you mean 'list'? (choose from 'list', 'show')" in capsys.readouterr().err
 
 
 # --- issue 17, defect 8: tracebacks (or a hang) instead of one-line errors -----------------------------------
@@ -144,3 +228,102 @@ def test_build_with_tflite_twins_at_fp16_fails_before_any_stage(tmp_path, capsys
         "--precision fp32 or int8, or --format onnx\n"
     )
     assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+# --- issue 45: a command whose pip extra is missing names it (exit 9) ---------------------------------------
+
+#: Run the CLI with some modules unimportable: a finder ahead of every other raises the error a missing package
+#: raises, so the command's real imports fail as they would in a venv without that extra.
+WITHOUT = """
+import sys
+
+class Missing:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in sys.argv[1].split(","):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+
+sys.meta_path.insert(0, Missing())
+from edge_deploy.cli import main
+sys.exit(main(sys.argv[2:]))
+"""
+
+
+@pytest.mark.parametrize(
+    ("missing", "argv", "extra", "command"),
+    [
+        ("torch", ["convert", "face", "--target", "rpi4", "-o", "TMP/out"], "convert", "edge-deploy convert face"),
+        ("cv2", ["demo", "-o", "TMP/out"], "convert", "edge-deploy demo"),
+        ("cv2", ["face", "enroll", "TMP/models", "TMP", "-o", "TMP/out/g.npz"], "device", "edge-deploy face enroll"),
+        ("onnxruntime", ["bench", "TMP/m.onnx"], "device", "The ONNX Runtime backend"),
+        (
+            "psycopg",
+            ["monitor", "--store", "postgresql://edge@127.0.0.1:1/fleet", "--web", "127.0.0.1:0"],
+            "fleet",
+            "the PostgreSQL fleet store",
+        ),
+    ],
+)
+def test_a_missing_extra_is_named_with_its_pip_command(tmp_path, missing, argv, extra, command):
+    from edge.errors import MissingExtraError
+
+    (tmp_path / "m.onnx").write_bytes(_tiny_onnx())
+    argv = [a.replace("TMP", str(tmp_path)) for a in argv]
+    done = subprocess.run(
+        [sys.executable, "-c", WITHOUT, missing, *argv], capture_output=True, text=True, timeout=120, cwd=REPO
+    )
+    assert (done.returncode, done.stderr) == (
+        MissingExtraError.exit_code,
+        f"Error: {command} needs the Python module '{missing}' (No module named '{missing}'); install it with: "
+        f"pip install 'edge-deploy[{extra}]'\n",
+    )
+    assert not (tmp_path / "out").exists()
+
+
+def _tiny_onnx() -> bytes:
+    """An ONNX model file (Identity on a 1x4 float input), written with the onnx package."""
+    from onnx import TensorProto, helper
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])
+    graph = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "g", [x], [y])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+
+
+def test_an_import_of_our_own_code_that_fails_is_not_blamed_on_an_extra(tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-c", WITHOUT, "converters", "convert", "face", "--target", "rpi4", "-o", str(tmp_path / "o")],
+        capture_output=True, text=True, timeout=120, cwd=REPO,
+    )  # fmt: skip
+    assert done.returncode == 1 and done.stderr.endswith("ModuleNotFoundError: No module named 'converters'\n")
+
+
+def test_a_host_command_looks_for_its_extra_before_it_starts(monkeypatch):
+    from edge.errors import MissingExtraError
+    from edge_deploy import common
+
+    monkeypatch.setitem(common.EXTRA_FIRST, "convert", ("onnx", "no_such_module_45"))
+    with pytest.raises(MissingExtraError) as err:
+        common.check_extra("edge-deploy convert face", "convert")
+    assert (err.value.extra, err.value.module) == ("convert", "no_such_module_45")
+    assert str(err.value) == (
+        "edge-deploy convert face needs the Python module 'no_such_module_45' (No module named 'no_such_module_45'); "
+        "install it with: pip install 'edge-deploy[convert]'"
+    )
+
+
+def test_the_extras_table_names_what_pyproject_puts_in_each_extra():
+    """``EXTRA_MODULES`` (import names) lists exactly the distributions of each extra in pyproject.toml."""
+    import importlib.metadata
+    import tomllib
+
+    from edge_deploy.common import EXTRA_MODULES
+
+    def norm(name: str) -> str:
+        return re.sub(r"[-_.]+", "-", name).lower()
+
+    extras = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]["optional-dependencies"]
+    dists = importlib.metadata.packages_distributions()
+    for extra, modules in EXTRA_MODULES.items():
+        declared = {norm(re.match(r"[\w.-]+", req)[0]) for req in extras[extra]} - {"edge-deploy"}  # type: ignore[index]
+        declared -= {"numpy"}  # the base install's (project.dependencies), whichever list names it here
+        assert {norm(d) for m in modules for d in dists[m]} == declared, extra

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from edge.daemon.config import EXAMPLE_CONFIG
+from edge.errors import InputError, ProfileError, UsageError
 from edge_deploy.cli import build_parser, main
 from testsupport.byom_models import write_embedder_files, write_npz
 
@@ -78,7 +79,7 @@ def test_every_example_parses(name, line):
 def test_the_reader_sees_a_broken_example():
     """An example the parser refuses is one ``test_every_example_parses`` reports (``serve``'s old one)."""
     line = examples("examples:\n  edge-deploy command --config c.toml bench --runs 20 send a signed command\n")[0]
-    with pytest.raises(SystemExit):
+    with pytest.raises(UsageError, match="unrecognized arguments: send a signed command"):
         build_parser().parse_args(shlex.split(line)[1:])
 
 
@@ -103,6 +104,10 @@ def test_help_prints_the_examples_as_written(capsys):
 def test_serve_prints_its_example_config(capsys):
     assert main(["serve", "--example-config"]) == 0
     assert capsys.readouterr().out == EXAMPLE_CONFIG.read_text(encoding="utf-8")
+    with pytest.raises(SystemExit):
+        main(["serve", "--help"])
+    assert f"\n  # (the file: {EXAMPLE_CONFIG})\n  edge-deploy serve --example-config\n" in capsys.readouterr().out
+    assert EXAMPLE_CONFIG.is_file()
 
 
 # --- examples that write files work from a fresh checkout -------------------------------------------------
@@ -232,7 +237,7 @@ def test_bad_input_leaves_no_output_folder(files, tmp_path, capsys, argv, messag
     def fill(text: str) -> str:
         return text.replace("TMP", str(tmp_path)).replace("FILES", str(files))
 
-    assert main([fill(a) for a in argv]) == (2 if "rpi9" in argv else 3)
+    assert main([fill(a) for a in argv]) == (ProfileError.exit_code if "rpi9" in argv else InputError.exit_code)
     err = capsys.readouterr().err
     assert err.startswith(fill(message)) if message.endswith(" ") else err == fill(message)
     assert not (tmp_path / "out").exists()
