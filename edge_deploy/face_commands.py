@@ -252,6 +252,7 @@ def _add_recognize(fsub: argparse._SubParsersAction, common: argparse.ArgumentPa
 
 def _cmd_demo(args: argparse.Namespace) -> int:
     from converters.demo.host import run_main_job
+    from converters.demo.html_report import write_html_report
     from edge.profiles import load_profile
     from edge.progress import StepProgress
     from edge_deploy.device_commands import broker_config
@@ -269,10 +270,13 @@ def _cmd_demo(args: argparse.Namespace) -> int:
             threads=args.threads,
             progress=progress,
         )
+        progress("writing the HTML report: annotated photos, the gate's histograms, the emulated Pi vs this host")
+        report = write_html_report(result)
     if args.json:
-        print_json(result.to_dict())
+        print_json(result.to_dict() | {"report": str(report)})
     else:
         print(result.summary())
+        print(f"report: {report}")
     return 0 if result.passed else 5
 
 
