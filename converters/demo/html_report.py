@@ -137,6 +137,11 @@ def _histogram(
     return path
 
 
+def _cosine(value: Any) -> str:
+    """Cosines near 1 need five decimals to tell apart (the gate's own precision)."""
+    return f"{value:.5f}" if isinstance(value, float) else _e(value)
+
+
 def _gate_section(models_dir: Path, folder: Path) -> str:
     """The INT8 gate's figures from quant_report.json: cosine histogram and the decision table."""
     q = _read_json(models_dir / "quant_report.json")
@@ -160,8 +165,8 @@ def _gate_section(models_dir: Path, folder: Path) -> str:
         parts.append('<img src="gate-cosines.png" alt="histogram of the embedder cosines to fp32">')
     dec = e.get("decisions", {})
     rows = [
-        ("embedder cosine to fp32, mean", e.get("cosine_mean"), f">= {gate}" if gate is not None else "-"),
-        ("embedder cosine to fp32, min", e.get("cosine_min"), "-"),
+        ("embedder cosine to fp32, mean", _cosine(e.get("cosine_mean")), f">= {gate}" if gate is not None else "-"),
+        ("embedder cosine to fp32, min", _cosine(e.get("cosine_min")), "-"),
         (
             "same/different decisions agreeing with fp32",
             dec.get("agreement"),
