@@ -13,6 +13,8 @@ import pytest
 from converters.demo.host import run_face_demo
 from converters.demo.html_report import write_html_report
 from converters.demo.pi import PiRun
+from edge.face.annotate import KNOWN
+from edge.imageio import load_image
 
 pytestmark = pytest.mark.integration
 
@@ -116,9 +118,12 @@ def test_the_report_shows_the_photos_the_gate_and_the_emulated_pi(face_fp32_mode
     assert page.problems == [] and page.stack == []
     # every picture is a PNG beside the page; nothing is fetched from elsewhere
     assert all("/" not in link and ":" not in link for link in page.links), page.links
-    assert len(page.images) == len(result.images) + 2  # the photos and the two histograms
+    assert len(page.images) == len(result.images) + 3  # the photos, the two histograms, the Pi's times
     for src in page.images:
         assert (path.parent / src).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", src
+    # the photos carry the drawings: boxes in the known colour (every face of the demo is named or held out)
+    first = load_image(path.parent / page.images[0])
+    assert (np.abs(first.astype(int) - KNOWN).sum(axis=2) <= 6).sum() > 200
     text = " ".join(" ".join(page.text).split())
     # the demo's own figures
     for key, value in result.counts.items():
