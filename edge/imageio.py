@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import glob
+from collections.abc import Sequence
 from pathlib import Path
 
 import cv2
@@ -15,6 +17,8 @@ MAX_FILE_BYTES = 64 << 20
 DEFAULT_MAX_PIXELS = 1 << 26
 #: The formats whose size is read from the header before decoding; others are refused.
 FORMATS = ("JPEG", "PNG", "BMP", "WebP")
+#: Suffixes of the files a folder or a glob pattern gives (``image_files``); a file named directly may have any.
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".webp")
 _JPEG_SOF = {0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF}
 
 
@@ -189,3 +193,59 @@ def save_image(path: str | Path, rgb: np.ndarray, jpeg_quality: int = 95) -> Pat
         raise InputError(f"{path}: cv2 cannot encode an image with suffix '{path.suffix}'")
     path.write_bytes(buf.tobytes())
     return path
+
+
+def _shown(path: str | Path) -> str:
+    return str(path).encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
+def _folder_images(folder: Path) -> list[Path]:
+    found = sorted(
+        p for p in folder.iterdir() if p.is_file() and not p.name.startswith(".") and p.suffix.lower() in IMAGE_SUFFIXES
+    )
+    if not found:
+        raise InputError(
+            f"{_shown(folder)}: a folder with no image file; expected {', '.join(IMAGE_SUFFIXES)} files in it"
+        )
+    return found
+
+
+def _pattern_images(pattern: str) -> list[Path]:
+    found = sorted(
+        Path(p)
+        for p in glob.glob(pattern, recursive=True)
+        if Path(p).is_file() and Path(p).suffix.lower() in IMAGE_SUFFIXES
+    )
+    if not found:
+        raise InputError(f"{_shown(pattern)}: the pattern matches no image file ({', '.join(IMAGE_SUFFIXES)})")
+    return found
+
+
+def image_files(sources: Sequence[str | Path]) -> list[Path]:
+    """The image files that files, folders and glob patterns name, in order, each once.
+
+    Args:
+        sources: a file is taken as it is (a missing one too: ``load_image`` then says so); a folder gives the
+            image files directly in it (by suffix, ``IMAGE_SUFFIXES``; sorted; hidden files and sub-folders
+            left out); a pattern with ``*``, ``?`` or ``[`` that names no existing path gives the image files it
+            matches (sorted; ``**`` matches sub-folders).
+
+    Returns:
+        The files, duplicates (the same path twice) dropped.
+
+    Raises:
+        InputError: a folder with no image file, or a pattern that matches none, naming it.
+    """
+    out: list[Path] = []
+    for source in sources:
+        path = Path(source)
+        if path.is_dir():
+            out += _folder_images(path)
+        elif not path.exists() and any(c in str(source) for c in "*?["):
+            out += _pattern_images(str(source))
+        else:
+            out.append(path)
+    unique: dict[Path, Path] = {}
+    for p in out:
+        unique.setdefault(p.absolute(), p)
+    return list(unique.values())

@@ -72,8 +72,42 @@ def _cmd_enroll(args: argparse.Namespace) -> int:
     return 0
 
 
-def _recognize_all(args: argparse.Namespace) -> list[dict]:
-    """One entry per image: its faces, or the error that image gave (the others are still analysed)."""
+def _check_writable(folder: Path, given_as: str) -> Path:
+    """Prove ``folder`` (made by ``output_folder``) takes a file, before any model loads."""
+    import tempfile
+
+    try:
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as exc:
+        raise InputError(f"{given_as}: cannot write into the folder {folder} ({exc.strerror or exc})") from None
+    return folder
+
+
+class _AnnotatedWriter:
+    """Writes each image's annotated copy as FOLDER/<stem>.png, never over an input or an earlier output."""
+
+    def __init__(self, folder: Path, inputs: list[Path]) -> None:
+        self.folder = folder
+        self.taken = {p.absolute() for p in inputs}
+
+    def write(self, image: Path, rgb, faces: list[dict]) -> str:
+        from edge.face.annotate import annotate
+        from edge.imageio import save_image
+
+        path, n = self.folder / f"{image.stem}.png", 1
+        while path.absolute() in self.taken:
+            n += 1
+            path = self.folder / f"{image.stem}-{n}.png"
+        self.taken.add(path.absolute())
+        try:
+            return str(save_image(path, annotate(rgb, faces)))
+        except OSError as exc:
+            raise InputError(f"{path}: cannot write the annotated image ({exc.strerror or exc})") from None
+
+
+def _recognize_all(args: argparse.Namespace, images: list[Path], annotated: Path | None) -> list[dict]:
+    """One entry per image: its faces (and annotated copy), or the error that image gave (the others go on)."""
     from edge.errors import EdgeDeployError
     from edge.face.folder_pipeline import open_pipeline
     from edge.face.gallery import Gallery
@@ -87,22 +121,33 @@ def _recognize_all(args: argparse.Namespace) -> list[dict]:
     face = read_models_folder(Path(args.models))
     if min_score is None:
         min_score = default_min_score(face.detector if args.detector is None else Detector(args.detector))
+    writer = _AnnotatedWriter(annotated, images) if annotated is not None else None
     with open_pipeline(face, _threads(args), detector=args.detector) as pipeline:
         gallery = Gallery.load(Path(args.gallery), pipeline.embedder.descriptor_size)
-        for image in args.images:
+        for image in images:
+            row: dict[str, Any] = {"image": str(image)}
             try:
-                rgb = load_image(Path(image), limit)
-                faces = recognize_image(pipeline, gallery, rgb, args.threshold, min_score)
+                rgb = load_image(image, limit)
+                row["faces"] = recognize_image(pipeline, gallery, rgb, args.threshold, min_score)
+                if writer is not None:
+                    row["annotated"] = writer.write(image, rgb, row["faces"])
             except EdgeDeployError as exc:  # one bad image does not throw away the others' results
-                results.append({"image": str(image), "error": str(exc)})
-                continue
-            results.append({"image": str(image), "faces": faces})
+                row = {"image": str(image), "error": str(exc)}
+            results.append(row)
     return results
 
 
 def _cmd_recognize(args: argparse.Namespace) -> int:
+    from edge.imageio import image_files
+
     _check_thresholds(args)
-    results = _recognize_all(args)
+    images = image_files(args.images)
+    if args.save_annotated is None:
+        results = _recognize_all(args, images, None)
+    else:
+        given = f"--save-annotated {args.save_annotated}"
+        with output_folder(Path(args.save_annotated), given, create=True) as folder:
+            results = _recognize_all(args, images, _check_writable(folder, given))
     if args.json:
         print_json(results)
     else:
@@ -115,6 +160,8 @@ def _cmd_recognize(args: argparse.Namespace) -> int:
                 x1, y1, x2, y2 = f["box"]
                 who = f["name"] or "unknown"
                 print(f"  {who:20} distance {f['distance']:.3f}  box ({x1:.0f},{y1:.0f})-({x2:.0f},{y2:.0f})")
+            if "annotated" in r:
+                print(f"  annotated: {r['annotated']}")
     failed = [r for r in results if "error" in r]
     if failed:
         raise InputError(f"{len(failed)} of {len(results)} images could not be analysed; first: {failed[0]['error']}")
@@ -172,15 +219,20 @@ def _add_recognize(fsub: argparse._SubParsersAction, common: argparse.ArgumentPa
         parents=[common],
         summary="name every face in images against a gallery",
         description="Detect, align and describe every face, and name it after the nearest gallery person when "
-        "the descriptor distance is below --threshold; else 'unknown'.",
+        "the descriptor distance is below --threshold; else 'unknown'. An image that cannot be read is reported, "
+        "the others are analysed, and the command then exits non-zero.",
         examples="""
         edge-deploy face recognize out/face group.jpg --gallery out/gallery.npz
+        # every image of a folder, boxes, landmarks, names and distances drawn into out/annotated/
+        edge-deploy face recognize out/face photos/ --gallery out/gallery.npz --save-annotated out/annotated
         # BlazeFace (added by: convert blazeface) instead of the folder's detector, as JSON
         edge-deploy face recognize out/face a.jpg b.jpg --gallery out/gallery.npz --detector blazeface --json
         """,
     )
     r.add_argument("models", help="models folder (from: edge-deploy convert face)")
-    r.add_argument("images", nargs="+", help="image files (JPEG, PNG, ...)")
+    r.add_argument(
+        "images", nargs="+", help="image files (JPEG, PNG, ...), folders (their images) or quoted glob patterns"
+    )
     r.add_argument("--gallery", "-g", required=True, help="gallery file (from: edge-deploy face enroll)")
     r.add_argument(
         "--threshold",
@@ -190,11 +242,17 @@ def _add_recognize(fsub: argparse._SubParsersAction, common: argparse.ArgumentPa
     r.add_argument(
         "--min-score", type=float, help="ignore weaker detections (default: 0.9 for MTCNN, 0.5 / 0.6 for BlazeFace)"
     )
+    r.add_argument(
+        "--save-annotated",
+        metavar="DIR",
+        help="write each image with boxes, landmarks, names and distances drawn as DIR/<name>.png (created)",
+    )
     r.set_defaults(func=_cmd_recognize)
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
     from converters.demo.host import run_main_job
+    from converters.demo.html_report import write_html_report
     from edge.profiles import load_profile
     from edge.progress import StepProgress
     from edge_deploy.device_commands import broker_config
@@ -212,10 +270,13 @@ def _cmd_demo(args: argparse.Namespace) -> int:
             threads=args.threads,
             progress=progress,
         )
+        progress("writing the HTML report: annotated photos, the gate's histograms, the emulated Pi vs this host")
+        report = write_html_report(result)
     if args.json:
-        print_json(result.to_dict())
+        print_json(result.to_dict() | {"report": str(report)})
     else:
         print(result.summary())
+        print(f"report: {report}")
     return 0 if result.passed else 5
 
 

@@ -21,14 +21,12 @@ from numpy.typing import ArrayLike
 
 from edge.errors import EdgeDeployError, InputError
 from edge.face.types import DLIB_SAME_PERSON_THRESHOLD
-from edge.imageio import DEFAULT_MAX_PIXELS, load_image
+from edge.imageio import DEFAULT_MAX_PIXELS, IMAGE_SUFFIXES, load_image  # enroll_folder skips other suffixes
 
 GALLERY_SCHEMA_VERSION = 1
 DESCRIPTOR_SIZE = 128
 #: Longest descriptor a gallery takes (a user's embedder; dlib's is 128).
 MAX_DESCRIPTOR_SIZE = 4096
-#: Suffixes enrol_folder reads; other files are listed as skipped.
-IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".webp")
 _KEYS = ("schema_version", "names", "owner", "descriptors")
 #: Most descriptors a gallery file may hold (51 MB of float32), and most bytes all its arrays may take.
 MAX_DESCRIPTORS = 100_000

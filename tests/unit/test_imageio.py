@@ -167,3 +167,35 @@ def test_an_oversized_file_is_not_read(tmp_path):
     with pytest.raises(InputError) as err:
         load_image(path)
     assert str(err.value) == f"{path}: {MAX_FILE_BYTES + 1} bytes; expected an image file of at most {MAX_FILE_BYTES}"
+
+
+def test_image_files_expands_folders_and_patterns_in_order(tmp_path):
+    """A folder gives its image files (sorted, by suffix, not its sub-folders); a pattern its matches; a file,
+    even a missing one, is kept as given (load_image names it later); the same file twice counts once."""
+    from edge.imageio import image_files
+
+    photos = tmp_path / "photos"
+    (photos / "sub").mkdir(parents=True)
+    for name in ("b.png", "a.JPG", "notes.txt", ".hidden.png", "sub/c.png"):
+        (photos / name).write_bytes(b"x")
+    assert image_files([photos]) == [photos / "a.JPG", photos / "b.png"]
+    assert image_files([str(photos / "*.png")]) == [photos / "b.png"]
+    assert image_files([str(photos / "**" / "*.png")]) == [photos / "b.png", photos / "sub" / "c.png"]
+    missing = tmp_path / "missing.jpg"
+    assert image_files([photos / "b.png", missing, photos]) == [photos / "b.png", missing, photos / "a.JPG"]
+
+
+def test_image_files_refuses_an_empty_folder_and_a_pattern_matching_nothing(tmp_path):
+    from edge.imageio import image_files
+
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "readme.txt").write_text("no photos")
+    with pytest.raises(InputError) as err:
+        image_files([empty])
+    assert (
+        str(err.value) == f"{empty}: a folder with no image file; expected .jpg, .jpeg, .png, .bmp, .webp files in it"
+    )
+    with pytest.raises(InputError) as err:
+        image_files([str(tmp_path / "*.jpg")])
+    assert str(err.value) == f"{tmp_path}/*.jpg: the pattern matches no image file (.jpg, .jpeg, .png, .bmp, .webp)"
