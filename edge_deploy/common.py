@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import math
 import os
 import sys
 import textwrap
@@ -240,8 +241,19 @@ def output_folder(folder: Path, given_as: str, create: bool = False) -> Iterator
 
 
 def print_json(data: object) -> None:
-    """Print ``data`` as indented JSON on stdout (every ``--json`` option uses this)."""
-    print(json.dumps(data, indent=2))
+    """Print ``data`` as indented JSON on stdout (every ``--json`` option uses this). A float that is not finite
+    (a distance to an empty gallery is inf) prints as null: JSON has no Infinity or NaN."""
+    print(json.dumps(_finite(data), indent=2, allow_nan=False))
+
+
+def _finite(data: object) -> object:
+    if isinstance(data, float):
+        return data if math.isfinite(data) else None
+    if isinstance(data, dict):
+        return {key: _finite(value) for key, value in data.items()}
+    if isinstance(data, list | tuple):
+        return [_finite(value) for value in data]
+    return data
 
 
 def run(parser: argparse.ArgumentParser, argv: Sequence[str] | None = None) -> int:

@@ -327,3 +327,10 @@ def test_the_extras_table_names_what_pyproject_puts_in_each_extra():
         declared = {norm(re.match(r"[\w.-]+", req)[0]) for req in extras[extra]} - {"edge-deploy"}  # type: ignore[index]
         declared -= {"numpy"}  # the base install's (project.dependencies), whichever list names it here
         assert {norm(d) for m in modules for d in dists[m]} == declared, extra
+
+
+def test_json_output_prints_a_distance_that_is_not_finite_as_null(capsys):
+    from edge_deploy.common import print_json
+
+    print_json({"faces": [{"name": "unknown", "distance": float("inf")}, {"distance": 0.25}], "x": (float("nan"),)})
+    assert json.loads(capsys.readouterr().out) == {"faces": [{"name": "unknown", "distance": None}, {"distance": 0.25}], "x": [None]}
