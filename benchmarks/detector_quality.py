@@ -315,8 +315,8 @@ def markdown(result: dict) -> str:
             f"at most {result['twins_px']['short']:.2g} px (short) and {result['twins_px']['full']:.2g} px (full "
             "range) apart. Short range is made for faces filling much of",
             "the frame (selfies): shrunk to 128 pixels, t1.jpg's faces are about 10 pixels wide and it misses",
-            "them. MTCNN stays the default detector: BlazeFace is the fast option",
-            "(`open_face_pipeline(..., detector='blazeface-full')`).",
+            "them. The 64-bit ARM profiles run `blazeface-full-tiled` (`runtime.face_detector`); MTCNN is",
+            '`face_detector = "mtcnn"` away.',
             "",
             *tiling_lines(result["tiling"], result["twins_px"]["full tiled"]),
             *(agreement_markdown(result["agreement"]) if result.get("agreement") else []),
