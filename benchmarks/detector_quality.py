@@ -34,7 +34,7 @@ import argparse
 import statistics
 import sys
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 
 import numpy as np
 
@@ -47,7 +47,7 @@ from converters.face.mtcnn import export_mtcnn
 from edge.face.detect_blazeface import BlazeFaceDetector
 from edge.face.detect_mtcnn import MtcnnDetector
 from edge.face.recognize import DEFAULT_MIN_SCORE
-from edge.face.tiles import DEFAULT_TILING, Tiling, tile_grid
+from edge.face.tiles import DEFAULT_TILING, tile_grid
 
 NAME = "detector_quality"
 SUMMARY = "Face detectors on the evaluation photos: found, missed, false, ms per photo"
@@ -143,24 +143,41 @@ def measure(rounds: int) -> dict:
 
 #: net_face values the tiling is also counted at (not timed): how much the default's result hangs on it.
 SENSITIVITY_NET_FACES = (16, 20, 24, 28, 32)
+#: The second look's settings it is also counted at (not timed), everything else as ``DEFAULT_TILING``.
+SENSITIVITY_LOOKS = {
+    "no second look": {"look_score": 1.0},
+    "looks from 0.4": {"look_score": 0.4},
+    "looks from 0.5": {"look_score": 0.5},
+    "looks at 1.5× the box": {"look_zoom": 1.5},
+    "looks at 3× the box": {"look_zoom": 3.0},
+}
+
+
+def _count(detector: BlazeFaceDetector, images: list) -> dict:
+    """Annotated faces found and false detections of ``detector`` on ``images``."""
+    found = false = 0
+    for image in images:
+        boxes = [d.box for d in detector.detect(image.rgb)]
+        matched = match_boxes([f.box for f in image.faces], boxes)
+        found, false = found + len(matched), false + len(boxes) - len(matched)
+    return {"found": found, "false": false}
 
 
 def tiling_sensitivity(images: list) -> dict:
     """Faces found and false detections of the tiled full-range detector (onnxruntime) at other ``net_face``
-    values (the overlap, hence the tile side, follows it), everything else as ``DEFAULT_TILING``."""
+    values (the overlap, hence the tile side, follows it) and other second-look settings
+    (``SENSITIVITY_LOOKS``), everything else as ``DEFAULT_TILING``."""
     export = export_blazeface_onnx(CACHE / "blazeface", FULL_RANGE)
-    rows = {}
+    rows, looks = {}, {}
     with BlazeFaceDetector(export.onnx, threads=1) as detector:
         for net_face in SENSITIVITY_NET_FACES:
-            detector.tiling = Tiling(DEFAULT_TILING.per_side, DEFAULT_TILING.min_side, float(net_face))
-            found = false = 0
-            for image in images:
-                boxes = [d.box for d in detector.detect(image.rgb)]
-                matched = match_boxes([f.box for f in image.faces], boxes)
-                found, false = found + len(matched), false + len(boxes) - len(matched)
+            detector.tiling = replace(DEFAULT_TILING, net_face=float(net_face))
             side = tile_grid(1280, 886, detector.spec.size, detector.tiling)[0].x1
-            rows[net_face] = {"found": found, "false": false, "t1_tile_side": side}
-    return {"default": asdict(DEFAULT_TILING), "net_face": rows}
+            rows[net_face] = {**_count(detector, images), "t1_tile_side": side}
+        for label, change in SENSITIVITY_LOOKS.items():
+            detector.tiling = replace(DEFAULT_TILING, **change)
+            looks[label] = _count(detector, images)
+    return {"default": asdict(DEFAULT_TILING), "net_face": rows, "looks": looks}
 
 
 class _MemoReference:
@@ -248,6 +265,12 @@ def tiling_lines(tiling: dict, twins_px: float) -> list[str]:
         f"LiteRT and onnxruntime twins' boxes were at most {twins_px:.2g} px apart. Counted (not timed) at",
         f"other net_face values, onnxruntime: {counts}. A face scoring near MediaPipe's 0.6 cut in its tiles",
         "is found or not as the tile edges move a few pixels (checked by hand for the face net_face 20 misses).",
+        f"Then a second look: a candidate of those passes scoring from {d['look_score']:g} to the cut, overlapping",
+        f"no detection, gets one more pass on a square {d['look_zoom']:g}× its box around it, and is kept when",
+        f"that pass finds it at the cut (at most {d['max_looks']} a frame). Counted (not timed) with other",
+        "settings, onnxruntime: "
+        + ", ".join(f"{k} → {r['found']} found, {r['false']} false" for k, r in tiling.get("looks", {}).items())
+        + ".",
     ]
 
 
@@ -292,8 +315,8 @@ def markdown(result: dict) -> str:
             f"at most {result['twins_px']['short']:.2g} px (short) and {result['twins_px']['full']:.2g} px (full "
             "range) apart. Short range is made for faces filling much of",
             "the frame (selfies): shrunk to 128 pixels, t1.jpg's faces are about 10 pixels wide and it misses",
-            "them. MTCNN stays the default detector: BlazeFace is the fast option",
-            "(`open_face_pipeline(..., detector='blazeface-full')`).",
+            "them. The 64-bit ARM profiles run `blazeface-full-tiled` (`runtime.face_detector`); MTCNN is",
+            '`face_detector = "mtcnn"` away.',
             "",
             *tiling_lines(result["tiling"], result["twins_px"]["full tiled"]),
             *(agreement_markdown(result["agreement"]) if result.get("agreement") else []),

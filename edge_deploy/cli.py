@@ -275,11 +275,11 @@ def _add_convert_face(csub: argparse._SubParsersAction) -> None:
     f = command_parser(
         csub,
         "face",
-        summary="dlib ResNet-29 embedder + MTCNN detector + dlib 5-point landmarks",
+        summary="dlib ResNet-29 embedder + the profile's detector (MTCNN or BlazeFace) + dlib 5-point landmarks",
         description="Export dlib's ResNet-29 face embedder, its 5-point landmarks and MTCNN to ONNX, prove them "
-        "equal to their sources, quantize to the target's precision behind the accuracy gate, and write "
-        "models.json and report.md. --embedder or --detector puts your own model in the same pipeline "
-        "(docs/byom.md).",
+        "equal to their sources, quantize to the target's precision behind the accuracy gate, add the "
+        "profile's detector (runtime.face_detector: BlazeFace on the Pis), and write models.json and report.md. "
+        "--embedder or --detector puts your own model in the same pipeline (docs/byom.md).",
         examples="""
         # the profile's precision (int8 for rpi4)
         edge-deploy convert face --target rpi4 -o out/face

@@ -123,6 +123,14 @@ class ReferencePipeline:
             )
         return faces
 
+    def boxes(self, rgb: np.ndarray) -> list[tuple[float, float, float, float]]:
+        """face_recognition's face boxes (``face_locations``: HOG, ``upsample``), as ``ReferenceFace.box``."""
+        img = np.ascontiguousarray(rgb)
+        return [
+            (float(r.left()), float(r.top()), float(r.right() + 1), float(r.bottom() + 1))
+            for r in self._detector(img, self.upsample)
+        ]
+
     def descriptor_of_chip(self, chip: np.ndarray) -> np.ndarray:
         """dlib's descriptor of an already aligned 150x150 RGB chip (float64 [128])."""
         if chip.shape != (150, 150, 3) or chip.dtype != np.uint8:

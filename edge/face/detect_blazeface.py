@@ -25,7 +25,10 @@ The steps follow MediaPipe's graph (``mediapipe/modules/face_detection/face_dete
 
 With ``tiling`` (``edge.face.tiles``, not MediaPipe's), steps 1-3 also run on overlapping square tiles of a
 large frame, each tile's detections mapped to frame pixels; those crossing a tile edge inside the frame are
-dropped, and step 4 merges all passes together.
+dropped, and step 4 merges all passes together. Then the second look: the passes' candidates down to
+``Tiling.look_score``, merged by step 4, that score under the cut and overlap no detection each get steps 1-4
+once more on a window around them (``edge.face.tiles.look_window``); what that finds at the cut and overlapping
+the candidate joins the detections (step 4 once more over them all).
 
 BlazeFace's six keypoints are both eyes, the nose tip, the mouth centre and both ear tragions. The pipeline's
 ``Detection`` carries five points in ``LANDMARK_NAMES`` order: eyes and nose are BlazeFace's; BlazeFace has
@@ -46,7 +49,7 @@ from edge.face.align import template_points
 from edge.face.detect_mtcnn import area_resize, area_resize_window, check_image, integral_image
 from edge.face.models import open_net
 from edge.face.shape5 import BLAZEFACE_FULL_TO_HOG_BOX, BLAZEFACE_SHORT_TO_HOG_BOX
-from edge.face.tiles import Tiling, inside_tile, tile_grid
+from edge.face.tiles import Tiling, inside_tile, look_window, tile_grid
 from edge.face.types import Detection
 from edge.runtime import LoadOptions, Model, Optimization
 
@@ -386,37 +389,89 @@ class BlazeFaceDetector:
         if self._model is None:
             raise InferenceError("BlazeFaceDetector is closed; create a new one to detect faces")
         height, width = image.shape[:2]
-        tiles = tile_grid(width, height, self.spec.size, self.tiling) if self.tiling is not None else []
-        frame = (0, height, 0, width)
-        if not tiles:  # the frame alone, resized without an integral image: cheaper, the same input
-            parts = [self.decode_window(*letterbox(image, self.spec.size), frame)]
-        else:  # one integral image for the frame and every tile
-            integral = integral_image(image)
-            parts = [self._candidates(integral, frame)]
-            for tile in tiles:
-                boxes, keypoints, scores = self._candidates(integral, (tile.y0, tile.y1, tile.x0, tile.x1))
-                whole = inside_tile(boxes, tile, width, height)  # a face the tile cuts is whole elsewhere
-                parts.append((boxes[whole], keypoints[whole], scores[whole]))
-        boxes, keypoints, scores = (np.concatenate(p) for p in zip(*parts, strict=True))
-        boxes, keypoints, scores = weighted_nms(boxes, keypoints, scores, self.nms_iou)
+        tiling = self.tiling
+        floor = min(self.min_score, tiling.look_score) if tiling is not None else self.min_score
+        integral, (boxes, keypoints, scores) = self._first_passes(image, floor)
+        cut = scores >= self.min_score
+        found = weighted_nms(boxes[cut], keypoints[cut], scores[cut], self.nms_iou)
+        if tiling is not None and floor < self.min_score:
+            weak = self._weak(weighted_nms(boxes, keypoints, scores, self.nms_iou), found[0], tiling.max_looks)
+            if len(weak):
+                integral = integral_image(image) if integral is None else integral
+                windows = [look_window(box, tiling.look_zoom, width, height) for box in weak]
+                found = self._second_looks(integral, weak, windows, found)
+        boxes, keypoints, scores = found
         points = five_points(keypoints)
         return [
             Detection(box=(float(b[0]), float(b[1]), float(b[2]), float(b[3])), score=float(s), landmarks=p)
             for b, s, p in zip(boxes, scores, points, strict=True)
         ]
 
-    def _candidates(self, integral: np.ndarray, window: tuple[int, int, int, int]) -> tuple:
-        """One network pass over rows ``r0:r1``, columns ``c0:c1`` of the image: its decoded anchors scoring at
-        least ``min_score`` (before NMS), boxes [n, 4] and keypoints [n, 6, 2] in image pixels, scores [n]."""
-        tensor, place = letterbox_window(integral, window, self.spec.size)
-        return self.decode_window(tensor, place, window)
+    def _first_passes(self, image: np.ndarray, floor: float) -> tuple:
+        """The whole frame's pass and, with a tiling, its tiles' (dropping detections crossing an inner tile
+        edge: a face the tile cuts is whole elsewhere), candidates down to ``floor`` concatenated before NMS.
 
-    def decode_window(self, tensor: np.ndarray, place: Letterbox, window: tuple[int, int, int, int]) -> tuple:
+        Returns:
+            (the frame's integral image, or None when the frame alone ran; (boxes, keypoints, scores)).
+        """
+        height, width = image.shape[:2]
+        tiles = tile_grid(width, height, self.spec.size, self.tiling) if self.tiling is not None else []
+        frame = (0, height, 0, width)
+        if not tiles:  # the frame alone, resized without an integral image: cheaper, the same input
+            return None, self.decode_window(*letterbox(image, self.spec.size), frame, floor)
+        integral = integral_image(image)  # one for the frame and every tile
+        parts = [self._candidates(integral, frame, floor)]
+        for tile in tiles:
+            boxes, keypoints, scores = self._candidates(integral, (tile.y0, tile.y1, tile.x0, tile.x1), floor)
+            whole = inside_tile(boxes, tile, width, height)
+            parts.append((boxes[whole], keypoints[whole], scores[whole]))
+        return integral, tuple(np.concatenate(p) for p in zip(*parts, strict=True))
+
+    def _weak(self, merged: tuple, found: np.ndarray, max_looks: int) -> np.ndarray:
+        """The boxes of ``merged`` (every pass's candidates, NMS-merged, best first) that score under the cut and
+        overlap none of ``found``: at most ``max_looks``, best first."""
+        boxes, _, scores = merged
+        weak = [
+            box
+            for box, score in zip(boxes, scores, strict=True)
+            if score < self.min_score and (len(found) == 0 or _iou_one(box, found).max() <= self.nms_iou)
+        ]
+        return np.asarray(weak[:max_looks], np.float32).reshape(-1, 4)
+
+    def _second_looks(self, integral: np.ndarray, weak: np.ndarray, windows: list, found: tuple) -> tuple:
+        """``found`` with what one pass on each weak candidate's window (``look_window``; None: none) finds at the
+        cut overlapping it, merged by NMS."""
+        parts = [found]
+        for box, window in zip(weak, windows, strict=True):
+            if window is None:
+                continue
+            boxes, keypoints, scores = self._candidates(integral, window)
+            boxes, keypoints, scores = weighted_nms(boxes, keypoints, scores, self.nms_iou)
+            near = _iou_one(box, boxes) > self.nms_iou if len(boxes) else np.zeros(0, bool)
+            parts.append((boxes[near], keypoints[near], scores[near]))
+        if len(parts) == 1:
+            return found
+        boxes, keypoints, scores = (np.concatenate(p) for p in zip(*parts, strict=True))
+        return weighted_nms(boxes, keypoints, scores, self.nms_iou)
+
+    def _candidates(
+        self, integral: np.ndarray, window: tuple[int, int, int, int], min_score: float | None = None
+    ) -> tuple:
+        """One network pass over rows ``r0:r1``, columns ``c0:c1`` of the image: its decoded anchors scoring at
+        least ``min_score`` (None: the detector's) before NMS, boxes [n, 4] and keypoints [n, 6, 2] in image
+        pixels, scores [n]."""
+        tensor, place = letterbox_window(integral, window, self.spec.size)
+        return self.decode_window(tensor, place, window, min_score)
+
+    def decode_window(
+        self, tensor: np.ndarray, place: Letterbox, window: tuple[int, int, int, int], min_score: float | None = None
+    ) -> tuple:
         """``_candidates`` from the letterboxed input ``tensor`` of rows ``r0:r1``, columns ``c0:c1`` (placed in the
-        square as ``place`` says): one network pass, its anchors scoring at least ``min_score`` decoded to image
-        pixels (before NMS)."""
+        square as ``place`` says): one network pass, its anchors scoring at least ``min_score`` (None: the
+        detector's) decoded to image pixels (before NMS)."""
         raw_boxes, logits = self.run_raw(tensor)
-        keep = np.flatnonzero(sigmoid_scores(logits) >= self.min_score)  # decode only these (row-wise: the same)
+        cut = self.min_score if min_score is None else min_score
+        keep = np.flatnonzero(sigmoid_scores(logits) >= cut)  # decode only these (row-wise: the same)
         boxes, keypoints, scores = decode(raw_boxes[keep], logits[keep], self.anchors[keep], self.spec.size)
         size, inv = np.float32(self.spec.size), np.float32(1.0 / place.scale)
         shift = np.array([place.pad_x, place.pad_y], np.float32)

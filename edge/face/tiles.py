@@ -16,6 +16,13 @@ Running the same network on a few overlapping crops as well brings them back (al
   whole in a neighbour, or big enough for the whole-frame pass;
 * ``S`` = (long side + (per_side - 1) x O) / per_side, the smallest that gives that overlap.
 
+A second look (``Tiling.look_score``, every frame, tiled or not): a candidate of those passes scoring below the
+detector's cut but at least ``look_score``, and overlapping no detection, gets one more pass on a square window
+``look_zoom`` times its side centred on it (``look_window``); it is kept when that closer pass finds it at the
+detector's own cut. It brings back faces the shrunk frame or tile shows at a size or blur the network scores
+just under its cut (on the demo's views, faces of insightface's photo turned by an augmentation, and a small
+Tom Hanks), at one network pass per weak candidate, ``max_looks`` at most a frame.
+
 Pure geometry, no model: the detector maps each tile's boxes back with ``Tile.x0``/``Tile.y0``.
 """
 
@@ -39,24 +46,37 @@ class Tiling:
             little enough for the whole-frame pass alone).
         net_face: face side, in pixels at the network's input, below which the whole-frame pass may miss a
             face; sets the overlap.
+        look_score: candidates scoring at least this (and below the detector's cut) get a second look; 1.0:
+            none.
+        look_zoom: a second look's window side, in multiples of the candidate box's longer side.
+        max_looks: second looks a frame at most, best candidates first.
     """
 
     per_side: int = 2
     min_side: int = 576
     net_face: float = 24.0
+    look_score: float = 0.3
+    look_zoom: float = 2.0
+    max_looks: int = 4
 
     def __post_init__(self) -> None:
-        for name, low in (("per_side", 2), ("min_side", 1)):
+        for name, low in (("per_side", 2), ("min_side", 1), ("max_looks", 0)):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < low:
                 raise InputError(f"Tiling {name} = {value!r}; expected an integer >= {low}")
         if not (isinstance(self.net_face, int | float) and math.isfinite(self.net_face) and self.net_face > 0):
             raise InputError(f"Tiling net_face = {self.net_face!r}; expected a finite number > 0")
+        for key, bottom, top in (("look_score", 0.0, 1.0), ("look_zoom", 1.0, 16.0)):
+            value = getattr(self, key)
+            if not (isinstance(value, int | float) and not isinstance(value, bool) and bottom < value <= top):
+                raise InputError(f"Tiling {key} = {value!r}; expected a number in ({bottom:g}, {top:g}]")
 
 
 #: The tiling ``open_face_pipeline(..., detector="blazeface-full-tiled")`` runs. net_face 24: the 18 pixels
 #: measured (module docstring) and a third more; on a 1280x886 frame a 2x2 grid of 720-pixel tiles overlapping
-#: by 160. benchmarks/detector_quality.py shows what it finds, and how that moves with net_face.
+#: by 160. Second looks from 0.3 at twice the box: chosen on the demo's views (seed 1, where the tiles alone
+#: missed 3 of 47 faces), then counted on the evaluation set; benchmarks/detector_quality.py and
+#: demo_detectors.py show what it finds.
 DEFAULT_TILING = Tiling()
 
 
@@ -104,6 +124,17 @@ def tile_grid(width: int, height: int, input_side: int, tiling: Tiling) -> list[
         for y0 in _starts(height, sy, counts["y"])
         for x0 in _starts(width, sx, counts["x"])
     ]
+
+
+def look_window(box: np.ndarray, zoom: float, width: int, height: int) -> tuple[int, int, int, int] | None:
+    """A second look's window (rows ``r0:r1``, columns ``c0:c1``) for an (x1, y1, x2, y2) candidate box: the
+    square ``zoom`` times its longer side centred on it, clipped to the frame; None when less than 2 pixels
+    of it are inside."""
+    cx, cy = (box[0] + box[2]) / 2.0, (box[1] + box[3]) / 2.0
+    half = zoom * max(box[2] - box[0], box[3] - box[1]) / 2.0
+    c0, r0 = max(0, int(cx - half)), max(0, int(cy - half))
+    c1, r1 = min(width, int(math.ceil(cx + half))), min(height, int(math.ceil(cy + half)))
+    return (r0, r1, c0, c1) if c1 - c0 >= 2 and r1 - r0 >= 2 else None
 
 
 def inside_tile(boxes: np.ndarray, tile: Tile, width: int, height: int) -> np.ndarray:

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from converters.face.blazeface import VERSION as BLAZEFACE_WHEEL_VERSION
 from converters.package.bundle import BuildOptions, build_bundle
 from converters.package.stages import STAGES
 from converters.package.wheelhouse import WheelhouseSpec, _check_platform_tags, check_offline
@@ -116,6 +117,7 @@ def test_manifest_records_sources_licences_hashes_and_metrics(bundle) -> None:
     assert licences == {
         "face-recognition-models": ("CC0-1.0", importlib.metadata.version("face-recognition-models")),
         "facenet-pytorch": ("MIT", importlib.metadata.version("facenet-pytorch")),
+        "mediapipe": ("Apache-2.0", BLAZEFACE_WHEEL_VERSION),  # the profile's detector, BlazeFace
     }
     assert face["metrics"]["passed"] is True
     assert face["metrics"]["onnx_vs_source_max_abs_diff"] < 1e-5
@@ -257,23 +259,17 @@ def test_install_sh_system_dry_run_plans_the_user(bundle) -> None:
     assert "would run: chown -R edge-deploy:edge-deploy /var/lib/edge-deploy" in done.stdout.splitlines()
 
 
-def test_the_profile_s_detector_ships_in_the_bundle(tmp_path: Path) -> None:
-    """A profile naming a BlazeFace detector (``runtime.face_detector``) gets a bundle whose face folder holds
-    that model (its source and licence in models.json and the manifest) and names it in models.json
-    ``detector``, on rpi4's ``runtime.face_detector_runtime`` (litert: the .tflite original, models.json
-    ``detector_runtime``); the bundle's pipeline runs it without being told (t1.jpg: all 6 people, at
-    BlazeFace's scores, which MTCNN's all exceed 0.95: test_face_pipeline)."""
+def test_the_profile_s_detector_ships_in_the_bundle(bundle) -> None:
+    """rpi4 names BlazeFace full range, tiled (``runtime.face_detector``): its bundle's face folder holds that
+    model (its source and licence in models.json and the manifest) and names it in models.json ``detector``, on
+    rpi4's ``runtime.face_detector_runtime`` (litert: the .tflite original, models.json ``detector_runtime``);
+    the bundle's pipeline runs it without being told (t1.jpg: all 6 people, at BlazeFace's scores, which
+    MTCNN's all exceed 0.95: test_face_pipeline)."""
     from converters.face.facedata import EVAL_PHOTOS
     from edge.face.models import Detector, open_face_pipeline, read_models_folder
 
-    text = Path(load_profile("rpi4").source).read_text()
-    assert 'face_detector = "mtcnn"' in text
-    copy = tmp_path / "rpi4.toml"
-    copy.write_text(text.replace('face_detector = "mtcnn"', 'face_detector = "blazeface-full-tiled"'))
-    profile = load_profile_file(copy)
-    built = build_bundle(
-        profile, ["face"], tmp_path / "dist", CACHE, options=BuildOptions(precision=Precision.FP32, wheels=False)
-    )
+    assert load_profile("rpi4").runtime.face_detector is Detector.BLAZEFACE_FULL_TILED
+    built = bundle
     assert verify_bundle(built.folder).files == len(built.manifest["files"])
     folder = built.folder / "models" / "face"
     assert read_models_folder(folder).detector is Detector.BLAZEFACE_FULL_TILED

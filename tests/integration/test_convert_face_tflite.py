@@ -184,7 +184,7 @@ def test_build_carries_the_twins_and_the_manifest_lists_them(converted, tmp_path
     assert record["format"] == "npz+onnx+tflite"
     assert record["metrics"]["tflite"]["passed"] is True
     assert record["metrics"]["tflite"]["nets"]["embedder"]["vs_onnx"]["max_abs_diff"] < FP32_TOLERANCE
-    assert len(record["sources"]) == 5  # dlib's two files and MTCNN's three nets, each once
+    assert len(record["sources"]) == 7  # dlib's two files, MTCNN's three nets, BlazeFace's file and its translation
     listed = {f["path"]: f for f in bundle.manifest["files"]}
     for name in ("face_embedder_fp32.tflite", "mtcnn_rnet_fp32.tflite", "mtcnn_onet_fp32.tflite"):
         assert listed[f"models/face/{name}"]["sha256"] == file_sha256(out / name)

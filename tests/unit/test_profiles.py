@@ -224,18 +224,23 @@ def test_lm_head_is_fp32_where_no_fast_8bit_kernel_runs_and_checked(tmp_path):
 
 
 def test_the_face_detector_key(tmp_path):
-    """runtime.face_detector: optional (mtcnn), one of the detectors, and MTCNN in the browser (its page runs MTCNN)."""
+    """runtime.face_detector: optional (mtcnn), one of the detectors, and MTCNN in the browser (its page runs MTCNN).
+    The Pi-class ARM profiles ship BlazeFace full range, tiled; MTCNN is one line of the profile away."""
     from edge.face.models import Detector
 
-    assert {p.runtime.face_detector for p in load_all()} == {Detector.MTCNN}  # nothing shipped runs BlazeFace yet
+    shipped = {p.name: p.runtime.face_detector for p in load_all()}
+    assert {name for name, d in shipped.items() if d is Detector.BLAZEFACE_FULL_TILED} == {
+        "rpi4", "rpi5", "rpi-zero-2w", "aarch64-generic"
+    }  # fmt: skip
+    assert shipped["x86_64-host"] is Detector.MTCNN
     d = _copy(tmp_path)
     for name in ("rpi5", "browser-wasm"):
         _copy(tmp_path, name)
-    _edit(d, "rpi4", 'face_detector = "mtcnn"', "")
+    _edit(d, "rpi4", 'face_detector = "blazeface-full-tiled"', "")
     assert load_profile("rpi4", d).runtime.face_detector is Detector.MTCNN
-    _edit(d, "rpi5", 'face_detector = "mtcnn"', 'face_detector = "blazeface-full-tiled"')
-    assert load_profile("rpi5", d).to_dict()["runtime"]["face_detector"] == "blazeface-full-tiled"
-    _edit(d, "rpi5", 'face_detector = "blazeface-full-tiled"', 'face_detector = "hog"')
+    _edit(d, "rpi5", 'face_detector = "blazeface-full-tiled"', 'face_detector = "mtcnn"')
+    assert load_profile("rpi5", d).to_dict()["runtime"]["face_detector"] == "mtcnn"
+    _edit(d, "rpi5", 'face_detector = "mtcnn"', 'face_detector = "hog"')
     with pytest.raises(ProfileError, match="runtime.face_detector = 'hog'; expected one of mtcnn, blazeface, "):
         load_profile("rpi5", d)
     _edit(d, "browser-wasm", 'face_detector = "mtcnn"', 'face_detector = "blazeface"')

@@ -11,7 +11,7 @@ import pytest
 from edge.errors import InputError
 from edge.face import detect_blazeface
 from edge.face.detect_blazeface import FULL_RANGE, BlazeFaceDetector, ssd_anchors
-from edge.face.tiles import DEFAULT_TILING, Tile, Tiling, inside_tile, tile_grid
+from edge.face.tiles import DEFAULT_TILING, Tile, Tiling, inside_tile, look_window, tile_grid
 from edge.runtime.base import TensorSpec
 
 
@@ -71,12 +71,25 @@ def test_boxes_crossing_a_tile_edge_inside_the_frame_are_dropped_not_those_cross
         ({"min_side": 0}, "Tiling min_side = 0; expected an integer >= 1"),
         ({"net_face": float("nan")}, "Tiling net_face = nan; expected a finite number > 0"),
         ({"net_face": 0}, "Tiling net_face = 0; expected a finite number > 0"),
+        ({"look_score": 0}, "Tiling look_score = 0; expected a number in (0, 1]"),
+        ({"look_score": float("nan")}, "Tiling look_score = nan; expected a number in (0, 1]"),
+        ({"look_zoom": 1.0}, "Tiling look_zoom = 1.0; expected a number in (1, 16]"),
+        ({"look_zoom": True}, "Tiling look_zoom = True; expected a number in (1, 16]"),
+        ({"max_looks": -1}, "Tiling max_looks = -1; expected an integer >= 0"),
     ],
 )
 def test_bad_tilings_are_refused(kwargs, text):
     with pytest.raises(InputError) as err:
         Tiling(**kwargs)
     assert str(err.value) == text
+
+
+def test_a_look_window_is_the_zoomed_square_on_the_box_clipped_to_the_frame():
+    box = np.array([100, 200, 140, 230], np.float32)  # 40 x 30: a square of 2 x 40 on its centre (120, 215)
+    assert look_window(box, 2.0, 640, 480) == (175, 255, 80, 160)
+    assert look_window(np.array([0, 0, 40, 40], np.float32), 2.0, 640, 480) == (0, 60, 0, 60)
+    assert look_window(np.array([630, 470, 670, 510], np.float32), 2.0, 640, 480) == (450, 480, 610, 640)
+    assert look_window(np.array([700, 10, 740, 50], np.float32), 2.0, 640, 480) is None  # off the frame
 
 
 class _SquareNet:
@@ -95,6 +108,7 @@ class _SquareNet:
         )
         self.anchor = ssd_anchors(FULL_RANGE)[0] * 192
         self.runs = 0
+        self.sure_from = 0  # a square narrower than this at the input scores 0.5, under full range's cut
 
     def run(self, feeds: dict) -> dict:
         self.runs += 1
@@ -105,7 +119,7 @@ class _SquareNet:
             centre = np.array([(x1 + x2) / 2, (y1 + y2) / 2], np.float32) - self.anchor
             boxes[0, 0, :4] = [*centre, x2 - x1, y2 - y1]
             boxes[0, 0, 4:] = np.tile(centre, 6)
-            logits[0, 0, 0] = 10.0
+            logits[0, 0, 0] = 10.0 if x2 - x1 >= self.sure_from else 0.0
         return {"regressors": boxes, "classificators": logits}
 
     def close(self) -> None:
@@ -114,10 +128,12 @@ class _SquareNet:
 
 @pytest.fixture
 def square_detector(tmp_path, monkeypatch):
-    def detector(tiling: Tiling | None) -> BlazeFaceDetector:
+    def detector(tiling: Tiling | None, sure_from: int = 0) -> BlazeFaceDetector:
         path = tmp_path / "fake.onnx"
         path.write_bytes(b"fake")
-        monkeypatch.setattr(detect_blazeface, "open_net", lambda p, *a: _SquareNet(p))
+        net = _SquareNet(path)
+        net.sure_from = sure_from
+        monkeypatch.setattr(detect_blazeface, "open_net", lambda p, *a: net)
         return BlazeFaceDetector(path, tiling=tiling)
 
     return detector
@@ -146,3 +162,27 @@ def test_a_tiling_of_another_type_is_refused(square_detector):
     with pytest.raises(InputError) as err:
         square_detector((2, 576))
     assert str(err.value) == "BlazeFaceDetector tiling = (2, 576); expected an edge.face.tiles.Tiling or None"
+
+
+def test_a_weak_candidate_gets_a_second_look_at_twice_its_size(square_detector):
+    """A 40-pixel square in a 512-pixel frame is 15 pixels wide at the input and scores 0.5 there (the stand-in
+    is sure from 24): under the cut, so MediaPipe's pass alone drops it; the second look's window (80 pixels on
+    it) shows it 96 pixels wide, sure, and it is kept, boxed from that closer pass."""
+    frame = np.zeros((512, 512, 3), np.uint8)
+    frame[100:140, 300:340] = 255
+    no_look = square_detector(Tiling(look_score=1.0), sure_from=24)
+    assert no_look.detect(frame) == [] and no_look._model.runs == 1
+    looked = square_detector(DEFAULT_TILING, sure_from=24)
+    [face] = looked.detect(frame)
+    assert looked._model.runs == 2
+    assert np.abs(np.array(face.box) - [300, 100, 340, 140]).max() <= 80 / 192 + 0.5
+    assert face.score == pytest.approx(1 / (1 + np.exp(-10.0)))
+    capped = square_detector(Tiling(max_looks=0), sure_from=24)
+    assert capped.detect(frame) == [] and capped._model.runs == 1
+
+
+def test_a_weak_candidate_on_a_found_face_gets_no_look(square_detector):
+    frame = np.zeros((512, 512, 3), np.uint8)
+    frame[100:220, 300:420] = 255  # 45 pixels at the input: sure at once
+    tiled = square_detector(DEFAULT_TILING, sure_from=24)
+    assert len(tiled.detect(frame)) == 1 and tiled._model.runs == 1
