@@ -41,6 +41,12 @@ _GROUP_RE = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
 LOG_EVERY_S = 60.0
 
 
+class BrokerUnreachable(TelemetryError):
+    """The monitor never reached its broker during a watch (exit code 8, as every telemetry error)."""
+
+    exit_code = 8
+
+
 @dataclass(frozen=True)
 class MonitorConfig:
     """Where the monitor listens and stores.
@@ -127,6 +133,8 @@ class Monitor(LinkHooks):
         self._rejections_logged = -LOG_EVERY_S
         self._rng = random.Random()
         self._subscribed = threading.Event()
+        #: Whether the monitor was subscribed at any time since it started.
+        self.ever_subscribed = False
         self._link = Link(
             config.broker,
             config.client_id,
@@ -223,6 +231,7 @@ class Monitor(LinkHooks):
                 f"broker {self.config.broker.address} refused the subscription {self.config.topic} {reason_codes}"
             )
         else:
+            self.ever_subscribed = True
             self._subscribed.set()
 
     def _on_message(self, client, userdata, message) -> None:
