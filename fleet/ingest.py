@@ -245,6 +245,8 @@ class Monitor(LinkHooks):
 
     def tick(self, client: object) -> bool:  # noqa: D102
         pending = self._pending
+        if self._arrived:
+            self._read_burst(client)
         arrived, self._arrived = self._arrived, 0
         if not pending.items or time.monotonic() < self._retry_at:
             return True
@@ -257,6 +259,19 @@ class Monitor(LinkHooks):
         ):
             self._flush(client)
         return True
+
+    def _read_burst(self, client) -> None:
+        """Read the packets the socket already holds, up to a full batch.
+
+        paho's loop step reads one packet (after a ``select``, then the link's tick): a loop step per message
+        cost more CPU than decoding it, and made every short gap in the stream look like a drained socket.
+        """
+        from paho.mqtt.client import MQTT_ERR_SUCCESS as ok
+
+        while len(self._pending.items) < self.config.batch_max:
+            before = self._arrived
+            if client.loop_read() != ok or self._arrived == before:
+                return
 
     def on_stopping(self, client: object) -> None:  # noqa: D102
         # Take what is already in flight (paho reads about a packet a step), so the commit below includes it.

@@ -330,7 +330,7 @@ def from_json(data: str | bytes, source: str = "message") -> Message:
     """Parse and validate one message.
 
     msgspec decodes and checks it against typed structs made from the message classes and the bounds above
-    (``_wire_decoder``); a message it refuses goes through ``_explain``, which names the field at fault.
+    (``_wire_decoder``); a message it refuses goes through ``explain_refusal``, which names the field at fault.
     msgspec is imported on the first call: a device that only sends never needs it.
 
     Args:
@@ -362,7 +362,7 @@ def from_json(data: str | bytes, source: str = "message") -> Message:
             refusal = "a field its schema version does not carry, or a result's data out of bounds"
     else:
         refusal = f"{len(_utf8(data))} bytes; expected at most {MAX_MESSAGE_BYTES}"
-    _explain(data, source)  # raises the named error; the refusal stands even where it would not
+    explain_refusal(data, source)  # raises the named error; the refusal stands even where it would not
     raise TelemetryError(f"{source}: {refusal}")
 
 
@@ -370,8 +370,9 @@ def _utf8(data: str | bytes) -> bytes:
     return data if isinstance(data, bytes) else data.encode("utf-8", "surrogatepass")
 
 
-def _explain(data: str | bytes, source: str) -> Message:
-    """The reader's rules, checked one by one in plain Python: names the field at fault when msgspec refused.
+def explain_refusal(data: str | bytes, source: str) -> Message:
+    """The reader's rules, checked one by one in plain Python: names the field at fault when msgspec refused
+    (``from_json``); returns the message if they all hold. Several times slower than ``from_json``.
 
     Raises:
         TelemetryError: naming ``source`` and the field, for the first rule the message breaks.
