@@ -221,14 +221,13 @@ def _cmd_monitor(args: argparse.Namespace) -> int:
         client_id=args.client_id or "edge-deploy-monitor",
         shared_group=args.shared,
     )
-    live = sys.stdout.isatty() and not args.json
 
     def show(text: str) -> None:
-        if args.json:
-            return
-        print(("\033[2J\033[H" if live else "") + text, flush=True)
+        if not args.json:  # stdout is then the JSON summary alone
+            print(text, flush=True)
 
-    summary = run_monitor(config, args.duration, out, print_fn=show, web=web, table=not args.json)
+    tty = sys.stdout.isatty()
+    summary = run_monitor(config, args.duration, out, print_fn=show, web=web, table=not args.json, tty=tty)
     data = {
         "devices": summary.devices,
         "reports": summary.reports,

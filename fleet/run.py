@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from fleet.ingest import Monitor, MonitorConfig
+from fleet.ingest import BrokerUnreachable, Monitor, MonitorConfig
 from fleet.records import DeviceRow
 from fleet.store import FleetStore, StoreUnavailable
 
@@ -79,6 +79,55 @@ def _num(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f}"
 
 
+class TableView:
+    """Shows the fleet table at each refresh: redrawn in place on a terminal, a summary line when piped.
+
+    On a terminal the previous drawing is overwritten (cursor up over its lines, clear to the end of the
+    screen), so the scrollback keeps one table. Piped (a log, a file), the table would be reprinted every
+    refresh: each refresh writes one line of counts instead, and ``final`` the whole table once.
+
+    Args:
+        write: takes text without its final newline (e.g. ``print``).
+        tty: whether the output is a terminal.
+    """
+
+    def __init__(self, write: Callable[[str], None], tty: bool) -> None:
+        self.write, self.tty = write, tty
+        self._height = 0
+
+    def show(self, text: str, summary: str) -> None:
+        """Draw ``text`` (the table) over the last drawing on a terminal; else write ``summary``."""
+        if not self.tty:
+            self.write(summary)
+            return
+        up = f"\033[{self._height}F\033[J" if self._height else ""
+        self.write(up + text)
+        self._height = text.count("\n") + 1
+
+    def message(self, text: str) -> None:
+        """A line that stays (a notice, an error): written below the drawing, which starts again under it."""
+        self.write(text)
+        self._height = 0
+
+    def final(self, text: str) -> None:
+        """The last table, in full either way."""
+        if self.tty:
+            self.show(text, text)
+        else:
+            self.write(text)
+
+
+def summary_line(store: FleetStore, committed: int, now: float | None = None) -> str:
+    """One line of counts for a piped watch: time, devices (online), messages committed by this monitor,
+    duplicates and rejected among them."""
+    counts = store.state_counts()
+    stamp = time.strftime("%H:%M:%S", time.localtime(time.time() if now is None else now))
+    return (
+        f"{stamp} {counts['devices']} device(s), {counts['online']} online; {committed} message(s) committed, "
+        f"{store.duplicates} duplicate(s), {store.rejected} rejected"
+    )
+
+
 @contextmanager
 def _stop_signals() -> Iterator[None]:
     """SIGINT (Ctrl-C) and SIGTERM (``kill``, a service manager) both end the watch as Ctrl-C does.
@@ -124,6 +173,7 @@ def run_monitor(
     refresh_s: float = 2.0,
     web: DashboardConfig | None = None,
     table: bool = True,
+    tty: bool = False,
 ) -> MonitorSummary:
     """Watch the fleet, print the table every ``refresh_s``, then export CSV and PNG into ``out_dir``.
 
@@ -131,38 +181,48 @@ def run_monitor(
         config: broker, store and prefix.
         duration: seconds to watch; None watches until Ctrl-C or SIGTERM (either ends the watch normally).
         out_dir: where ``telemetry.csv`` and ``telemetry.png`` go (the newest ``EXPORT_ROWS`` reports).
-        print_fn: called with the whole table text at each refresh (the CLI may clear the screen first).
+        print_fn: called with each text to show (without its final newline).
         refresh_s: seconds between tables.
         web: where and how to serve the fleet dashboard while watching, or None.
-        table: build and print the table at each refresh (it reads the whole fleet from the store).
+        table: show the table at each refresh (it reads the fleet from the store) and at the end.
+        tty: the output is a terminal: the table is redrawn in place (``TableView``); else one line of counts
+            per refresh and the table once at the end.
 
     Returns:
         Counts and the paths written.
 
     Raises:
+        BrokerUnreachable: the broker was never reached during the watch (the export is written first).
         TelemetryError: bad credentials / TLS failure, a store that can't be opened, or files that can't be
             written.
         InputError: the dashboard's port can't be bound.
     """
     out_dir = Path(out_dir)
+    view = TableView(print_fn, tty)
     with Monitor(config) as monitor:
-        with _dashboard(monitor.store, web, print_fn):
+        with _dashboard(monitor.store, web, view.message):
             if not monitor.start(min(config.broker.connect_timeout_s, duration or config.broker.connect_timeout_s)):
-                print_fn(f"waiting for broker {config.broker.address}: {monitor.last_error or 'not reachable yet'}")
+                view.message(f"waiting for broker {config.broker.address}: {monitor.last_error or 'not reachable yet'}")
 
             def step() -> None:
                 try:
                     if table:
-                        print_fn(fleet_table(monitor.store))
+                        view.show(fleet_table(monitor.store), summary_line(monitor.store, monitor.committed))
                 except StoreUnavailable as exc:  # e.g. PostgreSQL restarting: ingest retries, so does the table
-                    print_fn(f"fleet store unavailable, retrying: {exc}")
+                    view.message(f"fleet store unavailable, retrying: {exc}")
                 monitor.check()
 
             _watch(duration, step, refresh_s)
         monitor.stop()  # commit what arrived before the signal: the table and the export must include it
         if table:
-            print_fn(fleet_table(monitor.store))
-        return _export(monitor, out_dir)
+            view.final(fleet_table(monitor.store))
+        summary = _export(monitor, out_dir)
+        if not monitor.ever_subscribed:
+            raise BrokerUnreachable(
+                f"monitor: broker {config.broker.address} was never reached ({monitor.last_error or 'no answer'}); "
+                f"wrote {summary.csv_path} and {summary.png_path} from the store as it was"
+            )
+        return summary
 
 
 def serve_dashboard(store: FleetStore, web: DashboardConfig, duration: float | None, print_fn=print) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import socket
 from pathlib import Path
 
 import cv2
@@ -10,9 +11,11 @@ import numpy as np
 import pytest
 
 from edge.errors import TelemetryError
-from edge.telemetry.plot import plot_telemetry
+from edge.telemetry.plot import plot_telemetry, value_scale
 from edge.telemetry.schema import DeviceState, Result, Status, Telemetry, to_json
+from edge_deploy.cli import main
 from fleet import CSV_COLUMNS, DeviceRow, MonitorStore, format_table
+from fleet.run import TableView
 
 
 def tele(device: str, seq: int, p50: float, ts: float, temp: float | None = 50.0) -> bytes:
@@ -187,3 +190,50 @@ def test_messages_the_database_refuses_are_isolated_rejected_and_counted(store: 
     assert store.last_rejection == why
     assert store.handle("edge-deploy/pi-bad/telemetry", tele("pi-bad", 3, 1.0, 100.0)) == "rejected"
     assert (store.rejected, store.last_rejection) == (3, why)
+
+
+# --- issue 43: the terminal (a table redrawn in place, exit 8 without a broker, readable plots) -----------
+
+
+def test_one_outlier_puts_the_panel_on_a_log_scale_and_no_rows_say_no_data() -> None:
+    log, lo, hi, ticks = value_scale([10.0, 12.0, 11.0, 5000.0])
+    assert (log, lo, hi) == (True, 10.0, 5000.0)
+    assert ticks[0] == 10.0 and 1000.0 in ticks
+    assert value_scale([10.0, 12.0, 150.0])[0] is False  # within LOG_RATIO: linear
+    assert value_scale([-1.0, 5000.0])[0] is False  # a log scale can't show values <= 0
+    assert value_scale([]) == (False, 0.0, 1.0, [])  # no value ticks; the panel says "no data"
+
+
+def test_an_empty_plot_has_no_time_ticks(tmp_path: Path) -> None:
+    """The empty export had "0s 0s 0s 1s" under each panel; now only the words "no data" are drawn in it."""
+    empty = cv2.imread(str(plot_telemetry([], tmp_path / "empty.png")), cv2.IMREAD_GRAYSCALE)
+    below_first_panel = empty[250 + 2 : 250 + 20, 60:]  # where the time ticks of the first panel went
+    assert (below_first_panel < 128).sum() == 0
+    inside = empty[50 + 90 : 50 + 110, 400:600]
+    assert (inside < 128).sum() > 50  # "no data"
+
+
+def test_the_table_is_redrawn_in_place_on_a_terminal_and_one_line_a_refresh_when_piped() -> None:
+    out: list[str] = []
+    tty = TableView(out.append, tty=True)
+    tty.show("A\nB\nC", "summary")
+    tty.show("A\nB", "summary")
+    tty.message("note")
+    tty.show("X", "summary")
+    assert out == ["A\nB\nC", "\033[3F\033[JA\nB", "note", "X"]  # up over the last drawing, clear, draw
+    out.clear()
+    piped = TableView(out.append, tty=False)
+    piped.show("A\nB\nC", "12:00:00 3 device(s)")
+    piped.show("A\nB\nC", "12:00:02 3 device(s)")
+    piped.final("A\nB\nC")
+    assert out == ["12:00:00 3 device(s)", "12:00:02 3 device(s)", "A\nB\nC"]
+
+
+def test_monitor_without_a_reachable_broker_exits_8(tmp_path: Path, capsys) -> None:
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    code = main(["monitor", "--broker", f"127.0.0.1:{port}", "--duration", "3", "-o", str(tmp_path)])
+    assert code == 8
+    assert f"Error: monitor: broker 127.0.0.1:{port} was never reached" in capsys.readouterr().err
+    assert (tmp_path / "telemetry.csv").is_file()

@@ -16,6 +16,7 @@ from edge.telemetry.schema import (
     Result,
     Status,
     Telemetry,
+    check_name,
     from_json,
     parse_topic,
     to_json,
@@ -209,3 +210,20 @@ def test_every_string_field_is_bounded_on_both_sides() -> None:
     assert str(info.value) == (
         "telemetry message to send: field 'model' = 'a\\nb' holds control character U+000A; expected printable text"
     )
+
+
+def test_a_device_id_ending_in_a_newline_is_refused() -> None:
+    """``$`` matched before a final newline, so "pi-1\\n" passed as a device id (one MQTT topic level)."""
+    with pytest.raises(TelemetryError):
+        check_name("device_id", "pi-1\n")
+    with pytest.raises(TelemetryError) as info:
+        from_json(
+            json.dumps(
+                {
+                    **json.loads(to_json(Telemetry(device_id="pi-1", latency_p50_ms=1, latency_p90_ms=1, fps=1.0))),
+                    "device_id": "pi-1\n",
+                }
+            ),
+            source="t",
+        )
+    assert str(info.value).startswith("t: field 'device_id' = 'pi-1\\n'; expected 1-64 characters")
