@@ -19,6 +19,8 @@ T = TypeVar("T")
 
 #: Seconds between two redraws of a bar (the last item always redraws).
 REDRAW_SECONDS = 0.1
+#: A bar appears once its step has run this long: a quick step leaves no bar behind.
+SHOW_AFTER_SECONDS = 1.0
 BAR_WIDTH = 24
 
 
@@ -35,12 +37,15 @@ class Bar:
         stream: a terminal; None draws nothing (the count is still kept).
         label: what the items are.
         total: how many items the step has.
+        show_after: seconds before the bar first appears.
     """
 
-    def __init__(self, stream: TextIO | None, label: str, total: int) -> None:
+    def __init__(self, stream: TextIO | None, label: str, total: int, show_after: float = SHOW_AFTER_SECONDS) -> None:
         self.stream, self.label, self.total = stream, label, max(int(total), 0)
         self.done = 0
         self.start = time.perf_counter()
+        self.show_after = show_after
+        self.shown = False
         self._drawn = float("-inf")
         self._draw(self.start)
 
@@ -68,21 +73,22 @@ class Bar:
 
     def clear(self) -> None:
         """Take the bar off its line (before a step line is printed over it)."""
-        if self.stream is not None:
+        if self.stream is not None and self.shown:
             self.stream.write("\r\x1b[K")
             self.stream.flush()
 
     def close(self) -> None:
-        """Draw the final state and end its line."""
-        if self.stream is not None:
+        """Draw the final state and end its line (a bar never shown stays unshown)."""
+        if self.stream is not None and self.shown:
             self._draw(time.perf_counter())
             self.stream.write("\n")
             self.stream.flush()
-            self.stream = None
+        self.stream = None
 
     def _draw(self, now: float) -> None:
-        if self.stream is None:
+        if self.stream is None or (not self.shown and now - self.start < self.show_after):
             return
+        self.shown = True
         self._drawn = now
         self.stream.write("\r\x1b[K" + self.line(now))
         self.stream.flush()
@@ -94,11 +100,15 @@ class StepProgress:
     Args:
         total: how many steps the job has (0 when unknown).
         stream: where to write; None for silence.
+        show_after: seconds a counted step runs before its bar appears.
     """
 
-    def __init__(self, total: int = 0, stream: TextIO | None = sys.stderr) -> None:
+    def __init__(
+        self, total: int = 0, stream: TextIO | None = sys.stderr, show_after: float = SHOW_AFTER_SECONDS
+    ) -> None:
         self.total = total
         self.stream = stream
+        self.show_after = show_after
         self.step = 0
         self.start = time.perf_counter()
         self.tty = bool(stream is not None and getattr(stream, "isatty", lambda: False)())
@@ -120,7 +130,7 @@ class StepProgress:
         """A bar for ``total`` items of the current step: drawn on a terminal, silent otherwise."""
         if self._bar is not None:
             self._bar.close()
-        self._bar = Bar(self.stream if self.tty else None, label, total)
+        self._bar = Bar(self.stream if self.tty else None, label, total, self.show_after)
         return self._bar
 
     def end_counter(self, bar: Bar) -> None:

@@ -25,7 +25,7 @@ def test_a_terminal_gets_a_bar_redrawn_with_carriage_returns_and_an_eta():
     main, child = os.openpty()
     stream = os.fdopen(child, "w", encoding="utf-8")
     try:
-        progress = StepProgress(total=2, stream=stream)
+        progress = StepProgress(total=2, stream=stream, show_after=0)
         assert progress.tty
         progress("comparing the pipelines")
         for _ in tracked(progress, range(5), "pairs"):
@@ -49,7 +49,7 @@ def test_a_step_line_printed_during_a_bar_clears_it_and_the_bar_comes_back():
     main, child = os.openpty()
     stream = os.fdopen(child, "w", encoding="utf-8")
     try:
-        progress = StepProgress(stream=stream)
+        progress = StepProgress(stream=stream, show_after=0)
         with counting(progress, "windows", 3) as advance:
             advance(1)
             progress("a note in the middle")
@@ -61,6 +61,22 @@ def test_a_step_line_printed_during_a_bar_clears_it_and_the_bar_comes_back():
     note = out.index("a note in the middle")
     assert re.search(r"\r\x1b\[K\[1 +\d+\.\ds\] $", out[:note])
     assert "  windows [########" in out[note:]
+
+
+def test_a_quick_step_leaves_no_bar_on_the_terminal():
+    main, child = os.openpty()
+    stream = os.fdopen(child, "w", encoding="utf-8")
+    try:
+        progress = StepProgress(stream=stream, show_after=60)
+        progress("a quick step")
+        for _ in tracked(progress, range(50), "items"):
+            pass
+        progress("next")
+        out = _read_all(main)
+    finally:
+        stream.close()
+        os.close(main)
+    assert re.fullmatch(r"\[1 +\d+\.\ds\] a quick step\r\n\[2 +\d+\.\ds\] next\r\n", out)
 
 
 def test_a_log_gets_the_numbered_lines_only():
