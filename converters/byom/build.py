@@ -207,7 +207,7 @@ def _evaluate(
     batches = evaluation.batches(build.inputs)
     progress(f"running the source and the candidate on {evaluation.count} samples of {evaluation.path.name}")
     names, ref = frontend.run(batches, threads)
-    _, copy = run_model(fp32, batches, threads, Optimization.ALL)
+    _, copy = run_model(fp32, batches, threads, Optimization.ALL, progress, "batches, fp32 copy")
     fp32_figures = measure_raw(names, ref, copy)
     build.failures = fp32_failures(fp32_figures, job.thresholds.fp32_max_abs)
     if candidate == fp32:
@@ -215,7 +215,7 @@ def _evaluate(
         build.figures["fp32_copy"] = fp32_figures
         return names, ref
     # Unfused, the QDQ graph computes the target's integer arithmetic (up to float rounding) on any host.
-    _, cand = run_model(candidate, batches, threads, Optimization.NONE)
+    _, cand = run_model(candidate, batches, threads, Optimization.NONE, progress, "batches, candidate")
     build.figures = measure(job.task, names, ref, cand)
     build.figures["fp32_copy"] = fp32_figures
     build.failures += failures(job.task, build.figures, job.thresholds)

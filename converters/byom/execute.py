@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from edge.errors import InferenceError
+from edge.progress import ProgressFn, silent, tracked
 from edge.runtime import open_model
 from edge.runtime.base import LoadOptions
 from edge.runtime.ort_session import Optimization
@@ -24,6 +25,8 @@ def run_model(
     batches: Sequence[Mapping[str, np.ndarray]],
     threads: int,
     optimization: Optimization = Optimization.ALL,
+    progress: ProgressFn = silent,
+    label: str = "batches",
 ) -> tuple[list[str], list[np.ndarray]]:
     """Run ``path`` on every batch; (output names, each output's batches concatenated on axis 0).
 
@@ -33,6 +36,7 @@ def run_model(
         threads: intra-op threads.
         optimization: onnxruntime's graph optimisation (the gate runs its candidate unfused); a ``.tflite``
             takes only the default.
+        progress: counts the batches done under ``label`` (a bar on a terminal).
 
     Raises:
         InferenceError: the runtime cannot load or run the model (naming the file and the batch).
@@ -41,7 +45,7 @@ def run_model(
     with open_model(path, threads=threads, options=LoadOptions(optimization, what=f"the model {path.name}")) as model:
         names = [o.name for o in model.outputs]
         parts: list[list[np.ndarray]] = [[] for _ in names]
-        for i, feed in enumerate(batches):
+        for i, feed in enumerate(tracked(progress, batches, label)):
             try:
                 outs = model.run(dict(feed))
             except InferenceError as exc:

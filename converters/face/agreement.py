@@ -17,6 +17,7 @@ import numpy as np
 from converters.face.boxes import Box, iou, match_boxes
 from converters.face.facedata import EvalSet
 from edge.face.types import DLIB_SAME_PERSON_THRESHOLD
+from edge.progress import ProgressFn, silent, tracked
 
 #: The goal of the proof: share of evaluation pairs on which both pipelines decide alike.
 AGREEMENT_GOAL = 0.99
@@ -183,6 +184,7 @@ def compare_pipelines(
     pipeline: _Analyzer,
     reference: _Analyzer | None = None,
     threshold: float = DLIB_SAME_PERSON_THRESHOLD,
+    progress: ProgressFn = silent,
 ) -> AgreementReport:
     """Run our pipeline and face_recognition's on every evaluation image and compare their decisions.
 
@@ -191,6 +193,7 @@ def compare_pipelines(
         pipeline: ours, e.g. ``edge.face.pipeline.FacePipeline`` (``analyze(rgb) -> list[Face]``).
         reference: defaults to ``converters.face.reference.ReferencePipeline()`` (needs dlib).
         threshold: same-person distance threshold for both pipelines.
+        progress: counts the images done (a bar on a terminal).
 
     Returns:
         AgreementReport.
@@ -202,7 +205,7 @@ def compare_pipelines(
     report = AgreementReport(threshold=threshold, images=len(eval_set.images))
     report.extra_detections = {"reference": 0, "ours": 0}
     vectors: dict[tuple[int, int], dict[str, np.ndarray]] = {}
-    for k, image in enumerate(eval_set.images):
+    for k, image in enumerate(tracked(progress, eval_set.images, "images, both pipelines")):
         found: dict[str, list[tuple[Box, np.ndarray]]] = {
             "ours": [(_box(f.detection.box), f.descriptor) for f in pipeline.analyze(image.rgb)],
             "reference": [(_box(f.box), f.descriptor) for f in reference.analyze(image.rgb)],

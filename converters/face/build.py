@@ -28,7 +28,7 @@ from edge.errors import InputError, ValidationError
 from edge.face import models as face_models
 from edge.face.models import FaceModel
 from edge.profiles import ModelFormats, Precision, TargetProfile
-from edge.progress import ProgressFn, silent
+from edge.progress import ProgressFn, silent, tracked
 from edge.runtime import default_threads
 
 if TYPE_CHECKING:
@@ -197,13 +197,13 @@ def _reference_checks(out_dir: Path, profile: TargetProfile, threads: int, progr
     with open_pipeline(folder, threads) as pipeline:
         progress("proving the embedder equal to dlib's compute_face_descriptor on real chips")
         chips = []
-        for image in eval_set.images:
+        for image in tracked(progress, eval_set.images, "images"):
             dets = pipeline.detector.detect(image.rgb)
             if dets:
                 chips.append(pipeline.chips(image.rgb, dets))
         chips_arr = np.concatenate(chips)
         ours = pipeline.embedder.embed(chips_arr).astype(np.float64)
-        dlib_desc = np.stack([reference.descriptor_of_chip(c) for c in chips_arr])
+        dlib_desc = np.stack([reference.descriptor_of_chip(c) for c in tracked(progress, chips_arr, "dlib chips")])
         diff = float(np.max(np.abs(ours - dlib_desc)))
         proof = {
             "ran": True,
@@ -214,7 +214,7 @@ def _reference_checks(out_dir: Path, profile: TargetProfile, threads: int, progr
             "landmarks, dlib-exact chip) of every evaluation image (docs/evaluation.md)",
         }
         progress(f"comparing our pipeline with face_recognition's on {len(eval_set.pairs)} evaluation pairs")
-        report = compare_pipelines(eval_set, pipeline, reference)
+        report = compare_pipelines(eval_set, pipeline, reference, progress=progress)
     summary = report.summary()
     agreement = {
         "ran": True,
@@ -337,7 +337,7 @@ def twin_inputs(fp32_dir: Path, profile: TargetProfile, count: int, progress: Pr
     calibration = collect_calibration(fp32, count, threads=threads, progress=progress)
     progress("running the fp32 pipeline on the evaluation set (the reference of the gate)")
     nets = fp32.model_paths(face_models.FACE_NETS)
-    return calibration, fp32_reference(make_eval_set(0), nets, threads, chip_landmarks(fp32))
+    return calibration, fp32_reference(make_eval_set(0), nets, threads, chip_landmarks(fp32), progress=progress)
 
 
 def add_tflite_twins(

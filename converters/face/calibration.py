@@ -32,7 +32,7 @@ from edge.face.embed import INPUT_NAME as EMBEDDER_INPUT
 from edge.face.models import DETECTOR_NETS, FACE_NETS, FaceModel
 from edge.face.pipeline import FacePipeline
 from edge.face.shape5 import ShapePredictor
-from edge.progress import ProgressFn, silent
+from edge.progress import ProgressFn, silent, tracked
 
 MTCNN_INPUT = "input"
 #: At most this many samples per net go into calibration (seeded sub-sample; more only costs time).
@@ -171,7 +171,7 @@ def collect_calibration(
     with _RecordingDetector({k: paths[k] for k in DETECTOR_NETS}, threads) as detector:
         # Only the pipeline's chip cutting is used.
         pipeline = FacePipeline(detector, _NoEmbedder(), shape_predictor=chip_landmarks(fp32), chip_size=chip_size)
-        for name, rgb in images:
+        for name, rgb in tracked(progress, images, "calibration images"):
             kind = name.split("/")[0]
             sources[kind] = sources.get(kind, 0) + 1
             dets = detector.detect(rgb)

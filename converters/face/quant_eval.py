@@ -34,6 +34,7 @@ from edge.face.models import DETECTOR_NETS, FaceModel
 from edge.face.pipeline import FacePipeline
 from edge.face.shape5 import ShapePredictor
 from edge.face.types import DLIB_SAME_PERSON_THRESHOLD, Detection
+from edge.progress import ProgressFn, silent, tracked
 from edge.runtime.ort_session import Optimization
 
 #: How the gate runs the candidate nets (quant_report "evaluated_as"): their .onnx, unfused.
@@ -86,6 +87,7 @@ def fp32_reference(
     threads: int = 1,
     shape_predictor: ShapePredictor | None = None,
     threshold: float = DLIB_SAME_PERSON_THRESHOLD,
+    progress: ProgressFn = silent,
 ) -> Fp32Reference:
     """Run the fp32 pipeline once over the evaluation set.
 
@@ -95,6 +97,7 @@ def fp32_reference(
         threads: ONNX Runtime intra-op threads.
         shape_predictor: the 5-point landmark model that places chips (``calibration.chip_landmarks``).
         threshold: the same-person distance the decisions are taken at (``edge.face.models.ModelsFolder.threshold``).
+        progress: counts the images done (a bar on a terminal).
 
     Returns:
         Fp32Reference.
@@ -103,7 +106,7 @@ def fp32_reference(
     embedder = FaceEmbedder(nets[FaceModel.EMBEDDER], threads=threads)
     with FacePipeline(detector, embedder, shape_predictor, chip_size=embedder.chip_size) as pipeline:
         all_dets, face_det, chips, keys = [], {}, [], []
-        for k, image in enumerate(eval_set.images):
+        for k, image in enumerate(tracked(progress, eval_set.images, "images, fp32")):
             dets = detector.detect(image.rgb)
             all_dets.append(dets)
             for i, j in sorted(_faces_of(eval_set, k, dets).items()):
@@ -237,9 +240,14 @@ class DetectorStats:
 
 
 def evaluate_detector(
-    ref: Fp32Reference, nets: Mapping[FaceModel, Path], threads: int = 1, optimization: Optimization = Optimization.ALL
+    ref: Fp32Reference,
+    nets: Mapping[FaceModel, Path],
+    threads: int = 1,
+    optimization: Optimization = Optimization.ALL,
+    progress: ProgressFn = silent,
 ) -> tuple[DetectorStats, list]:
-    """Run the cascade made of ``nets`` on the evaluation images and compare with fp32.
+    """Run the cascade made of ``nets`` on the evaluation images and compare with fp32 (``progress`` counts
+    the images).
 
     Returns:
         (DetectorStats, the candidate's detections per image).
@@ -247,7 +255,7 @@ def evaluate_detector(
     stats = DetectorStats([], [], 0, 0)
     found: list[list[Detection]] = []
     with MtcnnDetector({k: nets[k] for k in DETECTOR_NETS}, threads=threads, optimization=optimization) as detector:
-        for k, image in enumerate(ref.eval_set.images):
+        for k, image in enumerate(tracked(progress, ref.eval_set.images, "images, candidate detector")):
             dets = detector.detect(image.rgb)
             found.append(dets)
             stats.fp32_detections += len(ref.detections[k])

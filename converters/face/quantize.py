@@ -275,10 +275,10 @@ def _evaluate(
     if reference is None:
         fp32 = fp32_folder.model_paths(FACE_NETS)
         threshold = fp32_folder.threshold
-        reference = fp32_reference(make_eval_set(0), fp32, threads, chip_landmarks(fp32_folder), threshold)
+        reference = fp32_reference(make_eval_set(0), fp32, threads, chip_landmarks(fp32_folder), threshold, progress)
     unfused = Optimization.NONE
     emb = evaluate_embedder(reference, candidate[FaceModel.EMBEDDER], threads, unfused)
-    det, found = evaluate_detector(reference, candidate, threads, unfused)
+    det, found = evaluate_detector(reference, candidate, threads, unfused, progress)
     return emb, det, evaluate_end_to_end(reference, candidate, found, threads, unfused)
 
 

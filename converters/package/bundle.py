@@ -40,7 +40,7 @@ from edge.bundle import BUNDLE_FORMAT, MANIFEST_FILE, MANIFEST_SCHEMA_VERSION, v
 from edge.digest import file_sha256
 from edge.errors import BundleError, InputError
 from edge.profiles import ModelFormats, Precision, TargetProfile
-from edge.progress import ProgressFn, silent
+from edge.progress import ProgressFn, Rewritten, silent
 from edge.signing import SIGNATURE_FILE, load_private_key, sign_manifest
 
 #: What ``--model`` accepts: a kind, or every kind.
@@ -193,7 +193,9 @@ def _run_stage(
         return _run_stage(stage, profile, Precision.FP32, cache_dir, progress, formats, litert_venv)[0]
 
     work = partial / "work"
-    ctx = StageContext(profile, precision, partial / "files", work, progress, fp32_folder, formats, litert_venv)
+    # Lines name the folder the stage ends in (the .partial one is renamed when it passes).
+    say = Rewritten(progress, lambda line: line.replace(str(partial), str(folder)))
+    ctx = StageContext(profile, precision, partial / "files", work, say, fp32_folder, formats, litert_venv)
     # On failure the .partial folder stays: the reports in it (named by the error) explain why.
     result = stage.run(ctx)
     shutil.rmtree(partial / "work")

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from edge.errors import ValidationError
+from edge.progress import ProgressFn, silent, tracked
 from edge.text.chat import ChatFormat
 from edge.text.decoder import OnnxDecoder
 
@@ -137,6 +138,7 @@ def greedy_agreement(
     required: int,
     prompts: Sequence[str] = DEFAULT_PROMPTS,
     threads: int = 2,
+    progress: ProgressFn = silent,
 ) -> GreedyAgreement:
     """Run ``prompts`` (one user turn each, through ``chat``) greedily on both models and compare.
 
@@ -150,6 +152,7 @@ def greedy_agreement(
             generates this many tokens.
         prompts: the user messages.
         threads: onnxruntime threads.
+        progress: counts the prompts done (a bar on a terminal).
 
     Returns:
         The agreement record (does not raise; see :meth:`GreedyAgreement.check`).
@@ -160,7 +163,7 @@ def greedy_agreement(
     ref_dec, cand_dec = OnnxDecoder(reference, threads), _decoder(candidate, threads)
     stop_set = set(stops)
     results = []
-    for prompt in prompts:
+    for prompt in tracked(progress, prompts, "prompts, both models"):
         ids = tok.encode(chat.render([{"role": "user", "content": prompt}])).ids
         ref = greedy_ids(ref_dec, ids, required, stop_set)
         cand = greedy_ids(cand_dec, ids, required, stop_set)

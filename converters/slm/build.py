@@ -214,7 +214,10 @@ def _quantize(fp32: Path, out: Path, precision: Precision, profile: TargetProfil
     return "gguf_grid", settings, quantize.op_counts(out)
 
 
-def _gate(tok_path: Path, fp32: Path, model: Path, profile: TargetProfile, opts: SlmOptions, same: bool, context: int):
+def _gate(
+    tok_path: Path, fp32: Path, model: Path, profile: TargetProfile, opts: SlmOptions, same: bool, context: int,
+    say: Callable[[str], None],
+):  # fmt: skip
     tokenizers = require("tokenizers", "convert", "tokenizing the perplexity text")
     try:
         text = opts.eval_text.read_text(encoding="utf-8")
@@ -222,8 +225,8 @@ def _gate(tok_path: Path, fp32: Path, model: Path, profile: TargetProfile, opts:
         raise InputError(f"{opts.eval_text}: cannot read the perplexity text ({exc.strerror})") from exc
     ids = tokenizers.Tokenizer.from_file(str(tok_path)).encode(text).ids
     windows = text_windows(ids, min(opts.eval_window, context), opts.eval_tokens)
-    reference = perplexity(fp32, windows, opts.threads)
-    candidate = reference if same else perplexity(model, windows, opts.threads)
+    reference = perplexity(fp32, windows, opts.threads, say, "windows, fp32")
+    candidate = reference if same else perplexity(model, windows, opts.threads, say, "windows, candidate")
     return compare(reference, candidate, profile.thresholds.slm_perplexity_ratio)
 
 
@@ -353,12 +356,11 @@ def convert_slm(
         level0 = f" ({relevelled} MatMulNBits at accuracy level 0: host-independent)" if relevelled else ""
         say("perplexity gate" + level0)
         same = precision is Precision.FP32
-        result = _gate(tokenizer, fp32, gated, profile, opts, same, folder.llama.context_length)
+        result = _gate(tokenizer, fp32, gated, profile, opts, same, folder.llama.context_length, say)
         lap("perplexity")
         greedy, tokens = None, profile.thresholds.slm_greedy_tokens
         if precision is not Precision.FP32 and tokens > 0:
-            say("greedy agreement")
-            greedy = greedy_agreement(fp32, gated, tokenizer, chat, _stop_ids(folder), tokens, threads=opts.threads)
+            greedy = _greedy(fp32, gated, tokenizer, chat, _stop_ids(folder), tokens, opts.threads, say)
             lap("greedy")
         twin = _tflite_twin(folder, out_dir, fp32, precision, opts, profile, chat, say) if opts.tflite else None
         if twin is not None:
@@ -396,6 +398,15 @@ def convert_slm(
     )
 
 
+def _greedy(
+    fp32: Path, gated: Path, tokenizer: Path, chat: ChatFormat, stops: tuple[int, ...], tokens: int, threads: int,
+    say: Callable[[str], None],
+) -> GreedyAgreement:  # fmt: skip
+    """Greedy agreement of the gated candidate with fp32 on the fixed prompts, each prompt counted on ``say``."""
+    say("greedy agreement")
+    return greedy_agreement(fp32, gated, tokenizer, chat, stops, tokens, threads=threads, progress=say)
+
+
 @dataclass(frozen=True)
 class TfliteBuild:
     """The LiteRT twin a build wrote, and its greedy agreement with the fp32 ONNX."""
@@ -424,7 +435,8 @@ def _tflite_twin(
     tokens = max(profile.thresholds.slm_greedy_tokens, 1)
     say(f"greedy agreement of {built.path.name} (LiteRT) with the fp32 ONNX")
     tokenizer = out_dir / TOKENIZER_FILE
-    greedy = greedy_agreement(fp32, built.path, tokenizer, chat, _stop_ids(folder), tokens, threads=opts.threads)
+    stops = _stop_ids(folder)
+    greedy = greedy_agreement(fp32, built.path, tokenizer, chat, stops, tokens, threads=opts.threads, progress=say)
     return TfliteBuild(built.path, quant, built.size_bytes, greedy, twin.default)
 
 

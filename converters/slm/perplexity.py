@@ -16,6 +16,7 @@ import numpy as np
 
 from converters.paths import REPO_ROOT
 from edge.errors import InputError, ValidationError
+from edge.progress import ProgressFn, silent, tracked
 from edge.text.decoder import OnnxDecoder
 
 #: The evaluation text kept in the repository (see data/README.md for where it came from).
@@ -71,11 +72,14 @@ def _log_softmax(logits: np.ndarray) -> np.ndarray:
     return shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
 
 
-def perplexity(model_path: Path, windows: list[list[int]], threads: int = 2) -> PerplexityResult:
-    """Perplexity of the model at ``model_path`` over token windows (see :func:`text_windows`)."""
+def perplexity(
+    model_path: Path, windows: list[list[int]], threads: int = 2, progress: ProgressFn = silent, label: str = "windows"
+) -> PerplexityResult:
+    """Perplexity of the model at ``model_path`` over token windows (see :func:`text_windows`); ``progress``
+    counts the windows done under ``label``."""
     decoder = OnnxDecoder(model_path, threads)
     nll, count = 0.0, 0
-    for ids in windows:
+    for ids in tracked(progress, windows, label):
         n = len(ids)
         logits, _ = decoder.forward(
             np.array([ids]), np.ones((1, n), np.int64), np.arange(n)[None], decoder.empty_cache()

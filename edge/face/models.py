@@ -341,7 +341,7 @@ class ModelsFolder:
         return self.path / self.entries[role].file
 
 
-def read_models_folder(folder: Path) -> ModelsFolder:
+def read_models_folder(folder: str | Path) -> ModelsFolder:
     """``folder/models.json`` read once (never through a link), its schema version and entries checked (each
     listed file against its size and sha256); the optional keys are checked when asked for (``ModelsFolder``).
 
@@ -462,7 +462,7 @@ def default_min_score(detector: Detector) -> float:
 
 
 def open_face_pipeline(
-    folder: Path,
+    folder: str | Path,
     threads: int = 1,
     unfused: bool = False,
     min_score: float | None = None,

@@ -135,7 +135,7 @@ class TextGenerator:
     """
 
     def __init__(
-        self, model_dir: Path, threads: int = 1, max_context: int | None = None, model_file: Path | None = None
+        self, model_dir: str | Path, threads: int = 1, max_context: int | None = None, model_file: Path | None = None
     ) -> None:
         tokenizers = require("tokenizers", "device", "tokenizing text for the language model")
         self.model_dir = Path(model_dir)

@@ -162,6 +162,7 @@ def _counting_stage(calls: list[str], fail: bool = False):
             (ctx.out_dir / "weights.txt").write_text(base + " quantized")
         else:
             (ctx.out_dir / "weights.txt").write_text("fp32 weights")
+        ctx.progress(f"wrote {ctx.out_dir / 'weights.txt'}")
         (ctx.work_dir / "report.md").write_text("why it failed")
         if fail:
             raise ValidationError("gate missed")
@@ -185,6 +186,17 @@ def test_stage_cache_hits_and_fp32_reuse(tmp_path: Path) -> None:
     fp32 = _run_stage(stage, profile, Precision.FP32, tmp_path, lambda _m: None)
     assert (again[3], fp32[3], calls) == (True, True, ["int8", "fp32"])
     assert again[2] == key != fp32[2]
+
+
+def test_the_paths_a_stage_prints_are_the_ones_that_exist_after_it(tmp_path: Path) -> None:
+    from converters.package.bundle import _run_stage
+    from edge.profiles import Precision
+
+    lines: list[str] = []
+    folder = _run_stage(_counting_stage([]), load_profile("rpi4"), Precision.FP32, tmp_path, lines.append)[0]
+    (wrote,) = [line.removeprefix("wrote ") for line in lines if line.startswith("wrote ")]
+    assert wrote == str(folder / "weights.txt")  # not the .partial folder the stage wrote in, renamed since
+    assert Path(wrote).is_file()
 
 
 def test_failed_stage_keeps_its_reports_and_is_not_cached(tmp_path: Path) -> None:
