@@ -224,10 +224,10 @@ def test_lm_head_is_fp32_where_no_fast_8bit_kernel_runs_and_checked(tmp_path):
 
 
 def test_the_face_detector_key(tmp_path):
-    """runtime.face_detector: optional (mtcnn), one of the detectors, and MTCNN in the browser (its page runs MTCNN)."""
+    """runtime.face_detector: optional (mtcnn), one of the detectors; the browser page runs any of them."""
     from edge.face.models import Detector
 
-    assert {p.runtime.face_detector for p in load_all()} == {Detector.MTCNN}  # nothing shipped runs BlazeFace yet
+    assert load_profile("browser-wasm").runtime.face_detector is Detector.BLAZEFACE_FULL_TILED
     d = _copy(tmp_path)
     for name in ("rpi5", "browser-wasm"):
         _copy(tmp_path, name)
@@ -238,9 +238,8 @@ def test_the_face_detector_key(tmp_path):
     _edit(d, "rpi5", 'face_detector = "blazeface-full-tiled"', 'face_detector = "hog"')
     with pytest.raises(ProfileError, match="runtime.face_detector = 'hog'; expected one of mtcnn, blazeface, "):
         load_profile("rpi5", d)
-    _edit(d, "browser-wasm", 'face_detector = "mtcnn"', 'face_detector = "blazeface"')
-    with pytest.raises(ProfileError, match="runtime.face_detector = 'blazeface' with cpu.arch = 'wasm32'; expected"):
-        load_profile("browser-wasm", d)
+    _edit(d, "browser-wasm", 'face_detector = "blazeface-full-tiled"', 'face_detector = "mtcnn"')
+    assert load_profile("browser-wasm", d).runtime.face_detector is Detector.MTCNN
 
 
 def test_the_face_detector_runtime_key(tmp_path):
@@ -266,7 +265,8 @@ def test_the_face_detector_runtime_key(tmp_path):
     _edit(d, "rpi5", 'face_detector_runtime = "onnxruntime-web"', 'face_detector_runtime = "tvm"')
     with pytest.raises(ProfileError, match="runtime.face_detector_runtime = 'tvm'; expected one of onnxruntime, "):
         load_profile("rpi5", d)
-    _edit(d, "browser-wasm", 'face_detector = "mtcnn"', 'face_detector = "mtcnn"\nface_detector_runtime = "litert"')
+    _edit(d, "browser-wasm", 'face_detector = "blazeface-full-tiled"',
+          'face_detector = "blazeface-full-tiled"\nface_detector_runtime = "litert"')  # fmt: skip
     with pytest.raises(ProfileError) as exc:
         load_profile("browser-wasm", d)
     assert str(exc.value).endswith(
