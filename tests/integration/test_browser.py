@@ -515,3 +515,52 @@ def test_search_in_the_page_ranks_as_native(search_site, search_page):
             assert [r["index"] for r in got["results"]] == order.tolist()
             first = d.find_element(By.CSS_SELECTOR, "#search-results li").text
             assert first.endswith(corpus[order[0]])
+
+
+# --- the default site: build --target browser-wasm --model all, as a user runs it ----------------------------
+
+#: The default build's cache, kept between sessions as SLM_CACHE is (its stages are keyed by their sources, the
+#: profile, the tool version and the converters' code; the first build takes several minutes: the text model).
+BUILD_CACHE = SLM_CACHE / "build"
+
+
+@pytest.fixture(scope="module")
+def default_site(tmp_path_factory) -> Path:
+    from edge_deploy.cli import main
+
+    _browser_installed()
+    out = tmp_path_factory.mktemp("site-default")
+    assert main(["build", "--target", "browser-wasm", "--model", "all", "-o", str(out), "--cache", str(BUILD_CACHE),
+                 "--quiet"]) == 0  # fmt: skip
+    return out
+
+
+def test_the_default_build_has_face_text_and_search_and_each_works(default_site, browser):
+    from selenium.webdriver.common.by import By
+
+    from converters.package.web_search import DEFAULT_QUERY
+
+    manifest = json.loads((default_site / "manifest.json").read_text())
+    assert manifest["face"]["detector"]["kind"] == "blazeface-full-tiled"
+    assert [f["path"] for f in manifest["files"] if "pnet" in f["path"]] == []
+    with WebServer(default_site, port=0) as server:
+        assert browser.open(server.url) == "ready", browser.text("error")
+        assert _sections(browser) == ["face", "text", "search"]
+        assert browser.text("faces").startswith(f"{manifest['samples']['gallery'][0]['name']} · score ")
+        assert browser.driver.find_element(By.ID, "query").get_attribute("value") == DEFAULT_QUERY
+        browser.driver.find_element(By.ID, "find").click()
+        assert browser.wait_state("search-results", ("done", "error"), 600) == "done", browser.text("error")
+        assert "Age of thirty five Years" in browser.text("search-results").splitlines()[0]
+        got, want = _page_and_native(browser, _stage_folder(default_site, "text"))
+        assert got["text"] == want.text == "The capital of France is Paris."
+
+
+def _stage_folder(site: Path, role: str) -> Path:
+    """The build cache's folder of the site's text model (found by the decoder's sha256)."""
+    manifest = json.loads((site / "manifest.json").read_text())
+    decoder = next(f for f in manifest["files"] if f.get("role") == f"{role}.decoder")
+    for spec in BUILD_CACHE.glob("stages/browser-wasm-slm-fp32-*/files/generation.json"):
+        model = spec.parent / json.loads(spec.read_text())["model_file"]
+        if model.stat().st_size == decoder["size"]:
+            return spec.parent
+    raise AssertionError(f"no text model of {decoder['size']} bytes in {BUILD_CACHE}/stages")
