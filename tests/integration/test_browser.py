@@ -538,7 +538,7 @@ def default_site(tmp_path_factory) -> Path:
 def test_the_default_build_has_face_text_and_search_and_each_works(default_site, browser):
     from selenium.webdriver.common.by import By
 
-    from converters.package.web_search import DEFAULT_QUERY
+    from converters.package.web_search_default import DEFAULT_QUERY
 
     manifest = json.loads((default_site / "manifest.json").read_text())
     assert manifest["face"]["detector"]["kind"] == "blazeface-full-tiled"
