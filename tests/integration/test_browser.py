@@ -279,34 +279,23 @@ def test_model_onnxruntime_web_cannot_load_shows_an_error(site, browser, tmp_pat
 
 # --- text: SmolLM2 fp32 (the browser-wasm profile's precision) ------------------------------------------------
 
-#: The fp32 SmolLM2 folder is built once (about 3-4 minutes: GGUF -> HF -> ONNX export) and kept here, in a
-#: folder named by the build cache's key (the GGUF's sha256, the profile, the tool version and the converter
-#: code that makes it): a change to any of them builds it again.
-SLM_CACHE = Path(__file__).resolve().parents[2] / ".cache" / "web"
+#: The build cache of the default site (``build --target browser-wasm --model all``), kept between sessions: its
+#: stages are keyed by their sources, the profile, the tool version and the converters' code, so a change to any
+#: of them builds that stage again. The text tests and the default site share its fp32 SmolLM2 (about 3-4 minutes
+#: to build: GGUF -> HF -> ONNX export), the search test and the default site its MiniLM.
+BUILD_CACHE = Path(__file__).resolve().parents[2] / ".cache" / "web" / "build"
 PROMPT = "What is the capital of France?"
 
 
-def slm_cache_dir(profile) -> Path:
-    """``.cache/web/slm-fp32-<key>``, keyed as ``edge-deploy build`` keys its own cache of this build."""
+@pytest.fixture(scope="module")
+def slm(profile) -> Path:
+    """The fp32 SmolLM2 folder of the default build: the build cache's slm stage (built when missing)."""
+    from converters.package.bundle import _run_stage
     from converters.package.stages import STAGES, ModelKind
     from edge.profiles import Precision
 
-    return SLM_CACHE / f"slm-fp32-{STAGES[ModelKind.SLM].cache_key(profile, Precision.FP32)}"
-
-
-@pytest.fixture(scope="module")
-def slm(profile, request) -> Path:
     _browser_installed()
-    folder = slm_cache_dir(profile)
-    if not (folder / "generation.json").is_file():
-        from converters.slm.build import SlmOptions, convert_slm
-        from edge.profiles import Precision
-
-        for stale in SLM_CACHE.glob("slm-fp32*"):  # built by other code: never read again
-            shutil.rmtree(stale)
-        work = request.getfixturevalue("slm_int4")["root"] / "work"  # the session's fp32 export is reused
-        convert_slm(profile, Precision.FP32, folder, options=SlmOptions(work_dir=work))
-    return folder
+    return _run_stage(STAGES[ModelKind.SLM], profile, Precision.FP32, BUILD_CACHE, lambda _line: None)[0]
 
 
 @pytest.fixture(scope="module")
@@ -519,10 +508,6 @@ def test_search_in_the_page_ranks_as_native(search_site, search_page):
 
 # --- the default site: build --target browser-wasm --model all, as a user runs it ----------------------------
 
-#: The default build's cache, kept between sessions as SLM_CACHE is (its stages are keyed by their sources, the
-#: profile, the tool version and the converters' code; the first build takes several minutes: the text model).
-BUILD_CACHE = SLM_CACHE / "build"
-
 
 @pytest.fixture(scope="module")
 def default_site(tmp_path_factory) -> Path:
@@ -535,7 +520,7 @@ def default_site(tmp_path_factory) -> Path:
     return out
 
 
-def test_the_default_build_has_face_text_and_search_and_each_works(default_site, browser):
+def test_the_default_build_has_face_text_and_search_and_each_works(default_site, slm, browser):
     from selenium.webdriver.common.by import By
 
     from converters.package.web_search_default import DEFAULT_QUERY
@@ -554,16 +539,5 @@ def test_the_default_build_has_face_text_and_search_and_each_works(default_site,
         assert first.endswith("No Person shall be a Senator who shall not have attained to the Age of thirty Years, and been "
                               "nine Years a Citizen of the United States, and who shall not, when elected, be an "
                               "Inhabitant of that State for which he shall be chosen.")  # fmt: skip
-        got, want = _page_and_native(browser, _stage_folder(default_site, "text"))
+        got, want = _page_and_native(browser, slm)  # the same cached stage the build took
         assert got["text"] == want.text == "The capital of France is Paris."
-
-
-def _stage_folder(site: Path, role: str) -> Path:
-    """The build cache's folder of the site's text model (found by the decoder's sha256)."""
-    manifest = json.loads((site / "manifest.json").read_text())
-    decoder = next(f for f in manifest["files"] if f.get("role") == f"{role}.decoder")
-    for spec in BUILD_CACHE.glob("stages/browser-wasm-slm-fp32-*/files/generation.json"):
-        model = spec.parent / json.loads(spec.read_text())["model_file"]
-        if model.stat().st_size == decoder["size"]:
-            return spec.parent
-    raise AssertionError(f"no text model of {decoder['size']} bytes in {BUILD_CACHE}/stages")
