@@ -34,6 +34,7 @@ SECTIONS = ("browser-demo",)
 
 REPO = Path(__file__).resolve().parent.parent
 IMG = REPO / "docs" / "img"
+SHOT_SCALE = 0.7
 PARTS = (("face models", "models/", ("models/text/", "models/search/")), ("text model", "models/text/", ()),
          ("search encoder and sentences", "models/search/", ()), ("sample photos and gallery", "samples/", ()),
          ("onnxruntime-web", "ort/", ()))  # fmt: skip
@@ -51,10 +52,16 @@ def _sizes(manifest: dict) -> list[tuple[str, int]]:
 
 
 def _shot(page: Chromium, element: str, name: str) -> Path:
+    """A screenshot with ``#element`` at the top, scaled to ``SHOT_SCALE`` (kept small for the repository)."""
+    import cv2
+    import numpy as np
+
     page.driver.execute_script(f"document.getElementById('{element}').scrollIntoView()")
     path = IMG / name
     path.parent.mkdir(parents=True, exist_ok=True)
-    page.driver.save_screenshot(str(path))
+    image = cv2.imdecode(np.frombuffer(page.driver.get_screenshot_as_png(), np.uint8), cv2.IMREAD_COLOR)
+    small = cv2.resize(image, None, fx=SHOT_SCALE, fy=SHOT_SCALE, interpolation=cv2.INTER_AREA)
+    cv2.imwrite(str(path), small, [cv2.IMWRITE_PNG_COMPRESSION, 9])
     return path
 
 
