@@ -133,7 +133,7 @@ def _markdown(build_s: float, cache: str, sizes: list[tuple[str, int]], rows: li
         "",
         f"`.venv/bin/python -m benchmarks run browser_demo {' '.join(sys.argv[1:])}` — {machine_line()}.",
         "",
-        f"Build: {build_s:.0f} s with a {cache} build cache. Size: {total / 1e6:.1f} MB.",
+        f"Build: {build_s:.0f} s ({cache}). Size: {total / 1e6:.1f} MB.",
         "",
         "| part | MB |",
         "|---|---|",
@@ -164,12 +164,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--blocks", type=int, default=3)
     args = ap.parse_args(argv)
     install_on_first_use(WEB, "benchmarks/browser_demo.py")
-    cache = "warm" if Path(args.cache).is_dir() and any(Path(args.cache).iterdir()) else "cold"
     with tempfile.TemporaryDirectory(prefix="bench-web-demo-") as tmp:
         work = Path(tmp)
         start = time.perf_counter()
-        site = build_browser_site(load_profile("browser-wasm"), ["all"], work / "site", Path(args.cache), print)
+        lines: list[str] = []
+        site = build_browser_site(load_profile("browser-wasm"), ["all"], work / "site", Path(args.cache), lines.append)
         build_s = time.perf_counter() - start
+        print("\n".join(lines), file=sys.stderr)
+        reused = [w for w, key in (("face", "face models"), ("text", "slm models"), ("search", "search encoder"))
+                  if any(line.startswith(key) and "cache" in line for line in lines)]  # fmt: skip
+        cache = f"{', '.join(reused) or 'nothing'} reused from the build cache"
         manifest = json.loads(site.manifest.read_text())
         page = Chromium()
         try:
