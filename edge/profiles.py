@@ -299,7 +299,8 @@ def _display(path: Path) -> str:
 
 
 def _check_browser_runtime(where: str, p: TargetProfile) -> None:
-    """The ``[runtime]`` keys the browser decides: onnxruntime-web, ONNX files, MTCNN."""
+    """The ``[runtime]`` keys the browser decides: onnxruntime-web, ONNX files (any detector: the page runs
+    MTCNN and every BlazeFace variant), the detector's ONNX translation."""
     if p.cpu.arch is Arch.WASM32 and p.runtime.face_formats.tflite:
         raise ProfileError(
             f"{where}: runtime.face_formats = '{p.runtime.face_formats.value}' with cpu.arch = 'wasm32'; "
@@ -309,11 +310,6 @@ def _check_browser_runtime(where: str, p: TargetProfile) -> None:
         raise ProfileError(
             f"{where}: runtime.slm_formats = '{p.runtime.slm_formats.value}' with cpu.arch = 'wasm32'; "
             "expected 'onnx' (the browser runs onnxruntime-web)"
-        )
-    if p.cpu.arch is Arch.WASM32 and p.runtime.face_detector is not Detector.MTCNN:
-        raise ProfileError(
-            f"{where}: runtime.face_detector = '{p.runtime.face_detector.value}' with cpu.arch = 'wasm32'; "
-            "expected 'mtcnn' (the browser page's pipeline runs MTCNN)"
         )
     detector_runtimes = (Runtime.ONNXRUNTIME,) if p.cpu.arch is Arch.WASM32 else (Runtime.ONNXRUNTIME, Runtime.LITERT)
     if p.runtime.face_detector_runtime not in detector_runtimes:

@@ -3,8 +3,9 @@
 
 const f = Math.fround;
 
-// dlib's HOG box from the MTCNN box: see MTCNN_TO_HOG_BOX in edge/face/shape5.py.
-const MTCNN_TO_HOG_BOX = [-0.007, 0.055, 0.968];
+// dlib's HOG box from the MTCNN box: see MTCNN_TO_HOG_BOX in edge/face/shape5.py (BlazeFace's map comes
+// from the manifest).
+export const MTCNN_TO_HOG_BOX = [-0.007, 0.055, 0.968];
 const DLIB5_TEMPLATE = [
   [0.8595674595992, 0.2134981538014],
   [0.6460604764104, 0.2289674387677],
@@ -19,10 +20,10 @@ function pyRound(x) {
   return Math.abs(x % 1) === 0.5 && r % 2 !== 0 ? r - 1 : r;
 }
 
-export function hogLikeRect(box) {
+export function hogLikeRect(box, boxMap = MTCNN_TO_HOG_BOX) {
   const [x1, y1, x2, y2] = box;
   const meanSide = (x2 - x1 + (y2 - y1)) / 2.0;
-  const [dx, dy, k] = MTCNN_TO_HOG_BOX;
+  const [dx, dy, k] = boxMap;
   const cx = (x1 + x2) / 2 + dx * meanSide;
   const cy = (y1 + y2) / 2 + dy * meanSide;
   const side = k * meanSide;

@@ -1,13 +1,15 @@
-// Page logic: load the manifest, the runtime and the models; run the face pipeline on photos and webcam
-// frames; keep a small gallery in the page. Every failure ends up in #error, never a blank page.
+// Page logic: load the manifest, the runtime and the models; show the sections the site was built with (the
+// others stay hidden); run the face pipeline on the sample photos, uploads and webcam frames; keep the gallery
+// in IndexedDB (gallery.js). Every failure ends up in #error, never a blank page.
 
 import * as ort from "./ort/ort.wasm.min.mjs";
-import { FacePipeline, MIN_SCORE, distance, loadFile } from "./face.js";
+import { FacePipeline, distance, loadFile } from "./face.js";
+import { Gallery } from "./gallery.js";
 import { TextGenerator, Tokenizer } from "./text.js";
 import { SentenceEncoder, WordPieceTokenizer, rank } from "./search.js";
 
 const $ = (id) => document.getElementById(id);
-const state = { pipeline: null, rgb: null, h: 0, w: 0, faces: [], gallery: [], threshold: 0.6 };
+const state = { pipeline: null, rgb: null, h: 0, w: 0, faces: [], gallery: null, threshold: 0.6 };
 
 function showError(message) {
   const el = $("error");
@@ -35,33 +37,84 @@ async function init() {
   ort.env.wasm.wasmPaths = new URL("ort/", location.href).href;
   ort.env.wasm.numThreads = threadsWanted(manifest);
   ort.env.wasm.simd = true;
-  $("face-ui").hidden = !manifest.face;
+  $("face").hidden = !manifest.face;
+  $("text").hidden = !manifest.text;
+  $("search").hidden = !manifest.search;
   if (manifest.face) {
     state.threshold = manifest.face.same_person_threshold;
     const options = { executionProviders: ["wasm"], graphOptimizationLevel: "all" };
     state.pipeline = await FacePipeline.open(ort, manifest, "models/", options);
-  } else {
-    $("face-status").textContent = "Face demo not built in this site (built with --model slm).";
+    const embedder = manifest.files.find((e) => e.role === "embedder").sha256;
+    state.gallery = await Gallery.open(embedder, manifest.samples ? manifest.samples.gallery : []);
+    showGallery();
   }
+  const detector = manifest.face ? ` · face detector ${manifest.face.detector.kind}` : "";
   $("runtime").textContent =
     `onnxruntime-web ${manifest.runtime.onnxruntime_web} · wasm threads ${ort.env.wasm.numThreads} · ` +
-    `cross-origin isolated: ${self.crossOriginIsolated} · precision ${manifest.runtime.precision}`;
+    `cross-origin isolated: ${self.crossOriginIsolated} · precision ${manifest.runtime.precision}${detector}`;
   $("runtime").dataset.threads = String(ort.env.wasm.numThreads);
   state.manifest = manifest;
-  $("text-status").textContent = manifest.text
-    ? manifest.text.message
-    : "Text demo not built in this site (no text model was given to 'edge-deploy build').";
+  if (manifest.text) $("text-status").textContent = manifest.text.message;
   $("text-ui").hidden = !manifest.text;
-  $("search-status").textContent = manifest.search
-    ? manifest.search.message
-    : "Search demo not built in this site (no sentence encoder was given to 'edge-deploy build --search').";
+  if (manifest.search) $("search-status").textContent = manifest.search.message;
+  if (manifest.search && manifest.search.example_query) $("query").value = manifest.search.example_query;
   $("search-ui").hidden = !manifest.search;
   $("photo").disabled = false;
   $("enroll").disabled = false;
+  $("clear-gallery").disabled = false;
+  $("restore-samples").disabled = false;
+  $("restore-samples").hidden = !(manifest.samples && manifest.samples.gallery.length);
+  if (manifest.samples) showSamples(manifest.samples.photos);
   if (navigator.mediaDevices && navigator.mediaDevices.getUserMedia) {
     $("webcam").hidden = false;
     $("webcam").disabled = false;
   }
+}
+
+// The sample photos as buttons: a click runs the face pipeline on the photo (its sha256 checked first).
+function showSamples(photos) {
+  const box = $("samples");
+  box.replaceChildren(document.createTextNode("Sample photos:"));
+  for (const photo of photos) {
+    const button = document.createElement("button");
+    button.type = "button";
+    button.title = `${photo.caption}; ${photo.licence}`;
+    button.dataset.file = photo.file;
+    const img = document.createElement("img");
+    img.src = photo.file;
+    img.alt = photo.caption;
+    button.append(img);
+    button.addEventListener("click", guard(() => analyzeSample(photo)));
+    box.append(button);
+  }
+  box.hidden = photos.length === 0;
+}
+
+async function analyzeSample(photo) {
+  const entry = state.manifest.files.find((e) => e.path === photo.file);
+  const blob = new Blob([await loadFile(entry, "")]);
+  await analyze(blob, photo.file.split("/").pop());
+}
+
+function showGallery() {
+  const entries = state.gallery.entries;
+  $("gallery").textContent = entries.length ? entries.map((g) => g.name).join(", ") : "empty";
+  $("gallery").dataset.state = "ready";
+  $("gallery").dataset.count = String(entries.length);
+  $("gallery-list").replaceChildren(
+    ...entries.map((g) => {
+      const li = document.createElement("li");
+      li.title = g.origin || "";
+      if (g.thumbnail) {
+        const img = document.createElement("img");
+        img.src = g.thumbnail;
+        img.alt = g.name;
+        li.append(img);
+      }
+      li.append(g.name);
+      return li;
+    }),
+  );
 }
 
 async function decodeToRgb(source, name) {
@@ -88,7 +141,7 @@ async function decodeToRgb(source, name) {
 
 function nameOf(descriptor) {
   let best = { name: null, distance: Infinity };
-  for (const g of state.gallery) {
+  for (const g of state.gallery.entries) {
     const d = distance(descriptor, g.descriptor);
     if (d < best.distance) best = { name: g.name, distance: d };
   }
@@ -136,8 +189,8 @@ async function analyze(source, name) {
   $("faces").dataset.state = "running";
   const { rgb, h, w, bitmap } = await decodeToRgb(source, name);
   const { faces, timings } = await state.pipeline.analyze(rgb, h, w);
-  Object.assign(state, { rgb, h, w });
-  state.faces = faces.filter((f) => f.score >= MIN_SCORE);
+  Object.assign(state, { rgb, h, w, bitmap, imageName: name });
+  state.faces = faces;
   for (const face of state.faces) face.match = face.descriptor ? nameOf(face.descriptor) : { name: null };
   window.edgeLastResult = { image: { name, width: w, height: h }, faces, timings };
   draw(bitmap, state.faces);
@@ -145,15 +198,39 @@ async function analyze(source, name) {
   $("status").textContent = `${name}: ${state.faces.length} face(s) in ${timings.total_ms.toFixed(0)} ms.`;
 }
 
-function enroll() {
+// A small square picture of a face from the photo on the canvas, as a data URL, for the gallery list.
+function faceThumbnail(box) {
+  const [x1, y1, x2, y2] = box;
+  const side = Math.max(x2 - x1, y2 - y1) * 1.6;
+  const thumb = document.createElement("canvas");
+  thumb.width = thumb.height = 56;
+  const cx = (x1 + x2) / 2;
+  const cy = (y1 + y2) / 2;
+  thumb.getContext("2d").drawImage(state.bitmap, cx - side / 2, cy - side / 2, side, side, 0, 0, 56, 56);
+  return thumb.toDataURL("image/jpeg", 0.85);
+}
+
+async function enroll() {
   const name = $("name").value.trim();
   if (!name) return showError("Gallery: type a name first, then add the largest face of the current photo");
   if (state.faces.length === 0) return showError("Gallery: no face in the current photo to add");
   clearError();
   const area = (f) => (f.box[2] - f.box[0]) * (f.box[3] - f.box[1]);
   const face = state.faces.reduce((a, b) => (area(b) > area(a) ? b : a));
-  state.gallery.push({ name, descriptor: face.descriptor });
-  $("gallery").textContent = state.gallery.map((g) => g.name).join(", ");
+  await state.gallery.add(name, face.descriptor, faceThumbnail(face.box), `added from ${state.imageName}`);
+  showGallery();
+}
+
+async function clearGallery() {
+  clearError();
+  await state.gallery.clear();
+  showGallery();
+}
+
+async function restoreSamples() {
+  clearError();
+  await state.gallery.addSamples();
+  showGallery();
 }
 
 async function startWebcam() {
@@ -176,7 +253,9 @@ $("photo").addEventListener(
     if (file) await analyze(file, file.name);
   }),
 );
-$("enroll").addEventListener("click", enroll);
+$("enroll").addEventListener("click", guard(enroll));
+$("clear-gallery").addEventListener("click", guard(clearGallery));
+$("restore-samples").addEventListener("click", guard(restoreSamples));
 $("webcam").addEventListener("click", guard(startWebcam));
 $("snap").addEventListener(
   "click",
@@ -294,8 +373,14 @@ async function find() {
 runOnClick("find", "search-results", find);
 
 window.edgeReady = init()
-  .then(() => {
+  .then(async () => {
     $("status").textContent = "Ready: choose a photo.";
+    // the first sample photo, recognised against the gallery before the page says it is ready: no upload
+    // needed (?sample=none skips it)
+    const photos = state.manifest.face && state.manifest.samples ? state.manifest.samples.photos : [];
+    if (photos.length > 0 && new URLSearchParams(location.search).get("sample") !== "none") {
+      await guard(() => analyzeSample(photos[0]))();
+    }
     $("status").dataset.state = "ready";
   })
   .catch((err) => {
@@ -317,8 +402,8 @@ async function timeRuns(n, fn) {
 
 window.edgeBench = {
   threads: () => ort.env.wasm.numThreads,
-  // The MTCNN cascade on the last photo chosen in the page.
-  detect: (n) => timeRuns(n, () => state.pipeline.mtcnn.detect(state.rgb, state.h, state.w)),
+  // The site's detector (BlazeFace or the MTCNN cascade) on the last photo chosen in the page.
+  detect: (n) => timeRuns(n, () => state.pipeline.detector.detect(state.rgb, state.h, state.w)),
   // The whole frame on that photo: detect, align and describe every face (FacePipeline.analyze).
   frame: (n) => timeRuns(n, () => state.pipeline.analyze(state.rgb, state.h, state.w)),
   // One ONNX model from the site on a given float32 input (values from the caller, e.g. the native run's).

@@ -1,12 +1,13 @@
-// The face pipeline in the browser: MTCNN -> dlib 5-point landmarks -> dlib chip -> ResNet descriptor,
-// as edge/face/models.py open_face_pipeline() does natively.
+// The face pipeline in the browser: the site's detector (BlazeFace or MTCNN, manifest.json face.detector) ->
+// dlib 5-point landmarks -> dlib chip -> ResNet descriptor, as edge/face/models.py open_face_pipeline() does
+// natively.
 
 import { Mtcnn } from "./mtcnn.js";
-import { ShapePredictor, alignChipDlib5, hogLikeRect } from "./align.js";
+import { BlazeFace } from "./blazeface.js";
+import { MTCNN_TO_HOG_BOX, ShapePredictor, alignChipDlib5, hogLikeRect } from "./align.js";
 
 const CHIP = 150;
-export const MIN_SCORE = 0.9; // edge/face/recognize.py DEFAULT_MIN_SCORE (app.js imports it)
-const ROLE_FILES = ["detector.pnet", "detector.rnet", "detector.onet", "embedder"];
+const MTCNN_ROLES = ["detector.pnet", "detector.rnet", "detector.onet"];
 
 async function fetchOk(url, what) {
   let res;
@@ -58,8 +59,9 @@ async function loadShape5(entries, base) {
 export class FacePipeline {
   static async open(ort, manifest, base, sessionOptions) {
     const entries = Object.fromEntries(manifest.files.filter((e) => e.role).map((e) => [e.role, e]));
+    const spec = manifest.face.detector;
     const sessions = {};
-    for (const role of ROLE_FILES) {
+    for (const role of [...(spec.kind === "mtcnn" ? MTCNN_ROLES : [spec.role]), "embedder"]) {
       if (!entries[role]) throw new Error(`manifest.json: no file with role '${role}'; rebuild the site`);
       const buf = await loadFile(entries[role], base);
       try {
@@ -69,32 +71,39 @@ export class FacePipeline {
       }
     }
     const shape = await loadShape5(entries, base);
-    const mtcnn = new Mtcnn(ort, {
-      pnet: sessions["detector.pnet"],
-      rnet: sessions["detector.rnet"],
-      onet: sessions["detector.onet"],
-    });
-    return new FacePipeline(ort, mtcnn, shape, sessions.embedder);
+    const detector =
+      spec.kind === "mtcnn"
+        ? new Mtcnn(ort, {
+            pnet: sessions["detector.pnet"],
+            rnet: sessions["detector.rnet"],
+            onet: sessions["detector.onet"],
+          })
+        : new BlazeFace(ort, sessions[spec.role], spec);
+    return new FacePipeline(ort, detector, shape, sessions.embedder, spec);
   }
 
-  constructor(ort, mtcnn, shape, embedder) {
+  // spec: manifest.json face.detector (kind, min_score of the pipeline, hog_box_map, and BlazeFace's settings).
+  constructor(ort, detector, shape, embedder, spec) {
     this.ort = ort;
-    this.mtcnn = mtcnn;
+    this.detector = detector;
     this.shape = shape;
     this.embedder = embedder;
+    this.kind = spec.kind;
+    this.minScore = spec.pipeline_min_score;
+    this.boxMap = spec.hog_box_map || MTCNN_TO_HOG_BOX;
   }
 
   // rgb: Uint8Array [h * w * 3]. Returns {faces: [{box, score, landmarks, points5, descriptor}], timings}.
   async analyze(rgb, h, w) {
     const t0 = performance.now();
-    // as open_face_pipeline (min_score = edge/face/recognize.py DEFAULT_MIN_SCORE): MTCNN's last stage passes
-    // a fist or a metal bowl at 0.86
-    const dets = (await this.mtcnn.detect(rgb, h, w)).filter((d) => d.score >= MIN_SCORE);
+    // as open_face_pipeline (min_score = edge/face/models.py default_min_score: MTCNN's last stage passes a
+    // fist or a metal bowl at 0.86; BlazeFace's own cut-off already applies)
+    const dets = (await this.detector.detect(rgb, h, w)).filter((d) => d.score >= this.minScore);
     const t1 = performance.now();
     const chips = new Float32Array(dets.length * 3 * CHIP * CHIP);
     const plane = CHIP * CHIP;
     dets.forEach((d, i) => {
-      d.points5 = this.shape.predict(rgb, h, w, hogLikeRect(d.box));
+      d.points5 = this.shape.predict(rgb, h, w, hogLikeRect(d.box, this.boxMap));
       const chip = alignChipDlib5(rgb, h, w, d.points5);
       for (let p = 0; p < plane; p++) {
         for (let c = 0; c < 3; c++) chips[i * 3 * plane + c * plane + p] = chip[p * 3 + c];

@@ -526,7 +526,8 @@ def build_browser_site(
     search=None,
 ):
     """The static onnxruntime-web site for the browser profile in ``out_dir`` (fp32 models, cached stages;
-    ``search``: a ``converters.package.web_search.SearchSite`` for the page's semantic search, or None).
+    ``search``: a ``converters.package.web_search.SearchSite`` for the page's semantic search, or None: with
+    ``all`` the default one, ``web_search_default.default_search``, cached too).
 
     Returns:
         ``converters.package.web.WebBuild``.
@@ -538,6 +539,10 @@ def build_browser_site(
 
     kinds = model_kinds(models)
     folders = {kind: _run_stage(STAGES[kind], profile, Precision.FP32, Path(cache_dir), progress)[0] for kind in kinds}
+    if search is None and "all" in models:
+        from converters.package.web_search_default import default_search
+
+        search = default_search(profile, Path(cache_dir), progress)
     progress(f"writing the browser site to {out_dir}")
     face, text = folders.get(ModelKind.FACE), folders.get(ModelKind.SLM)
     return build_browser(profile, face, Path(out_dir), progress, text=text, search=search)

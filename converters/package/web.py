@@ -2,7 +2,9 @@
 
 ``build_browser`` copies the page sources (``web/``), the onnxruntime-web runtime files taken from the npm
 package installed by ``scripts/setup_web.sh`` (never a CDN: the site works offline), and the models of a
-converted face folder (``edge-deploy convert face``), optionally a text model (``convert slm``) and a sentence
+converted face folder (``edge-deploy convert face``: the page runs its detector, BlazeFace full range tiled
+as the browser profile names it, or MTCNN) with sample photos and a sample gallery
+(``converters.package.web_samples``), optionally a text model (``convert slm``) and a sentence
 encoder for the page's semantic search (``converters.package.web_search``) into one folder, then writes
 ``manifest.json`` with the sha256 and size of every file, the models' sources and licences, the runtime
 version and the precision.
@@ -26,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from converters.package.web_samples import copy_samples
 from converters.package.web_search import SearchSite, copy_search
 from converters.paths import REPO_ROOT
 from edge import __version__
@@ -39,7 +42,10 @@ from edge.progress import ProgressFn, silent
 WEB_MANIFEST_SCHEMA_VERSION = 1
 WEB_SOURCE_DIR = REPO_ROOT / "web"
 #: The page's own files, copied verbatim.
-PAGE_FILES = ("index.html", "style.css", "app.js", "face.js", "mtcnn.js", "align.js", "text.js", "search.js")
+PAGE_FILES = (
+    "index.html", "style.css", "app.js", "face.js", "blazeface.js", "mtcnn.js", "align.js", "text.js", "search.js",
+    "gallery.js",
+)  # fmt: skip
 #: onnxruntime-web files the page needs: the wasm-only ES module and the SIMD+threads build. ``ort.min.js``
 #: would fetch the 28 MB JSEP (WebGPU) build even for wasm, so it is not shipped.
 ORT_FILES = ("ort.wasm.min.mjs", "ort-wasm-simd-threaded.mjs", "ort-wasm-simd-threaded.wasm")
@@ -49,7 +55,7 @@ PAGE_TOKENIZER_MODELS = ("gpt2",)
 SHAPE5_BIN = "shape5.bin"
 SHAPE5_HEADER = "shape5.json"
 ROLE_SHAPE5_HEADER = "landmarks.shape5.header"
-_ONNX_ROLES = tuple(net.role for net in face_models.FACE_NETS)
+_MTCNN_ROLES = tuple(net.role for net in face_models.DETECTOR_NETS)
 _SHAPE5_ARRAYS = {
     "initial_shape": np.float32,
     "split_idx": np.int32,
@@ -137,13 +143,19 @@ def _check_profile(profile: TargetProfile) -> None:
         )
 
 
-def _copy_models(profile: TargetProfile, models: Path, dest: Path) -> list[dict]:
-    entries = face_models.read_models_folder(models).entries
-    missing = [r for r in face_models.FACE_ROLES if r not in entries]
+def _copy_models(profile: TargetProfile, models: Path, dest: Path) -> tuple[list[dict], dict]:
+    """The face models the page runs: the folder's detector (models.json ``detector``: the profile's, as the
+    face stage wrote it), the embedder and the 5-point model; (manifest rows, the page's detector settings)."""
+    face = face_models.read_models_folder(models)
+    entries = face.entries
+    kind = face.detector
+    detector_roles = _MTCNN_ROLES if kind is face_models.Detector.MTCNN else (face_models.BLAZEFACE_ROLES[kind],)
+    needed = (*detector_roles, face_models.FaceModel.EMBEDDER.role, face_models.FaceModel.SHAPE5.role)
+    missing = [r for r in needed if r not in entries]
     if missing:
         raise InputError(f"{models / face_models.MODELS_FILE}: no model with role {', '.join(missing)}")
     rows = []
-    for role in _ONNX_ROLES:
+    for role in needed[:-1]:
         entry = entries[role]
         if entry.precision != profile.runtime.precision.value:
             raise BundleError(
@@ -156,7 +168,34 @@ def _copy_models(profile: TargetProfile, models: Path, dest: Path) -> list[dict]
     bin_path, header_path = shape5_to_web(models / shape.file, dest)
     rows.append({"role": shape.role, "file": bin_path.name, "source": shape.source, "precision": "fp32"})
     rows.append({"role": ROLE_SHAPE5_HEADER, "file": header_path.name, "source": shape.source, "precision": "fp32"})
-    return rows
+    return rows, detector_settings(kind)
+
+
+def detector_settings(kind: face_models.Detector) -> dict[str, Any]:
+    """What the page's detector runs with (manifest ``face.detector``), taken from the Python constants
+    ``web/blazeface.js`` ports: for BlazeFace its input side, anchors, score cut-off, NMS, tiling, the box map
+    of the 5-point model and the mouth estimate; for MTCNN its name and the pipeline's score cut-off."""
+    from edge.face import detect_blazeface as bf
+    from edge.face.tiles import DEFAULT_TILING
+
+    settings: dict[str, Any] = {"kind": kind.value, "pipeline_min_score": face_models.default_min_score(kind)}
+    if kind is face_models.Detector.MTCNN:
+        return settings
+    spec = bf.SHORT_RANGE if kind is face_models.Detector.BLAZEFACE else bf.FULL_RANGE
+    tiling = DEFAULT_TILING if kind is face_models.Detector.BLAZEFACE_FULL_TILED else None
+    return {
+        **settings,
+        "role": face_models.BLAZEFACE_ROLES[kind],
+        "size": spec.size,
+        "strides": list(spec.strides),
+        "interpolated_scale_aspect_ratio": spec.interpolated_scale_aspect_ratio,
+        "min_score": spec.min_score,
+        "num_boxes": spec.num_boxes,
+        "nms_iou": bf.NMS_IOU,
+        "hog_box_map": list(spec.hog_box_map),
+        "half_mouth_to_eyes": float(np.float32(bf._MOUTH_TO_EYES / 2.0)),
+        "tiling": None if tiling is None else dict(vars(tiling)),
+    }
 
 
 def check_text_tokenizer(text: Path) -> None:
@@ -222,6 +261,7 @@ def build_browser(
     web_dir: Path = WEB_SOURCE_DIR,
     text: Path | None = None,
     search: SearchSite | None = None,
+    with_samples: bool = True,
 ) -> WebBuild:
     """Build the static browser site.
 
@@ -236,6 +276,8 @@ def build_browser(
             page's text demo out, saying so on the page.
         search: optional sentence encoder, its tokenizer and the sentences to rank
             (``converters.package.web_search``); None leaves the search demo out.
+        with_samples: with face models, also the sample photos and the sample gallery enrolled from them
+            (``converters.package.web_samples``).
 
     Returns:
         A WebBuild naming the manifest.
@@ -262,10 +304,16 @@ def build_browser(
             shutil.copyfile(web_dir / name, out_dir / name)
         for name in ORT_FILES:
             shutil.copyfile(dist / name, out_dir / "ort" / name)
-        model_rows = []
+        model_rows: list[dict] = []
+        detector = None
         if models is not None:
             progress(f"copying {profile.runtime.precision.value} face models from {models}")
-            model_rows = _copy_models(profile, Path(models), out_dir / "models")
+            model_rows, detector = _copy_models(profile, Path(models), out_dir / "models")
+        site_rows: list[dict] = []
+        samples = None
+        if models is not None and with_samples:
+            progress("copying the sample photos and enrolling the sample gallery with the site's face models")
+            site_rows, samples = copy_samples(Path(models), out_dir)
         text_info = None
         if text is not None:
             progress(f"copying the text model from {text}")
@@ -278,11 +326,14 @@ def build_browser(
             model_rows += search_rows
     except OSError as exc:
         raise BundleError(f"{out_dir}: cannot write the browser site ({exc})") from exc
-    manifest = _manifest(profile, out_dir, model_rows, ort_version)
+    manifest = _manifest(profile, out_dir, model_rows, ort_version, site_rows)
+    manifest["samples"] = samples
     manifest["text"] = text_info
     manifest["search"] = search_info
-    if models is None:
+    if detector is None:
         manifest["face"] = None
+    else:
+        manifest["face"]["detector"] = detector
     path = out_dir / "manifest.json"
     path.write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
     progress(f"wrote {path} ({len(manifest['files'])} files)")
@@ -290,7 +341,9 @@ def build_browser(
     return WebBuild(out_dir, path, len(manifest["files"]), total, ort_version)
 
 
-def _manifest(profile: TargetProfile, out_dir: Path, model_rows: list[dict], ort_version: str) -> dict:
+def _manifest(
+    profile: TargetProfile, out_dir: Path, model_rows: list[dict], ort_version: str, site_rows: list[dict]
+) -> dict:
     files: list[dict[str, Any]] = []
     ort_source = {"package": "onnxruntime-web", "registry": "npm", "version": ort_version, "licence": ORT_LICENCE}
     for name in PAGE_FILES:
@@ -299,6 +352,8 @@ def _manifest(profile: TargetProfile, out_dir: Path, model_rows: list[dict], ort
         files.append({"path": f"ort/{name}", "source": ort_source})
     for row in model_rows:
         files.append({"path": f"models/{row['file']}", **row})
+    for row in site_rows:
+        files.append({"path": row["file"], **row})
     for row in files:
         p = out_dir / row["path"]
         row["size"] = p.stat().st_size
@@ -314,7 +369,7 @@ def _manifest(profile: TargetProfile, out_dir: Path, model_rows: list[dict], ort
             "precision": profile.runtime.precision.value,
             "threads": profile.runtime.threads,
         },
-        "face": {"same_person_threshold": DLIB_SAME_PERSON_THRESHOLD, "min_score": 0.9},
+        "face": {"same_person_threshold": DLIB_SAME_PERSON_THRESHOLD},
         "text": None,
         "files": files,
         "tool_version": __version__,

@@ -5,6 +5,8 @@ The page (``web/search.js``) tokenises with the model's ``tokenizer.json`` (BERT
 by cosine. The encoder must take ``input_ids`` and ``attention_mask`` (int64, ``1 x SEQ``) and give one
 sentence vector per row, pooled and L2-normalised in the graph (as ``benchmarks/byom_minilm.py`` exports
 all-MiniLM-L6-v2); its folder must have passed the embedding gate for the browser profile.
+
+``converters.package.web_search_default`` makes the search of the default build (``--model all``).
 """
 
 from __future__ import annotations
@@ -33,6 +35,8 @@ class SearchSite:
     folder: Path
     tokenizer: Path
     corpus: Path
+    #: the query the page's search box starts with (None: the page's own)
+    example_query: str | None = None
 
 
 def read_corpus(path: Path) -> list[str]:
@@ -141,6 +145,7 @@ def copy_search(profile: TargetProfile, search: SearchSite, dest: Path) -> tuple
         "seq": seq,
         "sentences": len(sentences),
         "dimensions": model.report.get("gate", {}).get("figures", {}).get("embedding", {}).get("dimension"),
+        "example_query": search.example_query,
         "message": f"Semantic search over {len(sentences)} sentences with {entry['file']} ({entry['precision']}); "
         "the tokenizer is tokenizer.json run in JavaScript.",
     }

@@ -224,13 +224,13 @@ def test_lm_head_is_fp32_where_no_fast_8bit_kernel_runs_and_checked(tmp_path):
 
 
 def test_the_face_detector_key(tmp_path):
-    """runtime.face_detector: optional (mtcnn), one of the detectors, and MTCNN in the browser (its page runs MTCNN).
-    The Pi-class ARM profiles ship BlazeFace full range, tiled; MTCNN is one line of the profile away."""
+    """runtime.face_detector: optional (mtcnn), one of the detectors. The Pi-class ARM profiles and the browser ship
+    BlazeFace full range, tiled; MTCNN is one line of the profile away, the browser page runs either."""
     from edge.face.models import Detector
 
     shipped = {p.name: p.runtime.face_detector for p in load_all()}
     assert {name for name, d in shipped.items() if d is Detector.BLAZEFACE_FULL_TILED} == {
-        "rpi4", "rpi5", "rpi-zero-2w", "aarch64-generic"
+        "rpi4", "rpi5", "rpi-zero-2w", "aarch64-generic", "browser-wasm"
     }  # fmt: skip
     assert shipped["x86_64-host"] is Detector.MTCNN
     d = _copy(tmp_path)
@@ -243,9 +243,8 @@ def test_the_face_detector_key(tmp_path):
     _edit(d, "rpi5", 'face_detector = "mtcnn"', 'face_detector = "hog"')
     with pytest.raises(ProfileError, match="runtime.face_detector = 'hog'; expected one of mtcnn, blazeface, "):
         load_profile("rpi5", d)
-    _edit(d, "browser-wasm", 'face_detector = "mtcnn"', 'face_detector = "blazeface"')
-    with pytest.raises(ProfileError, match="runtime.face_detector = 'blazeface' with cpu.arch = 'wasm32'; expected"):
-        load_profile("browser-wasm", d)
+    _edit(d, "browser-wasm", 'face_detector = "blazeface-full-tiled"', 'face_detector = "mtcnn"')
+    assert load_profile("browser-wasm", d).runtime.face_detector is Detector.MTCNN
 
 
 def test_the_face_detector_runtime_key(tmp_path):
@@ -271,7 +270,8 @@ def test_the_face_detector_runtime_key(tmp_path):
     _edit(d, "rpi5", 'face_detector_runtime = "onnxruntime-web"', 'face_detector_runtime = "tvm"')
     with pytest.raises(ProfileError, match="runtime.face_detector_runtime = 'tvm'; expected one of onnxruntime, "):
         load_profile("rpi5", d)
-    _edit(d, "browser-wasm", 'face_detector = "mtcnn"', 'face_detector = "mtcnn"\nface_detector_runtime = "litert"')
+    _edit(d, "browser-wasm", 'face_detector = "blazeface-full-tiled"',
+          'face_detector = "blazeface-full-tiled"\nface_detector_runtime = "litert"')  # fmt: skip
     with pytest.raises(ProfileError) as exc:
         load_profile("browser-wasm", d)
     assert str(exc.value).endswith(

@@ -79,7 +79,7 @@ def test_shape5_arrays_round_trip_through_bin_and_header(tmp_path):
 def test_build_writes_page_runtime_models_and_a_manifest_of_hashes(models, web_dir, tmp_path):
     out = tmp_path / "site"
     lines = []
-    build = build_browser(load_profile("browser-wasm"), models, out, lines.append, web_dir=web_dir)
+    build = build_browser(load_profile("browser-wasm"), models, out, lines.append, web_dir=web_dir, with_samples=False)
     manifest = json.loads(build.manifest.read_text())
     paths = {f["path"] for f in manifest["files"]}
     assert paths == (
@@ -94,12 +94,42 @@ def test_build_writes_page_runtime_models_and_a_manifest_of_hashes(models, web_d
     assert manifest["text"] is None and manifest["profile"]["name"] == "browser-wasm"
     assert build.files == len(manifest["files"]) and build.bytes == sum(f["size"] for f in manifest["files"])
     assert lines[-1] == f"wrote {out / 'manifest.json'} ({build.files} files)"
+    assert manifest["face"]["detector"] == {"kind": "mtcnn", "pipeline_min_score": 0.9}
+    assert manifest["samples"] is None
+
+
+def test_a_blazeface_folder_ships_its_detector_and_its_settings_only(models, web_dir, tmp_path):
+    """The page runs the folder's detector (models.json ``detector``): BlazeFace's ONNX translation and the settings
+    web/blazeface.js reads, taken from edge.face; no MTCNN nets."""
+    from edge.face.detect_blazeface import FULL_RANGE
+
+    (models / "blazeface_full.onnx").write_bytes(b"onnx blazeface")
+    entry = fm.describe(models / "blazeface_full.onnx", "detector.blazeface_full", "onnx", "fp32", SRC)
+    data = json.loads((models / "models.json").read_text())
+    data["models"].append(entry.to_dict())
+    data["detector"] = "blazeface-full-tiled"
+    (models / "models.json").write_text(json.dumps(data))
+    build = build_browser(load_profile("browser-wasm"), models, tmp_path / "site", web_dir=web_dir, with_samples=False)
+    manifest = json.loads(build.manifest.read_text())
+    assert {f["path"] for f in manifest["files"] if f["path"].startswith("models/")} == {
+        "models/blazeface_full.onnx",
+        "models/face_embedder.onnx",
+        "models/shape5.bin",
+        "models/shape5.json",
+    }
+    detector = manifest["face"]["detector"]
+    assert detector["kind"] == "blazeface-full-tiled" and detector["role"] == "detector.blazeface_full"
+    assert (detector["size"], detector["num_boxes"], detector["min_score"]) == (192, 2304, 0.6)
+    assert detector["hog_box_map"] == list(FULL_RANGE.hog_box_map) and detector["pipeline_min_score"] == 0.0
+    assert detector["tiling"] == {
+        "per_side": 2, "min_side": 576, "net_face": 24.0, "look_score": 0.3, "look_zoom": 2.0, "max_looks": 4
+    }  # fmt: skip
 
 
 def test_a_device_profile_is_refused(models, web_dir, tmp_path):
     profile = load_profile("rpi4")
     with pytest.raises(ProfileError) as err:
-        build_browser(profile, models, tmp_path / "site", web_dir=web_dir)
+        build_browser(profile, models, tmp_path / "site", web_dir=web_dir, with_samples=False)
     assert str(err.value) == (
         f"{profile.source}: runtime.default = 'onnxruntime'; the browser build needs 'onnxruntime-web' "
         "(use --target browser-wasm)"
@@ -111,7 +141,7 @@ def test_an_int8_model_is_refused_for_the_fp32_browser_profile(models, web_dir, 
     data["models"][3]["precision"] = "int8"
     (models / "models.json").write_text(json.dumps(data))
     with pytest.raises(BundleError) as err:
-        build_browser(load_profile("browser-wasm"), models, tmp_path / "site", web_dir=web_dir)
+        build_browser(load_profile("browser-wasm"), models, tmp_path / "site", web_dir=web_dir, with_samples=False)
     assert str(err.value) == (
         f"{models / 'models.json'}: face_embedder.onnx (embedder) is int8; profile browser-wasm wants "
         "runtime.precision = 'fp32'"
