@@ -15,14 +15,18 @@ and the embedder would give it back a descriptor about as far from the kept one 
 same face are from each other. On a hand-held clip of the evaluation photos nearly every followed face keeps its
 descriptor, while the chips of two different people there differ by about three times the default, and a
 lighting change of the default's size (brighter, darker, less contrast, light from one side) moves a descriptor by
-less than 0.1 (docs/benchmarks.md, section ``face-track``). A chip that changed more is described again.
+less than 0.1 (docs/benchmarks.md, section ``face-track``). A chip that changed more is described again. The
+same holds on the detector's frames: a face found where a face was followed (boxes overlapping by more than
+``SAME_FACE_IOU``) keeps that face's descriptor while its chip is within ``keep_descriptor_within`` of the chip the
+descriptor came from, so the embedder runs only for new faces and changed chips.
 
 A face is lost, and the detector runs on that same frame instead, when its new descriptor moves farther than
 ``lost_distance`` from the one it had (a cut to another scene, another person walking in front: the chip changes,
 so the face is described again), when its box changes size by more than ``MAX_SCALE_STEP`` in one frame, or when
 its centre leaves the image. A face that enters between two detector frames is found at the next one: at most
 ``detect_every - 1`` frames late. The cost of a frame the detector skips is the landmarks and chips, and the
-embedder for the faces whose chip changed (docs/benchmarks.md, section ``arm-frame``).
+embedder for the faces whose chip changed; a detector frame adds the detector (docs/benchmarks.md, section
+``arm-frame``).
 """
 
 from __future__ import annotations
@@ -41,9 +45,15 @@ from edge.face.types import Detection
 MAX_SCALE_STEP = 1.5
 #: The largest ``detect_every`` accepted (a new face waits at most that many frames minus one).
 MAX_DETECT_EVERY = 1000
+#: ``face.detect_every`` of a video or a camera source when the daemon config does not set it: the largest n whose
+#: followed faces are named as on every frame with the detector, on the hand-held camera clip (docs/daemon.md).
+VIDEO_DETECT_EVERY = 4
 #: A followed face keeps its descriptor while its chip is within this many grey levels (mean absolute
 #: difference) of the chip the descriptor came from (see the module docstring).
 KEEP_DESCRIPTOR_WITHIN = 10.0
+#: A face the detector finds whose box overlaps a followed face's box of the frame before by more than this (IoU)
+#: is that face (and may keep its descriptor, as a followed face does).
+SAME_FACE_IOU = 0.5
 
 
 @dataclass(frozen=True)
@@ -134,6 +144,9 @@ class FaceTracker:
         #: Faces reported on followed frames, and how many of them kept their descriptor (no embedder run).
         self.followed_faces = 0
         self.kept_descriptors = 0
+        #: Faces the detector found again where a face was followed, and how many of them kept its descriptor.
+        self.redetected_faces = 0
+        self.redetected_kept = 0
         #: The largest chip change (``chip_change``) of a face that kept its descriptor.
         self.largest_kept_change = 0.0
 
@@ -165,19 +178,42 @@ class FaceTracker:
     def _detect(self, rgb: np.ndarray) -> list[Face]:
         pipeline = self.pipeline
         detections = pipeline.detections(rgb)
-        self._tracks = []
+        before, self._tracks = self._tracks, []
         if self.detect_every > 1 and detections:
             points = pipeline.points5(rgb, [d.box for d in detections])
             chips = pipeline.chips(rgb, detections, points)
-            descriptors = pipeline.descriptors(chips)
+            descriptors, described = self._describe_found(detections, chips, before)
             faces = [Face(d, v) for d, v in zip(detections, descriptors, strict=True)]
-            self._tracks = [_Track(*t) for t in zip(detections, points, descriptors, chips, strict=True)]
+            self._tracks = [_Track(*t) for t in zip(detections, points, descriptors, described, strict=True)]
         else:
             faces = pipeline.describe(rgb, detections)
         self._followed = 0
         self.detector_frames += 1
         self.last_followed = False
         return faces
+
+    def _describe_found(self, detections: list[Detection], chips: np.ndarray, before: list[_Track]) -> tuple:
+        """Descriptors of the detector's faces, and the chips they came from: a face found where a face was
+        followed on the frame before (boxes overlapping by ``SAME_FACE_IOU``) keeps that face's descriptor while its
+        chip is within ``keep_descriptor_within`` of the chip that descriptor came from; the others are described."""
+        descriptors: list = [None] * len(detections)
+        described: list = list(chips)
+        taken: set[int] = set()
+        for i, d in enumerate(detections):
+            overlaps = [(_iou(d.box, t.detection.box), j) for j, t in enumerate(before) if j not in taken]
+            best, j = max(overlaps, default=(0.0, -1))
+            if best <= SAME_FACE_IOU:
+                continue
+            self.redetected_faces += 1
+            if chip_change(chips[i], before[j].chip) < self.keep_descriptor_within:
+                taken.add(j)
+                descriptors[i], described[i] = before[j].descriptor, before[j].chip
+        self.redetected_kept += len(taken)
+        again = [i for i, v in enumerate(descriptors) if v is None]
+        if again:
+            for i, v in zip(again, self.pipeline.descriptors(chips[again]), strict=True):
+                descriptors[i] = v
+        return descriptors, described
 
     def _follow(self, rgb: np.ndarray) -> list[Face] | None:
         """The followed faces on this frame; None when one is lost (the caller runs the detector)."""
@@ -203,6 +239,14 @@ class FaceTracker:
         self.kept_descriptors += len(kept)
         self.largest_kept_change = max([self.largest_kept_change, *kept])
         return [Face(d, v) for d, v in zip(detections, descriptors, strict=True)]
+
+
+def _iou(a: tuple[float, float, float, float], b: tuple[float, float, float, float]) -> float:
+    """Intersection over union of two (x1, y1, x2, y2) boxes (0 when either is empty)."""
+    w = max(0.0, min(a[2], b[2]) - max(a[0], b[0]))
+    h = max(0.0, min(a[3], b[3]) - max(a[1], b[1]))
+    union = (a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - w * h
+    return w * h / union if union > 0 else 0.0
 
 
 def _moved(detection: Detection, old: np.ndarray, new: np.ndarray, image_shape: tuple[int, ...]) -> Detection | None:

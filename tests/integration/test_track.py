@@ -74,6 +74,9 @@ def test_followed_faces_keep_their_descriptors_and_stay_with_the_detected_faces(
     # which is as far from the face detected on the followed frame as two detected frames are from each other
     assert tracker.followed_faces == len(distances) == 1 * 4 + 6 * 4
     assert tracker.kept_descriptors == tracker.followed_faces
+    # on the detector's frames 4 and 10 the faces found where faces were followed kept their descriptors too (no
+    # embedder run); the cut to t1 on frame 6 found no face where the astronaut's was
+    assert (tracker.redetected_faces, tracker.redetected_kept) == (1 + 6, 1 + 6)
     assert max(distances) <= max(jitter) + 1e-6 < 0.3, (distances, jitter)
     assert np.median(distances) <= 1.1 * np.median(jitter), (distances, jitter)
 
@@ -83,6 +86,7 @@ def test_with_nothing_kept_every_followed_face_is_described_again(pipeline, clip
     followed, distances = _followed_distances(tracker, pipeline, clip)
     assert followed == FOLLOWED
     assert tracker.followed_faces == 28 and tracker.kept_descriptors == 0
+    assert tracker.redetected_faces == 7 and tracker.redetected_kept == 0  # found again: described again too
     # described on its own frame, a followed face is closer still to the detected one
     assert max(distances) < 0.3 and np.median(distances) < 0.1, distances
 
