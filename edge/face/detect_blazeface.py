@@ -369,11 +369,13 @@ class BlazeFaceDetector:
             raise InferenceError(f"BlazeFace failed on input {tensor.shape}: {exc}") from exc
         return out[self._outputs[0]][0], out[self._outputs[1]][0, :, 0]
 
-    def detect(self, rgb: np.ndarray) -> list[Detection]:
+    def detect(self, rgb: np.ndarray, tiled: bool = True) -> list[Detection]:
         """Find faces in one RGB image (and its tiles, with ``tiling``).
 
         Args:
             rgb: uint8 [H, W, 3] RGB image.
+            tiled: False runs the whole-frame pass alone, even with ``tiling`` (``edge.face.track`` on the
+                detector frames where it follows the faces only the tiles find).
 
         Returns:
             Detections, best score first; boxes (not clipped) and five landmarks in image pixels.
@@ -386,7 +388,7 @@ class BlazeFaceDetector:
         if self._model is None:
             raise InferenceError("BlazeFaceDetector is closed; create a new one to detect faces")
         height, width = image.shape[:2]
-        tiles = tile_grid(width, height, self.spec.size, self.tiling) if self.tiling is not None else []
+        tiles = tile_grid(width, height, self.spec.size, self.tiling) if self.tiling is not None and tiled else []
         frame = (0, height, 0, width)
         if not tiles:  # the frame alone, resized without an integral image: cheaper, the same input
             parts = [self.decode_window(*letterbox(image, self.spec.size), frame)]

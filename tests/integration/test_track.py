@@ -134,3 +134,29 @@ def test_following_needs_the_shape_predictor_and_a_frame_count(pipeline):
         assert str(err.value) == (
             f"keep_descriptor_within = {bad!r}; expected grey levels from 0 (describe every followed face) to 255"
         )
+
+
+def test_a_tiling_detector_runs_its_tiles_on_one_detector_frame_in_tiles_every(face_fp32_models, tmp_path):
+    """BlazeFace tiled on t1's clip (six people; the whole-frame pass alone finds fewer): between detector frames with
+    the tiles, the whole-frame pass finds the large faces again and the small ones are followed on, so every frame
+    reports the six people, among them every face the tiled detector finds there."""
+    import shutil
+
+    from converters.face.blazeface import FULL_RANGE, add_blazeface
+    from edge.face.track import TILES_EVERY
+
+    folder = tmp_path / "face"
+    shutil.copytree(face_fp32_models, folder)
+    add_blazeface(folder, FULL_RANGE)
+    t1 = camera_clip({p.name: p for p in EVAL_PHOTOS}["t1"].load(), 2 * TILES_EVERY + 1)
+    with open_face_pipeline(folder, threads=1, detector="blazeface-full-tiled") as tiled:
+        assert len(tiled.detector.detect(t1[0], tiled=False)) < len(tiled.detections(t1[0])) == 6
+        tracker = FaceTracker(tiled, detect_every=2)
+        for rgb in t1:
+            got, want = tracker.analyze(rgb), tiled.analyze(rgb)
+            assert len(got) == 6  # the tiled detector itself misses a face on some frames (a score near its cut)
+            for face in want:
+                assert max(iou(g.detection.box, face.detection.box) for g in got) > 0.7
+    # detector frames 0 (no face followed yet) and 8 with the tiles; 2, 4 and 6 the whole-frame pass alone
+    assert (tracker.detector_frames, tracker.untiled_frames) == (5, TILES_EVERY - 1)
+    assert tracker.redetected_kept == tracker.redetected_faces > 0

@@ -66,6 +66,7 @@ def test_detect_every_defaults_by_source_kind_and_an_explicit_value_wins_for_vid
     assert load_config(write(folder, video)).face.detect_every == VIDEO_DETECT_EVERY
     assert load_config(write(folder, camera)).face.detect_every == VIDEO_DETECT_EVERY
     assert load_config(write(folder, MINIMAL)).face.detect_every == 1
+    assert f"# detect_every = {VIDEO_DETECT_EVERY}\n" in EXAMPLE_CONFIG.read_text(encoding="utf-8")
     for every in (1, 2, 7):
         explicit = f'detect_every = {every}\n[source]'
         assert load_config(write(folder, video.replace("[source]", explicit))).face.detect_every == every
