@@ -42,15 +42,38 @@ def frame_files(work: Path) -> tuple[Path, Path]:
     return frame, gallery
 
 
-def folders(profile_name: str, progress) -> dict[str, Path]:
+def clip_file(work: Path, frames: int) -> Path:
+    """grace_hopper (the still frame's photo) filmed by a hand-held camera for ``frames`` 640x480 frames
+    (``facedata.camera_clip``), uint8 [T, H, W, 3] as .npy, written once."""
+    from converters.face.facedata import camera_clip, package_dir
+    from edge.imageio import load_image
+
+    work.mkdir(parents=True, exist_ok=True)
+    path = work / f"grace_hopper_clip{frames}_640x480.npy"
+    if not path.is_file():
+        photo = load_image(package_dir("matplotlib") / "mpl-data" / "sample_data" / "grace_hopper.jpg")
+        np.save(path, np.stack(camera_clip(photo, frames, FRAME_SIZE)))
+    return path
+
+
+def folders(profile_name: str, progress, builds: set[str] | None = None) -> dict[str, Path]:
     """The fp32 and the profile's INT8 face folders, each with BlazeFace full and short range added, and a copy
-    of the INT8 one whose embedder runs its TFLite twin on LiteRT (cached)."""
-    from benchmarks.harness.face_speed_models import race_models, with_blazeface
+    of the INT8 one whose embedder runs its TFLite twin on LiteRT (cached).
+
+    ``builds``: the keys wanted (None: all three); without ``LITERT_EMBEDDER`` no TFLite twin is made (onnx2tf).
+    """
+    from benchmarks.harness.face_speed_models import build_fp32, build_int8, race_models, with_blazeface
     from converters.face.quantize import DEFAULT_CALIBRATION_COUNT
     from edge.profiles import load_profile
 
     CACHE.mkdir(parents=True, exist_ok=True)
-    models = race_models(load_profile(profile_name), DEFAULT_CALIBRATION_COUNT, progress)
+    profile = load_profile(profile_name)
+    if builds is not None and LITERT_EMBEDDER not in builds:
+        fp32_dir = build_fp32(CACHE, progress)
+        int8_dir, _ = build_int8(fp32_dir, profile, CACHE, DEFAULT_CALIBRATION_COUNT, progress)
+        out = {"fp32": fp32_dir, "int8": int8_dir}
+        return {k: with_short_range(with_blazeface(v, progress), progress) for k, v in out.items() if k in builds}
+    models = race_models(profile, DEFAULT_CALIBRATION_COUNT, progress)
     fp32 = with_short_range(with_blazeface(models.fp32_dir, progress), progress)
     int8 = with_short_range(with_blazeface(models.int8_dir, progress), progress)
     return {"fp32": fp32, "int8": int8, LITERT_EMBEDDER: with_litert_embedder(int8, models.tflite["int8"], progress)}

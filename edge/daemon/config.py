@@ -22,7 +22,7 @@ from typing import Any
 from edge.daemon import EXAMPLE_CONFIG as EXAMPLE_CONFIG
 from edge.errors import InputError, TelemetryError
 from edge.face.models import Detector
-from edge.face.track import KEEP_DESCRIPTOR_WITHIN, MAX_DETECT_EVERY
+from edge.face.track import KEEP_DESCRIPTOR_WITHIN, MAX_DETECT_EVERY, VIDEO_DETECT_EVERY
 from edge.filemode import check_private_mode
 from edge.telemetry.link import BrokerConfig
 from edge.telemetry.schema import check_name, check_prefix
@@ -38,6 +38,17 @@ class SourceKind(enum.Enum):
     FOLDER = "folder"  # a watched folder of image files
     VIDEO = "video"  # a video file, read once
     CAMERA = "camera"  # an OpenCV camera (V4L2 index)
+
+
+#: ``face.detect_every`` when the config leaves it out, per source kind: a folder's images are unrelated stills,
+#: each detected afresh; a video's or a camera's frames follow one another, so faces are followed between
+#: detector frames (``VIDEO_DETECT_EVERY``: how it was chosen, docs/daemon.md and section ``face-track`` of
+#: docs/benchmarks.md).
+DEFAULT_DETECT_EVERY = {
+    SourceKind.FOLDER: 1,
+    SourceKind.VIDEO: VIDEO_DETECT_EVERY,
+    SourceKind.CAMERA: VIDEO_DETECT_EVERY,
+}
 
 
 class LogLevel(enum.Enum):
@@ -58,7 +69,8 @@ class FaceSettings:
     min_score: float | None  # None: the detector's (edge.face.models.default_min_score: 0.9 MTCNN, 0 BlazeFace)
     detector: Detector | None  # None: the models folder's (models.json 'detector', else MTCNN)
     threads: int
-    detect_every: int = 1  # video, camera: the detector on every n-th frame, faces followed between (edge.face.track)
+    # video, camera: the detector on every n-th frame, faces followed between (edge.face.track); a folder: always 1
+    detect_every: int = 1
     # a followed face keeps its descriptor while its chip is within this many grey levels of the chip it came from
     keep_descriptor_within: float = KEEP_DESCRIPTOR_WITHIN
 
@@ -189,7 +201,7 @@ _SCHEMA: Schema = {
         "min_score": Field(float, None, low=0.0, high=1.0),
         "detector": Field(Detector, None),
         "threads": Field(int, 0, low=0, high=MAX_THREADS),
-        "detect_every": Field(int, 1, low=1, high=MAX_DETECT_EVERY),
+        "detect_every": Field(int, None, low=1, high=MAX_DETECT_EVERY),  # None: DEFAULT_DETECT_EVERY[source.kind]
         "keep_descriptor_within": Field(float, KEEP_DESCRIPTOR_WITHIN, low=0.0, high=255.0),
     },
     "source": {
@@ -281,6 +293,15 @@ def _build_source(where: str, s: dict[str, Any]) -> SourceSettings:
     return SourceSettings(**s)
 
 
+def _detect_every(configured: int | None, kind: SourceKind) -> int:
+    """``face.detect_every`` as the daemon runs it: a folder's images are each detected (1, whatever the config
+    says: its frames do not follow one another); a video or a camera takes the configured value, else its
+    kind's default."""
+    if kind is SourceKind.FOLDER or configured is None:
+        return DEFAULT_DETECT_EVERY[kind]
+    return configured
+
+
 def _build_broker(where: str, b: dict[str, Any]) -> BrokerConfig:
     password = None
     if b["password_file"] is not None:
@@ -358,6 +379,8 @@ def _build(where: str, path: Path, t: dict[str, dict[str, Any]]) -> DaemonConfig
     text = _with_defaults("text", t)
     if text["model_dir"] is not None and not text["model_dir"].is_dir():
         raise InputError(f"{where}: text.model_dir = '{text['model_dir']}'; expected a converted language-model folder")
+    source = _build_source(where, _with_defaults("source", t))
+    face["detect_every"] = _detect_every(face["detect_every"], source.kind)
     return DaemonConfig(
         source_file=path,
         device_id=device_id,
@@ -368,7 +391,7 @@ def _build(where: str, path: Path, t: dict[str, dict[str, Any]]) -> DaemonConfig
         tags=tuple(dict.fromkeys(top["tags"])),
         log_level=top["log_level"],
         face=FaceSettings(**face),
-        source=_build_source(where, _with_defaults("source", t)),
+        source=source,
         broker=broker,
         broker_insecure=broker is not None and not broker.uses_tls and not broker.is_loopback,
         telemetry=TelemetrySettings(**tele),

@@ -372,11 +372,13 @@ class BlazeFaceDetector:
             raise InferenceError(f"BlazeFace failed on input {tensor.shape}: {exc}") from exc
         return out[self._outputs[0]][0], out[self._outputs[1]][0, :, 0]
 
-    def detect(self, rgb: np.ndarray) -> list[Detection]:
+    def detect(self, rgb: np.ndarray, tiled: bool = True) -> list[Detection]:
         """Find faces in one RGB image (and its tiles, with ``tiling``).
 
         Args:
             rgb: uint8 [H, W, 3] RGB image.
+            tiled: False runs the whole-frame pass alone, even with ``tiling`` (``edge.face.track`` on the
+                detector frames where it follows the faces only the tiles find).
 
         Returns:
             Detections, best score first; boxes (not clipped) and five landmarks in image pixels.
@@ -391,7 +393,7 @@ class BlazeFaceDetector:
         height, width = image.shape[:2]
         tiling = self.tiling
         floor = min(self.min_score, tiling.look_score) if tiling is not None else self.min_score
-        integral, (boxes, keypoints, scores) = self._first_passes(image, floor)
+        integral, (boxes, keypoints, scores) = self._first_passes(image, floor, tiled)
         cut = scores >= self.min_score
         found = weighted_nms(boxes[cut], keypoints[cut], scores[cut], self.nms_iou)
         if tiling is not None and floor < self.min_score:
@@ -407,15 +409,15 @@ class BlazeFaceDetector:
             for b, s, p in zip(boxes, scores, points, strict=True)
         ]
 
-    def _first_passes(self, image: np.ndarray, floor: float) -> tuple:
-        """The whole frame's pass and, with a tiling, its tiles' (dropping detections crossing an inner tile
-        edge: a face the tile cuts is whole elsewhere), candidates down to ``floor`` concatenated before NMS.
+    def _first_passes(self, image: np.ndarray, floor: float, tiled: bool = True) -> tuple:
+        """The whole frame's pass and, with a tiling and ``tiled``, its tiles' (dropping detections crossing an inner
+        tile edge: a face the tile cuts is whole elsewhere), candidates down to ``floor`` concatenated before NMS.
 
         Returns:
             (the frame's integral image, or None when the frame alone ran; (boxes, keypoints, scores)).
         """
         height, width = image.shape[:2]
-        tiles = tile_grid(width, height, self.spec.size, self.tiling) if self.tiling is not None else []
+        tiles = tile_grid(width, height, self.spec.size, self.tiling) if self.tiling is not None and tiled else []
         frame = (0, height, 0, width)
         if not tiles:  # the frame alone, resized without an integral image: cheaper, the same input
             return None, self.decode_window(*letterbox(image, self.spec.size), frame, floor)

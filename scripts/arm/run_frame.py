@@ -14,7 +14,8 @@ With ``--detect-every N`` > 1 the frames go through ``edge.face.track.FaceTracke
 detector on the first frame and every N-th after it, the face followed by the shape predictor between); the
 stages are then the pipeline's own calls, marked where the tracker makes them (the detector's ``detect``;
 ``points5`` and ``chips``; the embedder's ``embed``), and the tracker's bookkeeping between them is "other"
-(with the chip comparison that decides whether a followed face keeps its descriptor).
+(with the chip comparison that decides whether a followed face keeps its descriptor). ``--frame`` may also hold
+a clip, uint8 [T, H, W, 3]: frame i is the clip's frame i (mod T), as a camera sends them.
 Device code only (edge.*, numpy, onnxruntime, cv2).
 """
 
@@ -34,7 +35,9 @@ EMPTY, DETECT, ALIGN, EMBED, MATCH, FRAME = range(6)
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Run the face pipeline on one frame N times, stages marked.")
     parser.add_argument("--models", type=Path, required=True, help="face models folder (models.json)")
-    parser.add_argument("--frame", type=Path, required=True, help="uint8 RGB frame [H, W, 3] as .npy")
+    parser.add_argument(
+        "--frame", type=Path, required=True, help="uint8 RGB frame [H, W, 3], or a clip [T, H, W, 3], as .npy"
+    )
     parser.add_argument("--gallery", type=Path, required=True, help="gallery file (edge.face.gallery.Gallery.save)")
     parser.add_argument("--frames", type=int, required=True, help="how many times the frame is analysed")
     parser.add_argument("--detector", default="mtcnn")
@@ -62,7 +65,8 @@ def main(argv: list[str] | None = None) -> int:
     from edge.face.models import open_face_pipeline
 
     try:
-        rgb = np.load(args.frame)
+        loaded = np.load(args.frame)
+        clip = list(loaded) if loaded.ndim == 4 else [loaded]
         gallery = Gallery.load(args.gallery)
         with open_face_pipeline(
             args.models,
@@ -74,9 +78,9 @@ def main(argv: list[str] | None = None) -> int:
             mark(EMPTY, 0)
             mark(EMPTY, 1)
             if args.detect_every > 1:
-                faces, matches = _followed(pipeline, gallery, rgb, args, mark)
+                faces, matches = _followed(pipeline, gallery, clip, args, mark)
             else:
-                faces, matches = _detected(pipeline, gallery, rgb, args.frames, mark)
+                faces, matches = _detected(pipeline, gallery, clip, args.frames, mark)
     except EdgeDeployError as exc:
         print(f"Error: {exc}", file=sys.stderr)
         return exc.exit_code
@@ -87,13 +91,14 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _detected(pipeline, gallery, rgb, frames: int, mark) -> tuple[list[dict], list]:
-    """``frames`` frames through ``FacePipeline.analyze``'s stages, each marked."""
+def _detected(pipeline, gallery, clip: list, frames: int, mark) -> tuple[list[dict], list]:
+    """``frames`` frames of the clip through ``FacePipeline.analyze``'s stages, each marked."""
     import numpy as np
 
     faces: list[dict] = []
     matches: list = []
-    for _ in range(frames):
+    for i in range(frames):
+        rgb = clip[i % len(clip)]
         mark(FRAME, 0)
         mark(DETECT, 0)
         found = [d for d in pipeline.detector.detect(rgb) if d.score >= pipeline.min_score]
@@ -112,8 +117,9 @@ def _detected(pipeline, gallery, rgb, frames: int, mark) -> tuple[list[dict], li
     return faces, matches
 
 
-def _followed(pipeline, gallery, rgb, args, mark) -> tuple[list[dict], list]:
-    """``args.frames`` frames through a ``FaceTracker``; the pipeline calls it makes marked as the stages."""
+def _followed(pipeline, gallery, clip: list, args, mark) -> tuple[list[dict], list]:
+    """``args.frames`` frames of the clip through a ``FaceTracker``; the pipeline calls it makes marked as the
+    stages."""
     from edge.face.track import FaceTracker
 
     def marked(call, region: int):
@@ -136,9 +142,9 @@ def _followed(pipeline, gallery, rgb, args, mark) -> tuple[list[dict], list]:
     tracker = FaceTracker(pipeline, args.detect_every, **keep)
     found: list = []
     matches: list = []
-    for _ in range(args.frames):
+    for i in range(args.frames):
         mark(FRAME, 0)
-        found = tracker.analyze(rgb)
+        found = tracker.analyze(clip[i % len(clip)])
         mark(MATCH, 0)
         matches = [gallery.match(f.descriptor) for f in found]
         mark(MATCH, 1)

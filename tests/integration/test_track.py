@@ -74,6 +74,9 @@ def test_followed_faces_keep_their_descriptors_and_stay_with_the_detected_faces(
     # which is as far from the face detected on the followed frame as two detected frames are from each other
     assert tracker.followed_faces == len(distances) == 1 * 4 + 6 * 4
     assert tracker.kept_descriptors == tracker.followed_faces
+    # on the detector's frames 4 and 10 the faces found where faces were followed kept their descriptors too (no
+    # embedder run); the cut to t1 on frame 6 found no face where the astronaut's was
+    assert (tracker.redetected_faces, tracker.redetected_kept) == (1 + 6, 1 + 6)
     assert max(distances) <= max(jitter) + 1e-6 < 0.3, (distances, jitter)
     assert np.median(distances) <= 1.1 * np.median(jitter), (distances, jitter)
 
@@ -83,6 +86,7 @@ def test_with_nothing_kept_every_followed_face_is_described_again(pipeline, clip
     followed, distances = _followed_distances(tracker, pipeline, clip)
     assert followed == FOLLOWED
     assert tracker.followed_faces == 28 and tracker.kept_descriptors == 0
+    assert tracker.redetected_faces == 7 and tracker.redetected_kept == 0  # found again: described again too
     # described on its own frame, a followed face is closer still to the detected one
     assert max(distances) < 0.3 and np.median(distances) < 0.1, distances
 
@@ -130,3 +134,28 @@ def test_following_needs_the_shape_predictor_and_a_frame_count(pipeline):
         assert str(err.value) == (
             f"keep_descriptor_within = {bad!r}; expected grey levels from 0 (describe every followed face) to 255"
         )
+
+
+def test_a_tiling_detector_runs_its_tiles_on_one_detector_frame_in_tiles_every(face_fp32_models, tmp_path):
+    """BlazeFace tiled on t1's clip (six people; the whole-frame pass alone finds fewer): between detector frames with
+    the tiles, the whole-frame pass finds the large faces again and the small ones are followed on, so every frame
+    reports every face the tiled detector finds there."""
+    import shutil
+
+    from converters.face.blazeface import FULL_RANGE, add_blazeface
+    from edge.face.track import TILES_EVERY
+
+    folder = tmp_path / "face"
+    shutil.copytree(face_fp32_models, folder)
+    add_blazeface(folder, FULL_RANGE)
+    t1 = camera_clip({p.name: p for p in EVAL_PHOTOS}["t1"].load(), 2 * TILES_EVERY + 1)
+    with open_face_pipeline(folder, threads=1, detector="blazeface-full-tiled") as tiled:
+        assert len(tiled.detector.detect(t1[0], tiled=False)) < len(tiled.detections(t1[0])) == 6
+        tracker = FaceTracker(tiled, detect_every=2)
+        for rgb in t1:
+            got, want = tracker.analyze(rgb), tiled.analyze(rgb)
+            for face in want:  # the tiled detector itself misses a face on some frames (a score near its cut)
+                assert max(iou(g.detection.box, face.detection.box) for g in got) > 0.7
+    # detector frames 0 (no face followed yet) and 8 with the tiles; 2, 4 and 6 the whole-frame pass alone
+    assert (tracker.detector_frames, tracker.untiled_frames) == (5, TILES_EVERY - 1)
+    assert tracker.redetected_kept == tracker.redetected_faces > 0

@@ -203,3 +203,30 @@ def test_a_followed_contender_passes_its_descriptor_setting_to_the_guest():
     )
     assert setup.args()[-4:] == ["--detect-every", "4", "--keep-descriptor-within", "0.0"]
     assert "--keep-descriptor-within" not in FrameSetup(Path("m"), "blazeface-full", detect_every=4).args()
+
+
+def test_the_profiles_defaults_are_held_against_issue_46s_goals():
+    still, clip = arm_frame.CONTENDERS["defaults"], arm_frame.CONTENDERS["defaults-clip"]
+    assert clip.clip and clip.builds == still.builds == ("int8",)
+    assert arm_frame.FOLLOWED[clip.name] == still.name
+    rows = [
+        (still.name, "int8", _cost("cortex-a72", 330_000_000)),
+        (clip.name, "int8", _cost("cortex-a72", 38_000_000)),
+        (still.name, "int8", _cost("cortex-a76", 280_000_000)),
+        (clip.name, "int8", _cost("cortex-a76", 30_000_000)),
+    ]
+    table = arm_frame.table(rows).splitlines()
+    assert table[3].endswith("| met (the clip's average frame; goal <= 40.0 M) |")
+    assert table[5].endswith("| **missed** by 5.0 M (1.2x) (the clip's average frame; goal <= 25.0 M) |")
+    a72, a76 = arm_frame.defaults_lines(rows, "cortex-a72"), arm_frame.defaults_lines(rows, "cortex-a76")
+    assert a72[0] == (
+        f"  The profile's defaults ({still.name}, rpi4 int8), a still frame: 330.0 M against issue #46's <= 150.0 M: "
+        "**missed** by 180.0 M (2.20x)."
+    )
+    assert a72[1].startswith("  Where it goes: detect 330.0 M, align 0.0 M, embed 0.0 M, match 0.0 M;")
+    assert a72[2] == (
+        f"  The profile's defaults ({clip.name}, rpi4 int8), the hand-held clip, a frame on average: 38.0 M against "
+        "issue #46's <= 40.0 M: met."
+    )
+    assert a76[0] == f"  The profile's defaults ({still.name}, rpi5 int8), a still frame: 280.0 M (reported)."
+    assert "30.0 M against issue #46's <= 25.0 M: **missed** by 5.0 M (1.20x)." in a76[1]

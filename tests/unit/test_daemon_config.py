@@ -11,6 +11,7 @@ import pytest
 
 from edge.daemon.config import _SCHEMA, EXAMPLE_CONFIG, SYSTEMD_UNIT, LogLevel, SourceKind, load_config
 from edge.errors import InputError
+from edge.face.track import VIDEO_DETECT_EVERY
 
 MINIMAL = '[face]\nmodels = "face"\n[source]\npath = "incoming"\n'
 
@@ -50,9 +51,27 @@ def test_a_minimal_config_gets_working_defaults(folder: Path) -> None:
     assert c.telemetry.prefix == "edge-deploy" and c.telemetry.interval_s == 30.0
     assert c.face.threshold is None  # None: the models folder's (dlib's 0.6)
     assert c.face.detector is None and c.face.min_score is None  # None: the folder's detector, and its cut-off
-    assert c.face.detect_every == 1  # the detector on every frame
+    assert c.face.detect_every == 1  # a folder: every image detected
     assert c.face.keep_descriptor_within == 10.0  # a followed face's descriptor kept while its chip holds
     assert c.device_id  # the host name, as a valid topic level
+
+
+def test_detect_every_defaults_by_source_kind_and_an_explicit_value_wins_for_video_and_camera(folder: Path) -> None:
+    """Issue 46: a video or a camera follows faces between detector frames unless the config says otherwise; a
+    folder's images are stills, each detected (whatever face.detect_every says)."""
+    (folder / "clip.avi").write_bytes(b"")
+    video = '[face]\nmodels = "face"\n[source]\nkind = "video"\npath = "clip.avi"\n'
+    camera = '[face]\nmodels = "face"\n[source]\nkind = "camera"\n'
+    assert VIDEO_DETECT_EVERY > 1
+    assert load_config(write(folder, video)).face.detect_every == VIDEO_DETECT_EVERY
+    assert load_config(write(folder, camera)).face.detect_every == VIDEO_DETECT_EVERY
+    assert load_config(write(folder, MINIMAL)).face.detect_every == 1
+    assert f"# detect_every = {VIDEO_DETECT_EVERY}\n" in EXAMPLE_CONFIG.read_text(encoding="utf-8")
+    for every in (1, 2, 7):
+        explicit = f'detect_every = {every}\n[source]'
+        assert load_config(write(folder, video.replace("[source]", explicit))).face.detect_every == every
+        assert load_config(write(folder, camera.replace("[source]", explicit))).face.detect_every == every
+        assert load_config(write(folder, MINIMAL.replace("[source]", explicit))).face.detect_every == 1
 
 
 def test_broker_table_with_password_file(folder: Path) -> None:
