@@ -22,6 +22,7 @@ from converters.sources import WEIGHTS_PIP
 
 REPO = Path(__file__).resolve().parents[2]
 LOCK = REPO / "constraints.txt"
+LOCKED = dict(line.split("==") for line in LOCK.read_text(encoding="utf-8").splitlines() if "==" in line)
 PIP_TIMEOUT_S = 1800
 RUN_TIMEOUT_S = 1800
 
@@ -34,10 +35,15 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return built
 
 
+def _outside() -> dict[str, str]:
+    """The test's environment without its PYTHONPATH, which puts the checkout first (pip would take the
+    checkout's metadata for an installed edge-deploy)."""
+    return {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+
+
 def _env(home: Path) -> dict[str, str]:
-    """The test's environment without its PYTHONPATH (which puts the checkout first), with its own HOME (build
-    cache, onnxruntime-web) and npm's download cache kept where it was."""
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    """``_outside()`` with its own HOME (build cache, onnxruntime-web), npm's download cache kept where it was."""
+    env = _outside()
     env["NPM_CONFIG_CACHE"] = os.environ.get("NPM_CONFIG_CACHE", str(Path.home() / ".npm"))
     env["HOME"] = str(home)
     return env
@@ -45,14 +51,14 @@ def _env(home: Path) -> dict[str, str]:
 
 def _venv(folder: Path, *requirements: str) -> Path:
     """A new venv with ``requirements`` installed by its own pip at the lock's versions; its bin folder."""
-    subprocess.run([sys.executable, "-m", "venv", str(folder)], check=True)
+    subprocess.run([sys.executable, "-m", "venv", str(folder)], check=True, env=_outside())
     _pip(folder / "bin", "-c", str(LOCK), *requirements)
     return folder / "bin"
 
 
 def _pip(bin_dir: Path, *args: str) -> None:
     argv = [str(bin_dir / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check", *args]
-    subprocess.run(argv, check=True, timeout=PIP_TIMEOUT_S, cwd=bin_dir.parent)
+    subprocess.run(argv, check=True, timeout=PIP_TIMEOUT_S, cwd=bin_dir.parent, env=_outside())
 
 
 def _edge(bin_dir: Path, cwd: Path, *args: str) -> subprocess.CompletedProcess:
@@ -92,7 +98,9 @@ def test_a_bare_install_answers_help_version_and_targets_outside_the_checkout(wh
     for profile in (REPO / "firmware_configs").glob("*.toml"):
         assert f"\n{profile.stem} " in targets
     probe = "from edge.profiles import DEFAULT_PROFILE_DIR as d; import cv2"
-    done = subprocess.run([str(bin_dir / "python"), "-c", probe], cwd=work, capture_output=True, text=True)
+    done = subprocess.run(
+        [str(bin_dir / "python"), "-c", probe], cwd=work, env=_outside(), capture_output=True, text=True
+    )
     assert "No module named 'cv2'" in done.stderr  # the device extra's libraries are not base dependencies
 
 
@@ -121,14 +129,16 @@ def test_an_installed_edge_deploy_converts_recognises_and_builds_the_browser_sit
     images = site_packages / "insightface" / "data" / "images"
     shutil.copy(images / "Tom_Hanks_54745.png", people / "tom.png")
 
-    report = json.loads(_ok(_edge(convert_install, work, "convert", "face", "--target", "rpi4", "-o", "face", "--json")))
-    assert report["passed"] and report["versions"]["opencv-python-headless"].startswith("4.")
+    convert = ("convert", "face", "--target", "rpi4", "-o", "face", "--json")
+    report = json.loads(_ok(_edge(convert_install, work, *convert)))
+    assert report["fp32"]["passed"] and report["quantized"]["passed"]
+    assert report["quantized"]["versions"]["opencv-python-headless"] == LOCKED["opencv-python-headless"]
     _ok(_edge(convert_install, work, "face", "enroll", "face", "people", "-o", "gallery.npz"))
-    found = json.loads(
-        _ok(_edge(convert_install, work, "face", "recognize", "face", str(people / "tom.png"), str(images / "t1.jpg"),
-                  "--gallery", "gallery.npz", "--json"))
-    )
-    assert found, found
+    photos = (str(people / "tom.png"), str(images / "t1.jpg"))
+    found = json.loads(_ok(_edge(convert_install, work, "face", "recognize", "face", *photos, "-g", "gallery.npz", "--json")))
+    names = {Path(r["image"]).name: [f["name"] for f in r["faces"]] for r in found}
+    assert names["tom.png"] == ["tom"]
+    assert len(names["t1.jpg"]) == 6 and "tom" not in names["t1.jpg"]
 
     _ok(_edge(convert_install, work, "build", "--target", "browser-wasm", "--model", "face", "-o", "site", "-q"))
     manifest = json.loads((work / "site" / "manifest.json").read_text())
