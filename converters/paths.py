@@ -1,13 +1,20 @@
-"""Where the host side finds the repository's own files (scripts, side venvs, web sources, data)."""
+"""Where the host side finds its files: the repository's (scripts, side venvs), and the page sources and data
+that an installed wheel carries too (``WEB_DIR``, ``DATA_DIR``: ``edge.shipped``)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from edge.errors import ConversionError
+from edge.shipped import shipped_dir
 
-#: The repository checkout this package runs from (editable install): scripts/, web/, data/, side venvs.
+#: The repository checkout this package runs from (editable install): scripts/ and the side venvs, which only
+#: a checkout has. Installed from a wheel, this is site-packages.
 REPO_ROOT = Path(__file__).resolve().parent.parent
+#: The browser page's sources (web/): the checkout's, or an installed wheel's copy.
+WEB_DIR = shipped_dir("web")
+#: data/ (the perplexity gate's text): the checkout's, or an installed wheel's copy.
+DATA_DIR = shipped_dir("data")
 
 
 def make_output_dir(path: Path) -> Path:

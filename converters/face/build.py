@@ -23,6 +23,7 @@ from converters.paths import make_output_dir
 from converters.quiet import quiet_torch_export
 from converters.sources import DLIB_RESNET, DLIB_SHAPE5, MTCNN_NETS
 from converters.validate import OutputCheck, check_against_source
+from converters.versions import library_versions
 from edge import __version__
 from edge.errors import InputError, ValidationError
 from edge.face import models as face_models
@@ -68,6 +69,7 @@ class FaceBuild:
         return {
             "tool": "edge-deploy",
             "tool_version": __version__,
+            "versions": library_versions(),
             "target": self.target,
             "out_dir": str(self.out_dir),
             "passed": self.passed,

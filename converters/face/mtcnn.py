@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from converters.paths import make_output_dir
+from converters.sources import WEIGHTS_PIP
 from edge.errors import ConversionError, InputError, MissingDependencyError, ValidationError, require
 from edge.face.detect_mtcnn import MODEL_FILES
 from edge.face.models import FaceModel
@@ -157,7 +158,8 @@ def facenet_data_dir() -> Path:
     if spec is None or not spec.submodule_search_locations:
         raise MissingDependencyError(
             "MTCNN weights come from the Python package 'facenet-pytorch' 2.6.0, which is not installed; "
-            "install it with: pip install --no-deps facenet-pytorch==2.6.0"
+            f"install it (and the other packages that ship weights and photos, without their dependencies) with: "
+            f"{WEIGHTS_PIP}"
         )
     return Path(spec.submodule_search_locations[0]) / "data"
 

@@ -31,6 +31,7 @@ from converters.face.report import render_markdown, write_histogram
 from converters.paths import make_output_dir
 from converters.quantize import QuantMode, QuantSettings, quantize_model, settings_for
 from converters.timing import Laps
+from converters.versions import library_versions
 from edge import __version__
 from edge.cpu import int8_kernels
 from edge.digest import file_sha256
@@ -91,6 +92,7 @@ class QuantBuild:
         return {
             "tool": "edge-deploy",
             "tool_version": __version__,
+            "versions": library_versions(),
             "target": self.target,
             "precision": self.precision.value,
             "mode": self.mode.value,

@@ -35,6 +35,7 @@ from typing import Any
 from converters.package.stages import STAGES, ModelKind, ModelStage, StageContext, StageResult
 from converters.package.wheelhouse import prepare_wheelhouse
 from converters.paths import REPO_ROOT
+from converters.versions import library_versions
 from edge import __version__
 from edge.bundle import BUNDLE_FORMAT, MANIFEST_FILE, MANIFEST_SCHEMA_VERSION, verify_bundle
 from edge.digest import file_sha256
@@ -302,6 +303,7 @@ def _manifest(folder: Path, profile: TargetProfile, models: list[dict], wheelhou
         "target": profile.name,
         "tool": "edge-deploy",
         "tool_version": __version__,
+        "versions": library_versions(),
         "built_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "profile": {
             "file": f"profile/{Path(profile.source).name}",

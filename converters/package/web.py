@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,7 +31,8 @@ import numpy as np
 
 from converters.package.web_samples import copy_samples
 from converters.package.web_search import SearchSite, copy_search
-from converters.paths import REPO_ROOT
+from converters.paths import WEB_DIR
+from converters.versions import library_versions
 from edge import __version__
 from edge.digest import file_sha256
 from edge.errors import BundleError, InputError, MissingDependencyError, ProfileError, require
@@ -38,9 +40,13 @@ from edge.face import models as face_models
 from edge.face.types import DLIB_SAME_PERSON_THRESHOLD
 from edge.profiles import Runtime, TargetProfile
 from edge.progress import ProgressFn, silent
+from edge.shipped import INSTALLED_ROOT
 
 WEB_MANIFEST_SCHEMA_VERSION = 1
-WEB_SOURCE_DIR = REPO_ROOT / "web"
+WEB_SOURCE_DIR = WEB_DIR
+#: onnxruntime-web for an installed wheel's page sources (``node_modules``).
+ORT_CACHE = Path.home() / ".cache" / "edge-deploy" / "onnxruntime-web"
+NPM_TIMEOUT_S = 900
 #: The page's own files, copied verbatim.
 PAGE_FILES = (
     "index.html", "style.css", "app.js", "face.js", "blazeface.js", "mtcnn.js", "align.js", "text.js", "search.js",
@@ -77,14 +83,56 @@ class WebBuild:
     onnxruntime_web: str
 
 
+def node_modules(web_dir: Path = WEB_SOURCE_DIR) -> Path:
+    """Where onnxruntime-web is installed for the page sources ``web_dir``: ``web_dir/node_modules`` in a
+    checkout; for an installed wheel's copy (read-only site-packages), a folder of the user's cache named by the
+    hash of the ``package-lock.json`` the wheel carries (``install_ort_from_npm`` fills it)."""
+    web_dir = Path(web_dir)
+    if web_dir.resolve() != (INSTALLED_ROOT / "web").resolve():
+        return web_dir / "node_modules"
+    return ORT_CACHE / file_sha256(web_dir / "package-lock.json")[:16] / "node_modules"
+
+
+def install_ort_from_npm(web_dir: Path = WEB_SOURCE_DIR, progress: ProgressFn = silent) -> None:
+    """``npm ci`` of the page's pinned onnxruntime-web into ``node_modules(web_dir)`` (an installed wheel's
+    first browser build; a checkout uses ``scripts/setup_web.sh --page``).
+
+    Raises:
+        MissingDependencyError: npm is not installed, or ``npm ci`` fails or times out.
+    """
+    npm = shutil.which("npm")
+    if npm is None:
+        raise MissingDependencyError(
+            "npm: not installed; the browser page's runtime (onnxruntime-web, pinned in the wheel's "
+            "package-lock.json) is installed from npm on first use: install Node.js and npm (Debian: "
+            "sudo apt-get install nodejs npm) and run the command again"
+        )
+    folder = node_modules(web_dir).parent
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in ("package.json", "package-lock.json"):
+        shutil.copyfile(Path(web_dir) / name, folder / name)
+    progress(f"installing onnxruntime-web from npm into {folder} (first browser build only)")
+    argv = [npm, "ci", "--no-audit", "--no-fund", "--prefix", str(folder)]
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=NPM_TIMEOUT_S, check=False)
+    except subprocess.TimeoutExpired:
+        raise MissingDependencyError(f"{' '.join(argv)}: did not finish in {NPM_TIMEOUT_S} s") from None
+    if done.returncode != 0:
+        raise MissingDependencyError(
+            f"{' '.join(argv)}: failed (exit code {done.returncode}: {done.stderr.strip()[-400:]})"
+        )
+
+
 def ort_dist(web_dir: Path = WEB_SOURCE_DIR) -> tuple[Path, str]:
     """The installed onnxruntime-web ``dist`` folder and its version.
 
     Raises:
         MissingDependencyError: the npm package is not installed, or a needed file is missing.
     """
-    pkg = web_dir / "node_modules" / "onnxruntime-web"
+    pkg = node_modules(web_dir) / "onnxruntime-web"
     hint = "install it with scripts/setup_web.sh (npm ci in web/)"
+    if pkg.parent.parent != Path(web_dir):
+        hint = "the first browser build installs it (npm ci), with Node.js and npm installed"
     try:
         version = json.loads((pkg / "package.json").read_text(encoding="utf-8"))["version"]
     except (OSError, ValueError, KeyError) as exc:
@@ -373,4 +421,5 @@ def _manifest(
         "text": None,
         "files": files,
         "tool_version": __version__,
+        "versions": {**library_versions(), "onnxruntime-web": ort_version},
     }

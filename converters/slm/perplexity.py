@@ -14,13 +14,13 @@ from pathlib import Path
 
 import numpy as np
 
-from converters.paths import REPO_ROOT
+from converters.paths import DATA_DIR
 from edge.errors import InputError, ValidationError
 from edge.progress import ProgressFn, silent, tracked
 from edge.text.decoder import OnnxDecoder
 
 #: The evaluation text kept in the repository (see data/README.md for where it came from).
-DEFAULT_TEXT = REPO_ROOT / "data" / "us_constitution.txt"
+DEFAULT_TEXT = DATA_DIR / "us_constitution.txt"
 
 
 @dataclass(frozen=True)

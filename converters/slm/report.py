@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.metadata
 import json
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from converters.versions import library_versions
 from edge.digest import file_sha256
 
 if TYPE_CHECKING:
@@ -16,18 +16,10 @@ if TYPE_CHECKING:
     from converters.slm.perplexity import PerplexityGate
 
 REPORT_SCHEMA_VERSION = 1
-_TOOLS = ("onnxruntime", "onnx", "torch", "gguf", "tokenizers")
 EVAL_TEXT_NOTE = (
     "U.S. Constitution (a U.S. government work, public domain), as shipped in the wordcloud 1.9.6 sdist "
     "on PyPI (examples/constitution.txt)"
 )
-
-
-def _version(name: str) -> str | None:
-    try:
-        return importlib.metadata.version(name)
-    except importlib.metadata.PackageNotFoundError:
-        return None
 
 
 def build_report(
@@ -72,7 +64,7 @@ def build_report(
         },
         "files": {p.name: {"bytes": p.stat().st_size, "sha256": file_sha256(p)} for p in files},
         "timings_s": timings,
-        "tools": {name: _version(name) for name in _TOOLS},
+        "versions": library_versions(),
     }
 
 

@@ -18,12 +18,14 @@ import sys
 from pathlib import Path
 
 import pytest
+from packaging.utils import canonicalize_name
 
 from converters.face.blazeface import VERSION as BLAZEFACE_WHEEL_VERSION
 from converters.package.bundle import BuildOptions, build_bundle
 from converters.package.stages import STAGES
 from converters.package.wheelhouse import WheelhouseSpec, _check_platform_tags, check_offline
 from edge.bundle import extract_bundle, verify_bundle
+from edge.digest import file_sha256
 from edge.errors import BundleError
 from edge.profiles import Precision, load_profile, load_profile_file
 from edge_deploy.build_commands import add_build, add_verify
@@ -148,6 +150,11 @@ def test_wheelhouse_is_aarch64_and_resolves_offline(bundle) -> None:
     assert resolved == wh["resolved"]
     for name in ("edge-deploy", "numpy", "onnxruntime", "ai-edge-litert", "opencv-python-headless", "paho-mqtt"):
         assert name in resolved, name
+    # The Pi gets the lock's versions (constraints.txt), the ones the host built and tested with.
+    pins = dict(line.split("==") for line in (REPO / "constraints.txt").read_text().splitlines() if "==" in line)
+    third = {canonicalize_name(n): v for n, v in resolved.items() if n != "edge-deploy"}
+    assert third == {n: pins[n] for n in third}
+    assert wh["constraints_sha256"] == file_sha256(REPO / "constraints.txt")
     assert (wheels / "requirements.txt").read_text() == "edge-deploy[device]==0.1.0\n"
 
 

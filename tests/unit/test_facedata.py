@@ -18,7 +18,7 @@ from converters.face.facedata import (
     make_eval_set,
     package_dir,
 )
-from edge.errors import InputError
+from edge.errors import InputError, MissingDependencyError
 
 
 @pytest.fixture(scope="module")
@@ -106,11 +106,13 @@ def test_calibration_rejects_n_below_one():
 
 
 def test_missing_package_is_named():
-    with pytest.raises(InputError) as err:
+    with pytest.raises(MissingDependencyError) as err:
         package_dir("no_such_package_for_edge_deploy")
     assert str(err.value) == (
-        "package 'no_such_package_for_edge_deploy' is not installed; it ships the photos the evaluation needs"
+        "package 'no_such_package_for_edge_deploy' is not installed; it ships the photos the evaluation needs; "
+        "run scripts/setup.sh in a checkout, or: pip install 'edge-deploy[convert]'"
     )
+    assert err.value.exit_code == 9
 
 
 def test_a_camera_clip_moves_its_annotations_with_the_picture():

@@ -47,14 +47,16 @@ def test_wheel_cache_key_follows_requirements_and_platform() -> None:
 
 def test_device_requirements_come_from_pyproject(tmp_path: Path) -> None:
     pyproject = tmp_path / "pyproject.toml"
-    pyproject.write_text('[project.optional-dependencies]\ndevice = ["numpy>=1.26", "paho-mqtt>=2.1,<3"]\n')
+    pyproject.write_text(
+        '[project]\ndependencies = ["numpy>=1.26"]\n[project.optional-dependencies]\ndevice = ["paho-mqtt>=2.1,<3"]\n'
+    )
     assert device_requirements(["face"], pyproject) == ("numpy>=1.26", "paho-mqtt>=2.1,<3")
     assert device_requirements(["face", "slm"], pyproject)[-1] == "tokenizers>=0.20"
-    pyproject.write_text("[project]\n")
+    pyproject.write_text("[project]\ndependencies = []\n")
     with pytest.raises(BundleError) as err:
         device_requirements(["face"], pyproject)
-    assert (
-        str(err.value) == f"{pyproject}: cannot read [project.optional-dependencies].device ('optional-dependencies')"
+    assert str(err.value) == (
+        f"{pyproject}: cannot read [project] dependencies and optional-dependencies.device ('optional-dependencies')"
     )
 
 
