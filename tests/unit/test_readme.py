@@ -122,3 +122,8 @@ def test_the_profile_reference_checker_sees_a_missing_heading(tmp_path):
         "p.toml: docs/a.md#gone: no such heading",
         "p.toml: docs/b.md: no such file",
     ]
+
+
+def test_the_readme_is_a_quick_start_of_at_most_150_lines():
+    lines = README.read_text(encoding="utf-8").splitlines()
+    assert len(lines) <= 150, f"README.md has {len(lines)} lines; keep it a quick start (150 at most), move detail to docs/"
