@@ -104,7 +104,7 @@ def test_a_bare_install_answers_help_version_and_targets_outside_the_checkout(wh
     assert "No module named 'cv2'" in done.stderr  # the device extra's libraries are not base dependencies
     photo = work / "photo.jpg"
     photo.write_bytes(b"not read: the command stops at its imports")
-    done = _edge(bin_dir, work, "face", "recognize", str(work), str(photo))
+    done = _edge(bin_dir, work, "face", "recognize", str(work), str(photo), "--gallery", str(work / "g.npz"))
     assert done.returncode == 9, done.stderr[-2000:]
     assert "pip install 'edge-deploy[device]'" in done.stderr
 
