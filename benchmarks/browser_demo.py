@@ -151,9 +151,9 @@ def _markdown(build_s: float, cache: str, sizes: list[tuple[str, int]], rows: li
 
 
 def main(argv: list[str] | None = None) -> int:
-    from benchmarks.browser_vs_native import _one_face_frame
+    from benchmarks.harness.arm_frames import one_face_frame_png
     from converters.face.facedata import package_dir
-    from converters.package.bundle import _run_stage, build_browser_site
+    from converters.package.bundle import build_browser_site, run_stage
     from converters.package.stages import STAGES, ModelKind
     from edge.profiles import Precision, load_profile
 
@@ -183,12 +183,12 @@ def main(argv: list[str] | None = None) -> int:
                 answers = _text_and_search(page)
         finally:
             page.close()
-        face = _run_stage(
+        face = run_stage(
             STAGES[ModelKind.FACE], load_profile("browser-wasm"), Precision.FP32, Path(args.cache), print
         )[0]
         sites = {manifest["face"]["detector"]["kind"]: site.out_dir, "mtcnn": _mtcnn_site(face, work)}
         photos = {"t1.jpg 1280x886": package_dir("insightface") / "data" / "images" / "t1.jpg",
-                  "grace_hopper 640x480": _one_face_frame(work)}  # fmt: skip
+                  "grace_hopper 640x480": one_face_frame_png(work)}  # fmt: skip
         rows = _race(sites, photos, args.threads, args.runs, args.blocks)
     md = _markdown(build_s, cache, _sizes(manifest), rows, answers, args.threads)
     print(md)

@@ -28,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks.harness.arm_frames import one_face_frame_png
 from benchmarks.harness.report import machine_line, write_section
 from converters.package.web import build_browser
 from edge.imageio import load_image
@@ -155,19 +156,6 @@ def _frame_rows(page: Chromium, models: Path, frames: dict[str, Path], threads: 
     return rows
 
 
-def _one_face_frame(work: Path) -> Path:
-    """arm_frame's frame: matplotlib's grace_hopper.jpg letterboxed to 640x480, as a PNG the page can open."""
-    import cv2
-
-    from benchmarks.harness.arm_frames import letterbox
-    from converters.face.facedata import package_dir
-
-    frame = letterbox(load_image(package_dir("matplotlib") / "mpl-data" / "sample_data" / "grace_hopper.jpg"))
-    path = work / "grace_hopper_640x480.png"
-    cv2.imwrite(str(path), cv2.cvtColor(frame, cv2.COLOR_RGB2BGR))
-    return path
-
-
 def _gallery_view(page: Chromium, photo: Path) -> None:
     """Put the page in a state worth a screenshot: one person enrolled, then the photo recognised."""
     from selenium.webdriver.common.by import By
@@ -229,7 +217,7 @@ def measure(
             det_b, det_n, det = _detector_blocks(page, models, photo, threads, max(1, runs // 2))
             rows.append(("MTCNN cascade fp32, t1.jpg 1280x886", *_interleave(blocks, det_b, det_n)))
             det.close()
-            frames = {"t1.jpg 1280x886": photo, "grace_hopper 640x480": _one_face_frame(site.parent)}
+            frames = {"t1.jpg 1280x886": photo, "grace_hopper 640x480": one_face_frame_png(site.parent)}
             rows += _frame_rows(page, models, frames, threads, blocks, max(1, runs // 2))
             q_b = _browser_model(page, "models/face_embedder_int8.onnx", "chip", chip, runs)
             q_n = _native_model(site / "models" / "face_embedder_int8.onnx", "chip", chip, threads, runs)

@@ -120,3 +120,16 @@ def with_short_range(folder: Path, progress) -> Path:
         progress(f"adding BlazeFace short range to {folder.name}")
         add_blazeface(folder, SHORT_RANGE)
     return folder
+
+
+def one_face_frame_png(work: Path) -> Path:
+    """arm_frame's frame: matplotlib's grace_hopper.jpg letterboxed to 640x480, as a PNG the page can open."""
+    import cv2
+
+    from converters.face.facedata import package_dir
+    from edge.imageio import load_image
+
+    frame = letterbox(load_image(package_dir("matplotlib") / "mpl-data" / "sample_data" / "grace_hopper.jpg"))
+    path = work / "grace_hopper_640x480.png"
+    cv2.imwrite(str(path), cv2.cvtColor(frame, cv2.COLOR_RGB2BGR))
+    return path

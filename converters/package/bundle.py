@@ -166,7 +166,7 @@ def model_kinds(models: list[str]) -> list[ModelKind]:
     return [k for k in STAGES if k in kinds]
 
 
-def _run_stage(
+def run_stage(
     stage: ModelStage,
     profile: TargetProfile,
     precision: Precision,
@@ -191,7 +191,7 @@ def _run_stage(
     progress(f"{stage.kind} models: converting for {profile.name} at {precision.value}")
 
     def fp32_folder() -> Path:
-        return _run_stage(stage, profile, Precision.FP32, cache_dir, progress, formats, litert_venv)[0]
+        return run_stage(stage, profile, Precision.FP32, cache_dir, progress, formats, litert_venv)[0]
 
     work = partial / "work"
     # Lines name the folder the stage ends in (the .partial one is renamed when it passes).
@@ -391,7 +391,7 @@ def build_bundle(
     bundle = Bundle(folder, None, {})
     stage_outputs = []
     for kind in kinds:
-        files, result, key, hit = _run_stage(
+        files, result, key, hit = run_stage(
             STAGES[kind], profile, precisions[kind], Path(cache_dir), progress, formats[kind], opts.litert_venv
         )
         bundle.stage_cache_hits[kind] = hit
@@ -540,7 +540,7 @@ def build_browser_site(
     from converters.package.web import build_browser
 
     kinds = model_kinds(models)
-    folders = {kind: _run_stage(STAGES[kind], profile, Precision.FP32, Path(cache_dir), progress)[0] for kind in kinds}
+    folders = {kind: run_stage(STAGES[kind], profile, Precision.FP32, Path(cache_dir), progress)[0] for kind in kinds}
     if search is None and "all" in models:
         from converters.package.web_search_default import default_search
 

@@ -290,12 +290,12 @@ PROMPT = "What is the capital of France?"
 @pytest.fixture(scope="module")
 def slm(profile) -> Path:
     """The fp32 SmolLM2 folder of the default build: the build cache's slm stage (built when missing)."""
-    from converters.package.bundle import _run_stage
+    from converters.package.bundle import run_stage
     from converters.package.stages import STAGES, ModelKind
     from edge.profiles import Precision
 
     _browser_installed()
-    return _run_stage(STAGES[ModelKind.SLM], profile, Precision.FP32, BUILD_CACHE, lambda _line: None)[0]
+    return run_stage(STAGES[ModelKind.SLM], profile, Precision.FP32, BUILD_CACHE, lambda _line: None)[0]
 
 
 @pytest.fixture(scope="module")

@@ -174,46 +174,46 @@ def _counting_stage(calls: list[str], fail: bool = False):
 
 
 def test_stage_cache_hits_and_fp32_reuse(tmp_path: Path) -> None:
-    from converters.package.bundle import _run_stage
+    from converters.package.bundle import run_stage
     from edge.profiles import Precision
 
     profile = load_profile("rpi4")
     calls: list[str] = []
     stage = _counting_stage(calls)
-    folder, result, key, hit = _run_stage(stage, profile, Precision.INT8, tmp_path, lambda _m: None)
+    folder, result, key, hit = run_stage(stage, profile, Precision.INT8, tmp_path, lambda _m: None)
     assert (hit, calls) == (False, ["int8", "fp32"])  # int8 asked for the fp32 stage, which was built
     assert (folder / "weights.txt").read_text() == "fp32 weights quantized"
     assert not (folder.parent / "work").exists() and result.precision == "int8"
-    again = _run_stage(stage, profile, Precision.INT8, tmp_path, lambda _m: None)
-    fp32 = _run_stage(stage, profile, Precision.FP32, tmp_path, lambda _m: None)
+    again = run_stage(stage, profile, Precision.INT8, tmp_path, lambda _m: None)
+    fp32 = run_stage(stage, profile, Precision.FP32, tmp_path, lambda _m: None)
     assert (again[3], fp32[3], calls) == (True, True, ["int8", "fp32"])
     assert again[2] == key != fp32[2]
 
 
 def test_the_paths_a_stage_prints_are_the_ones_that_exist_after_it(tmp_path: Path) -> None:
-    from converters.package.bundle import _run_stage
+    from converters.package.bundle import run_stage
     from edge.profiles import Precision
 
     lines: list[str] = []
-    folder = _run_stage(_counting_stage([]), load_profile("rpi4"), Precision.FP32, tmp_path, lines.append)[0]
+    folder = run_stage(_counting_stage([]), load_profile("rpi4"), Precision.FP32, tmp_path, lines.append)[0]
     (wrote,) = [line.removeprefix("wrote ") for line in lines if line.startswith("wrote ")]
     assert wrote == str(folder / "weights.txt")  # not the .partial folder the stage wrote in, renamed since
     assert Path(wrote).is_file()
 
 
 def test_failed_stage_keeps_its_reports_and_is_not_cached(tmp_path: Path) -> None:
-    from converters.package.bundle import _run_stage
+    from converters.package.bundle import run_stage
     from edge.errors import ValidationError
     from edge.profiles import Precision
 
     profile = load_profile("rpi4")
     calls: list[str] = []
     with pytest.raises(ValidationError):
-        _run_stage(_counting_stage(calls, fail=True), profile, Precision.FP32, tmp_path, lambda _m: None)
+        run_stage(_counting_stage(calls, fail=True), profile, Precision.FP32, tmp_path, lambda _m: None)
     (partial,) = (tmp_path / "stages").glob("rpi4-face-fp32-*.partial")
     assert (partial / "work" / "report.md").read_text() == "why it failed"
     assert [p.name for p in (tmp_path / "stages").iterdir()] == [partial.name]  # nothing cached
-    folder = _run_stage(_counting_stage(calls), profile, Precision.FP32, tmp_path, lambda _m: None)[0]
+    folder = run_stage(_counting_stage(calls), profile, Precision.FP32, tmp_path, lambda _m: None)[0]
     assert calls == ["fp32", "fp32"]
     # The finished build replaced the failed one (older builds of a target/kind/precision are pruned).
     assert [p.name for p in (tmp_path / "stages").iterdir()] == [folder.parent.name]
@@ -342,7 +342,7 @@ def _twin_stage(kind, calls: list):
 
 
 def test_twin_builds_have_their_own_cache_key_and_folder(tmp_path: Path) -> None:
-    from converters.package.bundle import _run_stage
+    from converters.package.bundle import run_stage
     from converters.package.stages import STAGES, ModelKind
     from converters.slm.tflite import EXPORT_SCRIPT
     from edge.profiles import ModelFormats, Precision
@@ -352,7 +352,7 @@ def test_twin_builds_have_their_own_cache_key_and_folder(tmp_path: Path) -> None
     assert EXPORT_SCRIPT not in STAGES[ModelKind.SLM].code_files()
     profile, calls = load_profile("rpi4"), []
     slm = _twin_stage(ModelKind.SLM, calls)
-    built = {f: _run_stage(slm, profile, Precision.FP32, tmp_path, lambda _m: None, f) for f in ModelFormats}
+    built = {f: run_stage(slm, profile, Precision.FP32, tmp_path, lambda _m: None, f) for f in ModelFormats}
     assert len({b[2] for b in built.values()}) == 3 and calls == list(ModelFormats)
     names = {f: b[0].parent.name for f, b in built.items()}
     assert [names[f].rsplit("-", 1)[0] for f in ModelFormats] == [
@@ -364,8 +364,8 @@ def test_twin_builds_have_their_own_cache_key_and_folder(tmp_path: Path) -> None
     # the face twins too: tflite makes the device run the embedder's (models.json embedder_runtime), both not
     calls.clear()
     face = _twin_stage(ModelKind.FACE, calls)
-    first = _run_stage(face, profile, Precision.FP32, tmp_path, lambda _m: None, ModelFormats.BOTH)
-    again = _run_stage(face, profile, Precision.FP32, tmp_path, lambda _m: None, ModelFormats.TFLITE)
+    first = run_stage(face, profile, Precision.FP32, tmp_path, lambda _m: None, ModelFormats.BOTH)
+    again = run_stage(face, profile, Precision.FP32, tmp_path, lambda _m: None, ModelFormats.TFLITE)
     assert first[0].parent.name.startswith("rpi4-face-both-fp32-") and first[2] != again[2]
     assert again[0].parent.name.startswith("rpi4-face-tflite-fp32-") and not again[3]
     assert calls == [ModelFormats.BOTH, ModelFormats.TFLITE]

@@ -215,7 +215,7 @@ def test_build_refuses_a_group_readable_key_before_converting(tmp_path: Path, mo
     calls: list[str] = []
     stage = _toy_stage()
     monkeypatch.setitem(package.STAGES, package.ModelKind.FACE, stage)
-    monkeypatch.setattr(package, "_run_stage", lambda *a: calls.append("stage"))
+    monkeypatch.setattr(package, "run_stage", lambda *a: calls.append("stage"))
     pair = _keys(tmp_path / "keys")
     pair.private_path.chmod(0o640)
     opts = BuildOptions(wheels=False, sign_key=pair.private_path, golden=False)
