@@ -80,7 +80,7 @@ class Divergence:
     def line(self) -> str:
         """One printed line: the figures in llama.cpp's terms."""
         return (
-            f"KLD mean {self.mean_kld:.5f}, p99 {self.p99_kld:.4f}; same top-1 {100 * self.same_top1:.2f} %; "
+            f"KLD mean {self.mean_kld:.3g}, p99 {self.p99_kld:.3g}; same top-1 {100 * self.same_top1:.2f} %; "
             f"perplexity ratio {self.perplexity_ratio:.4f} on {self.tokens} held-out tokens"
         )
 

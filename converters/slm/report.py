@@ -122,8 +122,8 @@ def _divergence_lines(div: dict | None) -> list[str]:
         return []
     return [
         f"Teacher-forced against fp32 (reported, not gated), {div['tokens_scored']} tokens of "
-        f"{' + '.join(div['texts'])}: KL divergence mean {div['mean_kld']:.5f}, p99 {div['p99_kld']:.4f}, "
-        f"max {div['max_kld']:.3f}; same top-1 {div['same_top1_percent']:.2f} %; perplexity "
+        f"{' + '.join(div['texts'])}: KL divergence mean {div['mean_kld']:.3g}, p99 {div['p99_kld']:.3g}, "
+        f"max {div['max_kld']:.3g}; same top-1 {div['same_top1_percent']:.2f} %; perplexity "
         f"{div['perplexity']:.3f} vs fp32 {div['perplexity_fp32']:.3f} (ratio {div['perplexity_ratio']:.4f}).",
         "",
     ]
