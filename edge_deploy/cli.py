@@ -227,6 +227,8 @@ def _cmd_convert_slm(args: argparse.Namespace) -> int:
             f"  perplexity {g.candidate.perplexity:.4f} vs fp32 {g.reference.perplexity:.4f}: ratio {g.ratio:.4f} "
             f"(limit {g.limit:.2f}) {'PASSED' if g.passed else 'FAILED'}"
         )
+        if build.divergence is not None:
+            print(f"  against fp32, teacher-forced (reported, not gated): {build.divergence.line()}")
         if build.tflite is not None:
             t = build.tflite
             runs = "the default (generation.json runtime = litert)" if t.default else "beside the ONNX"

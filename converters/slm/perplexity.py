@@ -9,6 +9,7 @@ likelihood)`` over all scored tokens. The shipped text is the U.S. Constitution
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -72,19 +73,31 @@ def _log_softmax(logits: np.ndarray) -> np.ndarray:
     return shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
 
 
+def onnx_window_logits(model_path: Path, threads: int = 2) -> Callable[[list[int]], np.ndarray]:
+    """A function from one window of token ids to the ONNX decoder's logits at the positions that predict
+    ``ids[1:]``, shape (len(ids) - 1, vocab): one prefill with an empty cache (one session for all windows)."""
+    decoder = OnnxDecoder(model_path, threads)
+
+    def run(ids: list[int]) -> np.ndarray:
+        n = len(ids)
+        logits, _ = decoder.forward(
+            np.array([ids]), np.ones((1, n), np.int64), np.arange(n)[None], decoder.empty_cache()
+        )
+        return np.asarray(logits[0, :-1])
+
+    return run
+
+
 def perplexity(
     model_path: Path, windows: list[list[int]], threads: int = 2, progress: ProgressFn = silent, label: str = "windows"
 ) -> PerplexityResult:
     """Perplexity of the model at ``model_path`` over token windows (see :func:`text_windows`); ``progress``
     counts the windows done under ``label``."""
-    decoder = OnnxDecoder(model_path, threads)
+    window_logits = onnx_window_logits(model_path, threads)
     nll, count = 0.0, 0
     for ids in tracked(progress, windows, label):
         n = len(ids)
-        logits, _ = decoder.forward(
-            np.array([ids]), np.ones((1, n), np.int64), np.arange(n)[None], decoder.empty_cache()
-        )
-        logp = _log_softmax(logits[0, :-1])
+        logp = _log_softmax(window_logits(ids))
         nll -= float(logp[np.arange(n - 1), ids[1:]].sum())
         count += n - 1
     return PerplexityResult(math.exp(nll / count), count, len(windows))

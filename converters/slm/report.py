@@ -7,11 +7,13 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from converters.slm.divergence import HELD_OUT_TEXTS
 from converters.versions import library_versions
 from edge.digest import file_sha256
 
 if TYPE_CHECKING:
     from converters.slm.build import SlmOptions
+    from converters.slm.divergence import Divergence
     from converters.slm.gguf_source import HfFolder
     from converters.slm.perplexity import PerplexityGate
 
@@ -62,10 +64,18 @@ def build_report(
             "limit": result.limit,
             "passed": result.passed,
         },
+        "divergence": _divergence(record.get("divergence")),
         "files": {p.name: {"bytes": p.stat().st_size, "sha256": file_sha256(p)} for p in files},
         "timings_s": timings,
         "versions": library_versions(),
     }
+
+
+def _divergence(divergence: Divergence | None) -> dict | None:
+    if divergence is None:
+        return None
+    texts = [p.name for p in HELD_OUT_TEXTS]
+    return {"texts": texts, "gated": False, **divergence.to_dict()}
 
 
 def render_markdown(report: dict) -> str:
@@ -84,6 +94,7 @@ def render_markdown(report: dict) -> str:
         f"Perplexity gate {verdict}: {ppl['quantized']:.3f} vs fp32 {ppl['fp32']:.3f}, ratio {ppl['ratio']:.4f} "
         f"(limit {ppl['limit']}), {ppl['tokens_scored']} tokens of {ppl['text_source']}.",
         "",
+        *_divergence_lines(report.get("divergence")),
         *_greedy_lines(report.get("greedy_agreement")),
         *_tflite_lines(report.get("tflite")),
         "| file | bytes | sha256 |",
@@ -96,6 +107,18 @@ def render_markdown(report: dict) -> str:
 
 def _origin(src: dict) -> str:
     return "(a local GGUF)" if src["package"] == "file" else f"from PyPI package {src['package']} {src['version']}"
+
+
+def _divergence_lines(div: dict | None) -> list[str]:
+    if not div:
+        return []
+    return [
+        f"Teacher-forced against fp32 (reported, not gated), {div['tokens_scored']} tokens of "
+        f"{' + '.join(div['texts'])}: KL divergence mean {div['mean_kld']:.3g}, p99 {div['p99_kld']:.3g}, "
+        f"max {div['max_kld']:.3g}; same top-1 {div['same_top1_percent']:.2f} %; perplexity "
+        f"{div['perplexity']:.3f} vs fp32 {div['perplexity_fp32']:.3f} (ratio {div['perplexity_ratio']:.4f}).",
+        "",
+    ]
 
 
 def _greedy_lines(greedy: dict | None, candidate: str = "quantized") -> list[str]:

@@ -265,6 +265,12 @@ def test_int4_perplexity_gate(build) -> None:
     assert 3.0 < g.reference.perplexity < 30.0  # a working model on plain English, not noise
     report = json.loads(result.report_json.read_text())["perplexity"]
     assert report["ratio"] == pytest.approx(g.ratio) and report["passed"] is True
+    div = json.loads(result.report_json.read_text())["divergence"]
+    print(result.divergence.line())
+    assert div["tokens_scored"] == result.divergence.tokens >= 8000 and div["gated"] is False
+    assert div["texts"] == ["us_constitution.txt", "alice_in_wonderland.txt"]
+    # the grid build's weights are the GGUF's own codes, as fp32's are: at level 0 it is fp32 to rounding
+    assert div["mean_kld"] < 1e-6 and div["same_top1_percent"] > 99.9
 
 
 def test_int8_activations_everywhere_miss_the_greedy_check(build) -> None:

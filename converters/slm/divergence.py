@@ -1,0 +1,195 @@
+"""Teacher-forced comparison of a candidate language model with the fp32 model: what the field gates on.
+
+Both models read the same token windows (one prefill each, empty cache; see ``perplexity.text_windows``). At
+every scored position the fp32 model's next-token distribution P and the candidate's Q give
+
+- the KL divergence KL(P || Q) = sum_v P(v) (log P(v) - log Q(v)), in nats;
+- whether both put the same token first (argmax of the logits: "same top-1");
+- each model's negative log likelihood of the token that follows in the text (its perplexity).
+
+Reported: mean and 99th-percentile KLD, same-top-1 % and the perplexity ratio candidate / fp32, the figures of
+llama.cpp's ``llama-perplexity --kl-divergence``. The held-out text is the shipped U.S. Constitution followed
+by *Alice's Adventures in Wonderland* (both public domain; ``data/*.SOURCE.md``); no build step calibrates on
+either.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from converters.paths import DATA_DIR
+from converters.slm.perplexity import PerplexityResult, text_windows
+from edge.errors import InputError
+from edge.progress import ProgressFn, silent, tracked
+
+#: The held-out texts, read in this order (windows never cross from one text into the next).
+HELD_OUT_TEXTS = (DATA_DIR / "us_constitution.txt", DATA_DIR / "alice_in_wonderland.txt")
+#: Tokens of the held-out texts that are read (each window's first token is context, the rest are scored).
+HELD_OUT_TOKENS = 8192
+#: Rows of a window's logits turned into float64 distributions at a time (bounds the memory: vocab x rows).
+_ROWS = 64
+
+#: Logits of one window of token ids: (len(ids) - 1, vocab) for the positions that predict ids[1:].
+WindowLogits = Callable[[list[int]], np.ndarray]
+
+
+@dataclass(frozen=True)
+class PositionStats:
+    """Per scored position: KL(fp32 || candidate), same argmax, and both models' NLL of the true next token."""
+
+    kld: np.ndarray
+    same_top1: np.ndarray
+    reference_nll: np.ndarray
+    candidate_nll: np.ndarray
+
+
+@dataclass(frozen=True)
+class Divergence:
+    """The teacher-forced figures of a candidate against fp32 over ``tokens`` scored positions."""
+
+    tokens: int
+    windows: int
+    mean_kld: float
+    p99_kld: float
+    max_kld: float
+    same_top1: float
+    reference_perplexity: float
+    candidate_perplexity: float
+
+    @property
+    def perplexity_ratio(self) -> float:
+        return self.candidate_perplexity / self.reference_perplexity
+
+    def to_dict(self) -> dict:
+        return {
+            "tokens_scored": self.tokens,
+            "windows": self.windows,
+            "mean_kld": self.mean_kld,
+            "p99_kld": self.p99_kld,
+            "max_kld": self.max_kld,
+            "same_top1_percent": 100.0 * self.same_top1,
+            "perplexity_fp32": self.reference_perplexity,
+            "perplexity": self.candidate_perplexity,
+            "perplexity_ratio": self.perplexity_ratio,
+        }
+
+    def line(self) -> str:
+        """One printed line: the figures in llama.cpp's terms."""
+        return (
+            f"KLD mean {self.mean_kld:.3g}, p99 {self.p99_kld:.3g}; same top-1 {100 * self.same_top1:.2f} %; "
+            f"perplexity ratio {self.perplexity_ratio:.4f} on {self.tokens} held-out tokens"
+        )
+
+
+def log_softmax(logits: np.ndarray) -> np.ndarray:
+    """log softmax over the last axis, in float64."""
+    shifted = logits.astype(np.float64) - logits.max(axis=-1, keepdims=True)
+    return shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+
+
+def position_stats(reference: np.ndarray, candidate: np.ndarray, targets: Sequence[int]) -> PositionStats:
+    """Compare two (positions, vocab) logit arrays row by row; ``targets[i]`` is the token after position i.
+
+    Raises:
+        InputError: the shapes differ, or ``targets`` has not one id per row.
+    """
+    if reference.shape != candidate.shape or reference.ndim != 2:
+        raise InputError(f"logits of shape {candidate.shape} against fp32 {reference.shape}; expected equal 2-D")
+    rows = reference.shape[0]
+    target = np.asarray(targets, np.int64)
+    if target.shape != (rows,):
+        raise InputError(f"{target.size} target ids for {rows} positions; expected one per position")
+    kld, ref_nll, cand_nll = np.empty(rows), np.empty(rows), np.empty(rows)
+    for lo in range(0, rows, _ROWS):
+        hi = min(lo + _ROWS, rows)
+        logp, logq = log_softmax(reference[lo:hi]), log_softmax(candidate[lo:hi])
+        kld[lo:hi] = (np.exp(logp) * (logp - logq)).sum(axis=-1)
+        pick = np.arange(hi - lo), target[lo:hi]
+        ref_nll[lo:hi], cand_nll[lo:hi] = -logp[pick], -logq[pick]
+    same = reference.argmax(axis=-1) == candidate.argmax(axis=-1)
+    return PositionStats(np.maximum(kld, 0.0), same, ref_nll, cand_nll)
+
+
+def summarize(stats: Iterable[PositionStats]) -> Divergence:
+    """The figures over all positions of all windows (one :class:`PositionStats` per window).
+
+    Raises:
+        InputError: no position was scored.
+    """
+    parts = list(stats)
+    kld = np.concatenate([s.kld for s in parts]) if parts else np.empty(0)
+    if kld.size == 0:
+        raise InputError("no scored positions; expected at least one window of two tokens")
+    same = np.concatenate([s.same_top1 for s in parts])
+    ref_nll = np.concatenate([s.reference_nll for s in parts])
+    cand_nll = np.concatenate([s.candidate_nll for s in parts])
+    return Divergence(
+        tokens=int(kld.size),
+        windows=len(parts),
+        mean_kld=float(kld.mean()),
+        p99_kld=float(np.percentile(kld, 99)),
+        max_kld=float(kld.max()),
+        same_top1=float(same.mean()),
+        reference_perplexity=math.exp(float(ref_nll.mean())),
+        candidate_perplexity=math.exp(float(cand_nll.mean())),
+    )
+
+
+def held_out_windows(
+    encode: Callable[[str], list[int]], window: int, max_tokens: int = HELD_OUT_TOKENS,
+    texts: Sequence[Path] = HELD_OUT_TEXTS,
+) -> list[list[int]]:  # fmt: skip
+    """Windows of ``window`` tokens over ``texts`` in order, ``max_tokens`` tokens in all.
+
+    Raises:
+        InputError: a text cannot be read, or the texts hold fewer than ``max_tokens`` tokens.
+    """
+    out: list[list[int]] = []
+    left = max_tokens
+    for path in texts:
+        if left <= 1:
+            break
+        try:
+            ids = encode(Path(path).read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise InputError(f"{path}: cannot read the held-out text ({exc.strerror})") from exc
+        found = text_windows(ids, window, left)
+        out += found
+        left -= sum(len(w) for w in found)
+    if left > 1:
+        raise InputError(f"{', '.join(map(str, texts))}: {max_tokens - left} tokens; expected {max_tokens}")
+    return out
+
+
+def teacher_forced(
+    reference: WindowLogits, candidate: WindowLogits, windows: list[list[int]], progress: ProgressFn = silent
+) -> list[PositionStats]:
+    """Run every window once through each model and compare; one :class:`PositionStats` per window (the
+    same function as both models runs once and is compared with itself); ``progress`` counts the windows."""
+    out = []
+    for ids in tracked(progress, windows, "windows, fp32 and candidate"):
+        ref = reference(ids)
+        out.append(position_stats(ref, ref if candidate is reference else candidate(ids), ids[1:]))
+    return out
+
+
+def perplexities(stats: Sequence[PositionStats]) -> tuple[PerplexityResult, PerplexityResult]:
+    """The fp32 model's and the candidate's perplexity over the windows of ``stats`` (the perplexity gate's
+    figures, from the same pass).
+
+    Raises:
+        InputError: no position was scored.
+    """
+    if not stats or not sum(s.kld.size for s in stats):
+        raise InputError("no scored positions; expected at least one window of two tokens")
+    ref = np.concatenate([s.reference_nll for s in stats])
+    cand = np.concatenate([s.candidate_nll for s in stats])
+    return (
+        PerplexityResult(math.exp(float(ref.mean())), int(ref.size), len(stats)),
+        PerplexityResult(math.exp(float(cand.mean())), int(cand.size), len(stats)),
+    )
