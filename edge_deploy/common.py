@@ -33,7 +33,7 @@ class HelpFormatter(argparse.HelpFormatter):
 #: The third-party modules each pip extra brings (pyproject.toml), by import name. ``convert`` and ``fleet``
 #: include ``device``; numpy is the base install's.
 EXTRA_MODULES = {
-    "device": ("onnxruntime", "ai_edge_litert", "cv2", "paho", "tokenizers", "cryptography"),
+    "device": ("onnxruntime", "ai_edge_litert", "cv2", "paho", "tokenizers", "cryptography", "msgspec"),
     "convert": (
         "onnx",
         "onnxscript",
