@@ -165,7 +165,7 @@ def add_bench(sub: argparse._SubParsersAction) -> None:
         "p50/p90/p99, throughput, peak RSS and, on a Pi, SoC temperature, clock and throttling.",
         examples="""
         # the face embedder 'edge-deploy demo' bundles, its dynamic input fixed, with a latency plot
-        edge-deploy bench out/demo/dist/rpi4-face/models/face/face_embedder.onnx --shape chip=1x3x150x150 \
+        edge-deploy bench out/demo/dist/rpi4-face/models/face/face_embedder.int8.onnx --shape chip=1x3x150x150 \
             --plot out/latency.png
         # a convert model folder: the file it ships, on its --eval data
         edge-deploy bench out/net --json
