@@ -60,6 +60,8 @@ def test_models_json_lists_the_twins_beside_the_onnx_models(converted):
         *TWIN_ROLES.values(),
         "detector.pnet",
         "landmarks.shape5",
+        "detector.blazeface_full",  # the profile's detector (BlazeFace's ONNX translation and MediaPipe's .tflite)
+        "tflite.detector.blazeface_full",
     }
 
 
@@ -212,7 +214,7 @@ def test_a_twin_that_misses_its_threshold_fails_the_build_after_writing_the_repo
         profile, thresholds=dataclasses.replace(profile.thresholds, embed_max_abs_diff_fp32=1e-9)
     )
     folder = tmp_path / "strict"
-    shutil.copytree(out, folder, ignore=shutil.ignore_patterns("*.tflite", "tflite_report.*", "onnx2tf"))
+    shutil.copytree(out, folder, ignore=shutil.ignore_patterns("*_fp32.tflite", "*_int8.tflite", "tflite_report.*", "onnx2tf"))
     calibration, reference = twin_inputs(out, strict, 8, lambda _msg: None)
     report = write_tflite_twins(out, folder, strict, calibration, reference)  # fp32 twins: copied from ``out``
     (failure,) = report.failures
