@@ -20,7 +20,7 @@ from edge.errors import InputError, ValidationError
 from edge.progress import ProgressFn, silent, tracked
 from edge.text.decoder import OnnxDecoder
 
-#: The evaluation text kept in the repository (see data/README.md for where it came from).
+#: The evaluation text kept in the repository (data/us_constitution.SOURCE.md says where it came from).
 DEFAULT_TEXT = DATA_DIR / "us_constitution.txt"
 
 
