@@ -218,3 +218,27 @@ def test_unfused_runs_an_onnx_blazeface_unfused_and_leaves_its_tflite_to_litert(
     assert boxes["fused"].shape == boxes["unfused"].shape == boxes["tflite"].shape == (5, 4)
     np.testing.assert_allclose(boxes["unfused"], boxes["fused"], atol=1e-2)
     np.testing.assert_allclose(boxes["tflite"], boxes["fused"], atol=1e-2)
+
+
+def test_a_tight_face_crop_enrols_with_the_pi_s_default_detector(face_fp32_models, tmp_path):
+    """A gallery photo that is a tight face crop (insightface's 112x112 Tom Hanks): BlazeFace, the Pi profiles'
+    default, finds no face touching the frame; enrolment looks again with a border and takes it."""
+    from converters.face.blazeface import add_profile_detector
+    from edge.face.gallery import with_border
+    from edge.imageio import load_image
+    from edge.profiles import load_profile
+
+    folder = tmp_path / "face"
+    shutil.copytree(face_fp32_models, folder)
+    profile = load_profile("rpi4").runtime
+    add_profile_detector(folder, profile.face_detector, runtime=profile.face_detector_runtime.value)
+    crop = package_dir("insightface") / "data" / "images" / "Tom_Hanks_54745.png"
+    (tmp_path / "people" / "tom").mkdir(parents=True)
+    shutil.copy(crop, tmp_path / "people" / "tom" / "tom.png")
+    gallery = Gallery()
+    with open_face_pipeline(folder, 1) as pipeline:
+        assert pipeline.analyze(load_image(crop)) == []  # why the border is needed
+        (face,) = pipeline.analyze(with_border(load_image(crop)))
+        report = gallery.enroll_folder(tmp_path / "people", pipeline)
+    assert (report.enrolled, report.skipped) == ({"tom": 1}, [])
+    assert np.array_equal(gallery.descriptors("tom")[0], face.descriptor)
