@@ -158,7 +158,7 @@ def test_gallery_enrolment_and_matching(pipeline, eval_set, tmp_path):
     rep = gallery.enroll_folder(folder, pipeline)
     assert rep.enrolled == {"eileen_collins": 1, "tom_hanks": 1}
     assert sorted(reason for _, reason in rep.skipped) == [
-        "no face found",
+        "no face found (also with a border around the photo)",
         "not an image suffix (.jpg, .jpeg, .png, .bmp, .webp)",
     ]
     saved = Gallery.load(gallery.save(tmp_path / "people.npz"))
