@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import signal
 import subprocess
@@ -30,6 +29,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchmarks.harness.procstat import cpu_seconds
 from benchmarks.harness.report import REPO, machine_line, say, write_section
 from testsupport.broker import Broker
 from testsupport.postgres import Postgres
@@ -39,19 +39,6 @@ SUMMARY = "One monitor's committed msg/s against the broker's QoS-1 ceiling; CPU
 SECTIONS = ("fleet-ingest",)
 
 PREFIX = "edge-deploy"
-_TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def cpu_seconds(pids: list[int]) -> float:
-    """utime + stime of processes, seconds (0 for those gone)."""
-    total = 0
-    for pid in pids:
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        total += int(fields[11]) + int(fields[12])
-    return total / _TICKS
 
 
 def server_pids(broker: Broker, pg: Postgres | None) -> dict[str, list[int]]:

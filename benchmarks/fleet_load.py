@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import signal
 import subprocess
@@ -31,6 +30,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchmarks.harness.procstat import cpu_seconds
 from benchmarks.harness.report import IMG, REPO, machine_line, write_section
 from testsupport.broker import Broker
 from testsupport.postgres import Postgres
@@ -42,19 +42,6 @@ SECTIONS = ("fleet-load",)
 
 SECTION = "fleet-load"
 DEVICES = "testsupport.fleet_devices"
-_TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def cpu_seconds(pids: list[int]) -> float:
-    """utime + stime of processes, seconds (0 for those gone)."""
-    total = 0
-    for pid in pids:
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        total += int(fields[11]) + int(fields[12])
-    return total / _TICKS
 
 
 def children_of(pid: int) -> list[int]:

@@ -22,6 +22,18 @@ def proc_status(field: str) -> int:
     return -1
 
 
+def cpu_seconds(pids: list[int]) -> float:
+    """utime + stime of processes, seconds (0 for those gone)."""
+    total = 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
+
+
 def vm_hwm_kib() -> int:
     """Peak resident set size of this process (VmHWM), KiB; -1 where /proc is missing."""
     return proc_status("VmHWM")
