@@ -3,6 +3,8 @@
 // manifest, which converters/package/web.py writes from the Python constants. Float32 arithmetic of numpy is
 // reproduced with Math.fround after every operation, as in mtcnn.js.
 
+import { areaBounds } from "./mtcnn.js";
+
 const f = Math.fround;
 const NUM_COORDS = 16;
 const NUM_KEYPOINTS = 6;
@@ -55,16 +57,6 @@ export function tileGrid(width, height, inputSide, tiling) {
     for (const x0 of starts(width, sx, count(width))) tiles.push({ x0, y0, x1: x0 + sx, y1: y0 + sy });
   }
   return tiles;
-}
-
-function areaBounds(nIn, nOut) {
-  const start = new Int32Array(nOut);
-  const end = new Int32Array(nOut);
-  for (let i = 0; i < nOut; i++) {
-    start[i] = Math.floor((i * nIn) / nOut);
-    end[i] = -Math.floor((-(i + 1) * nIn) / nOut);
-  }
-  return [start, end];
 }
 
 // letterbox_window: rows r0:r1, columns c0:c1 area-resized (exact integer sums, the float32 nearest to each

@@ -31,7 +31,8 @@ export function rowIntegral(rgb, h, w) {
   return out;
 }
 
-function areaBounds(nIn, nOut) {
+// The source rows (columns) start:end of each output row of an area resize, as torch and OpenCV take them.
+export function areaBounds(nIn, nOut) {
   const start = new Int32Array(nOut);
   const end = new Int32Array(nOut);
   for (let i = 0; i < nOut; i++) {
