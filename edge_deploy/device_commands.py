@@ -220,6 +220,7 @@ def _cmd_monitor(args: argparse.Namespace) -> int:
         prefix=args.prefix,
         client_id=args.client_id or "edge-deploy-monitor",
         shared_group=args.shared,
+        retention_days=args.retention_days,
     )
 
     def show(text: str) -> None:
@@ -286,6 +287,8 @@ def add_monitor(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--store", metavar="PATH|URL", help="SQLite file or postgresql:// URL (default: OUTPUT/monitor.db)")
     p.add_argument("--shared", metavar="GROUP", help="join MQTT v5 shared-subscription GROUP ($share/GROUP/PREFIX/#)")
     p.add_argument("--client-id", help="MQTT client id, stable per instance (default edge-deploy-monitor)")
+    p.add_argument("--retention-days", type=int, metavar="DAYS", help="drop reports older than DAYS days from the "
+                   "store, checked hourly (default: keep all; docs/fleet.md, The store)")  # fmt: skip
     p.add_argument("--web", metavar="HOST:PORT", help="serve the fleet dashboard here, e.g. 127.0.0.1:8080")
     p.add_argument("--web-auth", type=Path, metavar="FILE", help="mode-600 file whose first line is the dashboard's "
                    "login token; required when --web is not a loopback address")  # fmt: skip

@@ -64,6 +64,9 @@ class MonitorConfig:
             report's lag; at high rates batches fill first, which keeps the CPU per message low).
         receive_maximum: unacknowledged messages the broker may have in flight to this monitor.
         max_skew_s: how far a message's timestamp may be ahead of the monitor's clock (seconds).
+        retention_days: drop reports whose timestamp is older than this many days (None: keep all); see
+            ``FleetStore.maintain``, which the monitor runs at start and then every ``maintain_every_s``.
+        maintain_every_s: seconds between two runs of the store's maintenance.
     """
 
     broker: BrokerConfig
@@ -76,6 +79,8 @@ class MonitorConfig:
     flush_s: float = 0.2
     receive_maximum: int = 1000
     max_skew_s: float = MAX_CLOCK_SKEW_S
+    retention_days: int | None = None
+    maintain_every_s: float = 3600.0
 
     def __post_init__(self) -> None:
         check_prefix(self.prefix)
@@ -87,7 +92,12 @@ class MonitorConfig:
             value = getattr(self, key)
             if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
                 raise TelemetryError(f"monitor {key} = {value!r}; expected an integer in {low}..{high}")
-        for key, top in (("flush_s", 10.0), ("max_skew_s", 86400.0)):
+        days = self.retention_days
+        if days is not None and (isinstance(days, bool) or not isinstance(days, int) or not 1 <= days <= 36500):
+            raise TelemetryError(
+                f"monitor retention_days = {days!r}; expected a whole number of days in 1..36500 (or none: keep all)"
+            )
+        for key, top in (("flush_s", 10.0), ("max_skew_s", 86400.0), ("maintain_every_s", 86400.0)):
             value = getattr(self, key)
             if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= top:
                 raise TelemetryError(f"monitor {key} = {value!r}; expected a number in (0, {top:g}]")
@@ -134,6 +144,8 @@ class Monitor(LinkHooks):
         self._rejections_logged = -LOG_EVERY_S
         self._rng = random.Random()
         self._subscribed = threading.Event()
+        self._stopping = threading.Event()
+        self._maintainer: threading.Thread | None = None
         #: Whether the monitor was subscribed at any time since it started.
         self.ever_subscribed = False
         self._link = Link(
@@ -157,6 +169,9 @@ class Monitor(LinkHooks):
         """
         deadline = time.monotonic() + timeout
         self._link.start()
+        if self._maintainer is None:
+            self._maintainer = threading.Thread(target=self._maintain_loop, name="monitor-maintain", daemon=True)
+            self._maintainer.start()
         if not self._link.wait_connected(timeout):
             return False
         return self._subscribed.wait(max(deadline - time.monotonic(), 0.0))
@@ -201,7 +216,30 @@ class Monitor(LinkHooks):
 
         The store stays open for reading (the final table and the export); calling it again does nothing.
         """
+        self._stopping.set()
+        if self._maintainer is not None:
+            self._maintainer.join(timeout)
         self._link.stop(timeout)
+
+    def maintain(self) -> int:
+        """Run the store's maintenance now (``FleetStore.maintain`` with ``retention_days``); log what it removed.
+
+        Returns:
+            The number of reports removed (0 when the store was unavailable: logged, tried again next time).
+        """
+        try:
+            removed = self.store.maintain(self.config.retention_days)
+        except StoreUnavailable as exc:
+            log.warning("monitor: store maintenance failed, next try in %.0f s: %s", self.config.maintain_every_s, exc)
+            return 0
+        if removed:
+            log.info("monitor: retention removed %d report(s) (retention_days %s)", removed, self.config.retention_days)
+        return removed
+
+    def _maintain_loop(self) -> None:
+        while not self._stopping.is_set():
+            self.maintain()
+            self._stopping.wait(self.config.maintain_every_s)
 
     def close(self, timeout: float = 5.0) -> None:
         """Stop ingesting (see ``stop``), close the store."""

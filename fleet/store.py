@@ -11,6 +11,8 @@ Query API (also what other tools, e.g. rollouts, read):
 - ``latest(kind, device_id=None, limit=1)``: the newest reports of a kind, as dicts, per device.
 - ``telemetry(device_id=None, since=None)``: telemetry reports as dicts of ``CSV_COLUMNS``.
 - ``count``, ``seqs``, ``duplicates``, ``rejected``: what was stored and dropped.
+
+Maintenance: ``maintain(retention_days)`` (the monitor runs it every ``MAINTAIN_EVERY_S``) drops old reports.
 """
 
 from __future__ import annotations
@@ -35,6 +37,10 @@ from fleet.records import (
     decode,
     online_of,
 )
+
+#: Rows deleted per transaction by retention (``FleetStore.maintain``): ingest waits at most for one batch.
+RETENTION_BATCH = 5000
+DAY_S = 86400
 
 
 class StoreUnavailable(TelemetryError):
@@ -182,6 +188,9 @@ class FleetStore:
     def latest(self, kind: MessageKind, device_id: str | None = None, limit: int = 1) -> dict[str, list[dict]]:
         """The newest ``limit`` reports of ``kind`` per device (highest seq first), as dicts.
 
+        ``limit`` 1 reads the ``latest`` table (one row per device and kind, kept on insert); more reads each
+        device's newest rows of ``messages`` through its primary key.
+
         Args:
             kind: telemetry, bench or result.
             device_id: one device, or every device.
@@ -191,15 +200,18 @@ class FleetStore:
             ``{device_id: [report, ...]}`` for devices that have such reports.
         """
         where, params = ("AND device_id = ?", (device_id,)) if device_id is not None else ("", ())
-        rows = self._rows(
-            "SELECT device_id, payload FROM (SELECT device_id, payload, ROW_NUMBER() OVER "
-            "(PARTITION BY device_id ORDER BY seq DESC) AS rank FROM messages WHERE kind = ? "
-            f"{where}) AS ranked WHERE rank <= ? ORDER BY device_id, rank",
-            (kind.value, *params, int(limit)),
+        newest = self._rows(
+            f"SELECT device_id, payload FROM latest WHERE kind = ? {where} ORDER BY device_id", (kind.value, *params)
         )
+        if limit == 1:
+            return {dev: [body_of(payload)] for dev, payload in newest}
         out: dict[str, list[dict]] = {}
-        for dev, payload in rows:
-            out.setdefault(dev, []).append(body_of(payload))
+        for dev, _payload in newest:
+            rows = self._rows(
+                "SELECT payload FROM messages WHERE device_id = ? AND kind = ? ORDER BY seq DESC LIMIT ?",
+                (dev, kind.value, int(limit)),
+            )
+            out[dev] = [body_of(payload) for (payload,) in rows]
         return out
 
     def results(self, tasks: tuple[str, ...], device_id: str | None = None) -> list[dict]:
@@ -232,21 +244,19 @@ class FleetStore:
         """
         sql = "SELECT device_id, state, status, last_seen, last_error FROM devices ORDER BY device_id"
         if limit is None:
-            found = self._rows(sql)
-            newest = {dev: reports[0] for dev, reports in self.latest(MessageKind.TELEMETRY).items()}
-            counts = dict(self._rows("SELECT device_id, COUNT(*) FROM messages GROUP BY device_id"))
-        else:  # a page: read only its devices' newest reports and counts
+            found, where = self._rows(sql), ""
+        else:  # a page: read only its devices' rows of ``latest``
             found = self._rows(sql + " LIMIT ? OFFSET ?", (int(limit), int(offset)))
-            ids = tuple(row[0] for row in found)
-            newest = {dev: self.latest(MessageKind.TELEMETRY, dev).get(dev, [{}])[0] for dev in ids}
-            marks = ", ".join("?" * len(ids))
-            counts = dict(
-                self._rows(
-                    f"SELECT device_id, COUNT(*) FROM messages WHERE device_id IN ({marks}) GROUP BY device_id", ids
-                )
-                if ids
-                else []
-            )
+            where = f"WHERE device_id IN ({', '.join('?' * len(found))})" if found else "WHERE 0 = 1"
+        newest: dict[str, dict] = {}
+        counts: dict[str, int] = {}
+        ids = tuple(row[0] for row in found) if limit is not None else ()
+        for dev, kind, payload, reports in self._rows(
+            f"SELECT device_id, kind, payload, reports FROM latest {where}", ids
+        ):
+            counts[dev] = counts.get(dev, 0) + int(reports)
+            if kind == MessageKind.TELEMETRY.value:
+                newest[dev] = body_of(payload)
         rows = []
         for device_id, state, status, last_seen, last_error in found:
             t = newest.get(device_id, {})
@@ -357,6 +367,23 @@ class FleetStore:
         except OSError as exc:
             raise TelemetryError(f"cannot write CSV {path}: {exc}") from exc
         return len(rows)
+
+    def maintain(self, retention_days: int | None, now: float | None = None) -> int:
+        """Keep the store's shape: make the coming days' partitions (PostgreSQL) and drop reports whose
+        ``timestamp`` is more than ``retention_days`` before ``now`` (None: keep every report).
+
+        PostgreSQL drops whole daily partitions once all their day is past the retention, and deletes the
+        rest (reports with a timestamp before the oldest partition, or an unpartitioned table an older
+        edge-deploy made) in batches; SQLite deletes in batches of ``RETENTION_BATCH`` rows, each its own short
+        transaction, so ingest is never blocked for long. The ``latest`` table's report counts follow.
+
+        Returns:
+            The number of reports removed.
+
+        Raises:
+            StoreUnavailable: the database can't be reached (try again at the next run).
+        """
+        raise NotImplementedError
 
     def close(self) -> None:
         """Close the database connections."""
