@@ -4,8 +4,9 @@ Each store (a PostgreSQL cluster of its own from testsupport/postgres.py, and a 
 ``--rows`` reports from ``--devices`` devices over ``--days`` days, one every ``days / (rows / devices)`` per
 device, 1 in 20 a ``result`` and the rest telemetry, in time order as a monitor would receive them.
 PostgreSQL is filled with ``generate_series`` into its daily partitions (``latest`` then built from the
-table); SQLite with a recursive ``INSERT ... SELECT`` in transactions of a million rows, through the store's
-own triggers. Devices and what they run are one row each.
+table); SQLite with a recursive ``INSERT ... SELECT`` in transactions of a million rows, the store's
+index and triggers made afterwards by opening the store (as for a file an older edge-deploy made). Devices
+and what they run are one row each.
 
 Then each query runs ``--runs`` times: the first call after the store was reopened (PostgreSQL restarted:
 its buffers are empty, the OS file cache is not) is reported apart from the median of the rest.
@@ -128,10 +129,14 @@ def fill_sqlite(path: Path, args: argparse.Namespace, values: dict) -> None:
 
     from fleet import open_store
 
-    open_store(path).close()  # the schema and its triggers
+    open_store(path).close()  # the schema; loaded without its index and triggers, which the next open remakes
     select, source = _row_sql("sqlite")
     db = sqlite3.connect(path, isolation_level=None)
     try:
+        db.executescript(
+            "DROP TRIGGER messages_added; DROP TRIGGER messages_removed; DROP TABLE latest; "
+            "DROP INDEX messages_device_time; PRAGMA synchronous = OFF; PRAGMA cache_size = -400000;"
+        )
         for lo in range(0, args.rows, CHUNK):
             db.execute("BEGIN")
             sql = f"INSERT INTO messages SELECT {select} FROM {source}"
@@ -143,6 +148,7 @@ def fill_sqlite(path: Path, args: argparse.Namespace, values: dict) -> None:
         db.execute("COMMIT")
     finally:
         db.close()
+    open_store(path).close()  # the index, ``latest`` from the table, the triggers
 
 
 def queries(store, now: float, devices: int) -> dict[str, Callable[[], object]]:
@@ -162,7 +168,9 @@ def queries(store, now: float, devices: int) -> dict[str, Callable[[], object]]:
         "`running(100 ids)`": lambda: store.running(tuple(page)),
         "`models_in_use()`": store.models_in_use,
         "`telemetry(device, last 15 min, limit 240)`": lambda: store.telemetry(dev, **window),
-        "`telemetry(...)` for each of 100 devices": lambda: [store.telemetry(d, **window) for d in page],
+        "`telemetry_by_device(100 ids, last 15 min, limit 240 each)`": lambda: store.telemetry_by_device(
+            tuple(page), **window
+        ),
         "`telemetry(device, last 24 h, limit 240)`": lambda: store.telemetry(dev, since=now - 86400, limit=240),
         "`devices(limit=50)` (terminal table)": lambda: store.devices(limit=50),
         "`latest(telemetry)`, every device": lambda: store.latest(MessageKind.TELEMETRY),
@@ -209,10 +217,7 @@ def render(args: argparse.Namespace, command: str, results: dict[str, dict], fil
             first, median = results[s][name]
             cells += [f"{first:.1f}", f"**{median:.1f}**" if median > GOAL_MS else f"{median:.1f}"]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
-    worst = {
-        s: max(m for k, (_f, m) in results[s].items() if "each of 100" not in k and "fleet_data" not in k)
-        for s in stores
-    }
+    worst = {s: max(m for k, (_f, m) in results[s].items() if "fleet_data" not in k) for s in stores}
     lines += ["", "Slowest single query (median): " + ", ".join(f"{s} {v:.1f} ms" for s, v in worst.items()) + "."]
     return "\n".join(lines) + "\n"
 

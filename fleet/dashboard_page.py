@@ -103,8 +103,8 @@ def fleet_data(
     ids = tuple(r.device_id for r in rows)
     running = {r.device_id: r for r in store.running(ids)}
     history = {}
-    for dev in ids:
-        reports = store.telemetry(dev, since=now - window_s, until=now + FUTURE_SKEW_S, limit=MAX_POINTS)
+    charts = store.telemetry_by_device(ids, since=now - window_s, until=now + FUTURE_SKEW_S, limit=MAX_POINTS)
+    for dev, reports in charts.items():
         points = sorted(((t["timestamp"], t["latency_p50_ms"], t["latency_p90_ms"]) for t in reports), key=_first)
         if points:
             history[dev] = points

@@ -1,8 +1,10 @@
 """The fleet store's interface, shared by the SQLite (embedded default) and PostgreSQL backends.
 
 A backend commits each batch of decoded messages in one transaction and keys reports by
-(device_id, seq), so a QoS 1 redelivery or a device's resend never counts twice. Reads are plain SQL over
-the same tables in both backends (``?`` placeholders; the PostgreSQL backend translates them).
+(device_id, seq), so a QoS 1 redelivery or a device's resend never counts twice. Both keep a ``latest`` table
+(the newest report and the number of reports per device and kind) in the transaction that stores the reports,
+so the fleet table and ``latest`` never scan ``messages``. Reads are plain SQL over the same tables in both
+backends (``?`` placeholders; the PostgreSQL backend translates them).
 
 Query API (also what other tools, e.g. rollouts, read):
 
@@ -345,6 +347,43 @@ class FleetStore:
         for _dev, _seq, payload in self._rows(sql + " ORDER BY device_id, seq", tuple(params)):
             body = body_of(payload)
             out.append({k: body.get(k) for k in CSV_COLUMNS})
+        return out
+
+    def telemetry_by_device(
+        self,
+        device_ids: tuple[str, ...],
+        since: float | None = None,
+        until: float | None = None,
+        limit: int | None = None,
+    ) -> dict[str, list[dict]]:
+        """``telemetry`` of several devices in one query (a dashboard page's charts).
+
+        Args:
+            device_ids: the devices.
+            since: only reports made at or after this time (Unix seconds, the device's clock).
+            until: only reports made at or before this time.
+            limit: per device, only the newest ``limit`` reports (highest ``stored`` first).
+
+        Returns:
+            ``{device_id: reports as dicts of CSV_COLUMNS, by seq}`` for devices with reports.
+        """
+        if not device_ids:
+            return {}
+        sql = (
+            "SELECT device_id, seq, payload, ROW_NUMBER() OVER (PARTITION BY device_id ORDER BY stored DESC, seq DESC) "
+            f"AS rank FROM messages WHERE kind = ? AND device_id IN ({', '.join('?' * len(device_ids))})"
+        )
+        params: list[Any] = [MessageKind.TELEMETRY.value, *device_ids]
+        for clause, value in (("timestamp >= ?", since), ("timestamp <= ?", until)):
+            if value is not None:
+                sql, params = f"{sql} AND {clause}", [*params, value]
+        top = "" if limit is None else " WHERE rank <= ?"
+        rows = self._rows(f"SELECT device_id, payload FROM ({sql}) AS w{top} ORDER BY device_id, seq",
+                          (*params, *(() if limit is None else (int(limit),))))  # fmt: skip
+        out: dict[str, list[dict]] = {}
+        for dev, payload in rows:
+            body = body_of(payload)
+            out.setdefault(dev, []).append({k: body.get(k) for k in CSV_COLUMNS})
         return out
 
     def export_csv(self, path: Path, limit: int | None = None) -> int:

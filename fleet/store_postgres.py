@@ -58,6 +58,7 @@ CREATE TABLE messages (
     payload text NOT NULL, PRIMARY KEY (device_id, seq, timestamp)
 ) PARTITION BY RANGE (timestamp);
 CREATE TABLE messages_default PARTITION OF messages DEFAULT;
+CREATE INDEX messages_timestamp_brin ON messages USING brin (timestamp);
 """
 
 SCHEMA = f"""

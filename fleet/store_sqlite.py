@@ -26,7 +26,6 @@ CREATE TABLE IF NOT EXISTS messages (
     device_id TEXT NOT NULL, seq INTEGER NOT NULL, kind TEXT NOT NULL, timestamp REAL NOT NULL,
     received REAL NOT NULL, stored REAL NOT NULL DEFAULT 0, payload TEXT NOT NULL, PRIMARY KEY (device_id, seq)
 );
-CREATE INDEX IF NOT EXISTS messages_device_time ON messages (device_id, timestamp);
 CREATE TABLE IF NOT EXISTS devices (
     device_id TEXT PRIMARY KEY, state TEXT, status TEXT, last_seen REAL NOT NULL, last_error TEXT,
     last_error_at REAL
@@ -38,6 +37,9 @@ CREATE TABLE IF NOT EXISTS running (
 CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
 INSERT OR IGNORE INTO counters VALUES ('duplicates', 0), ('rejected', 0);
 """
+
+#: ``messages``' index for a device's window and for retention (made after a bulk load: ``_INDEX``).
+_INDEX = "CREATE INDEX IF NOT EXISTS messages_device_time ON messages (device_id, timestamp)"
 
 #: The newest report and the number of reports per device and kind, kept by triggers on ``messages`` (an
 #: ignored duplicate fires none). Made, and filled from ``messages``, when a file lacks it.
@@ -86,6 +88,7 @@ class SqliteStore(FleetStore):
             self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=10)
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.executescript(_SCHEMA)
+            self._db.execute(_INDEX)
             if not self._db.execute("SELECT 1 FROM sqlite_master WHERE name = 'latest'").fetchall():
                 self._db.executescript(f"BEGIN; {_LATEST} COMMIT;")
             for table, column, decl in _ADDED_COLUMNS:  # a file an older edge-deploy made

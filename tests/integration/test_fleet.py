@@ -72,6 +72,9 @@ def test_both_stores_answer_the_query_api_alike(backend: str, tmp_path: Path, re
         assert [r["seq"] for r in store.latest(MessageKind.TELEMETRY, "pi-1", limit=2)["pi-1"]] == [3, 2]
         assert store.latest(MessageKind.RESULT) == {"pi-2": [json.loads(to_json(error))]}
         assert [t["seq"] for t in store.telemetry(since=200.0)] == [2, 3]
+        by_device = store.telemetry_by_device(("pi-1", "pi-2", "pi-9"), since=150.0, until=300.0, limit=1)
+        assert by_device == {"pi-1": store.telemetry("pi-1", since=150.0, until=300.0, limit=1)}
+        assert [t["seq"] for t in store.telemetry_by_device(("pi-1",))["pi-1"]] == [1, 2, 3]
 
 
 def test_postgres_store_retries_across_a_server_restart(pg: Postgres, pg_url: str) -> None:
