@@ -252,7 +252,11 @@ class PostgresStore(FleetStore):
                         conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
                         today = now // DAY_S * DAY_S
                         add_partitions(conn, today, today + PARTITIONS_AHEAD * DAY_S)
-                if retention_days is None:
+                # one monitor of a shared group applies retention at a time (the lock goes with the connection)
+                if (
+                    retention_days is None
+                    or not conn.execute("SELECT pg_try_advisory_lock(%s)", (_SCHEMA_LOCK + 1,)).fetchone()[0]
+                ):
                     return 0
                 cutoff = now - retention_days * DAY_S
                 if not self.partitioned and not self._unpartitioned_told:
