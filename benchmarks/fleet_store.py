@@ -98,13 +98,13 @@ def fill_postgres(pg: Postgres, args: argparse.Namespace, values: dict) -> None:
     import psycopg
 
     from fleet import open_store
-    from fleet.store_postgres import _SCHEMA_LOCK, add_partitions
+    from fleet.store_postgres import SCHEMA_LOCK, add_partitions
 
     open_store(pg.url).close()  # the schema
     select, source = _row_sql("postgresql")
     with psycopg.connect(pg.url, autocommit=True) as conn:
         with conn.transaction():
-            conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (SCHEMA_LOCK,))
             add_partitions(conn, values["start"], values["now"])
         for lo in range(0, args.rows, CHUNK):
             sql = f"INSERT INTO messages SELECT {select} FROM {source}"

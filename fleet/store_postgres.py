@@ -38,7 +38,7 @@ from fleet.store import (
 log = logging.getLogger(__name__)
 _RUNNING_KEY = ", ".join(("device_id", *RUNNING_COLUMNS))
 #: pg_advisory_xact_lock key serialising schema creation between monitors starting together.
-_SCHEMA_LOCK = 0x0ED6E_F1EE7
+SCHEMA_LOCK = 0x0ED6E_F1EE7
 #: SQLSTATE classes that refuse the data of a row, not the request: 22 data exception (a value out of range,
 #: bad encoding), 23 integrity constraint violation (an operator's CHECK), 54 program limit exceeded (a row or
 #: index entry too large). Resending can't fix these. Every other class (08 connection, 40 transaction
@@ -152,7 +152,7 @@ class PostgresStore(FleetStore):
             conn = self._connect(autocommit=False)
             try:
                 with conn.transaction():
-                    conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
+                    conn.execute("SELECT pg_advisory_xact_lock(%s)", (SCHEMA_LOCK,))
                     self._set_up(conn)
                 conn.execute(_STAGING)
                 conn.commit()
@@ -249,13 +249,13 @@ class PostgresStore(FleetStore):
                 conn.execute("SET lock_timeout = '2s'")
                 if self.partitioned:
                     with conn.transaction():
-                        conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
+                        conn.execute("SELECT pg_advisory_xact_lock(%s)", (SCHEMA_LOCK,))
                         today = now // DAY_S * DAY_S
                         add_partitions(conn, today, today + PARTITIONS_AHEAD * DAY_S)
                 # one monitor of a shared group applies retention at a time (the lock goes with the connection)
                 if (
                     retention_days is None
-                    or not conn.execute("SELECT pg_try_advisory_lock(%s)", (_SCHEMA_LOCK + 1,)).fetchone()[0]
+                    or not conn.execute("SELECT pg_try_advisory_lock(%s)", (SCHEMA_LOCK + 1,)).fetchone()[0]
                 ):
                     return 0
                 cutoff = now - retention_days * DAY_S
@@ -318,7 +318,7 @@ def partitions(conn: Any) -> dict[str, float]:
 
 def add_partitions(conn: Any, first: float, last: float) -> list[str]:
     """Make the daily partitions from the UTC day of ``first`` to that of ``last`` that are missing; rows of
-    those days already in the default partition move into them. Run it holding ``_SCHEMA_LOCK``.
+    those days already in the default partition move into them. Run it holding ``SCHEMA_LOCK``.
 
     Returns:
         The partitions made.
