@@ -102,14 +102,16 @@ def rollbacks(store: FleetStore, rules: AlertRules, now: float) -> dict[str, flo
     return out
 
 
-def evaluate(store: FleetStore, rules: AlertRules, now: float | None = None) -> dict[str, list[Alert]]:
-    """Every device's alerts at ``now``; devices breaking no rule are left out."""
+def evaluate(
+    store: FleetStore, rules: AlertRules, now: float | None = None, everyone: bool = False
+) -> dict[str, list[Alert]]:
+    """Every device's alerts at ``now``; devices breaking no rule are left out unless ``everyone``."""
     now = time.time() if now is None else now
     if rules == AlertRules():
         return {}
     back = rollbacks(store, rules, now)
     found = {r.device_id: device_alerts(r, rules, back.get(r.device_id), now) for r in store.devices()}
-    return {dev: alerts for dev, alerts in found.items() if alerts}
+    return {dev: alerts for dev, alerts in found.items() if alerts or everyone}
 
 
 def alert_payload(device_id: str, alerts: list[Alert], now: float) -> str:
@@ -121,21 +123,20 @@ def alert_payload(device_id: str, alerts: list[Alert], now: float) -> str:
 
 class AlertPublisher:
     """Turns successive evaluations into the messages to publish: a device's alerts when their rules change,
-    and ``ok`` once when they clear."""
+    and ``ok`` once when they clear. The first call publishes every device it is given (pass them all, see
+    ``evaluate(everyone=True)``), so a retained alert that cleared while no monitor ran is replaced."""
 
     def __init__(self, prefix: str) -> None:
         self.prefix = prefix
-        self._shown: dict[str, tuple[str, ...]] = {}
+        self._shown: dict[str, tuple[str, ...]] | None = None
 
     def changes(self, current: dict[str, list[Alert]], now: float) -> list[tuple[str, str]]:
         """(topic, payload) for every device whose set of broken rules changed since the last call."""
+        first, shown = self._shown is None, self._shown or {}
         out = []
-        for dev in sorted(set(current) | set(self._shown)):
+        for dev in sorted(set(current) | set(shown)):
             rules = tuple(a.rule for a in current.get(dev, []))
-            if rules != self._shown.get(dev, ()):
+            if first or rules != shown.get(dev, ()):
                 out.append((alert_topic(self.prefix, dev), alert_payload(dev, current.get(dev, []), now)))
-            if rules:
-                self._shown[dev] = rules
-            else:
-                self._shown.pop(dev, None)
+        self._shown = {dev: tuple(a.rule for a in alerts) for dev, alerts in current.items() if alerts}
         return out

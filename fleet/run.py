@@ -212,7 +212,8 @@ def run_monitor(
             def step() -> None:
                 try:
                     if rules is not None and rules != AlertRules():
-                        for topic, payload in publisher.changes(evaluate(monitor.store, rules), time.time()):
+                        found = evaluate(monitor.store, rules, everyone=True)
+                        for topic, payload in publisher.changes(found, time.time()):
                             monitor.publish(topic, payload)
                     if table:
                         view.show(fleet_table(monitor.store), summary_line(monitor.store, monitor.committed))

@@ -95,6 +95,24 @@ def test_head_is_answered_like_get_without_a_body(store: SqliteStore) -> None:
     assert headers["Content-Security-Policy"].startswith("default-src 'none'")
 
 
+def test_device_pages_and_the_script_are_served(store: SqliteStore) -> None:
+    with Dashboard(store, DashboardConfig(port=0)).start() as board:
+        status, _, body = get(board.port, "/device/pi-1")
+        assert status == 200 and b"<h1>pi-1</h1>" in body and b'<script src="/app.js">' in body
+        data = json.loads(get(board.port, "/device/pi-1.json")[2])
+        assert data["device"]["device_id"] == "pi-1" and [v for _, v in data["series"]["fps"]] == [3]
+        assert get(board.port, "/device/nobody")[::2] == (404, b"no device 'nobody' in the fleet store\n")
+        assert get(board.port, "/device/pi-1?window=2d")[::2] == (
+            400,
+            b"window='2d'; expected one of 15m, 1h, 6h, 24h, 7d\n",
+        )
+        assert get(board.port, "/?sort=nope")[0] == 400 and get(board.port, "/device/")[0] == 404
+        status, headers, body = get(board.port, "/app.js")
+        assert status == 200 and headers["Content-Type"] == "text/javascript; charset=utf-8" and b"#live" not in body
+        assert b'getElementById("live")' in body
+        assert "script-src 'self'; connect-src 'self'" in headers["Content-Security-Policy"]
+
+
 def test_300_idle_connections_do_not_starve_it(store: SqliteStore) -> None:
     """Idle sockets are accepted at once and cost no thread; a real request is answered meanwhile and after
     they all close (before: one thread each, a listen backlog of 5, 48 s to open 300 here)."""

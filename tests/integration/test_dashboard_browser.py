@@ -226,13 +226,14 @@ def test_the_monitor_publishes_alerts_retained(tmp_path: Path) -> None:
         client.subscribe("edge-deploy-alerts/#", qos=1)
         client.loop_start()
         try:
-            wait_until(lambda: len(got) == 2, 10, "the retained alerts")
+            wait_until(lambda: len(got) == 5, 10, "the retained alerts")  # every device's state at start
         finally:
             client.loop_stop()
             client.disconnect()
     assert got["edge-deploy-alerts/fake-00042"]["state"] == "alerting"
     assert [a["rule"] for a in got["edge-deploy-alerts/fake-00042"]["alerts"]] == ["temperature_c"]
     assert [a["rule"] for a in got["edge-deploy-alerts/cam-7"]["alerts"]] == ["rollback_min"]
+    assert {got[f"edge-deploy-alerts/fake-0000{i}"]["state"] for i in range(3)} == {"ok"}
     with SqliteStore(db) as store:
         assert store.rejected == 1  # the monitor did not read its own alerts back as device reports
 

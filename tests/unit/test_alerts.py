@@ -63,14 +63,16 @@ def test_a_device_is_published_when_its_alerts_change_and_once_when_they_clear()
 
     hot = Alert("temperature_c", 85.0, 80.0, "85 °C")
     publisher = AlertPublisher("edge-deploy")
-    first = publisher.changes({"pi-1": [hot]}, NOW)
-    assert [t for t, _ in first] == [alert_topic("edge-deploy", "pi-1")] == ["edge-deploy-alerts/pi-1"]
+    first = publisher.changes({"pi-1": [hot], "pi-2": []}, NOW)  # at start every device: stale ones are replaced
+    assert [t for t, _ in first] == [alert_topic("edge-deploy", "pi-1"), "edge-deploy-alerts/pi-2"]
+    assert json.loads(first[1][1])["state"] == "ok"
     assert json.loads(first[0][1]) == {
         "device_id": "pi-1",
         "state": "alerting",
         "timestamp": NOW,
         "alerts": [{"rule": "temperature_c", "value": 85.0, "limit": 80.0, "text": "85 °C"}],
     }
-    assert publisher.changes({"pi-1": [hot]}, NOW + 1) == []
-    cleared = publisher.changes({}, NOW + 2)
-    assert json.loads(cleared[0][1])["state"] == "ok" and publisher.changes({}, NOW + 3) == []
+    assert publisher.changes({"pi-1": [hot], "pi-2": []}, NOW + 1) == []
+    cleared = publisher.changes({"pi-1": [], "pi-2": []}, NOW + 2)
+    assert [(t, json.loads(p)["state"]) for t, p in cleared] == [("edge-deploy-alerts/pi-1", "ok")]
+    assert publisher.changes({"pi-1": [], "pi-2": []}, NOW + 3) == []
