@@ -76,3 +76,13 @@ def test_a_device_is_published_when_its_alerts_change_and_once_when_they_clear()
     cleared = publisher.changes({"pi-1": [], "pi-2": []}, NOW + 2)
     assert [(t, json.loads(p)["state"]) for t, p in cleared] == [("edge-deploy-alerts/pi-1", "ok")]
     assert publisher.changes({"pi-1": [], "pi-2": []}, NOW + 3) == []
+
+
+def test_monitor_names_the_config_file_and_key(tmp_path: Path, capsys) -> None:
+    from edge_deploy.cli import main
+
+    config = tmp_path / "monitor.toml"
+    config.write_text("[alerts]\noffline_min = -1\n")
+    args = ["monitor", "--store", str(tmp_path / "m.db"), "--web", "127.0.0.1:0", "--config", str(config)]
+    assert main([*args, "--duration", "0"]) == 3
+    assert capsys.readouterr().err.strip() == f"Error: {config}: alerts.offline_min = -1.0; expected a number > 0"
