@@ -337,6 +337,39 @@ class FleetStore:
             out.append({k: body.get(k) for k in CSV_COLUMNS})
         return out
 
+    # -- dashboard queries (fleet/dashboard_page.py, fleet/alerts.py) ------------------------------------
+
+    def recent_results(
+        self, tasks: tuple[str, ...], device_id: str | None = None, since: float | None = None, limit: int = 100
+    ) -> list[dict]:
+        """The newest result reports whose ``task`` is one of ``tasks``, newest first (bounded by ``limit``).
+
+        Args:
+            tasks: the tasks wanted, e.g. ``("face.identify",)``.
+            device_id: one device, or every device.
+            since: only reports made at or after this time (Unix seconds, the device's clock).
+            limit: reports at most (of those the prefilter passes).
+
+        Returns:
+            The reports as dicts (``device_id``, ``timestamp``, ``task``, ``data``...).
+        """
+        if not tasks:
+            return []
+        likes = " OR ".join("payload LIKE ?" for _ in tasks)  # a cheap prefilter; the JSON decides
+        sql, params = f"SELECT payload FROM messages WHERE kind = ? AND ({likes})", [MessageKind.RESULT.value]
+        params += [f"%{t}%" for t in tasks]
+        for clause, value in (("device_id = ?", device_id), ("timestamp >= ?", since)):
+            if value is not None:
+                sql, params = f"{sql} AND {clause}", [*params, value]
+        rows = self._rows(f"{sql} ORDER BY timestamp DESC LIMIT ?", (*params, int(limit)))
+        return [b for b in (body_of(p) for (p,) in rows) if b.get("task") in tasks]
+
+    def device(self, device_id: str) -> DeviceRow | None:
+        """One device's row of the fleet table (``devices``' row at its place in id order), or None."""
+        rows = self._rows("SELECT COUNT(*) FROM devices WHERE device_id < ?", (device_id,))
+        found = self.devices(offset=int(rows[0][0]), limit=1)
+        return found[0] if found and found[0].device_id == device_id else None
+
     def export_csv(self, path: Path, limit: int | None = None) -> int:
         """Write telemetry reports as CSV (``CSV_COLUMNS``); return the number of data rows.
 
