@@ -220,11 +220,8 @@ def test_20000_device_ids_give_a_bounded_page(tmp_path: Path) -> None:
     with SqliteStore(tmp_path / "m.db") as store:
         flood(store, 20_000, 1, time.time())
         with Dashboard(store, DashboardConfig(port=0)).start() as board:
-            started = time.monotonic()
-            status, _, page = get(board.port)
-            # the page sorts and filters the whole fleet, so it reads every device row (the store's devices()):
-            # seconds at 20,000 devices on a busy machine, once per refresh_s whoever asks
-            assert status == 200 and len(page) < 100_000 and time.monotonic() - started < 15.0
+            status, _, page = get(board.port)  # the store's query times are benchmarks/fleet_store's, not a test's
+            assert status == 200 and len(page) < 100_000
             assert b"page 1 of 200 " in page and page.count(b"<tr data-device=") == 100
             data = json.loads(get(board.port, "/fleet.json?page=200")[2])
             assert [d["device_id"] for d in data["devices"]][-1] == "fake-19999" and len(data["devices"]) == 100
