@@ -122,7 +122,8 @@ def test_a_blazeface_folder_ships_its_detector_and_its_settings_only(models, web
     assert (detector["size"], detector["num_boxes"], detector["min_score"]) == (192, 2304, 0.6)
     assert detector["hog_box_map"] == list(FULL_RANGE.hog_box_map) and detector["pipeline_min_score"] == 0.0
     assert detector["tiling"] == {
-        "per_side": 2, "min_side": 576, "net_face": 24.0, "look_score": 0.3, "look_zoom": 2.0, "max_looks": 4
+        "per_side": 2, "min_side": 576, "net_face": 24.0, "look_score": 0.3, "look_zoom": 2.0, "max_looks": 4,
+        "cued": True,
     }  # fmt: skip
 
 
