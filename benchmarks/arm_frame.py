@@ -498,8 +498,9 @@ the still frame (grace_hopper letterboxed to 640x480, one face), per frame = (ru
 the hand-held clip (`facedata.camera_clip`, {clip_frames} frames) through `edge.face.track.FaceTracker` with
 `face.detect_every`'s video default ({every}), per frame = (run of {clip_frames} frames - run of 1) / {clip_n}.
 Goals (issue #46): the still frame <= 150 M on the A72 (the A76 reported), the clip <= {clip72:.0f} M a frame on
-average on the A72 and <= {clip76:.0f} M on the A76. These rows only (`--write-defaults`): section `arm-frame` holds
-every contender. Machine: {machine} (instruction counts of the emulated cores: the host's CPU features do not enter
+average on the A72 and <= {clip76:.0f} M on the A76; the table's goal column holds the still frame to issue #13's
+budgets (150 M on the A72, 60 M on the A76). These rows only (`--write-defaults`): section `arm-frame` holds every
+contender. Machine: {machine} (instruction counts of the emulated cores: the host's CPU features do not enter
 them).
 """
 
