@@ -17,7 +17,9 @@ Contenders, interleaved photo by photo in every round, 1 thread, CPU time (``tim
 * BlazeFace short range and full range (mediapipe 0.10.21), each as the TFLite file on LiteRT and as our ONNX
   translation on onnxruntime, at MediaPipe's thresholds (0.5 / 0.6);
 * BlazeFace full range tiled (``edge.face.tiles.DEFAULT_TILING``: the whole frame and, on frames of 576 pixels
-  or more, a grid of overlapping tiles, merged by the same weighted NMS), on both runtimes;
+  or more where that pass finds no face or a small one, a grid of overlapping tiles, merged by the same weighted
+  NMS), on both runtimes; then, not timed, on every photo letterboxed to 640x480 (and the demo's views), cued
+  and with tiles on every frame, against dlib's HOG;
 * dlib's HOG detector with one upsample (what face_recognition runs), when dlib is installed.
 
 The time is the whole ``detect`` call (resizing, network, decoding, NMS) on the full photo.
@@ -35,6 +37,7 @@ import statistics
 import sys
 import time
 from dataclasses import asdict, replace
+from typing import Any
 
 import numpy as np
 
@@ -133,6 +136,7 @@ def measure(rounds: int) -> dict:
         "machine": machine_line(),
         "rounds": rounds,
         "tiling": tiling_sensitivity(images),
+        "vga": vga_check(),
         "images": len(images),
         "annotated": annotated,
         "twins_px": twins,
@@ -144,13 +148,16 @@ def measure(rounds: int) -> dict:
 #: net_face values the tiling is also counted at (not timed): how much the default's result hangs on it.
 SENSITIVITY_NET_FACES = (16, 20, 24, 28, 32)
 #: The second look's settings it is also counted at (not timed), everything else as ``DEFAULT_TILING``.
-SENSITIVITY_LOOKS = {
+SENSITIVITY_LOOKS: dict[str, dict[str, Any]] = {
     "no second look": {"look_score": 1.0},
     "looks from 0.4": {"look_score": 0.4},
     "looks from 0.5": {"look_score": 0.5},
     "looks at 1.5× the box": {"look_zoom": 1.5},
     "looks at 3× the box": {"look_zoom": 3.0},
+    "tiles on every frame of 576 px or more (not cued)": {"cued": False},
 }
+#: The frame size of the 640x480 check (a Pi camera's default video mode): each photo letterboxed to it.
+VGA = (640, 480)
 
 
 def _count(detector: BlazeFaceDetector, images: list) -> dict:
@@ -178,6 +185,87 @@ def tiling_sensitivity(images: list) -> dict:
             detector.tiling = replace(DEFAULT_TILING, **change)
             looks[label] = _count(detector, images)
     return {"default": asdict(DEFAULT_TILING), "net_face": rows, "looks": looks}
+
+
+def _letterboxed(image) -> tuple[np.ndarray, list[Box]]:
+    """``image`` letterboxed to ``VGA`` on black (INTER_AREA) and its annotated boxes moved with it."""
+    from benchmarks.harness.arm_frames import letterbox
+
+    h, w = image.rgb.shape[:2]
+    scale = min(VGA[0] / w, VGA[1] / h)
+    x, y = (VGA[0] - round(w * scale)) // 2, (VGA[1] - round(h * scale)) // 2
+    moved = [
+        (x1 * scale + x, y1 * scale + y, x2 * scale + x, y2 * scale + y)
+        for x1, y1, x2, y2 in (f.box for f in image.faces)
+    ]
+    return letterbox(image.rgb, VGA), moved
+
+
+def vga_check() -> dict:
+    """The evaluation images and the demo's views (``converters.demo.host.demo_views``) letterboxed to 640x480:
+    faces found, false detections and network passes of the tiled detector (LiteRT), cued (``DEFAULT_TILING``)
+    and with tiles on every frame, and dlib HOG's found and false."""
+    from converters.demo.host import demo_views
+
+    export = export_blazeface_onnx(CACHE / "blazeface", FULL_RANGE)
+    hog = hog_contender()
+    out: dict = {}
+    for source, images in (("evaluation images", make_eval_images(0)), ("demo views", demo_views())):
+        frames = [_letterboxed(im) for im in images]
+        row = out[source] = {"images": len(frames), "annotated": sum(len(t) for _, t in frames)}
+        for label, tiling in (("cued", DEFAULT_TILING), ("blind", replace(DEFAULT_TILING, cued=False))):
+            detector = _Counted(export.tflite, threads=1, tiling=tiling)
+            try:
+                row[label] = {**_found(frames, detector.boxes), "passes": detector.passes}
+            finally:
+                detector.close()
+        if hog is not None:
+            row["hog"] = _found(frames, hog.detect)
+    return out
+
+
+class _Counted(BlazeFaceDetector):
+    """A BlazeFace detector that counts its network runs in ``passes``."""
+
+    passes = 0
+
+    def run_raw(self, tensor: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        self.passes += 1
+        return super().run_raw(tensor)
+
+    def boxes(self, rgb: np.ndarray) -> list[Box]:
+        return [d.box for d in self.detect(rgb)]
+
+
+def _found(frames: list, detect) -> dict:
+    found = false = 0
+    for rgb, truth in frames:
+        boxes = detect(rgb)
+        matched = match_boxes(truth, boxes)
+        found, false = found + len(matched), false + len(boxes) - len(matched)
+    return {"found": found, "false": false}
+
+
+def vga_lines(check: dict) -> list[str]:
+    """The 640x480 check as a paragraph and a table."""
+    lines = [
+        "",
+        "The same photos letterboxed to 640×480 (a Pi camera's video frame, long side ≥ `min_side`): the tiled",
+        "detector cued (`Tiling.cued`, the default: the tiles only when the whole-frame pass finds no face or one",
+        "narrower than `net_face` at its input) against tiles on every such frame, LiteRT, and dlib HOG; passes =",
+        "network runs, all images.",
+        "",
+        "| photos | annotated | cued: found / false / passes | every frame tiled: found / false / passes "
+        "| dlib HOG: found / false |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for source, r in check.items():
+        hog = f"{r['hog']['found']} / {r['hog']['false']}" if "hog" in r else "not run"
+        lines.append(
+            f"| {source} ({r['images']}) | {r['annotated']} | {r['cued']['found']} / {r['cued']['false']} / "
+            f"{r['cued']['passes']} | {r['blind']['found']} / {r['blind']['false']} / {r['blind']['passes']} | {hog} |"
+        )
+    return lines
 
 
 class _MemoReference:
@@ -257,7 +345,8 @@ def tiling_lines(tiling: dict, twins_px: float) -> list[str]:
     )
     return [
         "`full tiled` (`detector='blazeface-full-tiled'`, `edge.face.tiles`): the full-range pass on the whole",
-        f"photo, and on photos whose long side is ≥ {d['min_side']} px also on {d['per_side']} overlapping square",
+        f"photo, and on photos whose long side is ≥ {d['min_side']} px where that pass finds no face or one narrower",
+        f"than net_face at its input also on {d['per_side']} overlapping square",
         "tiles across the long side (as many as needed down the short side; t1.jpg: 2×2 — astronaut and",
         "Tom Hanks are smaller and run the whole-frame pass only), overlapping by `net_face` × long side / 192",
         f"(net_face {d['net_face']:g}: the face the whole-frame pass may miss); tile detections crossing an",
@@ -319,6 +408,7 @@ def markdown(result: dict) -> str:
             '`face_detector = "mtcnn"` away.',
             "",
             *tiling_lines(result["tiling"], result["twins_px"]["full tiled"]),
+            *(vga_lines(result["vga"]) if result.get("vga") else []),
             *(agreement_markdown(result["agreement"]) if result.get("agreement") else []),
         ]
     )

@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 
 from benchmarks.harness.procstat import cpu_seconds
-from benchmarks.harness.report import IMG, REPO, machine_line, write_section
+from benchmarks.harness.report import REPO, machine_line, write_section
 from testsupport.broker import Broker
 from testsupport.postgres import Postgres
 
@@ -217,22 +217,6 @@ def live_run(pg: Postgres, broker: Broker, monitors: int, args: argparse.Namespa
             "left": sent["left"]}  # fmt: skip
 
 
-def screenshot(pg: Postgres, path: Path) -> None:
-    """The dashboard over the benchmark's store, in headless Chromium."""
-    from fleet import open_store
-    from fleet.dashboard import Dashboard
-    from testsupport.browser import Chromium
-
-    with open_store(pg.url) as store, Dashboard(store, "127.0.0.1", 0).start() as board:
-        browser = Chromium()
-        try:
-            browser.driver.set_window_size(1400, 900)
-            browser.driver.get(board.url)
-            browser.driver.save_screenshot(str(path))
-        finally:
-            browser.close()
-
-
 def render(ceiling: dict, drains: list[dict], lives: list[dict], args: argparse.Namespace, command: str) -> str:
     flags = [f for f in ("avx512_vnni", "avx2") if f in Path("/proc/cpuinfo").read_text()]
     lines = [
@@ -300,7 +284,6 @@ def main(argv: list[str] | None = None) -> int:
             print(markdown)
             if not args.no_write:
                 print(f"written to {write_section(SECTION, markdown)}", file=sys.stderr)
-                screenshot(pg, IMG / "fleet-dashboard.png")
     finally:
         pg.close()
         shutil.rmtree(work, ignore_errors=True)

@@ -44,7 +44,7 @@ _TELEMETRY = (
 )
 _RESULT = (
     '{"type":"result","device_id":"%s","seq":%s,"timestamp":%s,"schema_version":3,"task":"face.identify",'
-    '"data":{"names":["alice"],"distances":[0.41]}}'
+    '"data":{"faces":[{"name":"alice","distance":0.41}]}}'
 )
 
 
@@ -134,8 +134,9 @@ def fill_sqlite(path: Path, args: argparse.Namespace, values: dict) -> None:
     db = sqlite3.connect(path, isolation_level=None)
     try:
         db.executescript(
-            "DROP TRIGGER messages_added; DROP TRIGGER messages_removed; DROP TABLE latest; "
-            "DROP INDEX messages_device_time; PRAGMA synchronous = OFF; PRAGMA cache_size = -400000;"
+            "DROP TRIGGER messages_added; DROP TRIGGER messages_removed; DROP TABLE latest; DROP INDEX "
+            "messages_device_kind_time; DROP INDEX messages_kind_time; "
+            "PRAGMA synchronous = OFF; PRAGMA cache_size = -400000;"
         )
         for lo in range(0, args.rows, CHUNK):
             db.execute("BEGIN")
@@ -152,31 +153,41 @@ def fill_sqlite(path: Path, args: argparse.Namespace, values: dict) -> None:
 
 
 def queries(store, now: float, devices: int) -> dict[str, Callable[[], object]]:
-    """The calls to time: the dashboard's (``fleet_data`` and each store call it makes), the terminal
-    table's, and ``latest``."""
+    """The calls to time: the fleet page's and a device page's (all rules on), each store call they make, the
+    terminal table's, and ``latest``."""
     from edge.telemetry.schema import MessageKind
-    from fleet.dashboard_page import MAX_POINTS, fleet_data
+    from fleet.alerts import ROLLED_BACK, AlertRules
+    from fleet.dashboard_page import MAX_FLEET_POINTS, MAX_POINTS, RECENT, fleet_data
+    from fleet.device_page import ERROR_TASKS, RECOGNITION_TASKS, WINDOWS, device_data
 
-    dev, page = f"dev-{devices // 2:04d}", [f"dev-{d:04d}" for d in range(100)]
-    window = {"since": now - 900, "until": now + 300, "limit": MAX_POINTS}
+    rules = AlertRules(latency_p90_ms=50.0, offline_min=10.0, temperature_c=80.0, rollback_min=60.0)
+    dev = f"dev-{devices // 2:04d}"
     return {
-        "dashboard page: `fleet_data` (100 devices, all of the below)": lambda: fleet_data(store, now=now),
-        "`state_counts()`": store.state_counts,
-        "`rejected`": lambda: store.rejected,
-        "`devices(limit=100)`, page 1": lambda: store.devices(limit=100),
-        f"`devices(offset={devices // 2}, limit=100)`": lambda: store.devices(offset=devices // 2, limit=100),
-        "`running(100 ids)`": lambda: store.running(tuple(page)),
-        "`models_in_use()`": store.models_in_use,
-        "`telemetry(device, last 15 min, limit 240)`": lambda: store.telemetry(dev, **window),
-        "`telemetry_by_device(100 ids, last 15 min, limit 240 each)`": lambda: store.telemetry_by_device(
-            tuple(page), **window
+        "fleet page: `fleet_data` (all of the fleet-wide calls below)": lambda: fleet_data(store, now=now, rules=rules),
+        "device page: `device_data`, window 15 min": lambda: device_data(store, dev, WINDOWS["15m"], now, rules),
+        "device page: `device_data`, window 7 d": lambda: device_data(store, dev, WINDOWS["7d"], now, rules),
+        "`devices()`, every device": store.devices,
+        "`running()`, every device": store.running,
+        "`latest(bench)`, every device": lambda: store.latest(MessageKind.BENCH),
+        "`recent_results(rolled back, last hour)`, fleet": lambda: store.recent_results(
+            (ROLLED_BACK,), since=now - 3600
         ),
-        "`telemetry(device, last 24 h, limit 240)`": lambda: store.telemetry(dev, since=now - 86400, limit=240),
+        f"`telemetry(last 15 min, limit {MAX_FLEET_POINTS:,})`, fleet": lambda: store.telemetry(
+            since=now - 900, until=now + 300, limit=MAX_FLEET_POINTS
+        ),
+        "`models_in_use()`": store.models_in_use,
+        "`state_counts()` and `rejected`": lambda: (store.state_counts(), store.rejected),
+        "`device(id)`": lambda: store.device(dev),
+        f"`telemetry(device, last 24 h, limit {MAX_POINTS})`": lambda: store.telemetry(
+            dev, since=now - 86400, until=now + 300, limit=MAX_POINTS
+        ),
+        "`recent_results(face.identify, device)`": lambda: store.recent_results(RECOGNITION_TASKS, dev, limit=RECENT),
+        "`recent_results(errors, device)` (none stored)": lambda: store.recent_results(ERROR_TASKS, dev, limit=RECENT),
+        "`running_history(device)`": lambda: store.running_history(dev),
         "`devices(limit=50)` (terminal table)": lambda: store.devices(limit=50),
         "`latest(telemetry)`, every device": lambda: store.latest(MessageKind.TELEMETRY),
         "`latest(telemetry, device)`": lambda: store.latest(MessageKind.TELEMETRY, dev),
         "`latest(result, device, limit=10)`": lambda: store.latest(MessageKind.RESULT, dev, 10),
-        "`running_history(device)`": lambda: store.running_history(dev),
     }
 
 
@@ -217,7 +228,7 @@ def render(args: argparse.Namespace, command: str, results: dict[str, dict], fil
             first, median = results[s][name]
             cells += [f"{first:.1f}", f"**{median:.1f}**" if median > GOAL_MS else f"{median:.1f}"]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
-    worst = {s: max(m for k, (_f, m) in results[s].items() if "fleet_data" not in k) for s in stores}
+    worst = {s: max(m for k, (_f, m) in results[s].items() if "page" not in k) for s in stores}
     lines += ["", "Slowest single query (median): " + ", ".join(f"{s} {v:.1f} ms" for s, v in worst.items()) + "."]
     return "\n".join(lines) + "\n"
 

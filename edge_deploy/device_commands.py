@@ -195,11 +195,13 @@ def add_bench(sub: argparse._SubParsersAction) -> None:
 
 def _cmd_monitor(args: argparse.Namespace) -> int:
     from fleet import MonitorConfig, open_store, run_monitor
+    from fleet.alerts import AlertRules, load_alert_rules
     from fleet.run import serve_dashboard
 
     out = Path(args.output)
     store = args.store or str(out / "monitor.db")
-    web = _web_config(args)
+    rules = load_alert_rules(args.config) if args.config else AlertRules()
+    web = _web_config(args, rules)
     broker = broker_config(args)
     if broker is None and web is not None:  # dashboard only: other monitors write the store
         with open_store(store, args.prefix) as fleet:
@@ -228,7 +230,7 @@ def _cmd_monitor(args: argparse.Namespace) -> int:
             print(text, flush=True)
 
     tty = sys.stdout.isatty()
-    summary = run_monitor(config, args.duration, out, print_fn=show, web=web, table=not args.json, tty=tty)
+    summary = run_monitor(config, args.duration, out, print_fn=show, web=web, table=not args.json, tty=tty, rules=rules)
     data = {
         "devices": summary.devices,
         "reports": summary.reports,
@@ -248,7 +250,7 @@ def _cmd_monitor(args: argparse.Namespace) -> int:
     return 0
 
 
-def _web_config(args: argparse.Namespace):
+def _web_config(args: argparse.Namespace, rules):
     """The dashboard's DashboardConfig from --web, --web-auth and --web-host (None without --web)."""
     from fleet.dashboard import DashboardConfig, read_token
 
@@ -258,7 +260,7 @@ def _web_config(args: argparse.Namespace):
         return None
     host, port = split_host_port(args.web, "--web", None)
     token = read_token(args.web_auth) if args.web_auth else None
-    return DashboardConfig(host, port, token=token, hosts=tuple(args.web_host or ()))
+    return DashboardConfig(host, port, token=token, hosts=tuple(args.web_host or ()), rules=rules)
 
 
 def add_monitor(sub: argparse._SubParsersAction) -> None:
@@ -294,5 +296,7 @@ def add_monitor(sub: argparse._SubParsersAction) -> None:
                    "login token; required when --web is not a loopback address")  # fmt: skip
     p.add_argument("--web-host", action="append", metavar="NAME", help="also answer requests for this Host name, "
                    "e.g. the machine's DNS name with --web 0.0.0.0:8080 (repeatable)")  # fmt: skip
+    p.add_argument("--config", type=Path, metavar="FILE", help="TOML file with an [alerts] table (docs/fleet.md): "
+                   "rules shown on the dashboard and published retained on PREFIX-alerts/<device>")  # fmt: skip
     p.add_argument("--json", action="store_true", help="print only a JSON summary at the end")
     p.set_defaults(func=_cmd_monitor)

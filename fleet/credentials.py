@@ -8,8 +8,9 @@ username, and the ACL this writes (``ca/acl``) lets a device
 - publish only ``<prefix>/<its id>/{status,telemetry,bench,result}``,
 - read only ``<prefix>/<its id>/cmd`` and ``<prefix>/<its id>/text/request``,
 
-so device A can neither report as B nor read B's commands. A ``monitor`` identity reads ``<prefix>/#``; an
-``operator`` identity writes commands and prompts to any device. ``revoke`` adds a certificate to the CA's
+so device A can neither report as B nor read B's commands. A ``monitor`` identity reads ``<prefix>/#`` and
+writes its alerts (``<prefix>-alerts/#``); an ``operator`` identity reads both and writes commands and prompts
+to any device. ``revoke`` adds a certificate to the CA's
 revocation list (``ca/crl.pem``, mosquitto's ``crlfile``): mosquitto then refuses its handshake. The CA
 folder keeps what it issued in ``issued.json`` (id -> serial, role) and what it revoked in ``revoked.json``.
 
@@ -165,10 +166,10 @@ def acl_text(issued: dict[str, Any], prefix: str) -> str:
             lines += ["", f"user {identity}"]
             lines += [f"topic write {prefix}/{identity}/{kind.value}" for kind in MessageKind]
             lines += [f"topic read {prefix}/{identity}/{sub}" for sub in DEVICE_READS]
-        elif role == Role.MONITOR.value:
-            lines += ["", f"user {identity}", f"topic read {prefix}/#"]
+        elif role == Role.MONITOR.value:  # reads the fleet, publishes its alerts (fleet.alerts)
+            lines += ["", f"user {identity}", f"topic read {prefix}/#", f"topic write {prefix}-alerts/#"]
         elif role == Role.OPERATOR.value:
-            lines += ["", f"user {identity}", f"topic read {prefix}/#"]
+            lines += ["", f"user {identity}", f"topic read {prefix}/#", f"topic read {prefix}-alerts/#"]
             lines += [f"topic write {prefix}/+/{sub}" for sub in DEVICE_READS]
     return "\n".join(lines) + "\n"
 

@@ -1,4 +1,5 @@
-"""The fleet dashboard's web server: ``/`` (the page) and ``/fleet.json`` (the same data), one page at a time.
+"""The fleet dashboard's web server: ``/`` (the fleet page), ``/device/<id>`` (one device, ``?window=1h``),
+each also as JSON (``/fleet.json``, ``/device/<id>.json``), and ``/app.js`` (the pages' live updates).
 
 Exposure rules (docs/fleet.md, "Exposing the dashboard"):
 
@@ -27,10 +28,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from email.message import Message
 from pathlib import Path
-from urllib.parse import parse_qs
+from urllib.parse import parse_qs, unquote
 
 from edge.errors import EdgeDeployError, InputError
-from fleet.dashboard_page import fleet_data, render_page
+from fleet.alerts import AlertRules
+from fleet.dashboard_page import SCRIPT, View, fleet_data, render_fleet
+from fleet.dashboard_page import page_number as _page_number
+from fleet.device_page import WINDOWS, device_data, render_device
 from fleet.httpd import BoundedHTTPServer, PreReadHandler, ServerLimits
 from fleet.store import FleetStore
 
@@ -41,13 +45,14 @@ MIN_TOKEN_CHARS = 16
 #: Host names every dashboard answers to (a loopback client may use any of them).
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
 _HEADERS = {
-    "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'; img-src data:; frame-ancestors 'none'",
+    "Content-Security-Policy": "default-src 'none'; script-src 'self'; connect-src 'self'; style-src 'unsafe-inline'; "
+    "img-src data:; frame-ancestors 'none'",
     "X-Content-Type-Options": "nosniff",
     "Referrer-Policy": "no-referrer",
     "Cache-Control": "no-store",
 }
 _TEXT, _HTML, _JSON = "text/plain; charset=utf-8", "text/html; charset=utf-8", "application/json"
-_MAX_PAGE = 1_000_000
+_JS = "text/javascript; charset=utf-8"
 
 
 @dataclass(frozen=True)
@@ -59,10 +64,11 @@ class DashboardConfig:
         port: TCP port; 0 picks a free one.
         token: the login token (``read_token``); required off loopback.
         hosts: more ``Host`` names to answer to (e.g. the machine's DNS name when bound to 0.0.0.0).
-        refresh_s: seconds between the page's reloads, and the longest a built page is served again.
+        refresh_s: seconds between the pages' live updates, and the longest a built page is served again.
         per_page: devices per page.
-        window_s: seconds of latency history drawn per device.
+        window_s: seconds of history in the fleet page's plots.
         limits: the HTTP server's bounds.
+        rules: alert rules shown on the pages (the monitor's ``[alerts]``).
 
     Raises:
         InputError: a non-loopback ``host`` without a token, or a value out of range.
@@ -76,6 +82,7 @@ class DashboardConfig:
     per_page: int = 100
     window_s: float = 900.0
     limits: ServerLimits = ServerLimits()
+    rules: AlertRules = AlertRules()
 
     def __post_init__(self) -> None:
         if self.token is None and not is_loopback(self.host):
@@ -157,14 +164,25 @@ def page_number(query: str) -> int:
     Raises:
         InputError: N is not a whole number in 1..1000000.
     """
-    values = parse_qs(query).get("page", ["1"])
-    try:
-        page = int(values[-1])
-    except ValueError:
-        page = 0
-    if not 1 <= page <= _MAX_PAGE:
-        raise InputError(f"page={values[-1][:20]!r}; expected a whole number in 1..{_MAX_PAGE}")
-    return page
+    return _page_number(parse_qs(query))
+
+
+def _route(path: str, query: dict[str, list[str]]) -> tuple | None:
+    """The cache key of a page: ("fleet", json, View) or ("device", json, id, window); None: no such page.
+
+    Raises:
+        InputError: a bad query value (sort key, page, window).
+    """
+    if path in ("/", "/fleet.json"):
+        return ("fleet", path == "/fleet.json", View.parse(query))
+    if not path.startswith("/device/"):
+        return None
+    name, as_json = unquote(path[len("/device/") :]), path.endswith(".json")
+    name = name[:-5] if as_json else name
+    window = query.get("window", ["1h"])[-1]
+    if window not in WINDOWS:
+        raise InputError(f"window={window[:20]!r}; expected one of {', '.join(WINDOWS)}")
+    return ("device", as_json, name, window) if name and "/" not in name else None
 
 
 @dataclass(frozen=True)
@@ -252,23 +270,32 @@ class Dashboard:
                 401, "login required", ("WWW-Authenticate", 'Basic realm="edge-deploy fleet", charset="UTF-8"')
             )
         path, _, query = target.partition("?")
-        if path not in ("/", "/fleet.json"):
-            return _text(404, "not found")
+        if path == "/app.js":
+            return Reply(200, _JS, SCRIPT.encode())
         try:
-            page = page_number(query)
+            key = _route(path, parse_qs(query))
         except InputError as exc:
             return _text(400, str(exc))
-        return self._cache.get((path, page), lambda: self._build(path, page))
+        if key is None:
+            return _text(404, "not found")
+        return self._cache.get(key, lambda: self._build(key))
 
-    def _build(self, path: str, page: int) -> Reply:
-        config = self.config
+    def _build(self, key: tuple) -> Reply:
+        config, now = self.config, time.time()
         try:
-            data = fleet_data(self.store, config.window_s, page=page, per_page=config.per_page)
-        except EdgeDeployError as exc:  # e.g. the database is restarting: say so, the page reloads itself
-            return _text(503, f"fleet store unavailable: {exc}", ("Refresh", str(config.refresh_s)))
-        if path == "/fleet.json":
+            if key[0] == "fleet":
+                data: dict | None = fleet_data(self.store, config.window_s, now, key[2], config.per_page, config.rules)
+            else:
+                data = device_data(self.store, key[2], WINDOWS[key[3]], now, config.rules)
+        except EdgeDeployError as exc:  # e.g. the database is restarting: say so, the page retries
+            return _text(503, f"fleet store unavailable: {exc}", ("Retry-After", str(config.refresh_s)))
+        if data is None:
+            return _text(404, f"no device {key[2]!r} in the fleet store")
+        if key[1]:
             return Reply(200, _JSON, json.dumps(data).encode())
-        return Reply(200, _HTML, render_page(data, config.refresh_s).encode())
+        if key[0] == "fleet":
+            return Reply(200, _HTML, render_fleet(data, config.refresh_s).encode())
+        return Reply(200, _HTML, render_device(data, key[3], config.refresh_s).encode())
 
     def start(self) -> Dashboard:
         """Serve in the background."""

@@ -1,12 +1,14 @@
-"""The fleet dashboard's page: one HTML page (or JSON) drawn on the server from either store; no CDN, no JS.
+"""The fleet dashboard's fleet page, drawn on the server from either store: HTML with inline SVG plots, no CDN.
 
-``fleet_data`` reads one page of the fleet (``per_page`` devices, sorted by id) and the fleet-wide counts
-and models in use; ``render_page`` draws it: online/offline counts, the models in use, and a row per device
-with state, latency p50/p90 over the last ``window_s`` as an inline SVG chart, fps, SoC temperature, what it
-runs, last error, last seen. What a page reads is bounded whatever the store holds: ``per_page`` devices,
-``MAX_POINTS`` reports each inside the window (reports dated more than ``FUTURE_SKEW_S`` ahead of now are
-left out), ``MAX_MODELS`` models. Every string from a device is HTML-escaped and its bidirectional-text
-controls are replaced (``clean``), so a device id can't reorder what the page shows.
+``fleet_data``/``render_fleet``: counts (online, offline, alerting, rejected and why), active alerts,
+fleet-wide latency and throughput plots over the window, and the device table, sorted and filtered on the
+server (``View``: ``?sort=&order=&q=&state=&page=``) and paged (``per_page`` rows). The device page is in
+``fleet.device_page``. Every latency says what it measures (``LATENCY_KINDS``). Pages update live through
+``SCRIPT`` (``/app.js``): it fetches the same page again every refresh and swaps its ``#live`` part.
+
+What a page reads is bounded: ``MAX_POINTS`` reports per device plot, ``MAX_FLEET_POINTS`` for the fleet
+plots, ``RECENT`` results per list. Reports dated more than ``FUTURE_SKEW_S`` ahead are left out. Every
+string from a device is HTML-escaped and its bidirectional-text controls replaced (``clean``).
 """
 
 from __future__ import annotations
@@ -14,30 +16,76 @@ from __future__ import annotations
 import html
 import math
 import time
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
+from urllib.parse import quote, urlencode
 
+from edge.errors import InputError
+from edge.telemetry.schema import MessageKind
+from fleet.alerts import AlertRules, device_alerts, rollbacks
+from fleet.plotsvg import plot
 from fleet.records import DeviceRow
 from fleet.run import state_text
 from fleet.store import FleetStore
 
-#: Seconds a report's timestamp may be ahead of this machine's clock and still be drawn.
 FUTURE_SKEW_S = 300.0
-#: Newest reports per device drawn in its latency chart.
 MAX_POINTS = 240
-#: Models listed in "Models in use" (the most used; the rest are summed up in one line).
+MAX_FLEET_POINTS = 20_000
 MAX_MODELS = 20
-#: Unicode bidirectional-text controls (embeddings, overrides, isolates, marks): each shown as U+FFFD.
+RECENT = 20
+#: What each latency measures, as the pages label it.
+LATENCY_KINDS = {
+    "frame": "whole frame: one frame through the whole pipeline (telemetry latency_p50_ms/p90_ms)",
+    "inference": "one inference: one model run, steady state (bench reports p50_ms/p90_ms)",
+    "token": "one token: decode time per generated token (text replies: 1000 / decode_tokens_per_s)",
+}
+SORT_KEYS = (
+    "device",
+    "state",
+    "alerts",
+    "model",
+    "version",
+    "target",
+    "p50",
+    "p90",
+    "fps",
+    "inference",
+    "temp",
+    "error",
+    "seen",
+)
+STATES = ("online", "offline", "unknown", "alerting")
 BIDI_CONTROLS = frozenset((0x061C, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A)))
 _NEUTRAL = dict.fromkeys(BIDI_CONTROLS, "\ufffd")
 
 _STYLE = """
-body{font:14px system-ui,sans-serif;margin:16px;color:#222}h1{font-size:20px;margin:0 0 8px}
-.cards{display:flex;gap:12px;margin:8px 0 16px}.card{border:1px solid #ccc;border-radius:6px;padding:8px 14px}
+body{font:14px system-ui,sans-serif;margin:16px;color:#222}h1{font-size:20px;margin:0 0 8px}h2{font-size:16px}
+.cards{display:flex;gap:12px;margin:8px 0}.card{border:1px solid #ccc;border-radius:6px;padding:6px 14px}
 .card b{display:block;font-size:22px}table{border-collapse:collapse;width:100%}
-th,td{border-bottom:1px solid #e4e4e4;padding:4px 8px;text-align:left;vertical-align:middle}
-th{background:#f4f4f4}.online{color:#0a7d2c;font-weight:600}.offline{color:#b3261e;font-weight:600}
-.err{color:#b3261e;max-width:320px;overflow:hidden;text-overflow:ellipsis;white-space:nowrap}
-.mono{font-family:ui-monospace,monospace;font-size:12px}svg{display:block}
+.plots{display:flex;flex-wrap:wrap;gap:8px}
+th,td{border-bottom:1px solid #e4e4e4;padding:3px 6px;text-align:left}th{background:#f4f4f4}th a{color:#222}
+.online{color:#0a7d2c;font-weight:600}.offline,.alert{color:#b3261e;font-weight:600}.note{color:#666;font-size:12px}
+.err{color:#b3261e;max-width:280px;overflow:hidden;text-overflow:ellipsis;white-space:nowrap}
+.mono{font-family:ui-monospace,monospace;font-size:12px}td:first-child{white-space:nowrap}
+"""
+#: Live updates: fetch the same page every refresh and swap ``#live`` in place (served as /app.js).
+SCRIPT = """(function () {
+  const live = document.getElementById("live"), stamp = document.getElementById("updated");
+  if (!live) return;
+  async function tick() {
+    try {
+      const reply = await fetch(location.href, {cache: "no-store"});
+      if (!reply.ok) throw new Error("HTTP " + reply.status);
+      const fresh = new DOMParser().parseFromString(await reply.text(), "text/html").getElementById("live");
+      if (fresh) live.innerHTML = fresh.innerHTML;
+      stamp.textContent = "updated " + new Date().toLocaleTimeString();
+      live.dataset.updates = String(Number(live.dataset.updates || 0) + 1);
+    } catch (e) {
+      stamp.textContent = "not updated: " + e.message;
+    }
+    setTimeout(tick, Number(live.dataset.refresh) * 1000);
+  }
+  setTimeout(tick, Number(live.dataset.refresh) * 1000);
+})();
 """
 
 
@@ -46,150 +94,306 @@ def clean(value: object) -> str:
     return html.escape(str(value).translate(_NEUTRAL))
 
 
-def sparkline(points: list[tuple[float, float, float]], width: int = 220, height: int = 36) -> str:
-    """An SVG chart of p50 (blue) and p90 (orange) latency over time.
+def page_number(query: dict[str, list[str]]) -> int:
+    """``page=N`` of a parsed query string (default 1).
 
-    Args:
-        points: (time, p50, p90) in time order.
-        width: pixels.
-        height: pixels.
-
-    Returns:
-        The ``<svg>`` element (empty frame when there are no points).
+    Raises:
+        InputError: N is not a whole number in 1..1000000.
     """
-    frame = f'<svg width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img">'
-    if not points:
-        return frame + "</svg>"
-    t0, t1 = points[0][0], points[-1][0]
-    top = max(max(p[2] for p in points), max(p[1] for p in points), 1e-9)
-    span = max(t1 - t0, 1e-9)
+    values = query.get("page", ["1"])
+    try:
+        page = int(values[-1])
+    except ValueError:
+        page = 0
+    if not 1 <= page <= 1_000_000:
+        raise InputError(f"page={values[-1][:20]!r}; expected a whole number in 1..1000000")
+    return page
 
-    def path(index: int) -> str:
-        return " ".join(
-            f"{(row[0] - t0) / span * (width - 4) + 2:.1f},{height - 2 - row[index] / top * (height - 4):.1f}"
-            for row in points
+
+@dataclass(frozen=True)
+class View:
+    """How the fleet table is sorted, filtered and paged (the fleet page's query string)."""
+
+    sort: str = "device"
+    order: str = "asc"
+    q: str = ""
+    state: str = ""
+    page: int = 1
+
+    @classmethod
+    def parse(cls, query: dict[str, list[str]]) -> View:
+        """From ``parse_qs`` output.
+
+        Raises:
+            InputError: an unknown sort key, order or state, or a page out of 1..1000000.
+        """
+        one = {k: v[-1] for k, v in query.items()}
+        for key, allowed in (("sort", SORT_KEYS), ("order", ("asc", "desc")), ("state", ("", *STATES))):
+            if key in one and one[key] not in allowed:
+                raise InputError(f"{key}={one[key][:20]!r}; expected one of {', '.join(a for a in allowed if a)}")
+        page = page_number(query)
+        return cls(
+            one.get("sort", "device"), one.get("order", "asc"), one.get("q", "")[:64], one.get("state", ""), page
         )
 
-    return (
-        frame
-        + f'<polyline fill="none" stroke="#ff7f0e" stroke-width="1.5" points="{path(2)}"/>'
-        + f'<polyline fill="none" stroke="#1f77b4" stroke-width="1.5" points="{path(1)}"/>'
-        + f'<text x="{width - 2}" y="9" font-size="9" fill="#777" text-anchor="end">{top:.0f} ms</text>'
-        + f"<title>p50/p90 ms, max {top:.1f} ms</title></svg>"
-    )
+    def link(self, **change: object) -> str:
+        """This view's query string with ``change`` applied."""
+        data = {**asdict(self), **change}
+        return "?" + urlencode({k: v for k, v in data.items() if v not in ("", None)})
+
+
+def _row(r: DeviceRow, run: dict | None, bench: dict | None, alerts: list, now: float) -> dict:
+    run = run or {}
+    return {
+        **vars(r),  # not asdict: it deep-copies, seconds at 20,000 devices
+        "state": "unknown" if r.online is None else state_text(r.online),
+        "model": run.get("model", ""),
+        "version": run.get("model_version", ""),
+        "target": " ".join(x for x in (run.get("profile", ""), run.get("runtime", ""), run.get("precision", "")) if x),
+        "inference_p50_ms": bench.get("p50_ms") if bench else None,
+        "alerts": [a.text for a in alerts],
+        "seen_s_ago": max(now - r.last_seen, 0.0),
+    }
+
+
+_SORT = {
+    "device": "device_id",
+    "p50": "latency_p50_ms",
+    "p90": "latency_p90_ms",
+    "temp": "temperature_c",
+    "inference": "inference_p50_ms",
+    "error": "last_error",
+    "seen": "seen_s_ago",
+}
+
+
+def _sort_key(row: dict, key: str) -> tuple:
+    value = row[_SORT.get(key, key)]
+    if key == "alerts":
+        value = len(value)
+    return (value is None or value == "", value if isinstance(value, int | float) else str(value or "").lower())
 
 
 def fleet_data(
     store: FleetStore,
     window_s: float = 900.0,
     now: float | None = None,
-    page: int = 1,
+    view: View | None = None,
     per_page: int = 100,
+    rules: AlertRules | None = None,
 ) -> dict:
-    """What one page of the dashboard shows, as JSON-ready data.
+    """The fleet page's data (also served as ``/fleet.json``).
 
     Args:
         store: either store.
-        window_s: seconds of latency history per device (by the devices' clocks).
+        window_s: seconds of history in the fleet plots (by the devices' clocks).
         now: the current time (Unix seconds).
-        page: which page of ``per_page`` devices (sorted by id), from 1; past the last page, the last.
-        per_page: devices per page.
+        view: sort, filter and page of the table; past the last page, the last.
+        per_page: table rows per page.
+        rules: alert rules to evaluate (None: none).
     """
     now = time.time() if now is None else now
-    counts = {**store.state_counts(), "rejected": store.rejected}
-    pages = max(1, math.ceil(counts["devices"] / per_page))
-    page = min(max(page, 1), pages)
-    rows = store.devices(offset=(page - 1) * per_page, limit=per_page)
-    ids = tuple(r.device_id for r in rows)
-    running = {r.device_id: r for r in store.running(ids)}
-    history = {}
-    charts = store.telemetry_by_device(ids, since=now - window_s, until=now + FUTURE_SKEW_S, limit=MAX_POINTS)
-    for dev, reports in charts.items():
-        points = sorted(((t["timestamp"], t["latency_p50_ms"], t["latency_p90_ms"]) for t in reports), key=_first)
-        if points:
-            history[dev] = points
+    view, rules = view or View(), rules or AlertRules()
+    running = {r.device_id: vars(r) for r in store.running()}
+    bench = {dev: reports[0] for dev, reports in store.latest(MessageKind.BENCH).items()}
+    back = rollbacks(store, rules, now)
+    rows = [
+        _row(
+            r,
+            running.get(r.device_id),
+            bench.get(r.device_id),
+            device_alerts(r, rules, back.get(r.device_id), now),
+            now,
+        )
+        for r in store.devices()
+    ]
+    counts = {"devices": len(rows), "online": 0, "offline": 0, "unknown": 0, "alerting": 0}
+    for row in rows:
+        counts[row["state"]] += 1
+        counts["alerting"] += bool(row["alerts"])
+    q = view.q.casefold()
+    shown = [
+        row
+        for row in rows
+        if (not view.state or row["state"] == view.state or (view.state == "alerting" and row["alerts"]))
+        and (
+            not q
+            or q
+            in " ".join(str(row[k] or "") for k in ("device_id", "model", "version", "target", "last_error")).casefold()
+        )
+    ]
+    shown.sort(key=lambda row: _sort_key(row, view.sort), reverse=view.order == "desc")
+    if view.order == "desc":  # missing values stay last either way
+        shown.sort(key=lambda row: _sort_key(row, view.sort)[0])
+    pages = max(1, math.ceil(len(shown) / per_page))
+    page = min(view.page, pages)
+    reports = store.telemetry(since=now - window_s, until=now + FUTURE_SKEW_S, limit=MAX_FLEET_POINTS)
     models: dict[str, int] = {}
     for model, version, precision, runtime, n in store.models_in_use():
         key = f"{model} {version} ({precision}, {runtime})"
         models[key] = models.get(key, 0) + n
-    shown = sorted(models.items(), key=lambda kv: (-kv[1], kv[0]))[:MAX_MODELS]
     return {
         "now": now,
-        "page": page,
+        "window_s": window_s,
+        "view": {**asdict(view), "page": page},
         "pages": pages,
         "per_page": per_page,
-        "devices": [asdict(r) for r in rows],
-        "running": {dev: asdict(run) for dev, run in running.items()},
-        "history": history,
-        "models": dict(sorted(shown)),
-        "models_more": {"models": len(models) - len(shown), "devices": sum(models.values()) - sum(n for _, n in shown)},
-        "counts": counts,
+        "matching": len(shown),
+        "devices": shown[(page - 1) * per_page : page * per_page],
+        "alerts": {row["device_id"]: row["alerts"] for row in rows if row["alerts"]},
+        "counts": {**counts, "rejected": store.rejected, "last_rejection": store.last_rejection},
+        "fleet": fleet_series(reports, now - window_s, now),
+        "models": dict(sorted(models.items(), key=lambda kv: (-kv[1], kv[0]))[:MAX_MODELS]),
+        "latency_kinds": LATENCY_KINDS,
     }
 
 
-def render_page(data: dict, refresh_s: int = 5) -> str:
-    """The dashboard HTML for ``fleet_data``'s output."""
-    e = clean
-    c = data["counts"]
+def fleet_series(reports: list[dict], start: float, end: float, buckets: int = 60) -> dict[str, list]:
+    """Fleet-wide series over time: median and worst whole-frame p90 across reports, and total fps (the sum
+    of each device's mean fps) per time bucket."""
+    step = max((end - start) / buckets, 1.0)
+    grouped: dict[int, list[dict]] = {}
+    for r in reports:
+        grouped.setdefault(min(int((r["timestamp"] - start) // step), buckets - 1), []).append(r)
+    out: dict[str, list] = {"p90_median": [], "p90_max": [], "fps_total": []}
+    for k in sorted(grouped):
+        t, rs = start + (k + 0.5) * step, grouped[k]
+        p90s = sorted(r["latency_p90_ms"] for r in rs)
+        out["p90_median"].append((t, p90s[len(p90s) // 2]))
+        out["p90_max"].append((t, p90s[-1]))
+        per_device: dict[str, list[float]] = {}
+        for r in rs:
+            per_device.setdefault(r["device_id"], []).append(r["fps"])
+        out["fps_total"].append((t, sum(sum(v) / len(v) for v in per_device.values())))
+    return out
+
+
+# -- HTML ------------------------------------------------------------------------------------------------
+
+
+def page_html(title: str, head: str, live: str, refresh_s: int) -> str:
+    return (
+        f'<!doctype html><html lang="en"><head><meta charset="utf-8"><title>{clean(title)}</title>'
+        f"<style>{_STYLE}</style></head><body>{head}<p class=note id=updated></p>"
+        f'<div id=live data-refresh="{int(refresh_s)}">{live}</div><script src="/app.js"></script></body></html>'
+    )
+
+
+def when(ts: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))
+
+
+def num(value: float | None, digits: int = 1) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def _cards(c: dict) -> str:
     cards = "".join(
-        f'<div class="card" id="count-{k}">{e(label)}<b>{c[k]}</b></div>'
-        for k, label in (("devices", "devices"), ("online", "online"), ("offline", "offline"), ("rejected", "rejected"))
+        f'<div class="card" id="count-{k}">{k}<b>{c[k]}</b></div>'
+        for k in ("devices", "online", "offline", "alerting", "rejected")
     )
-    models = "".join(f"<li>{e(k)}: {n} device(s)</li>" for k, n in data["models"].items()) or "<li>none reported</li>"
-    more = data.get("models_more", {"models": 0})
-    if more["models"]:
-        models += f"<li>{more['models']} more model(s) on {more['devices']} device(s)</li>"
-    body = "".join(_device_row(DeviceRow(**d), data) for d in data["devices"])
-    return (
-        f'<!doctype html><html lang="en"><head><meta charset="utf-8"><meta http-equiv="refresh" '
-        f'content="{int(refresh_s)}"><title>edge-deploy fleet</title><style>{_STYLE}</style></head><body>'
-        f"<h1>edge-deploy fleet</h1><div class=cards>{cards}</div><h2>Models in use</h2><ul id=models>{models}</ul>"
-        f"{_pages(data)}"
-        "<table id=fleet><thead><tr><th>device</th><th>state</th><th>latency <span style=color:#1f77b4>p50</span> / "
-        "<span style=color:#ff7f0e>p90</span> over time</th>"
-        "<th>p50</th><th>p90</th><th>fps</th><th>temp °C</th><th>model</th><th>runtime</th><th>last error</th>"
-        f"<th>last seen</th><th>reports</th></tr></thead><tbody>{body}</tbody></table></body></html>"
+    why = (
+        f"<p class=note id=last-rejection>last rejected: {clean(c['last_rejection'])}</p>"
+        if c.get("last_rejection")
+        else ""
     )
+    return f"<div class=cards>{cards}</div>{why}"
 
 
-def _pages(data: dict) -> str:
-    """ "devices 101-200 of 20000 · previous · next" when the fleet takes more than one page."""
-    page, pages, per_page = data.get("page", 1), data.get("pages", 1), data.get("per_page", 0)
-    if pages <= 1:
+#: The table's columns: (sort key, heading).
+_HEADS = (
+    ("device", "device"),
+    ("state", "state"),
+    ("alerts", "alerts"),
+    ("model", "model"),
+    ("version", "version"),
+    ("target", "target"),
+    ("p50", "frame p50 ms"),
+    ("p90", "frame p90 ms"),
+    ("fps", "fps"),
+    ("inference", "inference p50 ms"),
+    ("temp", "temp °C"),
+    ("error", "last error"),
+    ("seen", "last seen"),
+)
+
+
+def render_fleet(data: dict, refresh_s: int = 5) -> str:
+    """The fleet page's HTML for ``fleet_data``'s output."""
+    e, view = clean, View(**data["view"])
+    alerts = "".join(
+        f'<li><a href="/device/{quote(dev)}">{e(dev)}</a>: {e("; ".join(texts))}</li>'
+        for dev, texts in data["alerts"].items()
+    )
+    fleet, minutes = data["fleet"], data["window_s"] / 60
+    plots = plot(
+        [("median", "#1f77b4", fleet["p90_median"]), ("worst", "#d62728", fleet["p90_max"])],
+        "whole-frame p90 (ms)",
+        data["now"] - data["window_s"],
+        data["now"],
+    )
+    plots += plot(
+        [("all devices", "#2ca02c", fleet["fps_total"])],
+        "throughput (frames/s)",
+        data["now"] - data["window_s"],
+        data["now"],
+    )
+    th = "".join(
+        f'<th data-key="{k}"><a href="{e(view.link(sort=k, order=_next_order(view, k), page=1))}">'
+        f"{label}{(' ▲' if view.order == 'asc' else ' ▼') if view.sort == k else ''}</a></th>"
+        for k, label in _HEADS
+    )
+    rows = "".join(_fleet_row(r) for r in data["devices"])
+    live = (
+        f"{_cards(data['counts'])}<ul id=alerts>{alerts}</ul><h2>Fleet, last {minutes:.0f} min</h2>"
+        f"<div class=plots>{plots}</div>{_models(data['models'])}"
+        f"<p class=note>{data['matching']} of {data['counts']['devices']} device(s) "
+        f"match. {kinds(('frame', 'inference'))}</p>"
+        f"{_pager(view, data['pages'])}<table id=fleet><thead><tr>{th}</tr></thead><tbody>{rows}</tbody></table>"
+    )
+    states = "".join(f"<option{' selected' if view.state == s else ''}>{s}</option>" for s in STATES)
+    form = (
+        f'<form id=filter method=get><input type=hidden name=sort value="{e(view.sort)}"><input type=hidden name=order '
+        f'value="{e(view.order)}"><input name=q id=q placeholder="device, model, version, target, error" size=36 '
+        f'value="{e(view.q)}"> <select name=state id=state><option value="">any state</option>{states}</select> '
+        "<button>filter</button></form>"
+    )
+    return page_html("edge-deploy fleet", f"<h1>edge-deploy fleet</h1>{form}", live, refresh_s)
+
+
+def _models(models: dict[str, int]) -> str:
+    items = "".join(f"<li>{clean(k)}: {n} device(s)</li>" for k, n in models.items()) or "<li>none reported</li>"
+    return f"<h2>Models in use</h2><ul id=models>{items}</ul>"
+
+
+def _pager(view: View, pages: int) -> str:
+    """ "page 2 of 11 · previous · next" when the table takes more than one page."""
+    if pages == 1:
         return ""
-    first = (page - 1) * per_page + 1
-    links = [f'<a href="?page={page - 1}">&lsaquo; previous</a>'] if page > 1 else []
-    links += [f'<a href="?page={page + 1}">next &rsaquo;</a>'] if page < pages else []
-    return (
-        f"<p id=pages>devices {first}&ndash;{first + len(data['devices']) - 1} of {data['counts']['devices']} "
-        f"(page {page} of {pages}) {' &middot; '.join(links)}</p>"
-    )
+    back = f'<a href="{clean(view.link(page=view.page - 1))}">&lsaquo; previous</a> ' if view.page > 1 else ""
+    ahead = f'<a href="{clean(view.link(page=view.page + 1))}">next &rsaquo;</a>' if view.page < pages else ""
+    return f"<p id=pages>page {view.page} of {pages} {back}{ahead}</p>"
 
 
-def _device_row(r: DeviceRow, data: dict) -> str:
+def _next_order(view: View, key: str) -> str:
+    """Clicking the sorted column's head again reverses it."""
+    return "desc" if view.sort == key and view.order == "asc" else "asc"
+
+
+def kinds(which: tuple[str, ...]) -> str:
+    return "Latencies: " + "; ".join(f"<b>{k}</b> = {LATENCY_KINDS[k]}" for k in which) + "."
+
+
+def _fleet_row(r: dict) -> str:
     e = clean
-    run = data["running"].get(r.device_id)
-    model = (
-        f"{e(run['model'])} {e(run['model_version'])}<br><span class=mono>{e(run['model_sha256'][:12])}</span>"
-        if run
-        else "-"
-    )
-    runtime = f"{e(run['runtime'])} {e(run['precision'])} on {e(run['profile'])}" if run else "-"
-    state = state_text(r.online)
+    state = r["state"]
     cells = (
-        f"<td>{e(r.device_id)}</td><td class={state if r.online is not None else 'unknown'}>{state}</td>"
-        f"<td>{sparkline(data['history'].get(r.device_id, []))}</td>"
-        f"<td>{_num(r.latency_p50_ms)}</td><td>{_num(r.latency_p90_ms)}</td><td>{_num(r.fps)}</td>"
-        f"<td>{_num(r.temperature_c)}</td><td>{model}</td><td>{runtime}</td>"
-        f'<td class=err title="{e(r.last_error or "")}">{e(r.last_error or "-")}</td>'
-        f"<td>{max(data['now'] - r.last_seen, 0):.0f} s ago</td><td>{r.reports}</td>"
+        f'<td><a href="/device/{quote(r["device_id"])}">{e(r["device_id"])}</a></td><td class={state}>{state}</td>'
+        f"<td class=alert>{e('; '.join(r['alerts']))}</td><td>{e(r['model'] or '-')}</td>"
+        f"<td>{e(r['version'] or '-')}</td>"
+        f"<td>{e(r['target'] or '-')}</td><td>{num(r['latency_p50_ms'])}</td><td>{num(r['latency_p90_ms'])}</td>"
+        f"<td>{num(r['fps'])}</td><td>{num(r['inference_p50_ms'])}</td><td>{num(r['temperature_c'])}</td>"
+        f'<td class=err title="{e(r["last_error"] or "")}">{e(r["last_error"] or "-")}</td>'
+        f"<td>{r['seen_s_ago']:.0f} s ago</td>"
     )
-    return f'<tr data-device="{e(r.device_id)}">{cells}</tr>'
-
-
-def _first(point: tuple) -> float:
-    return point[0]
-
-
-def _num(value: float | None) -> str:
-    return "-" if value is None else f"{value:.1f}"
+    return f'<tr data-device="{e(r["device_id"])}">{cells}</tr>'

@@ -22,6 +22,7 @@ member of the group, so N monitors split the stream.
 from __future__ import annotations
 
 import logging
+import queue
 import random
 import re
 import threading
@@ -143,6 +144,7 @@ class Monitor(LinkHooks):
         self._unlogged_rejections = 0
         self._rejections_logged = -LOG_EVERY_S
         self._rng = random.Random()
+        self._outgoing: queue.SimpleQueue[tuple[str, str]] = queue.SimpleQueue()
         self._subscribed = threading.Event()
         self._stopping = threading.Event()
         self._maintainer: threading.Thread | None = None
@@ -282,7 +284,14 @@ class Monitor(LinkHooks):
             (message.topic, message.payload, now, bool(message.retain), message.mid, message.qos)
         )
 
+    def publish(self, topic: str, payload: str) -> None:
+        """Publish ``payload`` retained at QoS 1 on ``topic`` from the monitor's connection (e.g. an alert); sent
+        by the link thread at its next turn while connected."""
+        self._outgoing.put((topic, payload))
+
     def tick(self, client: object) -> bool:  # noqa: D102
+        while not self._outgoing.empty():
+            client.publish(*self._outgoing.get(), qos=1, retain=True)
         pending = self._pending
         if self._arrived:
             self._read_burst(client)

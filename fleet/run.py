@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from fleet.alerts import AlertPublisher, AlertRules, evaluate
 from fleet.ingest import BrokerUnreachable, Monitor, MonitorConfig
 from fleet.records import DeviceRow
 from fleet.store import FleetStore, StoreUnavailable
@@ -174,6 +175,7 @@ def run_monitor(
     web: DashboardConfig | None = None,
     table: bool = True,
     tty: bool = False,
+    rules: AlertRules | None = None,
 ) -> MonitorSummary:
     """Watch the fleet, print the table every ``refresh_s``, then export CSV and PNG into ``out_dir``.
 
@@ -187,6 +189,7 @@ def run_monitor(
         table: show the table at each refresh (it reads the fleet from the store) and at the end.
         tty: the output is a terminal: the table is redrawn in place (``TableView``); else one line of counts
             per refresh and the table once at the end.
+        rules: alert rules evaluated at each refresh; changes are published retained (``fleet.alerts``).
 
     Returns:
         Counts and the paths written.
@@ -204,8 +207,14 @@ def run_monitor(
             if not monitor.start(min(config.broker.connect_timeout_s, duration or config.broker.connect_timeout_s)):
                 view.message(f"waiting for broker {config.broker.address}: {monitor.last_error or 'not reachable yet'}")
 
+            publisher = AlertPublisher(config.prefix)
+
             def step() -> None:
                 try:
+                    if rules is not None and rules != AlertRules():
+                        found = evaluate(monitor.store, rules, everyone=True)
+                        for topic, payload in publisher.changes(found, time.time()):
+                            monitor.publish(topic, payload)
                     if table:
                         view.show(fleet_table(monitor.store), summary_line(monitor.store, monitor.committed))
                 except StoreUnavailable as exc:  # e.g. PostgreSQL restarting: ingest retries, so does the table

@@ -244,24 +244,17 @@ class FleetStore:
             offset: rows to skip (with ``limit``: a page of the table).
             limit: rows at most; None: every device (``offset`` then ignored).
         """
-        sql = "SELECT device_id, state, status, last_seen, last_error FROM devices ORDER BY device_id"
-        if limit is None:
-            found, where = self._rows(sql), ""
-        else:  # a page: read only its devices' rows of ``latest``
-            found = self._rows(sql + " LIMIT ? OFFSET ?", (int(limit), int(offset)))
-            where = f"WHERE device_id IN ({', '.join('?' * len(found))})" if found else "WHERE 0 = 1"
-        newest: dict[str, dict] = {}
-        counts: dict[str, int] = {}
-        ids = tuple(row[0] for row in found) if limit is not None else ()
-        for dev, kind, payload, reports in self._rows(
-            f"SELECT device_id, kind, payload, reports FROM latest {where}", ids
-        ):
-            counts[dev] = counts.get(dev, 0) + int(reports)
-            if kind == MessageKind.TELEMETRY.value:
-                newest[dev] = body_of(payload)
+        sql = (  # each device's newest telemetry and report count from ``latest``: never a scan of ``messages``
+            "SELECT d.device_id, state, status, last_seen, last_error, reports, payload FROM devices AS d LEFT JOIN "
+            "(SELECT device_id, SUM(reports) AS reports, MAX(CASE WHEN kind = ? THEN payload END) AS payload "
+            "FROM latest GROUP BY device_id) AS l ON l.device_id = d.device_id ORDER BY d.device_id"
+        )
+        params: tuple = (MessageKind.TELEMETRY.value,)
+        if limit is not None:
+            sql, params = sql + " LIMIT ? OFFSET ?", (*params, int(limit), int(offset))
         rows = []
-        for device_id, state, status, last_seen, last_error in found:
-            t = newest.get(device_id, {})
+        for device_id, state, status, last_seen, last_error, reports, payload in self._rows(sql, params):
+            t = body_of(payload) if payload is not None else {}
             rows.append(
                 DeviceRow(
                     device_id=device_id,
@@ -271,7 +264,7 @@ class FleetStore:
                     fps=t.get("fps"),
                     temperature_c=t.get("temperature_c"),
                     last_seen=last_seen,
-                    reports=int(counts.get(device_id, 0)),
+                    reports=int(reports or 0),
                     dropped=body_of(status)["dropped"] if status else 0,
                     last_error=last_error,
                 )
@@ -349,42 +342,38 @@ class FleetStore:
             out.append({k: body.get(k) for k in CSV_COLUMNS})
         return out
 
-    def telemetry_by_device(
-        self,
-        device_ids: tuple[str, ...],
-        since: float | None = None,
-        until: float | None = None,
-        limit: int | None = None,
-    ) -> dict[str, list[dict]]:
-        """``telemetry`` of several devices in one query (a dashboard page's charts).
+    # -- dashboard queries (fleet/dashboard_page.py, fleet/alerts.py) ------------------------------------
+
+    def recent_results(
+        self, tasks: tuple[str, ...], device_id: str | None = None, since: float | None = None, limit: int = 100
+    ) -> list[dict]:
+        """The newest result reports whose ``task`` is one of ``tasks``, newest first (bounded by ``limit``).
 
         Args:
-            device_ids: the devices.
+            tasks: the tasks wanted, e.g. ``("face.identify",)``.
+            device_id: one device, or every device.
             since: only reports made at or after this time (Unix seconds, the device's clock).
-            until: only reports made at or before this time.
-            limit: per device, only the newest ``limit`` reports (highest ``stored`` first).
+            limit: reports at most (of those the prefilter passes).
 
         Returns:
-            ``{device_id: reports as dicts of CSV_COLUMNS, by seq}`` for devices with reports.
+            The reports as dicts (``device_id``, ``timestamp``, ``task``, ``data``...).
         """
-        if not device_ids:
-            return {}
-        sql = (
-            "SELECT device_id, seq, payload, ROW_NUMBER() OVER (PARTITION BY device_id ORDER BY stored DESC, seq DESC) "
-            f"AS rank FROM messages WHERE kind = ? AND device_id IN ({', '.join('?' * len(device_ids))})"
-        )
-        params: list[Any] = [MessageKind.TELEMETRY.value, *device_ids]
-        for clause, value in (("timestamp >= ?", since), ("timestamp <= ?", until)):
+        if not tasks:
+            return []
+        likes = " OR ".join("payload LIKE ?" for _ in tasks)  # a cheap prefilter; the JSON decides
+        sql, params = f"SELECT payload FROM messages WHERE kind = ? AND ({likes})", [MessageKind.RESULT.value]
+        params += [f"%{t}%" for t in tasks]
+        for clause, value in (("device_id = ?", device_id), ("timestamp >= ?", since)):
             if value is not None:
                 sql, params = f"{sql} AND {clause}", [*params, value]
-        top = "" if limit is None else " WHERE rank <= ?"
-        rows = self._rows(f"SELECT device_id, payload FROM ({sql}) AS w{top} ORDER BY device_id, seq",
-                          (*params, *(() if limit is None else (int(limit),))))  # fmt: skip
-        out: dict[str, list[dict]] = {}
-        for dev, payload in rows:
-            body = body_of(payload)
-            out.setdefault(dev, []).append({k: body.get(k) for k in CSV_COLUMNS})
-        return out
+        rows = self._rows(f"{sql} ORDER BY timestamp DESC LIMIT ?", (*params, int(limit)))
+        return [b for b in (body_of(p) for (p,) in rows) if b.get("task") in tasks]
+
+    def device(self, device_id: str) -> DeviceRow | None:
+        """One device's row of the fleet table (``devices``' row at its place in id order), or None."""
+        rows = self._rows("SELECT COUNT(*) FROM devices WHERE device_id < ?", (device_id,))
+        found = self.devices(offset=int(rows[0][0]), limit=1)
+        return found[0] if found and found[0].device_id == device_id else None
 
     def export_csv(self, path: Path, limit: int | None = None) -> int:
         """Write telemetry reports as CSV (``CSV_COLUMNS``); return the number of data rows.

@@ -59,6 +59,7 @@ CREATE TABLE messages (
 ) PARTITION BY RANGE (timestamp);
 CREATE TABLE messages_default PARTITION OF messages DEFAULT;
 CREATE INDEX messages_timestamp_brin ON messages USING brin (timestamp);
+CREATE INDEX messages_device_kind_time ON messages (device_id, kind, timestamp);
 """
 
 SCHEMA = f"""

@@ -38,8 +38,12 @@ CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NU
 INSERT OR IGNORE INTO counters VALUES ('duplicates', 0), ('rejected', 0);
 """
 
-#: ``messages``' index for a device's window and for retention (made after a bulk load: ``_INDEX``).
-_INDEX = "CREATE INDEX IF NOT EXISTS messages_device_time ON messages (device_id, timestamp)"
+#: ``messages``' indexes by time: a device's reports of a kind (its page, retention), the fleet's (its plots,
+#: recent rollbacks).
+_INDEXES = """
+CREATE INDEX IF NOT EXISTS messages_device_kind_time ON messages (device_id, kind, timestamp);
+CREATE INDEX IF NOT EXISTS messages_kind_time ON messages (kind, timestamp);
+"""
 
 #: The newest report and the number of reports per device and kind, kept by triggers on ``messages`` (an
 #: ignored duplicate fires none). Made, and filled from ``messages``, when a file lacks it.
@@ -88,7 +92,7 @@ class SqliteStore(FleetStore):
             self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=10)
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.executescript(_SCHEMA)
-            self._db.execute(_INDEX)
+            self._db.executescript(_INDEXES)
             if not self._db.execute("SELECT 1 FROM sqlite_master WHERE name = 'latest'").fetchall():
                 self._db.executescript(f"BEGIN; {_LATEST} COMMIT;")
             for table, column, decl in _ADDED_COLUMNS:  # a file an older edge-deploy made
@@ -139,15 +143,15 @@ class SqliteStore(FleetStore):
         cutoff = (time.time() if now is None else now) - retention_days * DAY_S
         removed = 0
         try:
-            for (device_id,) in self._rows("SELECT device_id FROM latest GROUP BY device_id"):
-                while True:  # one bounded transaction a batch, through the (device_id, timestamp) index
+            for device_id, kind in self._rows("SELECT device_id, kind FROM latest"):
+                while True:  # one bounded transaction a batch, through the (device_id, kind, timestamp) index
                     with self._lock:
                         self._db.execute("BEGIN")
                         try:
                             gone = self._db.execute(
                                 "DELETE FROM messages WHERE rowid IN (SELECT rowid FROM messages "
-                                "WHERE device_id = ? AND timestamp < ? LIMIT ?)",
-                                (device_id, cutoff, RETENTION_BATCH),
+                                "WHERE device_id = ? AND kind = ? AND timestamp < ? LIMIT ?)",
+                                (device_id, kind, cutoff, RETENTION_BATCH),
                             ).rowcount
                             self._db.execute("DELETE FROM latest WHERE device_id = ? AND reports <= 0", (device_id,))
                             self._db.execute("COMMIT")

@@ -230,7 +230,7 @@ export class BlazeFace {
     const cut = f(spec.min_score);
     const floor = tiling && tiling.look_score !== undefined ? Math.min(cut, f(tiling.look_score)) : cut;
     let cands = await this.candidates(rgb, w, [0, h, 0, w], floor);
-    for (const t of tiles) {
+    for (const t of tiling && tiling.cued && !this.cuesTiles(cands, Math.max(w, h)) ? [] : tiles) {
       const inside = (c) =>
         (t.x0 === 0 || c.box[0] >= t.x0) &&
         (t.y0 === 0 || c.box[1] >= t.y0) &&
@@ -245,6 +245,17 @@ export class BlazeFace {
       score: d.score,
       landmarks: fivePoints(d.kp, f(spec.half_mouth_to_eyes)),
     }));
+  }
+
+  // edge.face.detect_blazeface._cues_tiles: a cued frame gets its tiles when the whole-frame pass found no face
+  // at the cut, or one narrower than net_face pixels at the network's input (float32 arithmetic, as numpy's).
+  cuesTiles(cands, longSide) {
+    const cut = f(this.spec.min_score);
+    const scale = f(this.spec.size / longSide);
+    const sides = cands
+      .filter((c) => c.score >= cut)
+      .map((c) => f(Math.min(f(c.box[2] - c.box[0]), f(c.box[3] - c.box[1])) * scale));
+    return sides.length === 0 || Math.min(...sides) < this.spec.tiling.net_face;
   }
 
   // The merged candidates under the cut that overlap no detection (at most max_looks, best first) each get

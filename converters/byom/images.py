@@ -24,10 +24,7 @@ import numpy as np
 from converters.byom.feeds import Samples, read_samples
 from converters.byom.source import TensorSpec
 from edge.errors import InputError
-from edge.imageio import load_image
-
-#: Which files of a folder are images (case-insensitive); other files are skipped and listed in the report.
-IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".webp")
+from edge.imageio import IMAGE_SUFFIXES, load_image  # other files are skipped and listed in the report
 
 #: Defaults of ``--mean`` / ``--std`` (0-255 scale): pixels / 255, in [0, 1].
 DEFAULT_MEAN = 0.0

@@ -160,7 +160,7 @@ def demo_views() -> list:
     return [im for im in make_eval_images(seed=DEMO_SEED) if not im.name.endswith("/original")]
 
 
-def _write_gallery_photos(folder: Path) -> None:
+def write_gallery_photos(folder: Path) -> None:
     """One crop per annotated person of each original photo, except the held-out one."""
     for photo in EVAL_PHOTOS:
         rgb = photo.load()
@@ -235,7 +235,7 @@ def run_face_demo(
     """
     out_dir = Path(out_dir)
     photos = out_dir / "gallery_photos"
-    _write_gallery_photos(photos)
+    write_gallery_photos(photos)
     queries = out_dir / "queries"
     queries.mkdir(parents=True, exist_ok=True)
     detector_name = detector or read_models_folder(Path(models_dir)).detector.value

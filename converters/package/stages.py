@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from converters.paths import REPO_ROOT
 from converters.sources import SMOLLM2, ModelSource
+from converters.versions import library_versions
 from edge import __version__
 from edge.digest import file_sha256
 from edge.errors import ConversionError
@@ -135,7 +136,8 @@ class ModelStage:
     twin_code: tuple[Path, ...] = ()
 
     def cache_key(self, profile: TargetProfile, precision: Precision, formats: ModelFormats = ModelFormats.ONNX) -> str:
-        """Hash of (source weights' sha256, profile file content, tool version, stage code, precision, formats).
+        """Hash of (source weights' sha256, profile file content, tool and library versions, stage code, precision,
+        formats): a folder built under another opencv or onnxruntime is built again, not reused.
 
         Raises:
             InputError: a source package is not installed.
@@ -147,6 +149,7 @@ class ModelStage:
         for source in self.sources():
             h.update(source.key.encode() + b"\0" + file_sha256(source.locate()).encode() + b"\0")
         h.update(Path(profile.source).read_bytes())
+        h.update(json.dumps(library_versions(), sort_keys=True).encode())
         for path in self.code_files(formats.tflite):
             h.update(path.relative_to(REPO_ROOT).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
         return h.hexdigest()[:20]

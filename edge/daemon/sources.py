@@ -20,10 +20,7 @@ import numpy as np
 
 from edge.daemon.config import SourceKind, SourceSettings
 from edge.errors import EdgeDeployError, InputError, require
-from edge.imageio import DEFAULT_MAX_PIXELS, load_image
-
-#: Image suffixes the watched folder takes; other files are ignored (and logged once).
-IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".webp")
+from edge.imageio import DEFAULT_MAX_PIXELS, IMAGE_SUFFIXES, load_image  # the watched folder ignores other suffixes
 
 #: ``done(source, key)``: whether the frame ``key`` of ``source`` has its result reported.
 DoneCheck = Callable[[str, str], bool]

@@ -417,17 +417,33 @@ class BlazeFaceDetector:
             (the frame's integral image, or None when the frame alone ran; (boxes, keypoints, scores)).
         """
         height, width = image.shape[:2]
-        tiles = tile_grid(width, height, self.spec.size, self.tiling) if self.tiling is not None and tiled else []
+        tiling = self.tiling
+        tiles = tile_grid(width, height, self.spec.size, tiling) if tiling is not None and tiled else []
         frame = (0, height, 0, width)
-        if not tiles:  # the frame alone, resized without an integral image: cheaper, the same input
-            return None, self.decode_window(*letterbox(image, self.spec.size), frame, floor)
-        integral = integral_image(image)  # one for the frame and every tile
-        parts = [self._candidates(integral, frame, floor)]
+        if tiling is None or not tiles or tiling.cued:
+            # the frame alone, resized without an integral image: cheaper, the same input
+            first = self.decode_window(*letterbox(image, self.spec.size), frame, floor)
+            if tiling is None or not tiles or not self._cues_tiles(first, max(width, height), tiling.net_face):
+                return None, first
+            integral = integral_image(image)  # one for every tile
+        else:
+            integral = integral_image(image)  # one for the frame and every tile
+            first = self._candidates(integral, frame, floor)
+        parts = [first]
         for tile in tiles:
             boxes, keypoints, scores = self._candidates(integral, (tile.y0, tile.y1, tile.x0, tile.x1), floor)
             whole = inside_tile(boxes, tile, width, height)
             parts.append((boxes[whole], keypoints[whole], scores[whole]))
         return integral, tuple(np.concatenate(p) for p in zip(*parts, strict=True))
+
+    def _cues_tiles(self, first: tuple, long_side: int, net_face: float) -> bool:
+        """Whether a ``Tiling.cued`` frame gets its tiles, from the whole-frame pass's candidates ``first``: when
+        none reaches the cut, or one that does is narrower than ``net_face`` pixels at the network's input."""
+        boxes = first[0][first[2] >= self.min_score]
+        if len(boxes) == 0:
+            return True
+        sides = np.minimum(boxes[:, 2] - boxes[:, 0], boxes[:, 3] - boxes[:, 1]) * (self.spec.size / long_side)
+        return bool(sides.min() < net_face)
 
     def _weak(self, merged: tuple, found: np.ndarray, max_looks: int) -> np.ndarray:
         """The boxes of ``merged`` (every pass's candidates, NMS-merged, best first) that score under the cut and

@@ -14,7 +14,11 @@ Running the same network on a few overlapping crops as well brings them back (al
   face the whole-frame pass may miss. So every face it may miss lies whole inside some tile, and a tile's
   detection that crosses a tile edge inside the frame (a face cut by the crop) can be dropped: the face is
   whole in a neighbour, or big enough for the whole-frame pass;
-* ``S`` = (long side + (per_side - 1) x O) / per_side, the smallest that gives that overlap.
+* ``S`` = (long side + (per_side - 1) x O) / per_side, the smallest that gives that overlap;
+* cued (``Tiling.cued``, the default): the tiles run only when the whole-frame pass found no face, or one
+  narrower than ``net_face`` at the network's input: a scene whose faces are near the size that pass can see,
+  where smaller ones may be. A frame whose faces it all found large (a person at the camera) runs that pass
+  alone; a small face beside a large one is then left to the second look below.
 
 A second look (``Tiling.look_score``, every frame, tiled or not): a candidate of those passes scoring below the
 detector's cut but at least ``look_score``, and overlapping no detection, gets one more pass on a square window
@@ -50,6 +54,9 @@ class Tiling:
             none.
         look_zoom: a second look's window side, in multiples of the candidate box's longer side.
         max_looks: second looks a frame at most, best candidates first.
+        cued: run the tiles only when the whole-frame pass found no face, or one narrower than ``net_face`` pixels
+            at the network's input (a scene of small faces, where smaller ones may hide); False: on every frame
+            large enough.
     """
 
     per_side: int = 2
@@ -58,6 +65,7 @@ class Tiling:
     look_score: float = 0.3
     look_zoom: float = 2.0
     max_looks: int = 4
+    cued: bool = True
 
     def __post_init__(self) -> None:
         for name, low in (("per_side", 2), ("min_side", 1), ("max_looks", 0)):
@@ -66,6 +74,8 @@ class Tiling:
                 raise InputError(f"Tiling {name} = {value!r}; expected an integer >= {low}")
         if not (isinstance(self.net_face, int | float) and math.isfinite(self.net_face) and self.net_face > 0):
             raise InputError(f"Tiling net_face = {self.net_face!r}; expected a finite number > 0")
+        if not isinstance(self.cued, bool):
+            raise InputError(f"Tiling cued = {self.cued!r}; expected True or False")
         for key, bottom, top in (("look_score", 0.0, 1.0), ("look_zoom", 1.0, 16.0)):
             value = getattr(self, key)
             if not (isinstance(value, int | float) and not isinstance(value, bool) and bottom < value <= top):
@@ -75,8 +85,9 @@ class Tiling:
 #: The tiling ``open_face_pipeline(..., detector="blazeface-full-tiled")`` runs. net_face 24: the 18 pixels
 #: measured (module docstring) and a third more; on a 1280x886 frame a 2x2 grid of 720-pixel tiles overlapping
 #: by 160. Second looks from 0.3 at twice the box: chosen on the demo's views (seed 1, where the tiles alone
-#: missed 3 of 47 faces), then counted on the evaluation set; benchmarks/detector_quality.py and
-#: demo_detectors.py show what it finds.
+#: missed 3 of 47 faces), then counted on the evaluation set. Cued: on the evaluation set and the demo's views,
+#: as they are and letterboxed to 640x480, it finds the faces blind tiles find, with fewer passes;
+#: benchmarks/detector_quality.py and demo_detectors.py show what it finds.
 DEFAULT_TILING = Tiling()
 
 

@@ -26,12 +26,14 @@ so the face is described again), when its box changes size by more than ``MAX_SC
 its centre leaves the image. A face that enters between two detector frames is found at the next one: at most
 ``detect_every - 1`` frames late.
 
-A detector that also runs on tiles of the frame (``blazeface-full-tiled``: five network passes on a 640x480 frame)
-runs its tiles, while faces are followed, on one detector frame in ``TILES_EVERY``; the others run its whole-frame
-pass alone, which finds again every face but the small ones only a tile finds, and those are followed on as on the
-frames between (lost by the same rules, and then the detector runs with its tiles at once). So a face only the
-tiles can find is found at most ``TILES_EVERY x detect_every - 1`` frames late, a larger one at most
-``detect_every - 1``; with no face followed, or one lost, every detector frame runs the tiles.
+A detector that also runs on tiles of the frame (``blazeface-full-tiled``: five network passes on a 640x480 frame
+whose whole-frame pass finds no face or a small one, ``edge.face.tiles``) runs its tiles, while faces are followed,
+on one detector frame in ``TILES_EVERY``; the others run its whole-frame pass alone, which finds again every face
+but the small ones only a tile finds, and those are followed on as on the frames between (lost by the same rules,
+and then the detector runs with its tiles at once). So a face only the tiles can find is found at most ``TILES_EVERY
+x detect_every - 1`` frames late, a larger one at most ``detect_every - 1``; with no face followed, or one lost,
+every detector frame runs the tiles. Their cue holds here too: beside only large faces they do not run, and a small
+face there is left to the second look.
 
 The cost of a frame the detector skips is the landmarks and chips, and the embedder for the faces whose chip
 changed; a detector frame adds the detector (docs/benchmarks.md, section ``arm-frame``).

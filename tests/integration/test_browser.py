@@ -418,11 +418,12 @@ def search_site(profile, tmp_path_factory):
     """The site with search only: MiniLM exported at 1 x 32 tokens, converted fp32 for browser-wasm behind the
     embedding gate (as a user would with convert model), ranking 40 sentences of this repository's docs."""
     _browser_installed()
-    from benchmarks.byom_minilm import EVAL_TEXT, _model_dir, export_program, sentences, tokenise
+    from benchmarks.byom_minilm import EVAL_TEXT, export_program, sentences, tokenise
     from converters.byom.build import ModelJob, convert_model
     from converters.byom.gate import Task
     from converters.package.web import build_browser
     from converters.package.web_search import SearchSite
+    from converters.package.web_search_default import minilm_dir
     from edge.profiles import Precision
 
     d = tmp_path_factory.mktemp("minilm-web")
@@ -432,7 +433,7 @@ def search_site(profile, tmp_path_factory):
     export_program(d / "minilm.pt2", SEARCH_SEQ)
     convert_model(ModelJob(d / "minilm.pt2", d / "net", profile, Precision.FP32, Task.EMBEDDING, d / "eval.npz"))
     out = d / "site"
-    search = SearchSite(d / "net", _model_dir() / "tokenizer.json", d / "corpus.txt")
+    search = SearchSite(d / "net", minilm_dir() / "tokenizer.json", d / "corpus.txt")
     build_browser(profile, None, out, search=search)
     return out, d / "net", corpus
 
@@ -449,7 +450,7 @@ def search_page(search_site, browser):
 def test_search_tokenizer_in_the_page_equals_tokenizers(search_page):
     from tokenizers import Tokenizer
 
-    from benchmarks.byom_minilm import _model_dir
+    from converters.package.web_search_default import minilm_dir
 
     samples = [
         "Hello world! 12345 apples cost $3.50, e-mail: a@b.c",
@@ -459,7 +460,7 @@ def test_search_tokenizer_in_the_page_equals_tokenizers(search_page):
         "antidisestablishmentarianism pneumonoultramicroscopicsilicovolcanoconiosis qwxzptk",
         " ".join(["long"] * 60),  # truncated to 32 tokens, [SEP] kept last
     ]
-    ref = Tokenizer.from_file(str(_model_dir() / "tokenizer.json"))
+    ref = Tokenizer.from_file(str(minilm_dir() / "tokenizer.json"))
     ref.enable_truncation(SEARCH_SEQ)
     ref.enable_padding(length=SEARCH_SEQ)
     got = search_page.driver.execute_async_script(

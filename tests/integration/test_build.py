@@ -99,6 +99,18 @@ def test_cache_key_follows_the_profile_file(tmp_path: Path) -> None:
     assert key != stage.cache_key(profile, Precision.INT8)
 
 
+def test_cache_key_follows_the_library_versions(monkeypatch) -> None:
+    """A folder built under another opencv is built again: the installed versions key the cache."""
+    from converters.package import stages
+    from converters.versions import library_versions
+
+    profile, stage = load_profile("rpi4"), STAGES["face"]
+    key = stage.cache_key(profile, Precision.FP32)
+    other = {**library_versions(), "opencv-python-headless": "4.14.0.0"}
+    monkeypatch.setattr(stages, "library_versions", lambda: other)
+    assert key != stage.cache_key(profile, Precision.FP32)
+
+
 def test_manifest_records_sources_licences_hashes_and_metrics(bundle) -> None:
     m = bundle.manifest
     assert (m["schema_version"], m["format"], m["target"], m["tool"]) == (

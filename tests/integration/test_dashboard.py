@@ -21,7 +21,8 @@ import pytest
 from edge.telemetry.schema import Telemetry, to_json
 from fleet import SqliteStore, open_store
 from fleet.dashboard import Dashboard, DashboardConfig
-from fleet.dashboard_page import FUTURE_SKEW_S, fleet_data, render_page
+from fleet.dashboard_page import FUTURE_SKEW_S, View, fleet_data, render_fleet
+from fleet.device_page import device_data
 from fleet.httpd import BoundedHTTPServer, PreReadHandler, ServerLimits
 from fleet.run import EXPORT_ROWS
 from tests.unit.fleet_flood import flood
@@ -92,6 +93,24 @@ def test_head_is_answered_like_get_without_a_body(store: SqliteStore) -> None:
     assert status == 200 and head.startswith(b"HTTP/1.0 200 OK") and rest == b""
     assert f"Content-Length: {len(body)}".encode() in head
     assert headers["Content-Security-Policy"].startswith("default-src 'none'")
+
+
+def test_device_pages_and_the_script_are_served(store: SqliteStore) -> None:
+    with Dashboard(store, DashboardConfig(port=0)).start() as board:
+        status, _, body = get(board.port, "/device/pi-1")
+        assert status == 200 and b"<h1>pi-1</h1>" in body and b'<script src="/app.js">' in body
+        data = json.loads(get(board.port, "/device/pi-1.json")[2])
+        assert data["device"]["device_id"] == "pi-1" and [v for _, v in data["series"]["fps"]] == [3]
+        assert get(board.port, "/device/nobody")[::2] == (404, b"no device 'nobody' in the fleet store\n")
+        assert get(board.port, "/device/pi-1?window=2d")[::2] == (
+            400,
+            b"window='2d'; expected one of 15m, 1h, 6h, 24h, 7d\n",
+        )
+        assert get(board.port, "/?sort=nope")[0] == 400 and get(board.port, "/device/")[0] == 404
+        status, headers, body = get(board.port, "/app.js")
+        assert status == 200 and headers["Content-Type"] == "text/javascript; charset=utf-8" and b"#live" not in body
+        assert b'getElementById("live")' in body
+        assert "script-src 'self'; connect-src 'self'" in headers["Content-Security-Policy"]
 
 
 def test_300_idle_connections_do_not_starve_it(store: SqliteStore) -> None:
@@ -201,10 +220,9 @@ def test_20000_device_ids_give_a_bounded_page(tmp_path: Path) -> None:
     with SqliteStore(tmp_path / "m.db") as store:
         flood(store, 20_000, 1, time.time())
         with Dashboard(store, DashboardConfig(port=0)).start() as board:
-            started = time.monotonic()
-            status, _, page = get(board.port)
-            assert status == 200 and len(page) < 100_000 and time.monotonic() - started < 5.0
-            assert b"devices 1&ndash;100 of 20000 (page 1 of 200)" in page
+            status, _, page = get(board.port)  # the store's query times are benchmarks/fleet_store's, not a test's
+            assert status == 200 and len(page) < 100_000
+            assert b"page 1 of 200 " in page and page.count(b"<tr data-device=") == 100
             data = json.loads(get(board.port, "/fleet.json?page=200")[2])
             assert [d["device_id"] for d in data["devices"]][-1] == "fake-19999" and len(data["devices"]) == 100
             assert get(board.port, "/?page=abc")[:2][0] == 400
@@ -217,13 +235,19 @@ def test_paged_reads_and_the_window_on_postgresql(pg: Postgres) -> None:
     with open_store(pg.url.rsplit("/", 1)[0] + f"/{name}") as store:
         flood(store, 120, 3, now)
         flood(store, 1, 4, now + FUTURE_SKEW_S + 3600, name="later")
-        data = fleet_data(store, now=now, page=2, per_page=100)
+        data = fleet_data(store, now=now, view=View(page=2), per_page=100)
         assert (data["counts"]["devices"], data["pages"], len(data["devices"])) == (121, 2, 21)
-        assert data["devices"][-1]["device_id"] == "later-00000" and "later-00000" not in data["history"]
-        assert [p[0] for p in data["history"]["fake-00100"]] == [now - 10, now - 5, now]
-        assert data["running"]["fake-00100"]["model"] == "m-1"
+        assert data["devices"][-1]["device_id"] == "later-00000"
+        assert [v for _, v in data["fleet"]["fps_total"]] == [120 * 25.0]  # one 15 s bucket; not the later ones
+        assert [p[0] for p in device_data(store, "fake-00100", 900, now)["series"]["latency_p90_ms"]] == [
+            now - 10,
+            now - 5,
+            now,
+        ]
+        assert device_data(store, "later-00000", 900, now)["series"]["latency_p90_ms"] == []
+        assert data["devices"][0]["model"] == "m-1"  # fake-00100 runs m-1
         assert data["models"] == {"m-0  (, )": 41, "m-1  (, )": 40, "m-2  (, )": 40}
-        assert "fake-00119" in render_page(data)
+        assert "fake-00119" in render_fleet(data)
 
 
 def test_a_monitor_with_a_big_store_exits_soon_after_sigterm(tmp_path: Path) -> None:

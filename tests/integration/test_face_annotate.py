@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from converters.demo.host import HELD_OUT, _write_gallery_photos
+from converters.demo.host import HELD_OUT, write_gallery_photos
 from converters.face.facedata import make_eval_images
 from edge.face.annotate import KNOWN, TEXT, UNKNOWN
 from edge.imageio import load_image, save_image
@@ -22,7 +22,7 @@ VIEWS = ("t1/aug1", "tom_hanks/aug2")
 def scene(face_fp32_models, tmp_path_factory) -> dict:
     """A gallery as the demo enrolls it (t1's person 6 held out) and a folder of two other views of the photos."""
     root = tmp_path_factory.mktemp("annotate")
-    _write_gallery_photos(root / "people")
+    write_gallery_photos(root / "people")
     gallery = root / "gallery.npz"
     assert main(["face", "enroll", str(face_fp32_models), str(root / "people"), "-o", str(gallery), "--json"]) == 0
     photos = root / "photos"

@@ -72,9 +72,6 @@ def test_both_stores_answer_the_query_api_alike(backend: str, tmp_path: Path, re
         assert [r["seq"] for r in store.latest(MessageKind.TELEMETRY, "pi-1", limit=2)["pi-1"]] == [3, 2]
         assert store.latest(MessageKind.RESULT) == {"pi-2": [json.loads(to_json(error))]}
         assert [t["seq"] for t in store.telemetry(since=200.0)] == [2, 3]
-        by_device = store.telemetry_by_device(("pi-1", "pi-2", "pi-9"), since=150.0, until=300.0, limit=1)
-        assert by_device == {"pi-1": store.telemetry("pi-1", since=150.0, until=300.0, limit=1)}
-        assert [t["seq"] for t in store.telemetry_by_device(("pi-1",))["pi-1"]] == [1, 2, 3]
 
 
 def test_postgres_store_retries_across_a_server_restart(pg: Postgres, pg_url: str) -> None:
@@ -277,20 +274,18 @@ def test_dashboard_in_headless_chromium(tmp_path: Path, pg_url: str) -> None:
             assert cards == {"devices": ["devices", "6"], "online": ["online", "5"], "offline": ["offline", "1"]}
             rows = d.find_elements(By.CSS_SELECTOR, "#fleet tbody tr")
             assert [r.get_attribute("data-device") for r in rows] == [f"pi-{i}" for i in range(6)]
-            # one latency chart per device, two lines (p50, p90) of 20 points each
-            for r in rows:
-                lines = r.find_elements(By.TAG_NAME, "polyline")
-                assert [len(x.get_attribute("points").split()) for x in lines] == [20, 20]
-            assert "embedder 0.2.0" in rows[0].text and "embedder 0.1.0" in rows[2].text
-            assert "onnxruntime int8 on rpi4" in rows[0].text
+            assert "embedder 0.2.0 rpi4 onnxruntime int8" in rows[0].text and "embedder 0.1.0" in rows[2].text
             models = d.find_element(By.ID, "models").text.splitlines()
             assert models == [
                 "embedder 0.1.0 (int8, onnxruntime): 4 device(s)",
                 "embedder 0.2.0 (int8, onnxruntime): 2 device(s)",
             ]
-            error_cell = rows[3].find_elements(By.TAG_NAME, "td")[9]
+            error_cell = rows[3].find_elements(By.TAG_NAME, "td")[11]
             assert error_cell.text == "face.error: <b>x.png</b>: truncated"  # shown as text, never as markup
-            assert not d.find_elements(By.TAG_NAME, "script")
+            scripts = d.find_elements(By.TAG_NAME, "script")  # only the live update, never inline code
+            assert [(x.get_attribute("src"), x.get_attribute("innerHTML")) for x in scripts] == [
+                (f"{board.url}app.js", "")
+            ]
             browser.driver.set_window_size(1400, 700)
             assert d.save_screenshot(str(tmp_path / "fleet-dashboard.png"))
         finally:

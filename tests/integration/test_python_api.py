@@ -26,10 +26,10 @@ def test_the_doc_has_the_four_quick_starts():
 
 def _photos(folder: Path) -> None:
     """people/NAME/*.png (the demo's gallery crops) and photos/*.jpg (other views of the same photos)."""
-    from converters.demo.host import _write_gallery_photos
+    from converters.demo.host import write_gallery_photos
     from converters.face.facedata import make_eval_images
 
-    _write_gallery_photos(folder / "people")
+    write_gallery_photos(folder / "people")
     (folder / "photos").mkdir()
     views = [im for im in make_eval_images(seed=1) if not im.name.endswith("/original")][:3]
     for image in views:

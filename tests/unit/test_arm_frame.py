@@ -230,3 +230,22 @@ def test_the_profiles_defaults_are_held_against_issue_46s_goals():
     )
     assert a76[0] == f"  The profile's defaults ({still.name}, rpi5 int8), a still frame: 280.0 M (reported)."
     assert "30.0 M against issue #46's <= 25.0 M: **missed** by 5.0 M (1.20x)." in a76[1]
+
+
+def test_the_defaults_section_holds_only_the_default_rows_and_their_verdicts():
+    still, clip = arm_frame.CONTENDERS["defaults"], arm_frame.CONTENDERS["defaults-clip"]
+    other = arm_frame.CONTENDERS["blazeface-full-litert"]
+    rows = [
+        (still.name, "int8", _cost("cortex-a72", 149_000_000)),
+        (clip.name, "int8", _cost("cortex-a72", 36_000_000)),
+        (other.name, "int8", _cost("cortex-a72", 140_000_000)),
+        (still.name, "int8", _cost("cortex-a76", 90_000_000)),
+    ]
+    text = arm_frame.defaults_section(rows, "python -m benchmarks run arm_frame --write-defaults")
+    assert text.startswith("## The profiles' defaults on ARM")
+    assert other.name not in text and text.count(f"| {still.name} |") == 2 and text.count(f"| {clip.name} |") == 1
+    assert "- cortex-a72:\n" in text and "- cortex-a76:\n" in text
+    assert "a still frame: 149.0 M against issue #46's <= 150.0 M: met." in text
+    assert "a frame on average: 36.0 M against issue #46's <= 40.0 M: met." in text
+    assert f"({still.name}, rpi5 int8), a still frame: 90.0 M (reported)." in text
+    assert text.endswith("`python -m benchmarks run arm_frame --write-defaults`")

@@ -31,8 +31,10 @@ def test_the_acl_confines_devices_to_their_own_topics() -> None:
     assert lines == [
         "user mon",
         "topic read fleet/#",
+        "topic write fleet-alerts/#",
         "user ops",
         "topic read fleet/#",
+        "topic read fleet-alerts/#",
         "topic write fleet/+/cmd",
         "topic write fleet/+/text/request",
         "user pi-a",

@@ -16,7 +16,15 @@ from edge.telemetry.schema import Result, Telemetry, to_json
 from edge_deploy.cli import main
 from fleet import SqliteStore
 from fleet.dashboard import DashboardConfig, host_name, is_loopback, login_ok, page_number, read_token
-from fleet.dashboard_page import BIDI_CONTROLS, FUTURE_SKEW_S, MAX_POINTS, fleet_data, render_page
+from fleet.dashboard_page import (
+    BIDI_CONTROLS,
+    FUTURE_SKEW_S,
+    MAX_POINTS,
+    View,
+    fleet_data,
+    render_fleet,
+)
+from fleet.device_page import device_data, render_device
 from tests.unit.fleet_flood import flood
 
 TOKEN = b"0123456789abcdef0123"
@@ -94,14 +102,42 @@ def test_a_page_holds_at_most_per_page_devices(tmp_path: Path) -> None:
     now = 10_000.0
     with SqliteStore(tmp_path / "m.db") as store:
         flood(store, 250, 2, now)
-        data = fleet_data(store, now=now, page=3, per_page=100)
-        assert (data["page"], data["pages"], data["counts"]["devices"]) == (3, 3, 250)
+        data = fleet_data(store, now=now, view=View(page=3), per_page=100)
+        assert (data["view"]["page"], data["pages"], data["counts"]["devices"]) == (3, 3, 250)
         assert [d["device_id"] for d in data["devices"]] == [f"fake-{i:05d}" for i in range(200, 250)]
-        assert set(data["running"]) == set(data["history"]) == {f"fake-{i:05d}" for i in range(200, 250)}
+        assert {d["model"] for d in data["devices"]} == {"m-0", "m-1", "m-2"}
         assert data["models"] == {"m-0  (, )": 84, "m-1  (, )": 83, "m-2  (, )": 83}
-        page = render_page(data)
-        assert "devices 201&ndash;250 of 250 (page 3 of 3) " in page and 'href="?page=2"' in page
-        assert fleet_data(store, now=now, page=99, per_page=100)["page"] == 3  # past the end: the last page
+        page = render_fleet(data)
+        assert "page 3 of 3 " in page and 'href="?sort=device&amp;order=asc&amp;page=2"' in page
+        assert fleet_data(store, now=now, view=View(page=99), per_page=100)["view"]["page"] == 3  # past the end
+
+
+def test_the_table_sorts_and_filters_over_the_whole_fleet(tmp_path: Path) -> None:
+    now = 10_000.0
+    with SqliteStore(tmp_path / "m.db") as store:
+        flood(store, 30, 3, now)  # latency p90 20, 21, 22 by seq; models m-0..m-2 by device
+        body = Telemetry(device_id="hot-1", seq=1, timestamp=now, latency_p50_ms=400, latency_p90_ms=900, fps=1,
+                         temperature_c=91.0, model="m-9")  # fmt: skip
+        store.handle("edge-deploy/hot-1/telemetry", to_json(body), received=now)
+        by_p90 = fleet_data(store, now=now, view=View(sort="p90", order="desc"), per_page=5)
+        assert [d["device_id"] for d in by_p90["devices"]][:1] == ["hot-1"] and by_p90["pages"] == 7
+        by_temp = fleet_data(store, now=now, view=View(sort="temp", order="asc"), per_page=100)["devices"]
+        assert by_temp[-1]["device_id"] == "hot-1"
+        m2 = fleet_data(store, now=now, view=View(q="M-2"), per_page=100)
+        assert m2["matching"] == 10 and {d["model"] for d in m2["devices"]} == {"m-2"}
+        assert fleet_data(store, now=now, view=View(state="online"))["matching"] == 0
+
+
+def test_view_query_values_are_checked() -> None:
+    assert View.parse({"sort": ["p90"], "order": ["desc"], "q": ["pi"], "page": ["2"]}) == View(
+        "p90", "desc", "pi", "", 2
+    )
+    for query, text in (({"sort": ["x"]}, "sort='x'; expected one of device, state"),
+                        ({"state": ["up"]}, "state='up'; expected one of online, offline, unknown, alerting"),
+                        ({"page": ["0"]}, "page='0'; expected a whole number in 1..1000000")):  # fmt: skip
+        with pytest.raises(InputError) as info:
+            View.parse(query)
+        assert str(info.value).startswith(text)
 
 
 def test_the_window_leaves_out_reports_from_the_future(tmp_path: Path) -> None:
@@ -110,11 +146,14 @@ def test_the_window_leaves_out_reports_from_the_future(tmp_path: Path) -> None:
         flood(store, 1, 3, now, name="ok")
         flood(store, 1, 5, now + FUTURE_SKEW_S + 3600, name="ahead")  # a device whose clock runs an hour fast
         flood(store, 1, MAX_POINTS + 50, now, step_s=1.0, name="chatty")
-        data = fleet_data(store, now=now)
-    assert [p[0] for p in data["history"]["ok-00000"]] == [now - 10, now - 5, now]
-    assert "ahead-00000" not in data["history"]
-    assert len(data["history"]["chatty-00000"]) == MAX_POINTS  # the newest MAX_POINTS
-    assert data["history"]["chatty-00000"][-1][0] == now
+        ok, ahead = device_data(store, "ok-00000", 900, now), device_data(store, "ahead-00000", 900, now)
+        chatty = device_data(store, "chatty-00000", 900, now)
+        assert device_data(store, "nobody", 900, now) is None
+    assert ok is not None and ahead is not None and chatty is not None
+    assert [p[0] for p in ok["series"]["latency_p90_ms"]] == [now - 10, now - 5, now]
+    assert ahead["series"]["latency_p90_ms"] == []
+    assert len(chatty["series"]["latency_p90_ms"]) == MAX_POINTS  # the newest MAX_POINTS
+    assert "no data" in render_device(ahead, "1h") and "no data" not in render_device(ok, "1h")
 
 
 def test_bidi_controls_are_neutralised_in_every_string(tmp_path: Path) -> None:
@@ -126,9 +165,12 @@ def test_bidi_controls_are_neutralised_in_every_string(tmp_path: Path) -> None:
         store.handle("edge-deploy/pi-1/telemetry", to_json(body), received=100.0)
         error = Result(device_id="pi-1", seq=2, timestamp=101.0, task="face.error", data={"error": f"x{controls}y"})
         store.handle("edge-deploy/pi-1/result", to_json(error), received=101.0)
-        page = render_page(fleet_data(store, now=110.0))
-    assert not [hex(c) for c in BIDI_CONTROLS if chr(c) in page]
-    assert f"cat{chr(0xFFFD) * len(controls)}gpj.exe" in page
+        faces = Result(device_id="pi-1", seq=3, timestamp=102.0, task="face.identify",
+                       data={"faces": [{"name": f"ann{controls}", "distance": 0.31}]})  # fmt: skip
+        store.handle("edge-deploy/pi-1/result", to_json(faces), received=102.0)
+        pages = render_fleet(fleet_data(store, now=110.0)) + render_device(device_data(store, "pi-1", 900, 110.0), "1h")
+    assert not [hex(c) for c in BIDI_CONTROLS if chr(c) in pages]
+    assert f"cat{chr(0xFFFD) * len(controls)}gpj.exe" in pages and f"ann{chr(0xFFFD) * len(controls)} 0.310" in pages
     assert len(BIDI_CONTROLS) == 12  # U+061C, U+200E/F, U+202A-E, U+2066-9
 
 

@@ -15,7 +15,8 @@ from edge.telemetry.link import BrokerConfig
 from edge.telemetry.schema import RUNNING_FIELDS, DeviceState, Result, Status, Telemetry, to_json
 from edge_deploy.cli import main
 from fleet import MonitorConfig, SqliteStore, open_store
-from fleet.dashboard_page import fleet_data, render_page, sparkline
+from fleet.dashboard_page import fleet_data, render_fleet
+from fleet.plotsvg import plot
 from fleet.records import decode
 from fleet.store import plan_batch
 
@@ -74,21 +75,31 @@ def test_dashboard_page_from_a_sqlite_store(tmp_path: Path) -> None:
             store.handle("edge-deploy/pi-1/telemetry", to_json(body), received=100.0 + k)
         assert store.handle("edge-deploy/pi-1/telemetry", b"{oops") == "rejected"
         data = fleet_data(store, window_s=60.0, now=120.0)
-    assert data["counts"] == {"devices": 1, "online": 0, "offline": 1, "rejected": 1}
-    assert data["history"] == {"pi-1": [(90.0, 10.0, 20.0), (91.0, 11.0, 20.0), (92.0, 12.0, 20.0)]}
+    assert data["counts"] == {"devices": 1, "online": 0, "offline": 1, "unknown": 0, "alerting": 0, "rejected": 1,
+                              "last_rejection": store.last_rejection}  # fmt: skip
+    assert data["fleet"]["p90_median"] == [(90.5, 20.0), (91.5, 20.0), (92.5, 20.0)]  # 1 s buckets of 60 s
     assert data["models"] == {"m<x>  (, )": 1}
-    page = render_page(data)
+    page = render_fleet(data)
     assert "m&lt;x&gt;" in page and "m<x>" not in page  # a device's strings are escaped
-    assert "<td class=offline>offline</td>" in page and "<script" not in page
+    assert "<td class=offline>offline</td>" in page and "<script>" not in page  # only /app.js, never inline
     assert '<div class="card" id="count-rejected">rejected<b>1</b></div>' in page
+    assert "last rejected: topic edge-deploy/pi-1/telemetry: " in page
     assert json.dumps(data)  # /fleet.json serves the same data
 
 
-def test_sparkline_scales_to_the_highest_p90() -> None:
-    svg = sparkline([(0.0, 5.0, 10.0), (10.0, 5.0, 10.0)], width=104, height=24)
-    assert '<polyline fill="none" stroke="#1f77b4" stroke-width="1.5" points="2.0,12.0 102.0,12.0"/>' in svg
-    assert '<polyline fill="none" stroke="#ff7f0e" stroke-width="1.5" points="2.0,2.0 102.0,2.0"/>' in svg
-    assert sparkline([]).endswith("></svg>")
+def test_plots_share_one_scale_with_real_axes_and_go_log_for_an_outlier() -> None:
+    flat = plot([("a", "#111", [(0.0, 10.0), (60.0, 20.0)]), ("b", "#222", [(0.0, 30.0)])], "t", 0.0, 60.0)
+    assert flat.count("class=xtick") == 5 and "log scale" not in flat
+    assert [t.split(">")[1].split("<")[0] for t in flat.split("class=ytick")[1:]] == [
+        "0",
+        "10",
+        "20",
+        "30",
+    ]  # top = 30, the max
+    outlier = plot([("a", "#111", [(float(t), 10.0 + t % 3) for t in range(20)] + [(20.0, 5000.0)])], "t", 0.0, 20.0)
+    assert "log scale" in outlier
+    assert [t.split(">")[1].split("<")[0] for t in outlier.split("class=ytick")[1:]] == ["10", "100", "1000", "10000"]
+    assert "no data" in plot([("a", "#111", [])], "t", 0.0, 1.0)
 
 
 def test_a_models_folder_says_what_runs(tmp_path: Path) -> None:

@@ -76,6 +76,7 @@ def test_boxes_crossing_a_tile_edge_inside_the_frame_are_dropped_not_those_cross
         ({"look_zoom": 1.0}, "Tiling look_zoom = 1.0; expected a number in (1, 16]"),
         ({"look_zoom": True}, "Tiling look_zoom = True; expected a number in (1, 16]"),
         ({"max_looks": -1}, "Tiling max_looks = -1; expected an integer >= 0"),
+        ({"cued": 1}, "Tiling cued = 1; expected True or False"),
     ],
 )
 def test_bad_tilings_are_refused(kwargs, text):
@@ -156,6 +157,21 @@ def test_tile_boxes_come_back_in_frame_pixels_and_merge_with_the_whole_frame_pas
     assert np.allclose(merged.landmarks[2], [1032, 332], atol=720 / 192)  # the nose: the box centre
     small = np.zeros((512, 512, 3), np.uint8)
     assert tiled.detect(small) == [] and tiled._model.runs == 6  # below min_side: the whole frame only
+
+
+def test_a_cued_frame_runs_its_tiles_only_when_the_whole_frame_pass_finds_no_face_or_a_small_one(square_detector):
+    """640x480, tiled (long side >= min_side): a 200-pixel face is 60 pixels wide at the input, more than net_face
+    (24), so the whole-frame pass alone runs; a 64-pixel one (19 at the input) or none at all gets the 4 tiles too,
+    as every frame does without ``cued``."""
+    big, small, empty = (np.zeros((480, 640, 3), np.uint8) for _ in range(3))
+    big[100:300, 200:400] = 255
+    small[100:164, 200:264] = 255
+    cued = square_detector(DEFAULT_TILING)
+    assert len(cued.detect(big)) == 1 and cued._model.runs == 1
+    assert len(cued.detect(small)) == 1 and cued._model.runs == 1 + 5
+    assert cued.detect(empty) == [] and cued._model.runs == 1 + 5 + 5
+    blind = square_detector(Tiling(cued=False))
+    assert blind.detect(big) and blind._model.runs == 5
 
 
 def test_a_tiling_of_another_type_is_refused(square_detector):

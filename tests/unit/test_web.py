@@ -122,7 +122,8 @@ def test_a_blazeface_folder_ships_its_detector_and_its_settings_only(models, web
     assert (detector["size"], detector["num_boxes"], detector["min_score"]) == (192, 2304, 0.6)
     assert detector["hog_box_map"] == list(FULL_RANGE.hog_box_map) and detector["pipeline_min_score"] == 0.0
     assert detector["tiling"] == {
-        "per_side": 2, "min_side": 576, "net_face": 24.0, "look_score": 0.3, "look_zoom": 2.0, "max_looks": 4
+        "per_side": 2, "min_side": 576, "net_face": 24.0, "look_score": 0.3, "look_zoom": 2.0, "max_looks": 4,
+        "cued": True,
     }  # fmt: skip
 
 
@@ -185,3 +186,45 @@ def test_a_sentencepiece_text_model_is_refused_before_anything_is_written(web_di
         "(web/text.js) supports 'gpt2' (byte-level BPE) only: build this model for a Pi or x86 target instead"
     )
     assert not (tmp_path / "site").exists()
+
+
+_CUE_SCRIPT = """
+import { BlazeFace } from %s;
+const spec = %s;
+async function passes(side) {
+  const bf = Object.create(BlazeFace.prototype);
+  bf.spec = spec;
+  let calls = 0;
+  bf.candidates = async (rgb, w, win) => {  // the whole frame sees one face of side x side, the tiles nothing
+    calls += 1;
+    const whole = win[0] === 0 && win[2] === 0 && win[1] === 480 && win[3] === 640;
+    return whole && side ? [{ box: [100, 100, 100 + side, 100 + side], kp: new Array(12).fill(120), score: 0.9 }] : [];
+  };
+  await bf.detect(new Uint8Array(640 * 480 * 3), 480, 640);
+  return calls;
+}
+console.log(JSON.stringify([await passes(200), await passes(64), await passes(0)]));
+"""
+
+
+@pytest.mark.parametrize("cued", [True, False])
+def test_blazeface_js_runs_its_tiles_on_the_cue_python_runs_them_on(tmp_path, cued):
+    """web/blazeface.js on a 640x480 frame: a face 60 pixels wide at the input runs the whole-frame pass alone, one
+    of 19 pixels or none runs the 4 tiles too (``Tiling.cued``), as edge/face/detect_blazeface.py does
+    (tests/unit/test_tiles.py); not cued, every frame runs them."""
+    import shutil
+    import subprocess
+    from dataclasses import replace
+
+    from edge.face.tiles import DEFAULT_TILING
+
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("node is not installed (scripts/setup.sh installs it with the web tools)")
+    spec = {"size": 192, "min_score": 0.6, "nms_iou": 0.3, "half_mouth_to_eyes": 0.4}
+    spec["tiling"] = dict(vars(replace(DEFAULT_TILING, cued=cued)))
+    module = (Path(__file__).parents[2] / "web" / "blazeface.js").as_uri()
+    script = tmp_path / "cue.mjs"
+    script.write_text(_CUE_SCRIPT % (json.dumps(module), json.dumps(spec)))
+    out = subprocess.run([node, str(script)], capture_output=True, text=True, timeout=60, check=True).stdout
+    assert json.loads(out) == ([1, 5, 5] if cued else [5, 5, 5])
