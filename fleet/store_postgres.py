@@ -59,10 +59,10 @@ CREATE TABLE messages (
 ) PARTITION BY RANGE (timestamp);
 CREATE TABLE messages_default PARTITION OF messages DEFAULT;
 CREATE INDEX messages_timestamp_brin ON messages USING brin (timestamp);
-CREATE INDEX messages_device_kind_time ON messages (device_id, kind, timestamp);
 """
 
 SCHEMA = f"""
+CREATE INDEX IF NOT EXISTS messages_device_kind_time ON messages (device_id, kind, timestamp);
 CREATE TABLE IF NOT EXISTS devices (
     device_id text PRIMARY KEY, state text, status text, last_seen double precision NOT NULL, last_error text,
     last_error_at double precision
