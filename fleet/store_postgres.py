@@ -63,6 +63,7 @@ CREATE INDEX messages_timestamp_brin ON messages USING brin (timestamp);
 
 SCHEMA = f"""
 CREATE INDEX IF NOT EXISTS messages_device_kind_time ON messages (device_id, kind, timestamp);
+CREATE INDEX IF NOT EXISTS messages_kind_time ON messages (kind, timestamp);
 CREATE TABLE IF NOT EXISTS devices (
     device_id text PRIMARY KEY, state text, status text, last_seen double precision NOT NULL, last_error text,
     last_error_at double precision
