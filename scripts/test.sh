@@ -17,13 +17,13 @@ subset=()
 # setup_web.sh adds to .venv). The side venvs need python3's venv module: when it is missing, setup.sh installs
 # it first.
 side=()
-start_side_venvs() {
-  bash scripts/setup_onnx2tf.sh "the TFLite tests" &
+start_side_venvs() {  # each in its own process group (setsid), so that a failed step can stop it and its pip
+  setsid bash scripts/setup_onnx2tf.sh "the TFLite tests" &
   side+=($!)
-  bash scripts/setup_litert_torch.sh "the language-model TFLite tests" &
+  setsid bash scripts/setup_litert_torch.sh "the language-model TFLite tests" &
   side+=($!)
 }
-trap '((${#side[@]})) && kill "${side[@]}" 2>/dev/null; true' EXIT  # a failed step stops the side installs too
+trap 'for pid in "${side[@]}"; do kill -- "-$pid" 2>/dev/null || true; done' EXIT
 "${PYTHON:-python3}" -c 'import venv, ensurepip' 2>/dev/null && start_side_venvs
 bash scripts/setup.sh
 phase "main venv ready"
