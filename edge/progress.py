@@ -145,9 +145,10 @@ class Clock(_Live):
             return f"  {_clock(elapsed)} elapsed (no ETA: first run here)"
         share = min(elapsed / self.expected, 1.0)
         bar = "#" * int(share * BAR_WIDTH) + "-" * (BAR_WIDTH - int(share * BAR_WIDTH))
-        if elapsed > self.expected:
+        left = self.expected - elapsed
+        if left <= -1:  # a second over: not a rounding of the same time
             return f"  [{bar}] {_clock(elapsed)}, longer than last time ({_clock(self.expected)})"
-        return f"  [{bar}] {_clock(elapsed)} of ~{_clock(self.expected)}, ETA {_clock(self.expected - elapsed)}"
+        return f"  [{bar}] {_clock(elapsed)} of ~{_clock(self.expected)}, ETA {_clock(max(left, 0))}"
 
     def close(self) -> None:
         """Take the line off the terminal: the next step line's clock says how long the step took."""

@@ -182,7 +182,7 @@ def _quantize(build: ModelBuild, fp32: Path, calib: Samples | None, work: Path, 
         line = f"static INT8 (QDQ) calibrated on {calib.count} samples of {calib.path.name}"
     feeds = calib.batches(build.inputs) if calib is not None else None
     stem = fp32.name.removesuffix(".fp32.onnx")
-    with timed(progress, line, f"model: quantize {stem} {build.settings.mode.value} {calib and calib.count}"):
+    with timed(progress, line, f"model: quantize {stem} {build.settings.mode.value} {profile.name}"):
         int8 = quantize_model(fp32, work / f"{stem}.int8.onnx", build.settings, feeds)
     counts = op_counts(int8)
     if build.job.weight_only:
