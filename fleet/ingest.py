@@ -1,9 +1,9 @@
 """Ingest: subscribe to the fleet's topics and commit what arrives, acknowledging only what is committed.
 
-The monitor speaks MQTT v5 with paho's manual acknowledgement: ``on_message`` only queues a message;
-after each network-loop step the queue is committed to the store as one batch (when it is full, its
-oldest message has waited ``flush_s``; the packets the socket holds are read in one tick), and
-only then is each message's PUBACK sent. A monitor killed
+The monitor speaks MQTT v5 over paho with manual acknowledgement: a received message is only queued (the
+PUBLISH frames the socket holds are read in bulk by ``fleet.frames``, anything else by paho); after each
+network-loop step the queue is committed to the store as one batch (when it is full, or its oldest message
+has waited ``flush_s``), and only then are the batch's PUBACKs sent, in one write. A monitor killed
 between arrival and commit never acknowledged those messages, so the broker redelivers them to its
 persistent session (fixed client id, a session that never expires) when it comes back; the store's
 (device_id, seq) key drops the copies that were already committed. While the store is down, batches are
@@ -228,6 +228,13 @@ class Monitor(LinkHooks):
         client.manual_ack_set(True)
         client.on_message = self._on_message
         client.on_subscribe = self._on_subscribe
+        paho_read = client.loop_read
+
+        def loop_read(max_packets: int = 1) -> int:
+            # paho's loop step reads through this: the PUBLISH frames the socket holds first, in bulk.
+            return 0 if self._take_publishes(client) else paho_read(max_packets)
+
+        client.loop_read = loop_read
 
     def on_connected(self, client: object) -> None:  # noqa: D102
         client.subscribe(self.config.topic, qos=1)
@@ -268,15 +275,13 @@ class Monitor(LinkHooks):
         """Read the packets the socket already holds, up to a full batch.
 
         paho's loop step reads one packet (after a ``select``, then the link's tick) in four ``recv`` calls and
-        parses it into objects: the PUBLISH frames at the head of the socket are peeked, parsed by
-        ``fleet.frames`` and consumed in one read instead; what that leaves (another packet type, a frame
-        not yet complete, a TLS socket) paho reads.
+        parses it into objects. Its ``loop_read`` is replaced (``configure``): the PUBLISH frames at the head of
+        the socket are peeked, parsed by ``fleet.frames`` and consumed in one read; what that leaves (another
+        packet type, a frame not yet complete, a TLS socket) paho reads.
         """
         from paho.mqtt.client import MQTT_ERR_SUCCESS as ok
 
         while len(self._pending.items) < self.config.batch_max:
-            if self._take_publishes(client):
-                continue
             before = self._arrived
             if client.loop_read() != ok or self._arrived == before:
                 return
@@ -291,7 +296,7 @@ class Monitor(LinkHooks):
             head = sock.recv(_PEEK_BYTES, socket.MSG_PEEK | socket.MSG_DONTWAIT)
         except OSError:
             return 0  # nothing yet (BlockingIOError), or a broken connection paho will find
-        publishes, size = split_publishes(head, self.config.batch_max - len(self._pending.items))
+        publishes, size = split_publishes(head, len(head))  # the broker's Receive Maximum bounds what it sent
         if not publishes:
             return 0
         while size:
