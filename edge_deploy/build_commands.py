@@ -12,14 +12,20 @@ from pathlib import Path
 
 from edge.errors import InputError, MissingDependencyError
 from edge.profiles import DEFAULT_PROFILE_DIR, ModelFormats, Precision, Runtime, available_targets, load_profile
+from edge.progress import ProgressFn
 from edge_deploy.common import command_parser, output_folder, print_json
 
 DEFAULT_CACHE = Path.home() / ".cache" / "edge-deploy" / "build"
 WEB_SETUP_TIMEOUT_S = 900
 
 
-def web_runtime_on_first_use(web_dir: Path | None = None, who: str = "edge-deploy build --target browser-wasm") -> None:
-    """Install onnxruntime-web (npm) the first time a browser site is built.
+def web_runtime_on_first_use(
+    web_dir: Path | None = None,
+    who: str = "edge-deploy build --target browser-wasm",
+    progress: ProgressFn | None = None,
+) -> None:
+    """Install onnxruntime-web (npm) the first time a browser command needs it (``build`` and ``convert model``
+    for a browser target).
 
     From a checkout, runs ``scripts/setup_web.sh --page`` (Node.js/npm from Debian if missing, then ``npm ci``
     in ``web/``), which says on stderr what it installs and for whom. From an installed wheel, ``npm ci`` into
@@ -28,6 +34,7 @@ def web_runtime_on_first_use(web_dir: Path | None = None, who: str = "edge-deplo
     Args:
         web_dir: the checkout's ``web/`` folder (default: the one ``converters.package.web`` builds from).
         who: who needs it, for the script's progress line.
+        progress: the command's progress (default: a line on stderr) for the wheel's ``npm ci``.
 
     Raises:
         MissingDependencyError: when it is missing and cannot be installed here (no checkout's
@@ -42,7 +49,7 @@ def web_runtime_on_first_use(web_dir: Path | None = None, who: str = "edge-deplo
     except MissingDependencyError:
         script = web_dir.parent / "scripts" / "setup_web.sh"
         if node_modules(web_dir).parent != web_dir:  # an installed wheel's page: npm ci into the user's cache
-            install_ort_from_npm(web_dir, lambda line: print(line, file=sys.stderr))
+            install_ort_from_npm(web_dir, progress or (lambda line: print(line, file=sys.stderr)))
             ort_dist(web_dir)
             return
         if not script.is_file():
@@ -121,7 +128,7 @@ def _build(args: argparse.Namespace, options, progress) -> int:
     if profile.runtime.default is Runtime.ONNXRUNTIME_WEB:
         from converters.package.bundle import build_browser_site
 
-        web_runtime_on_first_use()
+        web_runtime_on_first_use(progress=progress)
         site = build_browser_site(profile, [args.model], Path(args.output), Path(args.cache), progress, search)
         data = {"site": str(site.out_dir), "files": site.files, "bytes": site.bytes}
         if args.json:

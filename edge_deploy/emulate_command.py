@@ -56,6 +56,7 @@ def _check_model(args: argparse.Namespace, folder: Path, progress) -> dict:
     from converters.arm.model import check_model_folder, gate_files
     from converters.package.user_model import read_model_folder
     from edge.errors import ValidationError
+    from edge.progress import timed
 
     model = read_model_folder(folder, given_as="")  # its files hashed once, for every core
     shipped, gated, evaluation = gate_files(model)
@@ -66,13 +67,15 @@ def _check_model(args: argparse.Namespace, folder: Path, progress) -> dict:
     runs, problems = [], []
     for cpu in cores:
         guest = prepare_guest(cpu, progress=progress) if guest is None else ArmGuest(guest.rootfs, cpu)
-        progress(f"running {shipped.name} on emulated {cpu} and {gated.name} on this host ({evaluation.name})")
-        outputs = check_model_folder(model, guest, work)
+        line = f"running {shipped.name} on emulated {cpu} and {gated.name} on this host ({evaluation.name})"
+        with timed(progress, line, f"emulate: run {shipped.name} {cpu}"):
+            outputs = check_model_folder(model, guest, work)
         problems += output_problems(cpu, outputs, args.tolerance)
         run: dict[str, Any] = {"cpu": cpu, "outputs": [o.to_dict() for o in outputs]}
         if args.count:
-            progress(f"counting instructions of {shipped.name} on emulated {cpu} (2 counted runs)")
-            run["instructions"] = measure_model(guest, shipped, plugin=plugin, inputs_npz=evaluation).to_dict()
+            line = f"counting instructions of {shipped.name} on emulated {cpu} (2 counted runs)"
+            with timed(progress, line, f"emulate: count {shipped.name} {cpu}"):
+                run["instructions"] = measure_model(guest, shipped, plugin=plugin, inputs_npz=evaluation).to_dict()
         runs.append(run)
     if problems:
         raise ValidationError(f"{folder} on the emulated Pi differs from the gate's arithmetic: " + "; ".join(problems))

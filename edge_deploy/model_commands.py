@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from edge.profiles import DEFAULT_PROFILE_DIR, ModelFormats, load_profile
+from edge.profiles import DEFAULT_PROFILE_DIR, ModelFormats, Runtime, load_profile
 from edge_deploy.common import command_parser, output_folder, print_json
 
 EXAMPLES = """
@@ -40,6 +40,7 @@ def _cmd_convert_model(args: argparse.Namespace) -> int:
     from converters.byom.source import parse_input_specs
     from edge.profiles import Precision
     from edge.progress import StepProgress
+    from edge_deploy.build_commands import web_runtime_on_first_use
 
     profile = load_profile(args.target, Path(args.profiles))
     names = ("min_cosine", "min_rank_agreement", "min_top1", "max_abs_error", "max_rel_error")
@@ -64,8 +65,11 @@ def _cmd_convert_model(args: argparse.Namespace) -> int:
             layout=Layout(args.layout) if args.layout else None,
         ),
     )
+    progress = StepProgress(stream=None if args.json else sys.stderr)
+    if profile.runtime.default is Runtime.ONNXRUNTIME_WEB:  # the model is checked in the page's runtime
+        web_runtime_on_first_use(who="edge-deploy convert model --target browser-wasm", progress=progress)
     with output_folder(job.out_dir, f"--output {args.output}"):
-        build = convert_model(job, StepProgress(stream=None if args.json else sys.stderr))
+        build = convert_model(job, progress)
     if args.json:
         print_json(record(build))
     else:

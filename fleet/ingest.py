@@ -1,9 +1,9 @@
 """Ingest: subscribe to the fleet's topics and commit what arrives, acknowledging only what is committed.
 
-The monitor speaks MQTT v5 with paho's manual acknowledgement: ``on_message`` only queues a message;
-after each network-loop step the queue is committed to the store as one batch (when it is full, its
-oldest message has waited ``flush_s``; the packets the socket holds are read in one tick), and
-only then is each message's PUBACK sent. A monitor killed
+The monitor speaks MQTT v5 over paho with manual acknowledgement: a received message is only queued (the
+PUBLISH frames the socket holds are read in bulk by ``fleet.frames``, anything else by paho); after each
+network-loop step the queue is committed to the store as one batch (when it is full, or its oldest message
+has waited ``flush_s``), and only then are the batch's PUBACKs sent, in one write. A monitor killed
 between arrival and commit never acknowledged those messages, so the broker redelivers them to its
 persistent session (fixed client id, a session that never expires) when it comes back; the store's
 (device_id, seq) key drops the copies that were already committed. While the store is down, batches are
@@ -25,6 +25,7 @@ import logging
 import queue
 import random
 import re
+import socket
 import threading
 import time
 from dataclasses import dataclass
@@ -33,6 +34,7 @@ from pathlib import Path
 from edge.errors import TelemetryError
 from edge.telemetry.link import BrokerConfig, Link, LinkHooks, backoff_delay
 from edge.telemetry.schema import check_prefix
+from fleet.frames import pubacks, split_publishes
 from fleet.records import MAX_CLOCK_SKEW_S, Incoming, WriteResult, decode
 from fleet.store import FleetStore, StoreUnavailable, open_store
 
@@ -40,6 +42,10 @@ log = logging.getLogger(__name__)
 _GROUP_RE = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
 #: Seconds between two log lines about the same ongoing problem (an outage, rejected messages).
 LOG_EVERY_S = 60.0
+#: How many bytes of the socket one bulk read looks at (a full batch of ~500-byte reports).
+_PEEK_BYTES = 256 * 1024
+#: MQTT PUBACK packet type (the first byte of a PUBACK).
+PUBACK = 0x40
 
 
 class BrokerUnreachable(TelemetryError):
@@ -76,9 +82,9 @@ class MonitorConfig:
     client_id: str = "edge-deploy-monitor"
     persistent_session: bool = True
     shared_group: str | None = None
-    batch_max: int = 500
+    batch_max: int = 1000
     flush_s: float = 0.2
-    receive_maximum: int = 1000
+    receive_maximum: int = 2000
     max_skew_s: float = MAX_CLOCK_SKEW_S
     retention_days: int | None = None
     maintain_every_s: float = 3600.0
@@ -262,6 +268,13 @@ class Monitor(LinkHooks):
         client.manual_ack_set(True)
         client.on_message = self._on_message
         client.on_subscribe = self._on_subscribe
+        paho_read = client.loop_read
+
+        def loop_read(max_packets: int = 1) -> int:
+            # paho's loop step reads through this: the PUBLISH frames the socket holds first, in bulk.
+            return 0 if self._take_publishes(client) else paho_read(max_packets)
+
+        client.loop_read = loop_read
 
     def on_connected(self, client: object) -> None:  # noqa: D102
         client.subscribe(self.config.topic, qos=1)
@@ -308,8 +321,10 @@ class Monitor(LinkHooks):
     def _read_burst(self, client) -> None:
         """Read the packets the socket already holds, up to a full batch.
 
-        paho's loop step reads one packet (after a ``select``, then the link's tick): a loop step per message
-        cost more CPU than decoding it, and made every short gap in the stream look like a drained socket.
+        paho's loop step reads one packet (after a ``select``, then the link's tick) in four ``recv`` calls and
+        parses it into objects. Its ``loop_read`` is replaced (``configure``): the PUBLISH frames at the head of
+        the socket are peeked, parsed by ``fleet.frames`` and consumed in one read; what that leaves (another
+        packet type, a frame not yet complete, a TLS socket) paho reads.
         """
         from paho.mqtt.client import MQTT_ERR_SUCCESS as ok
 
@@ -317,6 +332,30 @@ class Monitor(LinkHooks):
             before = self._arrived
             if client.loop_read() != ok or self._arrived == before:
                 return
+
+    def _take_publishes(self, client) -> int:
+        """Move the complete PUBLISH frames at the head of paho's socket into the batch; how many were taken."""
+        sock = client.socket()
+        reading = getattr(client, "_in_packet", {}).get("command", 1)  # paho's packet in progress (0: none)
+        if type(sock) is not socket.socket or reading != 0:
+            return 0  # TLS (no MSG_PEEK), or paho is in the middle of a packet
+        try:
+            head = sock.recv(_PEEK_BYTES, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+        except OSError:
+            return 0  # nothing yet (BlockingIOError), or a broken connection paho will find
+        publishes, size = split_publishes(head, len(head))  # the broker's Receive Maximum bounds what it sent
+        if not publishes:
+            return 0
+        while size:
+            size -= len(sock.recv(size))  # the bytes are in the kernel's buffer: this does not block
+        client._last_bytes_received = time.monotonic()  # paho's keepalive clock
+        pending = self._pending
+        if not pending.items:
+            pending.since = time.monotonic()
+        now = time.time()
+        pending.items.extend((p.topic, p.payload, now, p.retain, p.mid, p.qos) for p in publishes)
+        self._arrived += len(publishes)
+        return len(publishes)
 
     def on_stopping(self, client: object) -> None:  # noqa: D102
         # Take what is already in flight (paho reads about a packet a step), so the commit below includes it.
@@ -348,9 +387,9 @@ class Monitor(LinkHooks):
         self.committed += len(items)
         del self._pending.items[: len(items)]
         self._pending.since = time.monotonic()
-        for *_, mid, qos in items:
-            if qos > 0:
-                client.ack(mid, qos)
+        mids = [mid for *_, mid, qos in items if qos == 1]
+        if mids:  # one write for the batch's PUBACKs, queued behind anything paho has yet to send
+            client._packet_queue(PUBACK, pubacks(mids), 0, 0)
 
     def _store_down(self, exc: StoreUnavailable, waiting: int) -> None:
         """Schedule the retry (backoff with jitter); log when the outage starts, then once a minute."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import astuple, dataclass
+from operator import attrgetter
 from typing import Any
 
 from edge.errors import TelemetryError
@@ -34,6 +35,7 @@ MAX_CLOCK_SKEW_S = 300.0
 
 #: Columns of ``devices`` that say what a device runs now (the same names as the Telemetry fields).
 RUNNING_COLUMNS = RUNNING_FIELDS
+_running_of = attrgetter(*RUNNING_FIELDS)
 
 
 @dataclass(frozen=True)
@@ -67,7 +69,7 @@ class Incoming:
         m = self.message
         if not isinstance(m, Telemetry) or not (m.model or m.model_sha256):
             return None
-        return tuple(getattr(m, name) for name in RUNNING_FIELDS)
+        return _running_of(m)
 
     @property
     def error(self) -> str | None:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from converters.arm.guest import SCRIPTS, ArmGuest, prepare_guest, run_both
 from edge.errors import InputError, ValidationError
-from edge.progress import ProgressFn, silent
+from edge.progress import ProgressFn, silent, timed
 
 RUN_FACE = SCRIPTS / "run_face.py"
 #: Max |diff| of a descriptor between the host and the emulated Pi on the fp32 models (float rounding only).
@@ -201,8 +201,9 @@ def check_face_models(
     guest = prepare_guest(cpu, wheel_dir=wheel_dir, progress=progress)
     photos = write_probe_photos(Path(work) / "photos")
     against = "the gate's unfused arithmetic on the host" if quantized else "the host"
-    progress(f"running the face pipeline on emulated {guest.cpu.value} and comparing with {against}")
-    host, emulated = run_face_both(guest, models, photos, Path(work), host_unfused=quantized)
+    line = f"running the face pipeline on emulated {guest.cpu.value} and comparing with {against}"
+    with timed(progress, line, f"arm: face pipeline {guest.cpu.value} {models}"):
+        host, emulated = run_face_both(guest, models, photos, Path(work), host_unfused=quantized)
     result = compare_face_results(host, emulated, folder.threshold)
     problems = result.problems(descriptor_tolerance)
     if problems:

@@ -39,7 +39,7 @@ from pathlib import Path
 from converters.paths import REPO_ROOT
 from converters.tools import run_tool
 from edge.errors import InferenceError, InputError, MissingDependencyError
-from edge.progress import ProgressFn, silent
+from edge.progress import ProgressFn, silent, timed
 
 SCRIPTS = REPO_ROOT / "scripts" / "arm"
 DEFAULT_CACHE = REPO_ROOT / ".cache" / "arm"
@@ -508,7 +508,7 @@ def prepare_guest(
     if wheel_dir is None:
         progress("aarch64 wheels of the device extra (cached in .cache/arm/wheels)")
         wheel_dir = download_wheels(DEFAULT_CACHE / "wheels")
-    progress(f"installing the wheels of {wheel_dir} into the guest's {GUEST_SITE}")
-    guest.install_wheels(wheel_dir)
-    guest.install_edge()
+    with timed(progress, f"installing the wheels of {wheel_dir} into the guest's {GUEST_SITE}", "arm: install wheels"):
+        guest.install_wheels(wheel_dir)
+        guest.install_edge()
     return guest

@@ -33,7 +33,7 @@ from converters.timing import Laps
 from edge.digest import file_sha256
 from edge.errors import ConversionError, InputError, ValidationError
 from edge.profiles import Arch, Precision, TargetProfile
-from edge.progress import ProgressFn, silent
+from edge.progress import ProgressFn, silent, timed
 from edge.runtime import default_threads
 from edge.runtime.ort_session import Optimization
 
@@ -173,15 +173,17 @@ def _quantize(build: ModelBuild, fp32: Path, calib: Samples | None, work: Path, 
                 f"{build.job.model}: --weight-only quantizes MatMul nodes with a constant 2-D weight, and the "
                 "model has none; use static INT8 (--calib) or --dynamic"
             )
-        progress(f"weight-only INT8: {len(targets)} MatMul weights to 8-bit blocks of {build.settings.int4_block_size}")
+        line = f"weight-only INT8: {len(targets)} MatMul weights to 8-bit blocks of {build.settings.int4_block_size}"
     elif calib is None:
         build.settings = settings_for(profile, QuantMode.DYNAMIC)
-        progress("dynamic INT8 (weights now, activations at run time)")
+        line = "dynamic INT8 (weights now, activations at run time)"
     else:
         build.settings = settings_for(profile, QuantMode.STATIC_QDQ)
-        progress(f"static INT8 (QDQ) calibrated on {calib.count} samples of {calib.path.name}")
+        line = f"static INT8 (QDQ) calibrated on {calib.count} samples of {calib.path.name}"
     feeds = calib.batches(build.inputs) if calib is not None else None
-    int8 = quantize_model(fp32, work / f"{fp32.name.removesuffix('.fp32.onnx')}.int8.onnx", build.settings, feeds)
+    stem = fp32.name.removesuffix(".fp32.onnx")
+    with timed(progress, line, f"model: quantize {stem} {build.settings.mode.value} {profile.name}"):
+        int8 = quantize_model(fp32, work / f"{stem}.int8.onnx", build.settings, feeds)
     counts = op_counts(int8)
     if build.job.weight_only:
         build.quant_ops = {"MatMulNBits": counts.get("MatMulNBits", 0), "MatMul": counts.get("MatMul", 0)}
@@ -192,8 +194,8 @@ def _quantize(build: ModelBuild, fp32: Path, calib: Samples | None, work: Path, 
     build.files["int8_onnx"] = _file_info(int8)
     build.shipped = "int8_onnx"
     if profile.cpu.arch is not Arch.WASM32:
-        progress("ORT format for the target's CPU")
-        build.files["int8_ort"] = _file_info(to_ort_format(int8, work, profile))
+        with timed(progress, "ORT format for the target's CPU", f"model: ORT format {stem} {profile.name}"):
+            build.files["int8_ort"] = _file_info(to_ort_format(int8, work, profile))
         build.shipped = "int8_ort"
     return int8
 
@@ -237,10 +239,12 @@ def _build_into(build: ModelBuild, frontend: Frontend, work: Path, progress: Pro
     build.calibration = calib.to_dict() if calib else {"samples": 0, "reason": reason}
     lap("read")
     stem = job.model.name.removesuffix(f".{build.source.format}")
-    if build.source.format != "onnx":
+    if build.source.format == "onnx":
+        fp32 = frontend.write_fp32(build.inputs, work / f"{stem}.fp32.onnx")
+    else:
         verb = "translating the .tflite" if build.source.format == "tflite" else "exporting the torch.export program"
-        progress(f"{verb} to ONNX")
-    fp32 = frontend.write_fp32(build.inputs, work / f"{stem}.fp32.onnx")
+        with timed(progress, f"{verb} to ONNX", f"model: {verb} {job.model.name}"):
+            fp32 = frontend.write_fp32(build.inputs, work / f"{stem}.fp32.onnx")
     build.files["fp32_onnx"], build.shipped = _file_info(fp32), "fp32_onnx"
     _check_runtime(build, fp32, progress)
     int8 = job.precision is Precision.INT8

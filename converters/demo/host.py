@@ -26,7 +26,7 @@ from edge.face.gallery import Gallery
 from edge.face.models import open_face_pipeline, read_models_folder
 from edge.face.recognize import recognize_image
 from edge.profiles import TargetProfile
-from edge.progress import ProgressFn, silent
+from edge.progress import ProgressFn, silent, timed, tracked
 from edge.runtime import default_threads
 
 #: The person left out of the gallery, to show an unknown face being reported as unknown.
@@ -249,14 +249,14 @@ def run_face_demo(
         )
         views = demo_views()
         progress(f"recognising faces in {len(views)} other views of the shipped photos")
-        for image in views:
+        for image in tracked(progress, views, "views"):
             name = image.name.replace("/", "_") + ".jpg"
             cv2.imwrite(str(queries / name), cv2.cvtColor(image.rgb, cv2.COLOR_RGB2BGR))
             faces = recognize_image(pipeline, gallery, np.ascontiguousarray(image.rgb), 0.6)  # its detector's cut
             _label(faces, image)
             result.images.append({"image": str(queries / name), "annotated": len(image.faces), "faces": faces})
-    progress("counting face_recognition's detector (dlib HOG) on the same views")
-    result.reference = reference_counts(views)
+    with timed(progress, "counting face_recognition's detector (dlib HOG) on the same views", "demo: dlib HOG views"):
+        result.reference = reference_counts(views)
     return result
 
 

@@ -29,7 +29,7 @@ from edge.errors import InputError, ValidationError
 from edge.face import models as face_models
 from edge.face.models import FaceModel
 from edge.profiles import ModelFormats, Precision, TargetProfile
-from edge.progress import ProgressFn, silent, tracked
+from edge.progress import ProgressFn, silent, timed, tracked
 from edge.runtime import default_threads
 
 if TYPE_CHECKING:
@@ -141,8 +141,8 @@ def _export_dlib_embedder(out_dir: Path, progress: ProgressFn) -> tuple[face_mod
 
     torch = __import__("torch")
     dat = DLIB_RESNET.locate()
-    progress(f"exporting dlib's ResNet-29 embedder from {dat.name}")
-    embedder = export_dlib_embedder(dat, out_dir / EMBEDDER_FILE)
+    with timed(progress, f"exporting dlib's ResNet-29 embedder from {dat.name}", "face: export dlib embedder"):
+        embedder = export_dlib_embedder(dat, out_dir / EMBEDDER_FILE)
     module = build_torch_embedder(read_dlib_face_net(dat))
     chips = np.random.default_rng(1).integers(0, 256, size=(4, 3, 150, 150)).astype(np.float32)
 
@@ -166,12 +166,12 @@ def _export(
     embedder = None
     if with_embedder:
         embedder, checks = _export_dlib_embedder(out_dir, progress)
-    progress("exporting dlib's 5-point landmark model to numpy arrays")
-    shape5 = export_shape_predictor(DLIB_SHAPE5.locate(), out_dir / SHAPE5_FILE)
-    progress("exporting MTCNN P/R/O-nets from facenet-pytorch's weights")
-    mtcnn = export_mtcnn(out_dir)
-    for net, diff in compare_with_torch(load_mtcnn_nets(), mtcnn).items():
-        checks.append(OutputCheck(f"mtcnn-{net}", "all outputs", (), diff, 1e-5))
+    with timed(progress, "exporting dlib's 5-point landmark model to numpy arrays", "face: export dlib 5-point"):
+        shape5 = export_shape_predictor(DLIB_SHAPE5.locate(), out_dir / SHAPE5_FILE)
+    with timed(progress, "exporting MTCNN P/R/O-nets from facenet-pytorch's weights", "face: export MTCNN"):
+        mtcnn = export_mtcnn(out_dir)
+        for net, diff in compare_with_torch(load_mtcnn_nets(), mtcnn).items():
+            checks.append(OutputCheck(f"mtcnn-{net}", "all outputs", (), diff, 1e-5))
     entries = [
         face_models.describe(mtcnn[net], net.role, "onnx", "fp32", MTCNN_NETS[net].provenance())
         for net in face_models.DETECTOR_NETS
@@ -189,8 +189,8 @@ def _reference_checks(out_dir: Path, profile: TargetProfile, threads: int, progr
     from converters.face.facedata import make_eval_set
     from converters.face.reference import ReferencePipeline
 
-    progress("building the evaluation set from the photos shipped in packages")
-    eval_set = make_eval_set(seed=0)
+    with timed(progress, "building the evaluation set from the photos shipped in packages", "face: evaluation set"):
+        eval_set = make_eval_set(seed=0)
     reference = ReferencePipeline()
     from edge.face.folder_pipeline import open_pipeline
 

@@ -39,7 +39,7 @@ from edge.errors import InputError, ValidationError
 from edge.face import models as face_models
 from edge.face.models import FACE_NETS, FaceModel
 from edge.profiles import Arch, Precision, TargetProfile
-from edge.progress import ProgressFn, silent
+from edge.progress import ProgressFn, silent, timed
 from edge.runtime import default_threads
 from edge.runtime.ort_session import Optimization
 
@@ -199,9 +199,10 @@ def _quantize_all(fp32, out_dir, settings, calib: CalibrationSet | None, tag: st
             out[net] = out_dir / path.name
             shutil.copy(path, out[net])
             continue
-        progress(f"quantizing {net} ({settings[net].mode.value}, {settings[net].calibration.value})")
+        how = f"{settings[net].mode.value}, {settings[net].calibration.value}"
         feeds = calib.feeds[net] if calib is not None else None
-        out[net] = quantize_model(path, out_dir / f"{path.stem}.{tag}.onnx", settings[net], feeds)
+        with timed(progress, f"quantizing {net} ({how})", f"face: quantize {net} {tag} ({how})"):
+            out[net] = quantize_model(path, out_dir / f"{path.stem}.{tag}.onnx", settings[net], feeds)
     return out
 
 
@@ -234,8 +235,9 @@ def _ort_copies(
     if profile.cpu.arch is Arch.WASM32:
         return quantized, {}, None
     platform = ort_target_platform(profile)
-    progress(f"ORT format for {platform} (Fixed optimisations)")
-    ort_paths = to_ort_format_all(list(quantized.values()), out_dir, profile)
+    nets = " ".join(p.stem for p in quantized.values())
+    with timed(progress, f"ORT format for {platform} (Fixed optimisations)", f"face: ORT format {platform} {nets}"):
+        ort_paths = to_ort_format_all(list(quantized.values()), out_dir, profile)
     shipped = dict(zip(quantized, ort_paths, strict=True))
     return shipped, {net: _file_info(p) for net, p in shipped.items()}, platform
 

@@ -41,7 +41,7 @@ from edge.bundle import BUNDLE_FORMAT, MANIFEST_FILE, MANIFEST_SCHEMA_VERSION, v
 from edge.digest import file_sha256
 from edge.errors import BundleError, InputError
 from edge.profiles import ModelFormats, Precision, TargetProfile
-from edge.progress import ProgressFn, Rewritten, silent
+from edge.progress import ProgressFn, Rewritten, silent, timed
 from edge.signing import SIGNATURE_FILE, load_private_key, sign_manifest
 
 #: What ``--model`` accepts: a kind, or every kind.
@@ -324,11 +324,13 @@ def _golden(folder: Path, kinds: list[ModelKind], profile: TargetProfile, progre
     from converters.package.golden import make_face_golden, make_text_golden
 
     if ModelKind.FACE in kinds:
-        progress("golden set: the bundle's face models on real photos (the device's acceptance check)")
-        make_face_golden(folder / "models" / "face", folder, profile)
+        line = "golden set: the bundle's face models on real photos (the device's acceptance check)"
+        with timed(progress, line, f"build: face golden set {profile.name}"):
+            make_face_golden(folder / "models" / "face", folder, profile)
     if ModelKind.SLM in kinds:
-        progress("golden set: the bundle's language model's greedy tokens for a few prompts")
-        make_text_golden(folder / "models" / "slm", folder)
+        line = "golden set: the bundle's language model's greedy tokens for a few prompts"
+        with timed(progress, line, f"build: text golden set {profile.name}"):
+            make_text_golden(folder / "models" / "slm", folder)
 
 
 def _tar_filter(info: tarfile.TarInfo) -> tarfile.TarInfo:
@@ -437,8 +439,8 @@ def _finish(
         (folder / SIGNATURE_FILE).write_bytes(sign_manifest(manifest_bytes, opts.sign_key))
     verify_bundle(folder)
     if opts.archive:
-        progress(f"archiving to {folder.name}.tar.gz")
-        bundle.archive = _archive(folder)
+        with timed(progress, f"archiving to {folder.name}.tar.gz", f"build: archive {folder.name}"):
+            bundle.archive = _archive(folder)
 
 
 def build_model_bundle(

@@ -39,7 +39,7 @@ from edge.errors import BundleError, InputError, MissingDependencyError, Profile
 from edge.face import models as face_models
 from edge.face.types import DLIB_SAME_PERSON_THRESHOLD
 from edge.profiles import Runtime, TargetProfile
-from edge.progress import ProgressFn, silent
+from edge.progress import ProgressFn, silent, timed
 from edge.shipped import INSTALLED_ROOT
 
 WEB_MANIFEST_SCHEMA_VERSION = 1
@@ -111,10 +111,11 @@ def install_ort_from_npm(web_dir: Path = WEB_SOURCE_DIR, progress: ProgressFn = 
     folder.mkdir(parents=True, exist_ok=True)
     for name in ("package.json", "package-lock.json"):
         shutil.copyfile(Path(web_dir) / name, folder / name)
-    progress(f"installing onnxruntime-web from npm into {folder} (first browser build only)")
     argv = [npm, "ci", "--no-audit", "--no-fund", "--prefix", str(folder)]
+    line = f"installing onnxruntime-web from npm into {folder} (first browser build only)"
     try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=NPM_TIMEOUT_S, check=False)
+        with timed(progress, line, "npm ci onnxruntime-web"):
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=NPM_TIMEOUT_S, check=False)
     except subprocess.TimeoutExpired:
         raise MissingDependencyError(f"{' '.join(argv)}: did not finish in {NPM_TIMEOUT_S} s") from None
     if done.returncode != 0:

@@ -19,7 +19,7 @@ from edge import __version__
 from edge.digest import file_sha256
 from edge.errors import MissingDependencyError, require
 from edge.profiles import Precision, TargetProfile
-from edge.progress import ProgressFn, silent
+from edge.progress import ProgressFn, silent, timed
 
 #: The encoder's token window in the default build (longer sentences are ranked by their first 64 tokens).
 DEFAULT_SEQ = 64
@@ -140,13 +140,15 @@ def default_search(profile: TargetProfile, cache_dir: Path, progress: ProgressFn
     (work / "corpus.txt").write_text("\n".join(sentences) + "\n", encoding="utf-8")
     tokens = tokenise(site.tokenizer, sentences[:GATE_SENTENCES], DEFAULT_SEQ)
     np.savez(work / "eval.npz", input_ids=tokens["input_ids"], attention_mask=tokens["attention_mask"])
-    progress(f"exporting all-MiniLM-L6-v2 at 1 x {DEFAULT_SEQ} tokens for the page's search")
-    export_minilm(work / "minilm.pt2", DEFAULT_SEQ)
-    progress(f"converting it for {profile.name} ({profile.runtime.precision.value}) behind the embedding gate")
+    line = f"exporting all-MiniLM-L6-v2 at 1 x {DEFAULT_SEQ} tokens for the page's search"
+    with timed(progress, line, f"search: export all-MiniLM-L6-v2 {DEFAULT_SEQ}"):
+        export_minilm(work / "minilm.pt2", DEFAULT_SEQ)
     precision = Precision(profile.runtime.precision.value)
     job = ModelJob(work / "minilm.pt2", work / "net", profile, precision, Task.EMBEDDING, work / "eval.npz",
                    licence=MINILM_LICENCE)  # fmt: skip
-    convert_model(job)
+    line = f"converting it for {profile.name} ({precision.value}) behind the embedding gate"
+    with timed(progress, line, f"search: convert all-MiniLM-L6-v2 {profile.name} {precision.value}"):
+        convert_model(job)
     (work / "minilm.pt2").unlink()
     shutil.rmtree(folder, ignore_errors=True)
     work.rename(folder)

@@ -24,7 +24,7 @@ from converters.tools import run_tool
 from edge import __version__
 from edge.digest import file_sha256
 from edge.errors import BundleError
-from edge.progress import ProgressFn, silent
+from edge.progress import ProgressFn, silent, timed
 from edge.shipped import lock_file
 
 PYTHON_VERSION = "3.11"  # Raspberry Pi OS bookworm's python3
@@ -179,8 +179,8 @@ def own_wheel(cache_dir: Path, root: Path = REPO_ROOT, progress: ProgressFn = si
     wheels = sorted(folder.glob("edge_deploy-*.whl"))
     if wheels:
         return wheels[0], True
-    progress(f"building edge-deploy's own wheel (pip wheel --no-deps, sources {folder.name})")
-    with tempfile.TemporaryDirectory(prefix="edge-deploy-src-") as tmp:
+    line = f"building edge-deploy's own wheel (pip wheel --no-deps, sources {folder.name})"
+    with timed(progress, line, "build: own wheel"), tempfile.TemporaryDirectory(prefix="edge-deploy-src-") as tmp:
         src = Path(tmp) / "src"
         src.mkdir()
         for name in OWN_SOURCES:
@@ -201,11 +201,12 @@ def _download(spec: WheelhouseSpec, cache_dir: Path, progress: ProgressFn) -> tu
     folder = cache_dir / "wheels" / spec.key()
     if (folder / ".complete").is_file():
         return folder, True
-    progress(f"downloading {len(spec.requirements)} device requirements for aarch64 / Python {spec.python_version}")
     partial = folder.with_name(folder.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
     partial.mkdir(parents=True)
-    _pip(["download", "-q", *spec.target_args(), "-d", str(partial), *spec.requirements], "aarch64 wheel download")
+    line = f"downloading {len(spec.requirements)} device requirements for aarch64 / Python {spec.python_version}"
+    with timed(progress, line, f"build: wheel download {spec.key()}"):
+        _pip(["download", "-q", *spec.target_args(), "-d", str(partial), *spec.requirements], "aarch64 wheel download")
     _check_platform_tags(partial)
     (partial / ".complete").write_text(json.dumps(spec.to_dict(), indent=2) + "\n", encoding="utf-8")
     shutil.rmtree(folder, ignore_errors=True)
@@ -255,6 +256,6 @@ def prepare_wheelhouse(
         shutil.copy2(wheel, dest / wheel.name)
     install = (f"edge-deploy[device]=={__version__}", *(r for k in kinds for r in KIND_REQUIREMENTS.get(k, ())))
     (dest / REQUIREMENTS_FILE).write_text("\n".join(install) + "\n", encoding="utf-8")
-    progress("checking that the wheelhouse resolves offline for aarch64")
-    resolved = check_offline(spec, dest, install)
+    with timed(progress, "checking that the wheelhouse resolves offline for aarch64", f"build: offline {install}"):
+        resolved = check_offline(spec, dest, install)
     return Wheelhouse(dest, spec, install, resolved, own, hit_third and hit_own)

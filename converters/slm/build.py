@@ -48,6 +48,7 @@ from converters.timing import Laps
 from edge.digest import file_sha256
 from edge.errors import ConversionError, InputError, require
 from edge.profiles import LmHead, Precision, TargetProfile
+from edge.progress import timed
 from edge.text.chat import ChatFormat
 from edge.text.spec import GENERATION_FILE, GenerationSpec
 
@@ -272,9 +273,9 @@ def _source_to_fp32(
     if _export_is_current(fp32, key):
         say(f"reusing the fp32 export in {fp32.parent} (same GGUF, same exporter)")
     else:
-        say("exporting fp32 ONNX with KV cache")
         (fp32.parent / EXPORT_STAMP).unlink(missing_ok=True)
-        fp32 = export_onnx(folder.path, fp32).path
+        with timed(say, "exporting fp32 ONNX with KV cache", f"slm: export {gguf.name} {folder.source.sha256[:12]}"):
+            fp32 = export_onnx(folder.path, fp32).path
         (fp32.parent / EXPORT_STAMP).write_text(json.dumps(key, indent=2, sort_keys=True))
     lap("export")
     return folder, chat, fp32, gguf.name
@@ -374,9 +375,9 @@ def convert_slm(
     with tempfile.TemporaryDirectory(prefix="slm-") as tmp:
         work = Path(opts.work_dir) if opts.work_dir else Path(tmp)
         folder, chat, fp32, name = _source_to_fp32(source, work, say, lap)
-        say(f"quantizing ({precision.value})")
         model = out_dir / MODEL_FILE
-        method, settings, counts = _quantize(fp32, model, precision, profile, opts, folder.path)
+        with timed(say, f"quantizing ({precision.value})", f"slm: quantize {name} {precision.value} {profile.name}"):
+            method, settings, counts = _quantize(fp32, model, precision, profile, opts, folder.path)
         lap("quantize")
         tokenizer = out_dir / TOKENIZER_FILE
         shutil.copyfile(folder.path / TOKENIZER_FILE, tokenizer)
@@ -458,8 +459,10 @@ def _tflite_twin(
     fp32 ONNX (generation.json names it when it passed: ``_generation_spec``)."""
     twin, quant = opts.tflite, TFLITE_QUANT[precision]
     assert twin is not None
-    say(f"LiteRT twin (litert-torch, {quant.value}; a few minutes)")
-    built = convert_tflite(folder.path, out_dir, quant, twin.options)
+    with timed(
+        say, f"LiteRT twin (litert-torch, {quant.value})", f"slm: LiteRT twin {folder.source.sha256[:12]} {quant.value}"
+    ):
+        built = convert_tflite(folder.path, out_dir, quant, twin.options)
     tokens = max(profile.thresholds.slm_greedy_tokens, 1)
     say(f"greedy agreement of {built.path.name} (LiteRT) with the fp32 ONNX")
     tokenizer = out_dir / TOKENIZER_FILE

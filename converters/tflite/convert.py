@@ -59,6 +59,7 @@ from converters.tflite.prep import explicit_maxpool_padding, fixed_input_shape, 
 from converters.tools import log_tail, run_tool, side_venv_program
 from edge.cosine import row_cosines
 from edge.errors import ConversionError, InputError, ValidationError, require
+from edge.progress import timed
 
 #: The venv ``scripts/setup_onnx2tf.sh`` creates.
 DEFAULT_VENV = REPO_ROOT / ".venv-onnx2tf"
@@ -371,11 +372,10 @@ def export_tflite(
         shutil.copyfile(onnx_path, model_copy)
         explicit_maxpool_padding(model_copy, input_name, nchw)
         write_sample_data(work, calib)
-        say(
-            f"onnx2tf: {what} at {list(nchw)}" + (f", calibrating on {len(calib)} samples" if calib is not None else "")
-        )
+        calibrating = f", calibrating on {len(calib)} samples" if calib is not None else ""
         start = time.perf_counter()
-        _run_onnx2tf(_argv(exe, model_copy, nchw, input_name, int8), work, log_path, timeout_s, what)
+        with timed(say, f"onnx2tf: {what} at {list(nchw)}{calibrating}", f"onnx2tf {what} {list(nchw)}"):
+            _run_onnx2tf(_argv(exe, model_copy, nchw, input_name, int8), work, log_path, timeout_s, what)
         seconds = time.perf_counter() - start
         files = _collect(work / "tf", stem, out_dir, variants, what, log_path)
     signatures = {v: _signature(path)[1:] for v, path in files.items()}  # every kept file must load

@@ -53,6 +53,7 @@ from converters.tflite.convert import (
 )
 from converters.tflite.prep import reduce_l2_as_sum_square, write_sample_data
 from edge.errors import ConversionError, InputError, ValidationError, require
+from edge.progress import timed
 
 #: ``TfliteExport.layout`` of a model converted here.
 LAYOUT = "ONNX"
@@ -133,11 +134,11 @@ def export_tflite_keep_layout(
         shutil.copyfile(onnx_path, model_copy)
         write_sample_data(work)  # never downloaded (see the module docstring)
         reduce_l2_as_sum_square(model_copy)
-        say(f"onnx2tf: {what}, inputs kept as in the ONNX model ({_text(inputs)})")
         argv = [str(exe), "-i", str(model_copy), "-o", "tf", "-kat", *(onnx2tf_name(n) for n in inputs)]
         argv += ["-rtpo", "Erf"]  # else a Flex op LiteRT does not run (see the module docstring)
         start = time.perf_counter()
-        _run_onnx2tf(argv, work, log_path, timeout_s, what)
+        with timed(say, f"onnx2tf: {what}, inputs kept as in the ONNX model ({_text(inputs)})", f"onnx2tf {what}"):
+            _run_onnx2tf(argv, work, log_path, timeout_s, what)
         seconds = time.perf_counter() - start
         files = _collect(work / "tf", stem, out_dir, (TfliteVariant.FP32,), what, log_path)
     path = files[TfliteVariant.FP32]

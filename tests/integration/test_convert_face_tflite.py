@@ -11,6 +11,7 @@ covered by tests/integration/test_tflite.py. Tolerance: as test_tflite.py's FP32
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -81,6 +82,11 @@ def test_report_and_json_record_the_twins(converted):
     assert (out / "tflite_report.md").is_file()
     # progress lines name each onnx2tf run before it starts
     assert "] TFLite twin 3/3: embedder fp32 with onnx2tf" in stderr
+    # not a terminal: the timed steps (torch export, onnx2tf) print their numbered lines and no live clock;
+    # no line names a temporary folder
+    for step in ("exporting MTCNN P/R/O-nets", "onnx2tf: face_embedder.onnx -> TFLite fp32 at [1, 3, 150, 150]"):
+        assert re.search(rf"^\[\d+ +\d+\.\ds\] {re.escape(step)}", stderr, re.MULTILINE), step
+    assert not re.search(r"\r|\x1b|elapsed|ETA|\.partial|/tmp/(?!pytest)|onnx2tf-", stderr), stderr
     assert f"TFLite twins in {out}:" in stdout and stdout.rstrip().endswith("PASSED")
 
 
@@ -214,7 +220,9 @@ def test_a_twin_that_misses_its_threshold_fails_the_build_after_writing_the_repo
         profile, thresholds=dataclasses.replace(profile.thresholds, embed_max_abs_diff_fp32=1e-9)
     )
     folder = tmp_path / "strict"
-    shutil.copytree(out, folder, ignore=shutil.ignore_patterns("*_fp32.tflite", "*_int8.tflite", "tflite_report.*", "onnx2tf"))
+    shutil.copytree(
+        out, folder, ignore=shutil.ignore_patterns("*_fp32.tflite", "*_int8.tflite", "tflite_report.*", "onnx2tf")
+    )
     calibration, reference = twin_inputs(out, strict, 8, lambda _msg: None)
     report = write_tflite_twins(out, folder, strict, calibration, reference)  # fp32 twins: copied from ``out``
     (failure,) = report.failures

@@ -1,7 +1,7 @@
 """Our device face pipeline (MTCNN ONNX -> dlib-style chip -> dlib ResNet ONNX) vs face_recognition's.
 
-Models are exported once per module from the installed packages (facenet-pytorch, face-recognition-
-models); the reference is dlib itself. Run: pytest -m integration -s tests/integration/test_face_agreement.py
+Models are the session's fp32 export from the installed packages (facenet-pytorch, face-recognition-models;
+``face_fp32_models`` in tests/conftest.py); the reference is dlib itself. Run: pytest -m integration -s tests/integration/test_face_agreement.py
 """
 
 from __future__ import annotations
@@ -13,8 +13,9 @@ import numpy as np
 import pytest
 
 from converters.face.agreement import AGREEMENT_GOAL, compare_pipelines
+from converters.face.build import EMBEDDER_FILE, SHAPE5_FILE
 from converters.face.facedata import EVAL_PHOTOS, calibration_images, make_eval_set, package_dir
-from converters.face.reference import ReferencePipeline, dlib_model_path, measure_box_map
+from converters.face.reference import ReferencePipeline, measure_box_map
 from edge.face.gallery import Gallery
 from edge.face.pipeline import FacePipeline
 from edge.imageio import load_image, save_image
@@ -40,16 +41,9 @@ class _CachedReference:
 
 
 @pytest.fixture(scope="module")
-def models(tmp_path_factory):
-    from converters.face.dlib_resnet import export_dlib_embedder
-    from converters.face.dlib_shape import export_shape_predictor
-    from converters.face.mtcnn import export_mtcnn
-
-    out = tmp_path_factory.mktemp("face_models")
-    export_mtcnn(out)
-    export_dlib_embedder(dlib_model_path("embedder"), out / "dlib_face_resnet.onnx")
-    export_shape_predictor(dlib_model_path("landmarks5"), out / "shape5.npz")
-    return out
+def models(face_fp32_models):
+    """MTCNN, dlib's 5-point model and dlib's ResNet: the session's fp32 export (tests/conftest.py), read-only."""
+    return face_fp32_models
 
 
 def _pipeline(models, with_shape_predictor: bool) -> FacePipeline:
@@ -59,8 +53,8 @@ def _pipeline(models, with_shape_predictor: bool) -> FacePipeline:
 
     return FacePipeline(
         MtcnnDetector(models, threads=2),
-        FaceEmbedder(models / "dlib_face_resnet.onnx", threads=2),
-        ShapePredictor(models / "shape5.npz") if with_shape_predictor else None,
+        FaceEmbedder(models / EMBEDDER_FILE, threads=2),
+        ShapePredictor(models / SHAPE5_FILE) if with_shape_predictor else None,
     )
 
 

@@ -1,7 +1,7 @@
 """ONNX -> TFLite with onnx2tf (its own venv): fp32 equals ONNX, full-integer INT8 stays close, errors are clear.
 
-Real models only: dlib's ResNet embedder and facenet-pytorch's MTCNN, exported by our converters, converted
-once per module. Samples are real face chips: dlib-aligned 150x150 chips of the evaluation faces
+Real models only: dlib's ResNet embedder and facenet-pytorch's MTCNN, exported by our converters (the session's
+``face_fp32_models``), converted once per module. Samples are real face chips: dlib-aligned 150x150 chips of the evaluation faces
 (``converters.face.facedata.make_eval_set``), and for calibration chips of the disjoint calibration photos
 (``calibration_images``). The first run creates ``.venv-onnx2tf`` (about 2 minutes, 2.6 GB).
 
@@ -53,15 +53,11 @@ def onnx2tf_venv():
 
 
 @pytest.fixture(scope="module")
-def onnx_models(tmp_path_factory):
-    from converters.face.dlib_resnet import export_dlib_embedder
-    from converters.face.mtcnn import export_mtcnn
-    from converters.sources import DLIB_RESNET
+def onnx_models(face_fp32_models):
+    """dlib's embedder and MTCNN's nets, by name: the session's fp32 export (tests/conftest.py), read-only."""
+    from edge.face import models as face_models
 
-    out = tmp_path_factory.mktemp("onnx")
-    models = {"embedder": export_dlib_embedder(DLIB_RESNET.locate(), out / "dlib_resnet.onnx")}
-    models.update(export_mtcnn(out))
-    return models
+    return face_models.read_models_folder(face_fp32_models).model_paths(face_models.FACE_NETS)
 
 
 def _aligned_chips(images) -> np.ndarray:

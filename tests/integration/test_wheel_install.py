@@ -17,6 +17,7 @@ import zipfile
 from pathlib import Path
 
 import cv2
+import numpy as np
 import pytest
 
 from converters.sources import WEIGHTS_PIP
@@ -65,7 +66,12 @@ def _pip(bin_dir: Path, *args: str) -> None:
 def _edge(bin_dir: Path, cwd: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [str(bin_dir / "edge-deploy"), *args],
-        cwd=cwd, env=_env(cwd / "home"), capture_output=True, text=True, timeout=RUN_TIMEOUT_S, check=False,
+        cwd=cwd,
+        env=_env(cwd / "home"),
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT_S,
+        check=False,
     )
 
 
@@ -145,14 +151,28 @@ def test_an_installed_edge_deploy_converts_recognises_and_builds_the_browser_sit
     cv2.imwrite(str(framed), cv2.copyMakeBorder(cv2.imread(str(people / "tom.png")), 56, 56, 56, 56,
                                                 cv2.BORDER_CONSTANT, value=(128, 128, 128)))  # fmt: skip
     photos = (str(framed), str(images / "t1.jpg"))
-    found = json.loads(_ok(_edge(convert_install, work, "face", "recognize", "face", *photos, "-g", "gallery.npz", "--json")))
+    found = json.loads(
+        _ok(_edge(convert_install, work, "face", "recognize", "face", *photos, "-g", "gallery.npz", "--json"))
+    )
     names = {Path(r["image"]).name: [f["name"] for f in r["faces"]] for r in found}
     assert names["tom_framed.png"] == ["tom"]
     assert len(names["t1.jpg"]) == 6 and "tom" not in names["t1.jpg"]
 
-    _ok(_edge(convert_install, work, "build", "--target", "browser-wasm", "--model", "face", "-o", "site", "-q"))
+    # convert model for the browser installs onnxruntime-web on first use (npm ci), as build does, and build
+    # finds it there: one function, one cache
+    onet = work / "face" / "fp32" / "mtcnn_onet.onnx"
+    np.savez(work / "eval.npz", input=np.random.default_rng(0).random((4, 3, 48, 48), dtype=np.float32))
+    web = ("convert", "model", str(onet), "--target", "browser-wasm", "--precision", "fp32", "--task", "raw")
+    done = _edge(convert_install, work, *web, "--input", "input=1x3x48x48", "--eval", "eval.npz", "-o", "net")
+    _ok(done)
+    assert "] installing onnxruntime-web from npm into " in done.stderr
+    assert json.loads((work / "net" / "report.json").read_text())["target_runtime"]["runtime"] == "onnxruntime-web"
+    done = _edge(convert_install, work, "build", "--target", "browser-wasm", "--model", "face", "-o", "site")
+    assert "installing onnxruntime-web" not in _ok(done) + done.stderr
     manifest = json.loads((work / "site" / "manifest.json").read_text())
     assert {"index.html", "app.js", "ort/ort-wasm-simd-threaded.wasm"} <= {f["path"] for f in manifest["files"]}
-    assert manifest["versions"]["onnxruntime-web"] == json.loads((REPO / "web" / "package.json").read_text())[
-        "dependencies"]["onnxruntime-web"]
+    assert (
+        manifest["versions"]["onnxruntime-web"]
+        == json.loads((REPO / "web" / "package.json").read_text())["dependencies"]["onnxruntime-web"]
+    )
     assert not (site_packages / "edge" / "_shipped" / "web" / "node_modules").exists()
