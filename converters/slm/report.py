@@ -87,9 +87,9 @@ def _origin(src: dict) -> str:
     return "(a local GGUF)" if src["package"] == "file" else f"from PyPI package {src['package']} {src['version']}"
 
 
-def _gate_lines(gate: dict, texts: str = "") -> list[str]:
+def _gate_lines(gate: dict) -> list[str]:
     verdict = "passed" if gate["passed"] else "FAILED"
-    texts = texts or f" of {' + '.join(gate['texts'])}"
+    texts = f" of {' + '.join(gate['texts'])}" if gate.get("texts") else ""
     limits = ", ".join(f"`{k}` {v}" for k, v in gate["thresholds"].items())
     return [
         f"Gate {verdict}, teacher-forced against fp32 over {gate['tokens_scored']} held-out tokens{texts} "
@@ -127,8 +127,7 @@ def _tflite_lines(twin: dict | None) -> list[str]:
     else:
         runs = "beside the ONNX"
     head = f"LiteRT twin `{twin['file']}` ({twin['quant']}, {twin['bytes']} bytes), {runs}."
-    gate = _gate_lines(twin["gate"], " against the fp32 ONNX")
-    return [head, "", *gate, *_greedy_lines(twin["greedy_agreement"], "LiteRT")]
+    return [head, "", *_gate_lines(twin["gate"]), *_greedy_lines(twin["greedy_agreement"], "LiteRT")]
 
 
 def write_reports(out_dir: Path, report: dict) -> tuple[Path, Path]:
