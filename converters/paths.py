@@ -13,7 +13,7 @@ from edge.shipped import shipped_dir
 REPO_ROOT = Path(__file__).resolve().parent.parent
 #: The browser page's sources (web/): the checkout's, or an installed wheel's copy.
 WEB_DIR = shipped_dir("web")
-#: data/ (the perplexity gate's text): the checkout's, or an installed wheel's copy.
+#: data/ (the SLM gate's held-out texts): the checkout's, or an installed wheel's copy.
 DATA_DIR = shipped_dir("data")
 
 

@@ -1,5 +1,5 @@
 """Where edge-deploy finds the files it ships beside its code: ``web/`` (the browser page's sources),
-``data/`` (the SLM perplexity gate's text), ``firmware_configs/`` (the target profiles) and the lock
+``data/`` (the SLM gate's held-out texts), ``firmware_configs/`` (the target profiles) and the lock
 (``constraints.txt``: the exact versions of every library).
 
 An installed wheel carries them as package data under ``edge/_shipped/`` (setup.py puts them there);

@@ -87,7 +87,7 @@ def convert_slm(
     progress: ProgressFn = silent,
 ) -> SlmBuild:
     """A GGUF language model (SmolLM2-135M-Instruct by default) as an ONNX decoder for ``target``, behind the
-    perplexity and greedy gates: what ``edge-deploy convert slm`` does. Minutes on a workstation.
+    teacher-forced gate against fp32: what ``edge-deploy convert slm`` does. Minutes on a workstation.
 
     Args:
         target: a profile name or a loaded ``TargetProfile``.
@@ -97,7 +97,8 @@ def convert_slm(
         progress: called with a line per step.
 
     Returns:
-        ``SlmBuild``: ``.gate`` (perplexity), ``.greedy``, ``.out_dir`` for ``TextGenerator``.
+        ``SlmBuild``: ``.gate`` (the teacher-forced verdict), ``.greedy`` (the prompts' answers), ``.out_dir``
+        for ``TextGenerator``.
 
     Raises:
         ProfileError, InputError, ConversionError, ValidationError, MissingDependencyError: as ``convert_face``.

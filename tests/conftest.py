@@ -144,7 +144,7 @@ TWIN_PREFILL = 32
 def slm_twin(slm_int4, tmp_path_factory) -> dict:
     """``convert slm --format tflite`` at fp32 for rpi5, made ONCE per test session (~2.5 min for litert-torch,
     plus the venv the first time), reusing ``slm_int4``'s fp32 export (its work folder): the ONNX fp32 build,
-    its LiteRT twin gated by greedy agreement with the fp32 ONNX, generation.json naming the twin the default.
+    its LiteRT twin gated teacher-forced against the fp32 ONNX, generation.json naming the twin the default.
     ``{"hf_dir", "out": the folder, "result": SlmBuild, "tflite": its TfliteBuild}``. Read-only for the tests
     that share it (test_slm_tflite, test_build_slm)."""
     from converters.slm.build import SlmOptions, TfliteTwin, convert_slm

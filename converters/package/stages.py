@@ -389,17 +389,11 @@ def litert_options(venv: Path | None = None) -> TfliteOptions:
 
 def slm_result(build: SlmBuild, folder: Path) -> StageResult:
     """The slm stage's StageResult for ``build`` (a passed ``convert_slm``) whose files are in ``folder``: the
-    perplexity gate in ``metrics`` and, with a LiteRT twin, the twin's file, recipe, size, whether it is the
-    default and its greedy agreement with the fp32 ONNX in ``metrics.tflite``; format ``onnx+tflite``."""
+    teacher-forced gate (verdict, arithmetic, thresholds, figures) in ``metrics`` and, with a LiteRT twin, the
+    twin's file, recipe, size, whether it is the default, its gate and greedy answers in ``metrics.tflite``;
+    format ``onnx+tflite``."""
     gate = build.gate
-    metrics: dict[str, Any] = {
-        "passed": gate.passed,
-        "perplexity_fp32": gate.reference.perplexity,
-        "perplexity": gate.candidate.perplexity,
-        "ratio": gate.ratio,
-        "limit": gate.limit,
-        "tokens_scored": gate.candidate.tokens_scored,
-    }
+    metrics: dict[str, Any] = {**gate.to_dict(), **gate.divergence.to_dict()}
     if build.tflite is not None:
         metrics["tflite"] = build.tflite.to_dict()
     quantization = {"method": build.method, "settings": build.settings, "op_counts": dict(build.op_counts)}

@@ -1,10 +1,11 @@
-"""Greedy agreement: does the quantized model still *answer* like fp32?
+"""Greedy answers to a few fixed chat prompts: a printed report and a smoke check, not the verdict.
 
-Perplexity averages over thousands of tokens and hides a flipped near tie at the start of an answer
-("L'Étoile..." instead of "Paris"). This check runs a few fixed chat prompts greedily through the fp32 and
-the quantized decoder and compares the leading tokens: the first ``tokens`` generated tokens (or all of
-them, if fp32 stops earlier) must be equal on every prompt, else ValidationError naming the prompt, both
-answers and the profile's ``thresholds.slm_greedy_tokens``.
+Teacher-forced figures are the build's gate (``divergence.DivergenceGate``); an exact greedy run is not a gate
+the field uses (at 97.7 % per-token agreement, 16 tokens in a row match 69 % of the time). Each fixed prompt
+runs greedily through the fp32 and the built decoder for ``thresholds.slm_greedy_tokens`` tokens; the report
+shows both answers and how many leading tokens are equal. The smoke check: where fp32's answer names the
+expected word (``SMOKE``: "Paris" for the capital of France), the build's must too, else ValidationError naming
+the prompt and both answers.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ DEFAULT_PROMPTS = (
     "What is photosynthesis?",
     "What is 12 plus 7?",
 )
+#: The smoke check: a prompt and the word its answer must name whenever fp32's does.
+SMOKE = {"What is the capital of France?": "Paris"}
 
 
 @dataclass(frozen=True)
@@ -52,17 +55,19 @@ class PromptAgreement:
 
 @dataclass(frozen=True)
 class GreedyAgreement:
-    """All prompts against the required number of leading equal tokens."""
+    """All prompts' answers (``required`` tokens each) and the smoke check."""
 
     prompts: tuple[PromptAgreement, ...]
     required: int
 
-    def _needed(self, p: PromptAgreement) -> int:
-        return min(self.required, len(p.reference_ids))
-
     @property
     def failures(self) -> tuple[PromptAgreement, ...]:
-        return tuple(p for p in self.prompts if p.leading_equal < self._needed(p))
+        """Prompts of ``SMOKE`` whose fp32 answer names the word and whose candidate answer does not."""
+        return tuple(
+            p
+            for p in self.prompts
+            if p.prompt in SMOKE and SMOKE[p.prompt] in p.reference_text and SMOKE[p.prompt] not in p.candidate_text
+        )
 
     @property
     def passed(self) -> bool:
@@ -71,23 +76,21 @@ class GreedyAgreement:
     def to_dict(self) -> dict:
         return {
             "required_tokens": self.required,
+            "smoke_check": {prompt: word for prompt, word in SMOKE.items()},
             "passed": self.passed,
-            "prompts": [{**p.to_dict(), "needed": self._needed(p)} for p in self.prompts],
+            "prompts": [p.to_dict() for p in self.prompts],
         }
 
     def check(self, label: str) -> None:
-        """Raise ValidationError listing every prompt whose answer differs too early."""
+        """Raise ValidationError naming every smoke prompt whose answer lost its word."""
         if self.passed:
             return
         lines = [
-            f"  {p.prompt!r}: {p.leading_equal} equal leading tokens (need {self._needed(p)}); "
-            f"fp32 {p.reference_text!r}, quantized {p.candidate_text!r}"
+            f"  {p.prompt!r}: fp32 {p.reference_text!r}, quantized {p.candidate_text!r}; expected an answer "
+            f"naming {SMOKE[p.prompt]!r}"
             for p in self.failures
         ]
-        raise ValidationError(
-            f"{label}: greedy answers differ from fp32 on {len(lines)} of {len(self.prompts)} prompts; expected "
-            f"the first {self.required} tokens equal (thresholds.slm_greedy_tokens):\n" + "\n".join(lines)
-        )
+        raise ValidationError(f"{label}: the greedy smoke check failed:\n" + "\n".join(lines))
 
 
 def greedy_ids(decoder: OnnxDecoder, prompt_ids: list[int], tokens: int, stops: set[int]) -> list[int]:
@@ -148,8 +151,7 @@ def greedy_agreement(
         tokenizer_path: ``tokenizer.json``.
         chat: the chat format (``generation.json``'s).
         stops: stop token ids.
-        required: leading tokens that must be equal (``thresholds.slm_greedy_tokens``); each prompt
-            generates this many tokens.
+        required: tokens each prompt generates (``thresholds.slm_greedy_tokens``).
         prompts: the user messages.
         threads: onnxruntime threads.
         progress: counts the prompts done (a bar on a terminal).

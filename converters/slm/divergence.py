@@ -7,10 +7,11 @@ every scored position the fp32 model's next-token distribution P and the candida
 - whether both put the same token first (argmax of the logits: "same top-1");
 - each model's negative log likelihood of the token that follows in the text (its perplexity).
 
-Reported: mean and 99th-percentile KLD, same-top-1 % and the perplexity ratio candidate / fp32, the figures of
-llama.cpp's ``llama-perplexity --kl-divergence``. The held-out text is the shipped U.S. Constitution followed
-by *Alice's Adventures in Wonderland* (both public domain; ``data/*.SOURCE.md``); no build step calibrates on
-either.
+The figures are llama.cpp's ``llama-perplexity --kl-divergence``'s: mean and 99th-percentile KLD, same-top-1 %
+and the perplexity ratio candidate / fp32. They are the build's verdict (:class:`DivergenceGate`): at least as
+close to fp32 as llama.cpp running the same GGUF, by the profile's ``thresholds.slm_*`` limits. The held-out
+text is the shipped U.S. Constitution followed by *Alice's Adventures in Wonderland* (both public domain;
+``data/*.SOURCE.md``); no build step calibrates on either.
 """
 
 from __future__ import annotations
@@ -19,13 +20,17 @@ import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from converters.paths import DATA_DIR
-from converters.slm.perplexity import PerplexityResult, text_windows
-from edge.errors import InputError
+from converters.slm.perplexity import PerplexityResult, onnx_window_logits, text_windows
+from edge.errors import InputError, ValidationError, require
 from edge.progress import ProgressFn, silent, tracked
+
+if TYPE_CHECKING:
+    from edge.profiles import Thresholds
 
 #: The held-out texts, read in this order (windows never cross from one text into the next).
 HELD_OUT_TEXTS = (DATA_DIR / "us_constitution.txt", DATA_DIR / "alice_in_wonderland.txt")
@@ -83,6 +88,95 @@ class Divergence:
         return (
             f"KLD mean {self.mean_kld:.3g}, p99 {self.p99_kld:.3g}; same top-1 {100 * self.same_top1:.2f} %; "
             f"perplexity ratio {self.perplexity_ratio:.4f} on {self.tokens} held-out tokens"
+        )
+
+
+@dataclass(frozen=True)
+class DivergenceLimits:
+    """How far from fp32 a build may be (the profile's ``thresholds.slm_*``; docs/slm.md, "The gate")."""
+
+    max_mean_kld: float
+    max_p99_kld: float
+    min_same_top1: float
+    max_perplexity_ratio: float
+
+    @classmethod
+    def of(cls, thresholds: Thresholds) -> DivergenceLimits:
+        """The limits a profile's ``[thresholds]`` declare."""
+        t = thresholds
+        return cls(t.slm_max_mean_kld, t.slm_max_p99_kld, t.slm_min_same_top1, t.slm_max_perplexity_ratio)
+
+    def to_dict(self) -> dict[str, float]:
+        """The limits under their profile keys."""
+        return {
+            "thresholds.slm_max_mean_kld": self.max_mean_kld,
+            "thresholds.slm_max_p99_kld": self.max_p99_kld,
+            "thresholds.slm_min_same_top1": self.min_same_top1,
+            "thresholds.slm_max_perplexity_ratio": self.max_perplexity_ratio,
+        }
+
+
+@dataclass(frozen=True)
+class DivergenceGate:
+    """A build's verdict: its teacher-forced figures against the limits, and the arithmetic that was measured."""
+
+    divergence: Divergence
+    limits: DivergenceLimits
+    arithmetic: str
+
+    @property
+    def failures(self) -> tuple[str, ...]:
+        """One line per figure beyond its limit, naming the figure, its value, the limit and the profile key."""
+        d, lim, out = self.divergence, self.limits, []
+        if not d.mean_kld <= lim.max_mean_kld:
+            out.append(f"mean KLD {d.mean_kld:.3g}; expected at most {lim.max_mean_kld} (thresholds.slm_max_mean_kld)")
+        if not d.p99_kld <= lim.max_p99_kld:
+            out.append(f"p99 KLD {d.p99_kld:.3g}; expected at most {lim.max_p99_kld} (thresholds.slm_max_p99_kld)")
+        if not d.same_top1 >= lim.min_same_top1:
+            out.append(
+                f"same top-1 {100 * d.same_top1:.2f} %; expected at least {100 * lim.min_same_top1:.2f} % "
+                "(thresholds.slm_min_same_top1)"
+            )
+        if not d.perplexity_ratio <= lim.max_perplexity_ratio:
+            out.append(
+                f"perplexity ratio {d.perplexity_ratio:.4f}; expected at most {lim.max_perplexity_ratio} "
+                "(thresholds.slm_max_perplexity_ratio)"
+            )
+        return tuple(out)
+
+    @property
+    def passed(self) -> bool:
+        return not self.failures
+
+    def to_dict(self) -> dict:
+        return {
+            "passed": self.passed,
+            "arithmetic": self.arithmetic,
+            "thresholds": self.limits.to_dict(),
+            "failures": list(self.failures),
+        }
+
+    def line(self) -> str:
+        """One printed line: the verdict, the figures and the limits."""
+        lim = self.limits
+        return (
+            f"{'PASSED' if self.passed else 'FAILED'} teacher-forced gate: {self.divergence.line()} (limits: mean "
+            f"{lim.max_mean_kld}, p99 {lim.max_p99_kld}, same top-1 {100 * lim.min_same_top1:.2f} %, ratio "
+            f"{lim.max_perplexity_ratio})"
+        )
+
+    def check(self, label: str) -> None:
+        """Raise ValidationError naming every figure beyond its limit.
+
+        Raises:
+            ValidationError: a figure is further from fp32 than its limit allows.
+        """
+        if self.passed:
+            return
+        raise ValidationError(
+            f"{label}: further from fp32 than llama.cpp running the same GGUF, teacher-forced over "
+            f"{self.divergence.tokens} held-out tokens ({self.arithmetic}):\n"
+            + "\n".join(f"  {line}" for line in self.failures)
         )
 
 
@@ -179,8 +273,7 @@ def teacher_forced(
 
 
 def perplexities(stats: Sequence[PositionStats]) -> tuple[PerplexityResult, PerplexityResult]:
-    """The fp32 model's and the candidate's perplexity over the windows of ``stats`` (the perplexity gate's
-    figures, from the same pass).
+    """The fp32 model's and the candidate's perplexity over the windows of ``stats``.
 
     Raises:
         InputError: no position was scored.
@@ -193,3 +286,43 @@ def perplexities(stats: Sequence[PositionStats]) -> tuple[PerplexityResult, Perp
         PerplexityResult(math.exp(float(ref.mean())), int(ref.size), len(stats)),
         PerplexityResult(math.exp(float(cand.mean())), int(cand.size), len(stats)),
     )
+
+
+def gate_against_fp32(
+    fp32: Path,
+    candidate: WindowLogits | None,
+    tokenizer: Path,
+    limits: DivergenceLimits,
+    arithmetic: str,
+    window: int = 512,
+    tokens: int = HELD_OUT_TOKENS,
+    threads: int = 2,
+    progress: ProgressFn = silent,
+) -> DivergenceGate:
+    """The verdict on a language model: one teacher-forced pass of the fp32 ONNX and ``candidate`` over the
+    held-out text.
+
+    Args:
+        fp32: the fp32 ONNX export (the reference).
+        candidate: the build's logits per window (``perplexity.onnx_window_logits`` of an ONNX model,
+            ``tflite.tflite_window_logits``); None for the fp32 build itself, compared with itself.
+        tokenizer: ``tokenizer.json``.
+        limits: the profile's thresholds.
+        arithmetic: what ``candidate`` computes, as the report names it.
+        window: tokens per window (at most what either model holds).
+        tokens: tokens of the held-out texts read.
+        threads: onnxruntime threads.
+        progress: counts the windows.
+
+    Returns:
+        The gate record (does not raise; see :meth:`DivergenceGate.check`).
+
+    Raises:
+        InputError: a held-out text cannot be read or is too short.
+    """
+    tokenizers = require("tokenizers", "convert", "tokenizing the held-out text")
+    tok = tokenizers.Tokenizer.from_file(str(tokenizer))
+    windows = held_out_windows(lambda s: tok.encode(s).ids, window, tokens)
+    reference = onnx_window_logits(fp32, threads)
+    stats = teacher_forced(reference, candidate or reference, windows, progress)
+    return DivergenceGate(summarize(stats), limits, arithmetic)

@@ -1,4 +1,5 @@
-"""Perplexity of a decoder ONNX graph on a text: the accuracy gate for quantized builds.
+"""Perplexity of a decoder ONNX graph on a text, and its logits per window (what the build's gate reads,
+``divergence``).
 
 The text is cut into non-overlapping windows of ``window`` tokens; each window runs as one prefill with
 an empty cache and every token after the first is scored. Perplexity is ``exp(mean negative log
@@ -16,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from converters.paths import DATA_DIR
-from edge.errors import InputError, ValidationError
+from edge.errors import InputError
 from edge.progress import ProgressFn, silent, tracked
 from edge.text.decoder import OnnxDecoder
 
@@ -29,29 +30,6 @@ class PerplexityResult:
     perplexity: float
     tokens_scored: int
     windows: int
-
-
-@dataclass(frozen=True)
-class PerplexityGate:
-    """Quantized against fp32 perplexity, and the profile's limit."""
-
-    reference: PerplexityResult
-    candidate: PerplexityResult
-    ratio: float
-    limit: float
-
-    @property
-    def passed(self) -> bool:
-        return self.ratio <= self.limit
-
-    def check(self, label: str) -> None:
-        """Raise ValidationError naming the model, both perplexities, the ratio and the limit."""
-        if not self.passed:
-            raise ValidationError(
-                f"{label}: perplexity {self.candidate.perplexity:.3f} vs fp32 {self.reference.perplexity:.3f} "
-                f"(ratio {self.ratio:.4f}) on {self.candidate.tokens_scored} tokens; expected a ratio of at "
-                f"most {self.limit} (thresholds.slm_perplexity_ratio)"
-            )
 
 
 def text_windows(token_ids: list[int], window: int, max_tokens: int) -> list[list[int]]:
@@ -101,19 +79,3 @@ def perplexity(
         nll -= float(logp[np.arange(n - 1), ids[1:]].sum())
         count += n - 1
     return PerplexityResult(math.exp(nll / count), count, len(windows))
-
-
-def compare(reference: PerplexityResult, candidate: PerplexityResult, limit: float) -> PerplexityGate:
-    """The gate record for a quantized model against fp32 (does not raise)."""
-    return PerplexityGate(reference, candidate, candidate.perplexity / reference.perplexity, limit)
-
-
-def gate(reference: PerplexityResult, candidate: PerplexityResult, limit: float, label: str) -> PerplexityGate:
-    """Compare a quantized model's perplexity with fp32's and raise when it misses the limit.
-
-    Raises:
-        ValidationError: the ratio exceeds ``limit`` (the profile's ``thresholds.slm_perplexity_ratio``).
-    """
-    result = compare(reference, candidate, limit)
-    result.check(label)
-    return result

@@ -144,7 +144,7 @@ GATE_ARITHMETIC = (
 
 
 def gate_copy(model_path: Path, out_path: Path) -> tuple[Path, int]:
-    """The model the perplexity and greedy gates run: ``model_path`` with every ``MatMulNBits`` at
+    """The model the teacher-forced gate and the greedy prompts run: ``model_path`` with every ``MatMulNBits`` at
     accuracy level 0 (``GATE_ARITHMETIC``).
 
     Returns:

@@ -13,15 +13,11 @@ from edge.digest import file_sha256
 
 if TYPE_CHECKING:
     from converters.slm.build import SlmOptions
-    from converters.slm.divergence import Divergence
+    from converters.slm.divergence import DivergenceGate
     from converters.slm.gguf_source import HfFolder
-    from converters.slm.perplexity import PerplexityGate
 
-REPORT_SCHEMA_VERSION = 1
-EVAL_TEXT_NOTE = (
-    "U.S. Constitution (a U.S. government work, public domain), as shipped in the wordcloud 1.9.6 sdist "
-    "on PyPI (examples/constitution.txt)"
-)
+#: 2: the verdict is the teacher-forced ``gate`` (was: a perplexity gate and exact greedy agreement)
+REPORT_SCHEMA_VERSION = 2
 
 
 def build_report(
@@ -29,7 +25,6 @@ def build_report(
     folder: HfFolder,
     record: dict,
     counts: dict[str, int],
-    result: PerplexityGate,
     timings: dict[str, float],
     opts: SlmOptions,
 ) -> dict:
@@ -53,35 +48,21 @@ def build_report(
         },
         "greedy_agreement": record.get("greedy"),
         "tflite": record.get("tflite"),
-        "perplexity": {
-            "text": str(opts.eval_text.name),
-            "text_source": EVAL_TEXT_NOTE,
-            "window": opts.eval_window,
-            "tokens_scored": result.candidate.tokens_scored,
-            "fp32": result.reference.perplexity,
-            "quantized": result.candidate.perplexity,
-            "ratio": result.ratio,
-            "limit": result.limit,
-            "passed": result.passed,
-        },
-        "divergence": _divergence(record.get("divergence")),
+        "gate": _gate(record["gate"], opts.eval_window),
         "files": {p.name: {"bytes": p.stat().st_size, "sha256": file_sha256(p)} for p in files},
         "timings_s": timings,
         "versions": library_versions(),
     }
 
 
-def _divergence(divergence: Divergence | None) -> dict | None:
-    if divergence is None:
-        return None
+def _gate(gate: DivergenceGate, window: int) -> dict:
     texts = [p.name for p in HELD_OUT_TEXTS]
-    return {"texts": texts, "gated": False, **divergence.to_dict()}
+    return {**gate.to_dict(), "texts": texts, "window": window, **gate.divergence.to_dict()}
 
 
 def render_markdown(report: dict) -> str:
     """A short human summary of :func:`build_report`'s dict."""
-    ppl, src = report["perplexity"], report["source"]
-    verdict = "passed" if ppl["passed"] else "FAILED"
+    src = report["source"]
     lines = [
         f"# Small-LM build: {report['profile']} / {report['precision']} ({report['method']})",
         "",
@@ -91,10 +72,7 @@ def render_markdown(report: dict) -> str:
         f"{report['graph']['MatMulInteger']} MatMulInteger, {report['graph']['nodes']} nodes.",
         f"Settings: {json.dumps(report['settings'])}",
         "",
-        f"Perplexity gate {verdict}: {ppl['quantized']:.3f} vs fp32 {ppl['fp32']:.3f}, ratio {ppl['ratio']:.4f} "
-        f"(limit {ppl['limit']}), {ppl['tokens_scored']} tokens of {ppl['text_source']}.",
-        "",
-        *_divergence_lines(report.get("divergence")),
+        *_gate_lines(report["gate"]),
         *_greedy_lines(report.get("greedy_agreement")),
         *_tflite_lines(report.get("tflite")),
         "| file | bytes | sha256 |",
@@ -109,14 +87,17 @@ def _origin(src: dict) -> str:
     return "(a local GGUF)" if src["package"] == "file" else f"from PyPI package {src['package']} {src['version']}"
 
 
-def _divergence_lines(div: dict | None) -> list[str]:
-    if not div:
-        return []
+def _gate_lines(gate: dict) -> list[str]:
+    verdict = "passed" if gate["passed"] else "FAILED"
+    texts = f" of {' + '.join(gate['texts'])}" if gate.get("texts") else ""
+    limits = ", ".join(f"`{k}` {v}" for k, v in gate["thresholds"].items())
     return [
-        f"Teacher-forced against fp32 (reported, not gated), {div['tokens_scored']} tokens of "
-        f"{' + '.join(div['texts'])}: KL divergence mean {div['mean_kld']:.3g}, p99 {div['p99_kld']:.3g}, "
-        f"max {div['max_kld']:.3g}; same top-1 {div['same_top1_percent']:.2f} %; perplexity "
-        f"{div['perplexity']:.3f} vs fp32 {div['perplexity_fp32']:.3f} (ratio {div['perplexity_ratio']:.4f}).",
+        f"Gate {verdict}, teacher-forced against fp32 over {gate['tokens_scored']} held-out tokens{texts} "
+        f"({gate['arithmetic']}): KL divergence mean {gate['mean_kld']:.3g}, p99 {gate['p99_kld']:.3g}, "
+        f"max {gate['max_kld']:.3g}; same top-1 {gate['same_top1_percent']:.2f} %; perplexity "
+        f"{gate['perplexity']:.3f} vs fp32 {gate['perplexity_fp32']:.3f} (ratio {gate['perplexity_ratio']:.4f}).",
+        f"Limits (at least as close to fp32 as llama.cpp running the same GGUF): {limits}.",
+        *[f"- missed: {line}" for line in gate["failures"]],
         "",
     ]
 
@@ -124,8 +105,13 @@ def _divergence_lines(div: dict | None) -> list[str]:
 def _greedy_lines(greedy: dict | None, candidate: str = "quantized") -> list[str]:
     if not greedy:
         return []
+    smoke = "; ".join(f"{p!r} names {w!r}" for p, w in greedy["smoke_check"].items())
     verdict = "passed" if greedy["passed"] else "FAILED"
-    lines = [f"Greedy agreement {verdict} (first {greedy['required_tokens']} tokens equal to fp32's):", ""]
+    lines = [
+        f"Greedy answers ({greedy['required_tokens']} tokens; not the verdict), leading tokens equal to fp32's; "
+        f"smoke check ({smoke}) {verdict}:",
+        "",
+    ]
     for p in greedy["prompts"]:
         lines.append(f"- {p['prompt']!r}: {p['leading_equal']} equal; {candidate} {p['candidate']!r}")
     return [*lines, ""]
@@ -134,14 +120,14 @@ def _greedy_lines(greedy: dict | None, candidate: str = "quantized") -> list[str
 def _tflite_lines(twin: dict | None) -> list[str]:
     if not twin:
         return []
-    if not twin["greedy_agreement"]["passed"]:
+    if not twin["passed"]:
         runs = "not named in generation.json (it failed its gate; the device runs the ONNX)"
     elif twin["runtime_default"]:
         runs = "the device's default (generation.json runtime = litert)"
     else:
         runs = "beside the ONNX"
-    head = f"LiteRT twin `{twin['file']}` ({twin['quant']}, {twin['bytes']} bytes), {runs}; its greedy answers:"
-    return [head, "", *_greedy_lines(twin["greedy_agreement"], "LiteRT")]
+    head = f"LiteRT twin `{twin['file']}` ({twin['quant']}, {twin['bytes']} bytes), {runs}."
+    return [head, "", *_gate_lines(twin["gate"]), *_greedy_lines(twin["greedy_agreement"], "LiteRT")]
 
 
 def write_reports(out_dir: Path, report: dict) -> tuple[Path, Path]:

@@ -14,13 +14,19 @@ import math
 import os
 import re
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from converters.paths import REPO_ROOT
 from converters.slm.perplexity import PerplexityResult, _log_softmax
+
+if TYPE_CHECKING:
+    from converters.slm.divergence import WindowLogits
 from converters.tools import log_tail, run_tool, side_venv_program
 from edge.errors import ConversionError, InputError
 from edge.text.litert_decoder import LiteRtDecoder
@@ -189,3 +195,18 @@ def tflite_perplexity(model_path: Path, windows: list[list[int]], threads: int =
     finally:
         decoder.close()
     return PerplexityResult(math.exp(nll / count), count, len(windows))
+
+
+@contextmanager
+def tflite_window_logits(model_path: Path, threads: int = 2) -> Iterator[tuple[WindowLogits, int]]:
+    """A ``.tflite`` decoder as the teacher-forced gate reads a model (``divergence.WindowLogits``), and the
+    longest window its KV buffer holds; the interpreter is closed on exit.
+
+    Raises:
+        InferenceError: LiteRT cannot load the model.
+    """
+    decoder = LiteRtDecoder(model_path, threads)
+    try:
+        yield (lambda ids: decoder.sequence_logits(ids)[:-1]), decoder.context_length
+    finally:
+        decoder.close()

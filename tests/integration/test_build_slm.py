@@ -67,6 +67,7 @@ def test_the_manifest_lists_the_twin_with_its_sha256_source_and_gate(bundle, slm
     gate = record["metrics"]["tflite"]
     assert (gate["file"], gate["quant"], gate["runtime_default"]) == (TWIN_FILE, "none", True)
     assert gate["bytes"] == twin.stat().st_size
+    assert gate["passed"] is True and gate["gate"]["passed"] is True and gate["gate"]["tokens_scored"] > 0
     assert gate["greedy_agreement"]["passed"] is True and gate["greedy_agreement"]["required_tokens"] == 16
     assert len(gate["greedy_agreement"]["prompts"]) == 5
 

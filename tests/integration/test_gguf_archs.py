@@ -94,14 +94,14 @@ def test_q6_k_is_re_rounded_to_8_bits(tmp_path: Path) -> None:
 
 
 def test_convert_slm_gguf_flag_builds_a_gated_qwen2(tmp_path: Path, capsys) -> None:
-    """``convert slm --gguf FILE``: the whole chain (fp32 export, int4 grid, both gates) on another GGUF."""
+    """``convert slm --gguf FILE``: the whole chain (fp32 export, int4 grid, the gate) on another GGUF."""
     path = write_gguf(tmp_path / "tiny-qwen2-Q4_0.gguf", "qwen2", QT.Q4_0, seed=2)
     out = tmp_path / "out"
     assert main(["convert", "slm", "--target", "rpi4", "--gguf", str(path), "-o", str(out), "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["source"]["file"] == path.name and report["source"]["package"] == "file"
     assert report["method"] == "gguf_grid" and report["settings"]["weights_int4"] == 4 * LAYERS + 1
-    assert report["perplexity"]["passed"] and abs(report["perplexity"]["ratio"] - 1.0) < 1e-3
+    assert report["gate"]["passed"] and abs(report["gate"]["perplexity_ratio"] - 1.0) < 1e-3
     assert report["greedy_agreement"]["passed"]
     assert json.loads((out / "generation.json").read_text())["stop_token_ids"] == [2, 0]
 

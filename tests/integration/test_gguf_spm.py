@@ -232,7 +232,7 @@ def test_convert_slm_of_a_sentencepiece_gguf_matches_transformers(arch: str, tmp
     argv = ["convert", "slm", "--target", "rpi4", "--precision", "fp32", "--gguf", str(path), "-o", str(out)]
     assert main([*argv, "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
-    assert report["perplexity"]["passed"] and report["perplexity"]["ratio"] == 1.0
+    assert report["gate"]["passed"] and report["gate"]["perplexity_ratio"] == 1.0 and report["gate"]["mean_kld"] == 0
     assert report["greedy_agreement"] is None
     generation = json.loads((out / "generation.json").read_text())
     assert generation["tokenizer_model"] == "llama" and generation["add_bos"] is True

@@ -98,9 +98,14 @@ def test_unknown_target_lists_the_known_ones():
             "runtime.face_formats = 'tf'; expected one of onnx, tflite, both",
         ),
         (
-            "slm_perplexity_ratio = 1.10",
-            "slm_perplexity_ratio = 0.9",
-            "thresholds.slm_perplexity_ratio = 0.9; expected at least 1.0",
+            "slm_greedy_tokens = 16",
+            "slm_greedy_tokens = 16\nslm_min_same_top1 = 95.8",
+            "thresholds.slm_min_same_top1 = 95.8; expected a number in (0, 1]",
+        ),
+        (
+            "slm_greedy_tokens = 16",
+            "slm_greedy_tokens = 16\nslm_max_perplexity_ratio = 0.9",
+            "thresholds.slm_max_perplexity_ratio = 0.9; expected a number >= 1.0",
         ),
     ],
 )

@@ -10,6 +10,9 @@ import pytest
 
 from converters.slm.divergence import (
     HELD_OUT_TEXTS,
+    Divergence,
+    DivergenceGate,
+    DivergenceLimits,
     PositionStats,
     held_out_windows,
     perplexities,
@@ -17,7 +20,8 @@ from converters.slm.divergence import (
     summarize,
     teacher_forced,
 )
-from edge.errors import InputError
+from edge.errors import InputError, ValidationError
+from edge.profiles import load_profile
 
 
 def test_kld_of_identical_logits_is_zero_whatever_the_shift() -> None:
@@ -121,3 +125,54 @@ def test_held_out_windows_stay_inside_each_text_and_stop_at_the_budget(tmp_path:
 def test_shipped_held_out_texts_exist_with_their_sources() -> None:
     for text in HELD_OUT_TEXTS:
         assert text.is_file() and text.with_suffix(".SOURCE.md").is_file()
+
+
+#: llama.cpp 0.3.36 (llama-cpp-python) running SmolLM2's Q4_1 GGUF, as measured in docs/slm.md
+LLAMA_CPP = Divergence(8175, 17, 0.0054, 0.040, 0.9, 0.9584, 10.0, 10.042)
+
+
+def test_the_profiles_declare_the_gate_once_at_llama_cpps_figures() -> None:
+    for target in ("rpi4", "rpi5", "x86_64-host", "browser-wasm"):
+        assert DivergenceLimits.of(load_profile(target).thresholds) == DivergenceLimits(0.0054, 0.040, 0.958, 1.0042)
+    gate = DivergenceGate(LLAMA_CPP, DivergenceLimits.of(load_profile("rpi4").thresholds), "level 0")
+    assert gate.passed and gate.failures == ()  # llama.cpp itself is exactly at the limits
+    gate.check("model.onnx")  # does not raise
+    assert gate.to_dict() == {
+        "passed": True,
+        "arithmetic": "level 0",
+        "thresholds": {
+            "thresholds.slm_max_mean_kld": 0.0054,
+            "thresholds.slm_max_p99_kld": 0.040,
+            "thresholds.slm_min_same_top1": 0.958,
+            "thresholds.slm_max_perplexity_ratio": 1.0042,
+        },
+        "failures": [],
+    }
+
+
+def test_a_build_further_from_fp32_than_llama_cpp_fails_naming_each_figure_and_threshold() -> None:
+    # per-tensor dynamic uint8 activations: far beyond llama.cpp on every figure
+    drifted = Divergence(8175, 17, 0.31, 2.9, 7.5, 0.7203, 10.0, 21.1)
+    gate = DivergenceGate(drifted, DivergenceLimits(0.0054, 0.040, 0.958, 1.0042), "the shipped graph")
+    with pytest.raises(ValidationError) as err:
+        gate.check("out/model.onnx (rpi4, int8, dynamic_int8)")
+    assert str(err.value) == (
+        "out/model.onnx (rpi4, int8, dynamic_int8): further from fp32 than llama.cpp running the same GGUF, "
+        "teacher-forced over 8175 held-out tokens (the shipped graph):\n"
+        "  mean KLD 0.31; expected at most 0.0054 (thresholds.slm_max_mean_kld)\n"
+        "  p99 KLD 2.9; expected at most 0.04 (thresholds.slm_max_p99_kld)\n"
+        "  same top-1 72.03 %; expected at least 95.80 % (thresholds.slm_min_same_top1)\n"
+        "  perplexity ratio 2.1100; expected at most 1.0042 (thresholds.slm_max_perplexity_ratio)"
+    )
+    assert gate.to_dict()["failures"] == str(err.value).split("\n  ")[1:]
+    assert gate.line().startswith("FAILED teacher-forced gate: KLD mean 0.31, p99 2.9; same top-1 72.03 %")
+
+
+def test_one_figure_over_its_limit_fails_alone() -> None:
+    limits = DivergenceLimits(0.0054, 0.040, 0.958, 1.0042)
+    p99 = Divergence(8175, 17, 0.004, 0.05, 0.9, 0.97, 10.0, 10.01)
+    assert DivergenceGate(p99, limits, "x").failures == (
+        "p99 KLD 0.05; expected at most 0.04 (thresholds.slm_max_p99_kld)",
+    )
+    nan = Divergence(8175, 17, float("nan"), 0.0, 0.0, 1.0, 10.0, 10.0)
+    assert DivergenceGate(nan, limits, "x").failures[0].startswith("mean KLD nan; expected at most 0.0054")
