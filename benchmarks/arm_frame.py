@@ -88,8 +88,23 @@ class Contender:
     keep_descriptor_within: float | None = None
     #: Frames of the hand-held camera clip of the frame's photo (``facedata.camera_clip``), not the still repeated.
     clip: bool = False
-    #: The builds counted (None: every one of ``PRECISIONS``).
+    #: The builds counted (None: every one of ``PRECISIONS``; ``PROFILE_BUILD``: the one the core's profile ships).
     builds: tuple[str, ...] | None = None
+
+
+#: A contender's ``builds`` for "what the core's profile ships": its INT8 folder, with the embedder on LiteRT
+#: when the profile's ``runtime.face_formats`` is ``tflite`` (rpi5).
+PROFILE_BUILD = ("profile",)
+
+
+def contender_builds(contender: Contender, profile: str) -> tuple[str, ...]:
+    """The builds counted for ``contender`` on the core whose board profile is ``profile``."""
+    if contender.builds != PROFILE_BUILD:
+        return contender.builds or PRECISIONS
+    from edge.profiles import ModelFormats, load_profile
+
+    tflite = load_profile(profile).runtime.face_formats is ModelFormats.TFLITE
+    return (LITERT_EMBEDDER,) if tflite else ("int8",)
 
 
 CONTENDERS = {
@@ -121,13 +136,13 @@ CONTENDERS = {
         keep_descriptor_within=0.0,
     ),
     # what the rpi4 and rpi5 profiles run by default (issue #46): BlazeFace full range tiled on LiteRT, the
-    # profile's INT8 embedder on onnxruntime; on a still frame, and on the hand-held clip with face.detect_every's
-    # video default
+    # profile's INT8 embedder (rpi5: its twin on LiteRT); on a still frame, and on the hand-held clip with
+    # face.detect_every's video default
     "defaults": Contender(
         "defaults: BlazeFace full range tiled, LiteRT",
         "blazeface-full-tiled",
         detector_model=FULL_RANGE_TFLITE,
-        builds=("int8",),
+        builds=PROFILE_BUILD,
     ),
     "defaults-clip": Contender(
         f"defaults on the hand-held clip: BlazeFace full range tiled, LiteRT, detector 1 frame in {VIDEO_DETECT_EVERY}",
@@ -135,7 +150,7 @@ CONTENDERS = {
         detector_model=FULL_RANGE_TFLITE,
         detect_every=VIDEO_DETECT_EVERY,
         clip=True,
-        builds=("int8",),
+        builds=PROFILE_BUILD,
     ),
 }
 #: Each contender by its name (the rows carry names).
@@ -473,7 +488,8 @@ frame, which the verdicts report apart. On this still frame a followed face's ch
 descriptor and the embedder runs on the detector's frames only (`face.keep_descriptor_within`); the rows `every
 followed face described` run the embedder on every frame, as for a face whose chip changes (a turning head). The
 rows `defaults` run what the rpi4 and rpi5 profiles ship (BlazeFace full range tiled on LiteRT, the profile's INT8
-embedder on onnxruntime), on the still frame and, `on the hand-held clip`, on {clip_frames} frames of the same photo
+embedder: on onnxruntime for rpi4, its TFLite twin on LiteRT for rpi5), on the still frame and, `on the hand-held
+clip`, on {clip_frames} frames of the same photo
 filmed by a hand-held camera (`facedata.camera_clip`: it pans, zooms and turns a little each frame) with
 `face.detect_every`'s video default ({every}): per frame = (run of {clip_frames} frames - run of 1) / {clip_n}, one
 whole cycle of the tracker (the detector on one frame in {every}, with its tiles on one detector frame in
@@ -493,7 +509,8 @@ them).
 DEFAULTS_HEAD = """## The profiles' defaults on ARM: instructions per 640x480 frame, emulated Cortex-A72 / A76
 
 What `convert face --target rpi4` / `rpi5` ships with no options (BlazeFace full range tiled on LiteRT, cued:
-`edge.face.tiles`; the profile's INT8 embedder on onnxruntime), counted as section `arm-frame` counts its rows:
+`edge.face.tiles`; the profile's INT8 embedder: on onnxruntime for rpi4, its TFLite twin on LiteRT for rpi5), counted
+as section `arm-frame` counts its rows:
 the still frame (grace_hopper letterboxed to 640x480, one face), per frame = (run of {n1} frames - run of 1) / {n};
 the hand-held clip (`facedata.camera_clip`, {clip_frames} frames) through `edge.face.track.FaceTracker` with
 `face.detect_every`'s video default ({every}), per frame = (run of {clip_frames} frames - run of 1) / {clip_n}.
@@ -604,7 +621,7 @@ def count_core(
     from converters.arm.guest import prepare_guest
 
     profile = CORES[cpu][0]
-    dirs = folders(profile, say, {b for n in names for b in CONTENDERS[n].builds or PRECISIONS})
+    dirs = folders(profile, say, {b for n in names for b in contender_builds(CONTENDERS[n], profile)})
     builds[f"{profile} int8"] = precisions(dirs["int8"])
     frame, gallery = frame_files(CACHE / "arm-frame")
     clip = clip_file(CACHE / "arm-frame", clip_frames() + 1)
@@ -612,7 +629,7 @@ def count_core(
     rows = []
     for key in names:
         contender = CONTENDERS[key]
-        for precision in contender.builds or PRECISIONS:
+        for precision in contender_builds(contender, profile):
             k = row_key(cpu, key, precision)
             if k not in done:
                 say(f"counting {contender.name} {precision} ({dirs[precision].name}) on {cpu}")
