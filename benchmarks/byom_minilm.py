@@ -99,12 +99,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seq", type=int, default=64)
     parser.add_argument("--calib", type=int, default=128, help="calibration sentences (at most)")
     parser.add_argument("--eval", type=int, default=128, help="evaluation sentences (at most)")
-    parser.add_argument("--out", type=Path, default=Path(tempfile.mkdtemp(prefix="minilm-")))
+    parser.add_argument("--out", type=Path, default=None, help="work folder (default: a new temporary one)")
     parser.add_argument("--builds", nargs="+", choices=BUILDS, default=list(BUILDS),
                         help="which builds (default: all; the browser site's search takes fp32)")  # fmt: skip
     parser.add_argument("--tflite", action="store_true", help="also the fp32 TFLite twin (onnx2tf; fp32 builds)")
     args = parser.parse_args(argv)
-    work = args.out
+    work = args.out or Path(tempfile.mkdtemp(prefix="minilm-"))  # made when run, not when --help is asked
     work.mkdir(parents=True, exist_ok=True)
     calib, evaluation = sentences(CALIB_TEXT, args.calib), sentences(EVAL_TEXT, args.eval)
     np.savez(work / "calib.npz", **tokenise(calib, args.seq))
