@@ -42,6 +42,8 @@ from fleet.records import (
 
 #: Rows deleted per transaction by retention (``FleetStore.maintain``): ingest waits at most for one batch.
 RETENTION_BATCH = 5000
+#: The ``running`` table's primary key: one row per thing a device ran.
+RUNNING_KEY = ", ".join(("device_id", *RUNNING_COLUMNS))
 DAY_S = 86400
 
 
@@ -477,7 +479,6 @@ def plan_statements(plan: BatchPlan) -> dict[str, tuple[str, list[tuple]]]:
         ``{"seen" | "statuses" | "errors" | "running": (sql, rows)}``, in the order to run them. Rows are
         sorted by device id, so concurrent writers lock rows in one order and never deadlock.
     """
-    running_key = ", ".join(("device_id", *RUNNING_COLUMNS))
     return {
         "seen": (
             f"INSERT INTO devices (device_id, last_seen) VALUES (?, ?) ON CONFLICT (device_id) DO UPDATE SET "
@@ -494,7 +495,7 @@ def plan_statements(plan: BatchPlan) -> dict[str, tuple[str, list[tuple]]]:
             [(ts, text, dev, ts) for dev, ts, text in plan.errors],
         ),
         "running": (
-            f"INSERT INTO running VALUES ({', '.join('?' * (len(RUNNING_COLUMNS) + 3))}) ON CONFLICT ({running_key}) "
+            f"INSERT INTO running VALUES ({', '.join('?' * (len(RUNNING_COLUMNS) + 3))}) ON CONFLICT ({RUNNING_KEY}) "
             f"DO UPDATE SET {_newer('first_seen', 'running', '<')}, {_newer('last_seen', 'running')}",
             running_rows(plan.reports),
         ),

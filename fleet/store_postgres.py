@@ -27,6 +27,7 @@ from fleet.records import RUNNING_COLUMNS, Incoming, WriteResult
 from fleet.store import (
     DAY_S,
     RETENTION_BATCH,
+    RUNNING_KEY,
     BatchPlan,
     DataRefused,
     FleetStore,
@@ -36,7 +37,6 @@ from fleet.store import (
 )
 
 log = logging.getLogger(__name__)
-_RUNNING_KEY = ", ".join(("device_id", *RUNNING_COLUMNS))
 #: pg_advisory_xact_lock key serialising schema creation between monitors starting together.
 SCHEMA_LOCK = 0x0ED6E_F1EE7
 #: SQLSTATE classes that refuse the data of a row, not the request: 22 data exception (a value out of range,
@@ -70,7 +70,7 @@ CREATE TABLE IF NOT EXISTS devices (
 );
 CREATE TABLE IF NOT EXISTS running (
     {" ".join(f"{c} text NOT NULL," for c in ("device_id", *RUNNING_COLUMNS))}
-    first_seen double precision NOT NULL, last_seen double precision NOT NULL, PRIMARY KEY ({_RUNNING_KEY})
+    first_seen double precision NOT NULL, last_seen double precision NOT NULL, PRIMARY KEY ({RUNNING_KEY})
 );
 CREATE TABLE IF NOT EXISTS counters (name text PRIMARY KEY, value bigint NOT NULL);
 INSERT INTO counters VALUES ('duplicates', 0), ('rejected', 0) ON CONFLICT DO NOTHING;
@@ -103,7 +103,7 @@ _SET_BASED = {
     "seen": "INSERT INTO devices (device_id, last_seen) SELECT * FROM unnest(%s::text[], %s::float8[]) "
     "ON CONFLICT (device_id) DO UPDATE SET last_seen = GREATEST(devices.last_seen, excluded.last_seen)",
     "running": f"INSERT INTO running SELECT * FROM unnest({', '.join(['%s::text[]'] * (len(RUNNING_COLUMNS) + 1))}, "
-    f"%s::float8[], %s::float8[]) ON CONFLICT ({_RUNNING_KEY}) DO UPDATE SET "
+    f"%s::float8[], %s::float8[]) ON CONFLICT ({RUNNING_KEY}) DO UPDATE SET "
     "first_seen = LEAST(running.first_seen, excluded.first_seen), "
     "last_seen = GREATEST(running.last_seen, excluded.last_seen)",
 }

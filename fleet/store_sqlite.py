@@ -11,6 +11,7 @@ from fleet.records import RUNNING_COLUMNS, Incoming, WriteResult
 from fleet.store import (
     DAY_S,
     RETENTION_BATCH,
+    RUNNING_KEY,
     BatchPlan,
     DataRefused,
     FleetStore,
@@ -18,8 +19,6 @@ from fleet.store import (
     plan_batch,
     plan_statements,
 )
-
-_RUNNING_KEY = ", ".join(("device_id", *RUNNING_COLUMNS))
 
 _SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS messages (
@@ -32,7 +31,7 @@ CREATE TABLE IF NOT EXISTS devices (
 );
 CREATE TABLE IF NOT EXISTS running (
     {" ".join(f"{c} TEXT NOT NULL," for c in ("device_id", *RUNNING_COLUMNS))}
-    first_seen REAL NOT NULL, last_seen REAL NOT NULL, PRIMARY KEY ({_RUNNING_KEY})
+    first_seen REAL NOT NULL, last_seen REAL NOT NULL, PRIMARY KEY ({RUNNING_KEY})
 );
 CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
 INSERT OR IGNORE INTO counters VALUES ('duplicates', 0), ('rejected', 0);
