@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -102,18 +102,12 @@ class DivergenceLimits:
 
     @classmethod
     def of(cls, thresholds: Thresholds) -> DivergenceLimits:
-        """The limits a profile's ``[thresholds]`` declare."""
-        t = thresholds
-        return cls(t.slm_max_mean_kld, t.slm_max_p99_kld, t.slm_min_same_top1, t.slm_max_perplexity_ratio)
+        """The limits a profile's ``[thresholds]`` declare: field ``x`` is the profile's ``slm_x``."""
+        return cls(**{f.name: getattr(thresholds, f"slm_{f.name}") for f in fields(cls)})
 
     def to_dict(self) -> dict[str, float]:
-        """The limits under their profile keys."""
-        return {
-            "thresholds.slm_max_mean_kld": self.max_mean_kld,
-            "thresholds.slm_max_p99_kld": self.max_p99_kld,
-            "thresholds.slm_min_same_top1": self.min_same_top1,
-            "thresholds.slm_max_perplexity_ratio": self.max_perplexity_ratio,
-        }
+        """The limits under their profile keys (``thresholds.slm_x``)."""
+        return {f"thresholds.slm_{f.name}": getattr(self, f.name) for f in fields(self)}
 
 
 @dataclass(frozen=True)
